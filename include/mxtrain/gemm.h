@@ -1,0 +1,52 @@
+// mxtrain/gemm.h — matrix products: BF16 (oneDNN), MX-scaled, grouped, and references.
+//
+// Convention: C[M,N] = op(A)[M,K] · op(B)[K,N] (+ C if accumulate), all row-major.
+// op(A) = A when !trans_a (A stored [M,K]) or A^T when trans_a (A stored [K,M]); same for B.
+// Accumulation is FP32. BF16 products go through oneDNN's matmul (AMX / AVX512-BF16 where the
+// CPU has them). The MX GEMM requires both operands' 32-blocks to run along K:
+//   op(A) = A   -> A rowwise or tile32;  op(A) = A^T -> A colwise or tile32
+//   op(B) = B   -> B colwise or tile32;  op(B) = B^T -> B rowwise or tile32
+// and computes Σ over K-blocks of scale_a · scale_b · Σ a·b. This first implementation
+// expands each operand to BF16 with its power-of-two scale folded in (exact while
+// fp8 · 2^e is inside BF16's normal range) and calls the BF16 GEMM; a fused kernel can
+// replace gemm_mx without changing callers.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mxtrain/quantize.h"
+
+namespace mxtrain {
+
+// BF16 x BF16 -> FP32 through oneDNN. lda/ldb/ldc are row strides of the stored matrices.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+               const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,
+               float* C, int64_t ldc, bool accumulate);
+
+// FP32 x FP32 -> FP32 through oneDNN (used by the model's non-quantized products).
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+              const float* A, int64_t lda, const float* B, int64_t ldb,
+              float* C, int64_t ldc, bool accumulate);
+
+// Plain reference: FP64 accumulation of FP32 inputs, FP64 output. For tests.
+void gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
+                  const float* A, int64_t lda, const float* B, int64_t ldb, double* C,
+                  int64_t ldc);
+
+// MX-scaled GEMM. A, B are whole quantized matrices; M, N, K follow from their shapes.
+void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,
+             int64_t ldc, bool accumulate);
+
+// Group list for experts: offsets[g]..offsets[g+1] are expert g's rows. Built from counts
+// or cumulative offsets (the two forms the field uses); throws on negative counts, a
+// non-monotone list, or a total that differs from `rows`.
+struct GroupList {
+  std::vector<int64_t> offsets;  // size E+1, offsets[0] = 0, offsets[E] = rows
+  int64_t num_groups() const { return int64_t(offsets.size()) - 1; }
+  int64_t count(int64_t g) const { return offsets[g + 1] - offsets[g]; }
+  static GroupList from_counts(const std::vector<int64_t>& counts, int64_t rows);
+  static GroupList from_cumulative(const std::vector<int64_t>& cumsum, int64_t rows);
+};
+
+}  // namespace mxtrain

@@ -1,0 +1,36 @@
+// mxtrain/nn/parameter.h — a trainable tensor: FP32 value, FP32 gradient, version.
+//
+// `version` is bumped by every optimizer step; quantized copies derived from the value
+// (nn/linear.h) remember the version they were made from and are rebuilt when it changes.
+// Under FSDP `value` may be empty on a rank: the layer then receives its (quantized) weight
+// from a weight provider instead (dist/fsdp.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mxtrain {
+
+struct Parameter {
+  std::string name;              // stable dotted path, e.g. "layers.3.attention.qkv.weight"
+  std::vector<int64_t> shape;
+  std::vector<float> value;      // FP32 master, row-major
+  std::vector<float> grad;       // FP32, accumulated over micro-batches
+  uint64_t version = 0;          // bumped by the optimizer step
+
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+  }
+  void init(std::string n, std::vector<int64_t> s) {
+    name = std::move(n);
+    shape = std::move(s);
+    value.assign(numel(), 0.f);
+    grad.assign(numel(), 0.f);
+  }
+  void zero_grad() { std::fill(grad.begin(), grad.end(), 0.f); }
+};
+
+}  // namespace mxtrain

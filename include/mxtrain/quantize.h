@@ -1,0 +1,88 @@
+// mxtrain/quantize.h — MX block quantization (SPEC §2): the public entry points.
+//
+// A 2-D row-major tensor X[M,K] (FP32 or BF16) is cut into blocks of 32 elements along one
+// axis (rowwise 1x32 along K, colwise 32x1 along M) or into 32x32 tiles. Each block gets one
+// E8M0 scale 2^e and each element is stored as fp8(x / 2^e). Data always stays in [M,K]
+// order; only the scale grid depends on the layout. Ragged edges are partial blocks.
+//
+// API (checks once, throws mxtrain::Error) -> dispatch on active_isa() (quantize.cc) ->
+// kernels (quantize_ref.cc scalar reference, quantize_avx512.cc, ...). Work is split over
+// OpenMP threads by rows / row-blocks / tiles; results do not depend on thread count.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mxtrain/formats.h"
+
+namespace mxtrain {
+
+enum class ScaleRounding : uint8_t { rceil, floor };
+const char* rounding_name(ScaleRounding r);
+ScaleRounding parse_rounding(const char* name);  // "rceil" | "floor"
+
+enum class MXLayout : uint8_t { rowwise, colwise, tile32 };
+const char* layout_name(MXLayout l);
+
+constexpr int64_t kMXBlock = 32;
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+struct QuantConfig {
+  Elem elem = Elem::e4m3;
+  ScaleRounding rounding = ScaleRounding::rceil;
+};
+
+// One quantized copy of a logical matrix [rows, cols].
+//   rowwise: scales [rows, ceil(cols/32)]     (blocks along cols)
+//   colwise: scales [ceil(rows/32), cols]     (blocks along rows)
+//   tile32 : scales [ceil(rows/32), ceil(cols/32)]
+struct MXTensor {
+  int64_t rows = 0, cols = 0;
+  MXLayout layout = MXLayout::rowwise;
+  Elem elem = Elem::e4m3;
+  std::vector<uint8_t> data;    // [rows, cols] fp8 codes
+  std::vector<uint8_t> scales;  // [scale_rows(), scale_cols()] E8M0 bytes
+
+  int64_t scale_rows() const;
+  int64_t scale_cols() const;
+  size_t bytes() const { return data.size() + scales.size(); }
+  // Scale byte that applies to element (r, c).
+  uint8_t scale_at(int64_t r, int64_t c) const;
+  // Allocate data and scales for the given shape and layout (contents unspecified).
+  static MXTensor empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem);
+};
+
+// Scale exponent rule of SPEC §2 for one block's amax (finite, >= 0). Returns the E8M0 byte.
+uint8_t mx_scale_byte(float amax, const QuantConfig& cfg);
+
+// ---- quantize -----------------------------------------------------------------------------
+// x: [M, K] row-major, FP32 or BF16 bits. NaN/Inf anywhere in a block -> scale 0xFF and NaN
+// elements for that block (the tensor-level API never throws on NaN; callers that must
+// reject NaN use has_nonfinite()).
+MXTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout, const QuantConfig& cfg);
+MXTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                  const QuantConfig& cfg);
+// Into preallocated output (shape/layout taken from `out`, which must match M, K).
+void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg, MXTensor& out);
+void quantize_into(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& out);
+
+// Dual-axis: rowwise and colwise copies from one read of x (both from the original values).
+void quantize_dual(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& rowwise, MXTensor& colwise);
+void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& rowwise, MXTensor& colwise);
+
+// ---- dequantize ---------------------------------------------------------------------------
+// out: [rows, cols]. value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
+void dequantize(const MXTensor& q, float* out);
+// BF16 output with the power-of-two scale folded in. Exact while fp8 * 2^e stays inside
+// BF16's range (which equals FP32's; below 2^-133 results are BF16 subnormals/rounded).
+void dequantize_bf16(const MXTensor& q, uint16_t* out);
+
+// ---- helpers --------------------------------------------------------------------------------
+bool has_nonfinite(const float* x, int64_t n);
+void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n);   // RNE, dispatched
+void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n);
+
+}  // namespace mxtrain

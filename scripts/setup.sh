@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mxtrain needs to build, test and train (idempotent).
+set -euo pipefail
+PKGS=(build-essential cmake ninja-build pkg-config
+      libdnnl-dev libopenmpi-dev openmpi-bin
+      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev
+      fortunes)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

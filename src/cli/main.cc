@@ -1,0 +1,47 @@
+// cli/main.cc — the `mxtrain` program: global options, subcommand registry, error reporting.
+//
+// Global option --isa forces a kernel path (same as MXTRAIN_ISA). Subcommands live in
+// cmd_*.cc files (see commands.h).
+#include <algorithm>
+#include <cstdio>
+#include <exception>
+
+#include "cli/commands.h"
+#include "mxtrain/common.h"
+#include "mxtrain/isa.h"
+
+namespace mxtrain::cli {
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+int& exit_code() {
+  static int code = 0;
+  return code;
+}
+}  // namespace mxtrain::cli
+
+int main(int argc, char** argv) {
+  using namespace mxtrain;
+  CLI::App app{"mxtrain — MXFP8 low-precision training engine for x86-64 CPUs and MPI"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  std::string isa;
+  app.add_option("--isa", isa, "Force a kernel path: scalar, avx2 or avx512 (default: best "
+                               "the CPU supports; also MXTRAIN_ISA)");
+  app.parse_complete_callback([&] {
+    if (!isa.empty()) set_isa(parse_isa(isa));
+  });
+  auto& cmds = cli::registry();
+  std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
+  for (auto& c : cmds) c.setup(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return cli::exit_code();
+}
