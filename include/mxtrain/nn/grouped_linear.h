@@ -1,0 +1,69 @@
+// mxtrain/nn/grouped_linear.h — MoE expert projections (SPEC §5): one Linear per expert over
+// contiguous, already-permuted token rows.
+//
+// y[rows g] = x[rows g] · W[g]^T for each expert g, where the rows of expert g are given by
+// a GroupList (counts or cumulative offsets). Forward, dgrad and wgrad follow nn/linear.h per
+// expert in the layer's recipe; the token-axis (colwise) blocks used by wgrad restart at every
+// group boundary (a partial block at each group's end), so no block straddles two experts.
+// Experts with 0 rows are skipped (their dW gets nothing). Weight reuse and
+// defer_backward_quant behave exactly as in Linear.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxtrain/gemm.h"
+#include "mxtrain/nn/linear.h"
+
+namespace mxtrain {
+
+struct GroupedLinearSaved {
+  int64_t tokens = 0;
+  GroupList groups;
+  const float* x = nullptr;                 // reference to caller's x (bf16 and defer on)
+  std::vector<uint16_t> x_bf16;             // bf16 recipe
+  std::vector<MXTensor> x_colwise;          // per expert, defer off
+  size_t weight_bytes_for_backward = 0;
+  size_t held_bytes() const;
+};
+
+class GroupedLinear {
+ public:
+  GroupedLinear() = default;
+  GroupedLinear(std::string name, int64_t num_experts, int64_t in, int64_t out,
+                LinearPrecision prec);
+
+  const std::string& name() const { return name_; }
+  int64_t num_experts() const { return experts_; }
+  int64_t in_features() const { return in_; }
+  int64_t out_features() const { return out_; }
+  const LinearPrecision& precision() const { return prec_; }
+  void set_precision(const LinearPrecision& p);
+
+  Parameter weight;  // [E, out, in]
+
+  // x: [T, in] rows grouped by expert; y: [T, out].
+  void forward(const float* x, int64_t T, const GroupList& groups, float* y,
+               GroupedLinearSaved& saved);
+  // dy: [T, out]; dx: [T, in] (nullptr: not needed). Accumulates weight.grad.
+  void backward(GroupedLinearSaved& saved, const float* dy, float* dx);
+
+  int64_t weight_quantizations() const { return weight_quantizations_; }
+  // Per-expert caches (E entries) — FSDP may fill them through the provider.
+  std::vector<QuantizedWeight>& weight_caches() { return wcache_; }
+  // Called with the expert index; same contract as Linear's provider.
+  using GroupedWeightProvider =
+      std::function<void(WeightUse use, int64_t expert, QuantizedWeight& cache)>;
+  void set_weight_provider(GroupedWeightProvider p) { provider_ = std::move(p); }
+
+ private:
+  std::string name_;
+  int64_t experts_ = 0, in_ = 0, out_ = 0;
+  LinearPrecision prec_;
+  std::vector<QuantizedWeight> wcache_;
+  GroupedWeightProvider provider_;
+  int64_t weight_quantizations_ = 0;
+};
+
+}  // namespace mxtrain
