@@ -1,0 +1,178 @@
+// gemm/gemm_onednn.cc — BF16 and FP32 matrix products through oneDNN's matmul primitive.
+//
+// This is the only file that talks to oneDNN. gemm_bf16 / gemm_f32 (mxtrain/gemm.h) check
+// their arguments, describe the operands with memory descriptors whose strides express the
+// transposes and leading dimensions, and run a cached matmul primitive. Accumulation into C
+// uses a sum post-op (oneDNN 2.6 has no beta on matmul). Creating a primitive costs far more
+// than running a small one, so primitives are cached in a mutex-guarded map keyed by
+// (data type, shape, transposes, leading dimensions, accumulate). One global CPU engine and
+// one stream per calling thread serve every call; oneDNN's CPU runtime in this build is
+// OpenMP-threaded, so a single call already uses all threads.
+#include <dnnl.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <tuple>
+#include <vector>
+
+#include "mxtrain/common.h"
+#include "mxtrain/formats.h"
+#include "mxtrain/gemm.h"
+
+namespace mxtrain {
+namespace {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+// One in-order stream per calling thread, so concurrent callers never share a stream.
+dnnl::stream& stream() {
+  thread_local dnnl::stream s(engine());
+  return s;
+}
+
+using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                       bool>;
+
+struct Cache {
+  std::mutex mu;
+  std::map<Key, dnnl::matmul> prims;
+};
+
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+// Stored matrix of logical shape [rows, cols]: trans means it is stored [cols, rows] with
+// row stride ld, so logical (r, c) lives at c*ld + r.
+dnnl::memory::desc md(dnnl::memory::data_type dt, int64_t rows, int64_t cols, bool trans,
+                      int64_t ld) {
+  dnnl::memory::dims dims{rows, cols};
+  dnnl::memory::dims strides = trans ? dnnl::memory::dims{1, ld} : dnnl::memory::dims{ld, 1};
+  return dnnl::memory::desc(dims, dt, strides);
+}
+
+dnnl::matmul get_primitive(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M,
+                           int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                           bool accumulate) {
+  Key key{int(in_dt), ta, tb, M, N, K, lda, ldb, ldc, accumulate};
+  Cache& c = cache();
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto it = c.prims.find(key);
+    if (it != c.prims.end()) return it->second;
+  }
+  using dt = dnnl::memory::data_type;
+  auto a_md = md(in_dt, M, K, ta, lda);
+  auto b_md = md(in_dt, K, N, tb, ldb);
+  auto c_md = md(dt::f32, M, N, false, ldc);
+  dnnl::matmul::desc desc(a_md, b_md, c_md);
+  dnnl::primitive_attr attr;
+  if (accumulate) {
+    dnnl::post_ops po;
+    po.append_sum(1.0f);
+    attr.set_post_ops(po);
+  }
+  dnnl::matmul::primitive_desc pd(desc, attr, engine());
+  dnnl::matmul prim(pd);
+  std::lock_guard<std::mutex> lock(c.mu);
+  // Bound the cache: shapes in training are few, but a benchmark sweep may create many.
+  if (c.prims.size() > 4096) c.prims.clear();
+  c.prims.emplace(key, prim);
+  return prim;
+}
+
+void check_args(const char* fn, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                const void* A, int64_t lda, const void* B, int64_t ldb, const void* C,
+                int64_t ldc) {
+  MXT_CHECK(M >= 0 && N >= 0 && K >= 0, fn, ": negative dimension M=", M, " N=", N, " K=", K);
+  MXT_CHECK(C != nullptr || M * N == 0, fn, ": C is null");
+  MXT_CHECK((A != nullptr && B != nullptr) || M * N * K == 0, fn, ": A or B is null");
+  // A stored [M,K] (or [K,M] when transposed); its row stride must cover its width.
+  int64_t a_w = ta ? M : K, b_w = tb ? K : N;
+  MXT_CHECK(lda >= std::max<int64_t>(a_w, 1), fn, ": lda=", lda, " is smaller than A's stored width ",
+            a_w, (ta ? " (A is stored [K,M] when trans_a)" : " (A is stored [M,K])"));
+  MXT_CHECK(ldb >= std::max<int64_t>(b_w, 1), fn, ": ldb=", ldb, " is smaller than B's stored width ",
+            b_w, (tb ? " (B is stored [N,K] when trans_b)" : " (B is stored [K,N])"));
+  MXT_CHECK(ldc >= std::max<int64_t>(N, 1), fn, ": ldc=", ldc, " is smaller than N=", N);
+}
+
+// Degenerate shapes oneDNN need not see: nothing to write, or an empty sum over K.
+bool handle_degenerate(int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+  if (M == 0 || N == 0) return true;
+  if (K == 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
+    return true;
+  }
+  return false;
+}
+
+void run(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+         const void* A, int64_t lda, const void* B, int64_t ldb, float* C, int64_t ldc,
+         bool accumulate, bool rethrow_unimplemented = false) {
+  dnnl::matmul prim;
+  try {
+    prim = get_primitive(in_dt, ta, tb, M, N, K, lda, ldb, ldc, accumulate);
+  } catch (const dnnl::error& e) {
+    if (rethrow_unimplemented && e.status == dnnl_unimplemented) throw;  // caller falls back
+    MXT_FAIL("oneDNN could not create a matmul for M=", M, " N=", N, " K=", K, ": ", e.what());
+  }
+  using dt = dnnl::memory::data_type;
+  dnnl::memory a(md(in_dt, M, K, ta, lda), engine(), const_cast<void*>(A));
+  dnnl::memory b(md(in_dt, K, N, tb, ldb), engine(), const_cast<void*>(B));
+  dnnl::memory c(md(dt::f32, M, N, false, ldc), engine(), C);
+  dnnl::stream& s = stream();
+  prim.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  s.wait();
+}
+
+// Dense FP32 copy of a stored BF16 matrix (rows x width, row stride ld). Exact.
+std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t width, int64_t ld) {
+  std::vector<float> out(size_t(rows * width));
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) out[size_t(r * width + c)] = bf16_to_f32(X[r * ld + c]);
+  return out;
+}
+
+}  // namespace
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
+               int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
+               bool accumulate) {
+  check_args("gemm_bf16", trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  if (handle_degenerate(M, N, K, C, ldc, accumulate)) return;
+  static std::atomic<bool> bf16_unavailable{false};
+  if (!bf16_unavailable.load(std::memory_order_relaxed)) {
+    try {
+      run(dnnl::memory::data_type::bf16, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
+          accumulate, /*rethrow_unimplemented=*/true);
+      return;
+    } catch (const dnnl::error&) {
+      // oneDNN has no BF16 matmul on CPUs without AVX-512: widen to FP32 (exact) instead.
+      bf16_unavailable = true;
+    }
+  }
+  int64_t a_rows = trans_a ? K : M, a_w = trans_a ? M : K;
+  int64_t b_rows = trans_b ? N : K, b_w = trans_b ? K : N;
+  std::vector<float> a32 = widen(A, a_rows, a_w, lda), b32 = widen(B, b_rows, b_w, ldb);
+  run(dnnl::memory::data_type::f32, trans_a, trans_b, M, N, K, a32.data(), a_w, b32.data(),
+      b_w, C, ldc, accumulate);
+}
+
+void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float* C, int64_t ldc, bool accumulate) {
+  check_args("gemm_f32", trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc);
+  if (handle_degenerate(M, N, K, C, ldc, accumulate)) return;
+  run(dnnl::memory::data_type::f32, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
+      accumulate);
+}
+
+}  // namespace mxtrain
