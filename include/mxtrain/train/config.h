@@ -1,0 +1,85 @@
+// mxtrain/train/config.h — the training configuration: YAML file + command-line overrides.
+//
+// A config has four sections: `model` (nn/transformer.h ModelConfig), `training` (optimizer,
+// schedule, batch, checkpoints), `data` (corpus) and `precision` (recipe, scale rounding,
+// defer_backward_quant, first/last-N BF16 layers, name-glob overrides, adaptive FP8 policy),
+// plus `fsdp`. Parsing is strict: an unknown key or a bad value is an error that names the key
+// (`training.lr: must be > 0, got -1`), so a typo never silently runs the default.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain {
+
+struct TrainingConfig {
+  int64_t steps = 200;
+  int seq_len = 128;
+  int micro_batch_size = 8;
+  int grad_accum = 1;
+  float lr = 3e-3f;
+  float min_lr = 3e-4f;
+  int64_t warmup_steps = 20;
+  float weight_decay = 0.1f;
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  float grad_clip = 1.0f;              // global-norm clip; 0 disables
+  uint64_t seed = 1234;
+  int64_t eval_every = 50;             // 0 disables periodic validation
+  int eval_batches = 8;
+  int64_t checkpoint_every = 0;        // 0: only at the end (when a checkpoint dir is set)
+  int keep_checkpoints = 2;
+  int max_nonfinite_steps = 5;         // stop with an error after this many skipped steps
+};
+
+struct DataConfig {
+  std::string path = "fortunes";       // "fortunes" = the Debian fortunes corpus
+  float val_fraction = 0.05f;
+};
+
+struct PrecisionConfig {
+  std::string recipe = "mxfp8";
+  ScaleRounding scale_rounding = ScaleRounding::rceil;
+  bool defer_backward_quant = false;
+  int bf16_first_layers = 0;
+  int bf16_last_layers = 0;
+  std::string lm_head = "bf16";       // recipe for the LM head
+  // Module-name glob -> recipe name, applied in order; the last match wins.
+  std::vector<std::pair<std::string, std::string>> overrides;
+  bool selective_fp8 = false;
+  std::string fp8_dynamic_policy_path;
+  // Token count used for policy decisions, per model component (key "" = whole model).
+  std::map<std::string, int64_t> fp8_dynamic_num_tokens;
+};
+
+struct FsdpConfig {
+  bool enabled = false;
+  std::string mxfp8_gather = "on-demand";  // "on-demand" | "all"
+};
+
+struct TrainConfig {
+  ModelConfig model;
+  TrainingConfig training;
+  DataConfig data;
+  PrecisionConfig precision;
+  FsdpConfig fsdp;
+  std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
+
+  void validate() const;    // cross-field checks (seq_len <= max_seq_len, recipes exist, ...)
+};
+
+// Parse YAML text / file. Throws mxtrain::Error naming the offending key.
+TrainConfig parse_config(const std::string& yaml_text, const std::string& origin = "<config>");
+TrainConfig load_config(const std::string& path);
+// Canonical YAML of a config (used for checkpoints and consistency checks across ranks).
+std::string config_to_yaml(const TrainConfig& c);
+
+// Glob match with '*' (any run of characters, including dots) and '?'.
+bool glob_match(const std::string& pattern, const std::string& text);
+
+}  // namespace mxtrain

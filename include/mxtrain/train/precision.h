@@ -1,0 +1,65 @@
+// mxtrain/train/precision.h — per-module precision decisions at model build.
+//
+// Every quantizable module (nn/transformer.h ModuleInfo) gets a LinearPrecision from, in
+// order of precedence:
+//   1. name-glob overrides (`layers.0.*: bf16`; the last matching pattern wins),
+//   2. first/last-N transformer layers in BF16,
+//   3. the LM head's own recipe (`precision.lm_head`, BF16 by default),
+//   4. the adaptive FP8 policy when `selective_fp8` is on (no matching rule -> BF16),
+//   5. the run's recipe.
+// Each decision is recorded with the reason, printed as a table at start-up and written as
+// JSON by `--decisions-out`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/train/config.h"
+
+namespace mxtrain {
+
+struct ModuleDecision {
+  std::string module, kind, name;
+  int64_t tokens = 0;        // tokens the decision was made for (× top-k for experts)
+  std::string precision;     // "bf16" or the FP8 recipe name
+  std::string reason;
+};
+
+// An adaptive-FP8 oracle: given a module and its token count, says whether FP8 pays off
+// (and why). Supplied by the policy module; empty when selective FP8 is off.
+struct PolicyVerdict {
+  bool use_fp8 = false;
+  std::string reason;
+};
+using PolicyOracle = std::function<PolicyVerdict(const ModuleInfo& m, int64_t tokens)>;
+
+class PrecisionResolver {
+ public:
+  PrecisionResolver(const TrainConfig& cfg, PolicyOracle policy = {});
+  // Decide one module and record the decision.
+  LinearPrecision operator()(const ModuleInfo& m);
+  const std::vector<ModuleDecision>& decisions() const { return decisions_; }
+  // Token count used for policy decisions of this module (dense: seq_len × micro-batch or
+  // the fp8_dynamic_num_tokens override; experts: that × top-k).
+  int64_t tokens_for(const ModuleInfo& m) const;
+
+ private:
+  const TrainConfig& cfg_;
+  PolicyOracle policy_;
+  std::vector<ModuleDecision> decisions_;
+};
+
+// layernorm_column / column -> column_grouped, row -> row_grouped.
+std::string grouped_kind(const std::string& kind);
+
+// Human-readable table of decisions (one line per module).
+std::string format_decisions(const std::vector<ModuleDecision>& d);
+// JSON array text with module, kind, name, tokens, precision, reason.
+std::string decisions_json(const std::vector<ModuleDecision>& d);
+
+}  // namespace mxtrain

@@ -1,0 +1,45 @@
+// mxtrain/train/trainer.h — the training loop: data -> model -> AdamW, with metrics,
+// validation, progress, checkpoints and NaN/Inf handling.
+//
+// One optimizer step = grad_accum micro-batches of micro_batch_size sequences (the global
+// batch). Under FSDP each rank takes its share of every micro-batch's sequences, so the
+// data order and the global batch are those of a one-process run. A step whose loss or
+// gradients are not finite is reported and skipped (weights and optimizer state untouched);
+// after max_nonfinite_steps skipped steps training stops with an error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxtrain/train/config.h"
+
+namespace mxtrain {
+
+struct TrainOptions {
+  std::string metrics_out;     // JSON Lines file (rank 0), empty: none
+  std::string checkpoint_dir;  // empty: no checkpoints
+  bool resume = false;         // continue from the latest checkpoint in checkpoint_dir
+  bool dry_run = false;        // build the model, print decisions, exit
+  std::string decisions_out;   // JSON array of per-module decisions
+  bool progress = true;        // progress line on stderr
+  bool print_decisions = true;
+  // Testing aid: these (0-based) steps get a NaN gradient, to exercise the skip path.
+  std::vector<int64_t> poison_steps;
+};
+
+struct TrainSummary {
+  int64_t first_step = 0, steps_done = 0;   // steps run in this invocation
+  std::vector<double> losses;               // per step run here (NaN for skipped steps)
+  std::vector<std::pair<int64_t, double>> val_losses;
+  double final_val_loss = 0;
+  double tokens_per_s = 0;                  // mean over the run
+  double mean_step_ms = 0;
+  int64_t skipped_steps = 0;
+  size_t held_bytes = 0;                    // bytes held between forward and backward (last step)
+  int64_t peak_rss_bytes = 0;
+};
+
+TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt);
+
+}  // namespace mxtrain

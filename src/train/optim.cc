@@ -1,0 +1,59 @@
+// train/optim.cc — AdamW, LR schedule and gradient reductions (train/optim.h).
+#include "mxtrain/train/optim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace mxtrain {
+
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
+                  int64_t t, bool decay) {
+  const float bc1 = 1.0f - std::pow(h.beta1, float(t));
+  const float bc2 = 1.0f - std::pow(h.beta2, float(t));
+  const float step_size = h.lr / bc1;
+  const float inv_sqrt_bc2 = 1.0f / std::sqrt(bc2);
+  const float wd = decay ? h.lr * h.weight_decay : 0.0f;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = h.beta1 * m[i] + (1.0f - h.beta1) * g[i];
+    v[i] = h.beta2 * v[i] + (1.0f - h.beta2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + h.eps;
+    w[i] -= wd * w[i];
+    w[i] -= step_size * m[i] / denom;
+  }
+}
+
+float lr_at(int64_t step, int64_t warmup_steps, int64_t total_steps, float lr, float min_lr) {
+  if (warmup_steps > 0 && step < warmup_steps) return lr * float(step + 1) / float(warmup_steps);
+  const int64_t decay_steps = total_steps - warmup_steps;
+  if (decay_steps <= 0) return lr;
+  const double progress = std::min(1.0, double(step - warmup_steps) / double(decay_steps));
+  return min_lr + 0.5f * (lr - min_lr) * float(1.0 + std::cos(M_PI * progress));
+}
+
+double sum_squares(const float* g, int64_t n) {
+  // Fixed blocking so the result does not depend on the thread count.
+  constexpr int64_t kBlock = 4096;
+  const int64_t nb = (n + kBlock - 1) / kBlock;
+  std::vector<double> part(nb, 0.0);
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t b = 0; b < nb; ++b) {
+    double s = 0;
+    const int64_t end = std::min(n, (b + 1) * kBlock);
+    for (int64_t i = b * kBlock; i < end; ++i) s += double(g[i]) * double(g[i]);
+    part[b] = s;
+  }
+  double s = 0;
+  for (double p : part) s += p;
+  return s;
+}
+
+bool all_finite(const float* g, int64_t n) {
+  bool ok = true;
+#pragma omp parallel for reduction(&& : ok) schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(g[i]);
+  return ok;
+}
+
+}  // namespace mxtrain
