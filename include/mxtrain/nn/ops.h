@@ -1,0 +1,77 @@
+// mxtrain/nn/ops.h — the model's non-GEMM layers as forward/backward pairs (llm.c style).
+//
+// Everything here is FP32, row-major, and runs on OpenMP threads. Results never depend on the
+// number of threads: work is split so that every output element is written by exactly one
+// thread, and every reduction over token rows (dgain, dtable, ...) is split by COLUMNS — one
+// thread sums a column over all rows in token order — so the order of additions, hence every
+// bit of the result, is the same for any thread count.
+//
+// Conventions (the same for every function):
+//   * `*_forward` writes its outputs; `*_backward` ACCUMULATES (+=) into every gradient it
+//     writes — activation gradients (dx, dqkv, ...) and parameter gradients (dgain, dtable)
+//     alike — so the caller zeroes a gradient buffer once and several branches may add into
+//     it. The one exception is crossentropy_backward, which writes dlogits (it is the root of
+//     the backward pass and may work in place over the saved probabilities).
+//   * N is the number of token rows (B*T), D the model width, V the vocabulary size.
+//   * Public functions check their arguments (mxtrain::Error naming what to fix); the loops
+//     behind them do not.
+#pragma once
+
+#include <cstdint>
+
+namespace mxtrain {
+
+// ---- embedding: out[n] = table[tokens[n]] ------------------------------------------------
+// out: [N, D]; tokens: [N] in [0, V); table: [V, D].
+void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
+                       int64_t V, int64_t D);
+// dtable: [V, D] += scatter of dout [N, D] by token id (rows of one id summed in token order).
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
+                        int64_t V, int64_t D);
+
+// ---- RMSNorm: out = x * rstd * gain, rstd = 1 / sqrt(mean(x^2) + eps) -------------------
+// out, x: [N, D]; gain: [D]; rstd: [N] saved for backward.
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
+                     int64_t D, float eps);
+// dx: [N, D] +=; dgain: [D] +=; dout, x: [N, D]; rstd: [N] from the forward.
+void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
+                      const float* gain, const float* rstd, int64_t N, int64_t D);
+
+// ---- causal multi-head self-attention core ----------------------------------------------
+// qkv: [B*T, 3*D] packed as [q | k | v], head h owning columns h*hd .. (h+1)*hd - 1 of each
+// third (hd = D / H). out: [B*T, D], heads concatenated the same way.
+// probs: [B, H, T, T] softmax(q·k^T / sqrt(hd)) with the causal mask, saved for backward
+// (entries above the diagonal are written as 0). Saving the probabilities costs
+// B*H*T*T floats (2 MiB for B=8, H=4, T=128) and spares the backward a second softmax.
+void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
+                       int64_t D, int64_t H);
+// dqkv: [B*T, 3*D] +=; dout: [B*T, D]; qkv, probs as saved by the forward.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
+                        int64_t B, int64_t T, int64_t D, int64_t H);
+
+// ---- SwiGLU: h = silu(gate) * up, fc1 output a = [gate | up] ----------------------------
+// h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).
+void swiglu_forward(float* h, const float* a, int64_t N, int64_t F);
+// da: [N, 2*F] +=; dh: [N, F]; a: [N, 2*F] from the forward.
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F);
+
+// ---- softmax cross-entropy over the vocabulary, mean over tokens ------------------------
+// logits: [N, V]; targets: [N] in [0, V); probs: [N, V] softmax of logits (may alias logits);
+// losses: [N] per-token -log p[target] (nullptr: not wanted). Returns the mean loss, summed in
+// double in token order.
+double crossentropy_forward(float* probs, float* losses, const float* logits,
+                            const int32_t* targets, int64_t N, int64_t V);
+// dlogits: [N, V] = (probs - onehot(target)) * dloss, WRITTEN (not accumulated); may alias
+// probs. dloss is the gradient of the objective per token: grad_scale / N for the mean.
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                           int64_t N, int64_t V, float dloss);
+
+// ---- residual helpers -------------------------------------------------------------------
+// out = a + b, all [n] (out may alias a or b).
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+// da += dout; db += dout (either may be nullptr).
+void residual_backward(float* da, float* db, const float* dout, int64_t n);
+// y += alpha * x, all [n].
+void axpy(float* y, const float* x, float alpha, int64_t n);
+
+}  // namespace mxtrain
