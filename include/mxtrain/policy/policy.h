@@ -1,0 +1,144 @@
+// mxtrain/policy/policy.h — the adaptive-FP8 policy: file format, merge, per-module decision
+// (SPEC §7; the pipeline is described in docs/adaptive.md).
+//
+//   bench-layers -> Report (policy/report.h) -> merge_reports -> Policy file -> decide()
+//
+// Policy file, version 1 (the seed's schema plus optional `max_tokens` and `recipe`):
+//   {"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8",          // recipe optional
+//    "rules": {
+//      "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 16384, "measured_speedup": 1.03}]},
+//      "row": {"proj": [{"tp": 1, "min_tokens": 1024, "max_tokens": 8192,
+//                        "measured_speedup": 1.05}]},
+//      "column": {...}, "duplicated": {...},
+//      "column_grouped": [{"etp": 1, "num_gemms": 64, "min_tokens": 424,
+//                          "measured_speedup": 1.02}],
+//      "row_grouped": [...]}}
+// Dense kinds map a module name to a list of rules keyed by tp; grouped kinds are one flat
+// list keyed by (etp, num_gemms). A rule covers min_tokens <= tokens (<= max_tokens when
+// present; absent = no upper bound). Several rules may share a key (disjoint ranges).
+// measured_speedup is informational (optional when hand-written). Loading rejects wrong
+// version, unknown kinds or keys, duplicate keys, missing fields, wrong types, negative
+// numbers and min_tokens > max_tokens with an error naming the file and the JSON path
+// (e.g. "p.json: rules.row.proj[0].min_tokens: must be an integer >= 0, got -5").
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "mxtrain/policy/report.h"
+
+namespace mxtrain::policy {
+
+inline constexpr int kPolicyVersion = 1;
+
+struct Rule {
+  int tp = 0;                          // dense kinds
+  int etp = 0, num_gemms = 0;          // grouped kinds
+  int64_t min_tokens = 0;
+  std::optional<int64_t> max_tokens;   // absent = no upper bound
+  std::optional<double> measured_speedup;
+
+  bool covers(int64_t tokens) const {
+    return tokens >= min_tokens && (!max_tokens || tokens <= *max_tokens);
+  }
+};
+
+struct Policy {
+  int version = kPolicyVersion;
+  double speedup_threshold = 1.0;
+  std::string recipe;  // FP8 recipe the timings came from; empty = not recorded
+  // dense kind -> module name -> rules
+  std::map<std::string, std::map<std::string, std::vector<Rule>>> dense;
+  // grouped kind -> rules
+  std::map<std::string, std::vector<Rule>> grouped;
+
+  size_t num_rules() const;
+};
+
+// --- file I/O --------------------------------------------------------------------------
+
+void validate_policy(const Policy& p, const std::string& source = "policy");
+Policy parse_policy(const std::string& json_text, const std::string& source);
+Policy load_policy(const std::string& path);
+// Canonical JSON text: kinds in the order layernorm_column, column, row, duplicated,
+// column_grouped, row_grouped; names sorted; rule keys in the order tp|etp,num_gemms,
+// min_tokens, max_tokens, measured_speedup; 2-space indent; trailing newline. Rules keep
+// their order. save -> load -> save gives identical bytes.
+std::string policy_to_json(const Policy& p);
+// Validates, then writes atomically (temp file, fsync, rename).
+void save_policy(const Policy& p, const std::string& path);
+// Human-readable table of every rule, one per line.
+std::string describe_policy(const Policy& p);
+// "[4096, inf)" or "[512, 8192]".
+std::string rule_range(const Rule& r);
+
+// --- merge (docs/adaptive.md "Merge") ---------------------------------------------------
+//
+// For every key — dense (kind, name, tp), grouped (kind, etp, num_gemms) — and every measured
+// token count t of that key:
+//   * BF16 and FP8 timings pair by the unpadded `tokens` within one report;
+//   * t is a win when every paired measurement of (key, t), across all reports, has
+//     speedup - spread > threshold; its speedup is the minimum over those measurements;
+//   * maximal runs of consecutive winning sizes are the candidate ranges. A run that
+//     reaches the largest measured size gives {min_tokens: first} (FP8 keeps winning as
+//     shapes grow); a run that starts at the smallest measured size but stops before the
+//     largest gives {min_tokens: first, max_tokens: last}. The longer of these two anchored
+//     runs becomes the key's rule (equal lengths: the one reaching the largest size).
+//     Interior runs and the shorter anchored run are reported in the summary, not emitted;
+//   * min_tokens / max_tokens are measured sizes: nothing is extrapolated below the smallest
+//     measured size, and a max_tokens rule is not extrapolated between its last win and the
+//     next (losing) measured size;
+//   * measured_speedup = the minimum speedup over the rule's range.
+// Reports must name the same FP8 recipe; a key measured at different GEMM shapes in
+// different reports is an error (reports of different models).
+
+struct KeySummary {
+  std::string key;                 // "row/proj tp=1" or "column_grouped etp=1 num_gemms=8"
+  std::string outcomes;            // "512:1.02- 1024:1.10+ ..." (+ win, - loss)
+  std::optional<Rule> rule;        // the rule emitted, if any
+  std::vector<std::string> notes;  // runs not emitted, unpaired sides, ...
+};
+
+struct MergeSummary {
+  std::vector<KeySummary> keys;
+  std::vector<std::string> notes;  // report-level notes
+  std::string to_string() const;   // the table `mxtrain policy merge` prints
+};
+
+Policy merge_reports(const std::vector<Report>& reports, double speedup_threshold = 1.0,
+                     MergeSummary* summary = nullptr);
+
+// --- decision ---------------------------------------------------------------------------
+
+// One module at model build. Dense modules give (kind, name, tp, tokens). Expert modules set
+// is_expert (or pass a grouped kind directly): layernorm_column and column are promoted to
+// column_grouped, row to row_grouped, the lookup key is (etp, num_gemms) and the token count
+// used is tokens x top_k (the caller passes tokens = seq_len x micro_batch, or its
+// per-component override, and the router's top_k; decide() multiplies).
+struct DecisionQuery {
+  std::string kind;       // layernorm_column | column | row | duplicated | *_grouped
+  std::string name;       // module name: qkv, proj, fc1, fc2, ...
+  int tp = 1;
+  bool is_expert = false;
+  int etp = 1;
+  int num_gemms = 0;      // local experts on this rank
+  int top_k = 1;
+  int64_t tokens = 0;     // before top-k
+};
+
+struct Decision {
+  bool use_fp8 = false;
+  std::string reason;         // human-readable, shown in the trainer's decision table
+  const Rule* rule = nullptr; // the rule that matched (points into the Policy), or null
+  std::string kind;           // the kind looked up (after promotion)
+  int64_t tokens = 0;         // the token count compared (after top-k)
+};
+
+// Throws mxtrain::Error for an invalid query (unknown kind, expert `duplicated`, tp/etp/
+// num_gemms/top_k < 1 where used, negative tokens). No matching rule -> BF16 with a reason.
+Decision decide(const Policy& p, const DecisionQuery& q);
+
+}  // namespace mxtrain::policy
