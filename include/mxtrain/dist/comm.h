@@ -1,0 +1,146 @@
+// mxtrain/dist/comm.h — the communication layer under FSDP: a thin wrapper over MPI.
+//
+// One Comm per process group (Comm::world() is every rank). Blocking and non-blocking
+// collectives on plain buffers; each call adds the bytes this rank sent and the wall time it
+// spent in the call (including wait() for non-blocking ones) to per-kind counters that the
+// trainer resets every step. MPI runs with MPI_ERRORS_RETURN: a failing call throws
+// mxtrain::Error with MPI's message instead of aborting.
+//
+// Start-up: the first Comm::world() initialises MPI (MPI_Init_thread, FUNNELED). Without
+// mpirun this is OpenMPI's singleton init (one rank). MXTRAIN_NO_MPI=1 skips MPI entirely:
+// the world is then one rank and every collective is a local copy. An MpiSession in main()
+// finalises MPI on exit; without one, MPI is finalised by an atexit handler.
+//
+// "Bytes this rank sent" is counted for the bandwidth-optimal algorithm independent of what
+// MPI picks internally, with W ranks:
+//   all-gather of n bytes per rank ........ (W-1)·n     (its block reaches every peer)
+//   reduce-scatter of W chunks of c bytes .. (W-1)·c     (every peer's chunk leaves once)
+//   all-reduce of n bytes .................. 2·(W-1)·n/W (ring: reduce-scatter + all-gather)
+//   broadcast of n bytes ................... (W-1)·n on the root, 0 elsewhere
+//   gather of n bytes per rank to a root ... n on every rank but the root
+// With one rank every count is 0.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace mxtrain::dist {
+
+// Kinds of collective, for the counters.
+enum class Coll : uint8_t { allgather, reduce_scatter, allreduce, broadcast, gather, barrier };
+constexpr int kNumColl = 6;
+const char* coll_name(Coll c);
+
+struct CollCounter {
+  uint64_t bytes = 0;  // bytes this rank sent (see the table above)
+  double ms = 0;       // wall time in the calls, including wait()
+  uint64_t calls = 0;
+};
+
+struct CommStats {
+  std::array<CollCounter, kNumColl> kind{};
+  CollCounter& operator[](Coll c) { return kind[size_t(c)]; }
+  const CollCounter& operator[](Coll c) const { return kind[size_t(c)]; }
+  void reset() { kind = {}; }
+};
+
+// Initialises MPI (if not yet) on construction and finalises it on destruction if it was the
+// one that initialised it. Put one at the top of main() of programs run under mpirun.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  ~MpiSession();
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+
+ private:
+  bool owner_ = false;
+};
+
+// True when MPI was initialised (and not yet finalised) by this library or the program.
+bool mpi_active();
+
+class Comm;
+
+// A non-blocking collective in flight. wait() completes it (throws mxtrain::Error on an MPI
+// failure); the destructor waits too (and reports a failure on stderr, since it cannot throw).
+class Request {
+ public:
+  Request();
+  Request(Request&&) noexcept;
+  Request& operator=(Request&&) noexcept;
+  ~Request();
+
+  void wait();
+  bool active() const;
+  double ms() const;       // time spent in the starting call and in wait() so far
+  uint64_t bytes() const;  // bytes this rank sent (counted when the request was started)
+
+  struct State;
+
+ private:
+  friend class Comm;
+  std::unique_ptr<State> s_;
+};
+
+class Comm {
+ public:
+  // Every rank (MPI_COMM_WORLD, duplicated). Initialises MPI on first use.
+  static Comm& world();
+  // A one-rank communicator that never touches MPI (tests, tools).
+  static Comm& local();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  bool uses_mpi() const { return handle_ != nullptr; }
+
+  // send: [bytes_per_rank]; recv: [size() * bytes_per_rank], rank r's block at r*bytes_per_rank.
+  void allgather(const void* send, void* recv, size_t bytes_per_rank);
+  Request iallgather(const void* send, void* recv, size_t bytes_per_rank);
+
+  // FP32 sum. send: [size() * chunk]; recv: [chunk] = Σ_ranks send[rank()*chunk ...].
+  void reduce_scatter_sum(const float* send, float* recv, size_t chunk);
+  Request ireduce_scatter_sum(const float* send, float* recv, size_t chunk);
+
+  // In-place sums over all ranks. data: [n].
+  void allreduce_sum(float* data, size_t n);
+  void allreduce_sum(double* data, size_t n);
+  void allreduce_sum(int64_t* data, size_t n);
+  // In-place maximum over all ranks (used for "any rank failed" flags). data: [n].
+  void allreduce_max(int64_t* data, size_t n);
+
+  // data: [bytes] on every rank; root's contents are copied to all.
+  void broadcast(void* data, size_t bytes, int root);
+  // send: [bytes_per_rank]; recv: [size() * bytes_per_rank] on root (ignored elsewhere).
+  void gather(const void* send, void* recv, size_t bytes_per_rank, int root);
+  void barrier();
+
+  // Collective: every rank passes its own `value` (config text, expected world size, ...).
+  // A fixed-size record (64-bit hash, length, first bytes) is all-gathered, so ranks never
+  // block on each other's sizes. If any rank's value differs from rank 0's, every rank
+  // throws mxtrain::Error naming `what` and the differing ranks.
+  void check_consistent(const std::string& what, const std::string& value);
+
+  CommStats& stats() { return stats_; }
+  const CommStats& stats() const { return stats_; }
+  void reset_stats() { stats_.reset(); }
+
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+  ~Comm();
+
+ private:
+  Comm() = default;
+  friend class Request;
+  void* handle_ = nullptr;  // MPI_Comm (heap-held) when MPI is used
+  int rank_ = 0, size_ = 1;
+  CommStats stats_;
+};
+
+// 64-bit FNV-1a of a byte string (what check_consistent compares).
+uint64_t fnv1a64(const void* data, size_t n);
+
+}  // namespace mxtrain::dist

@@ -1,0 +1,100 @@
+// mxtrain/dist/shard.h — how FSDP cuts a weight into 32-row-aligned shards, and the packed
+// all-gather buffers (SPEC §6): quantize a shard ("pre all-gather"), rebuild the full
+// quantized weight from every rank's packed shard ("post all-gather").
+//
+// Row space. A weight [out, in] is one group of `out` rows; an expert weight [E, out, in] is
+// E groups. Each group's rows are padded to a multiple of 32 (group_rows_padded) and the
+// groups are laid end to end: the "virtual rows" V = E * group_rows_padded. The virtual rows
+// are padded again to world * rows_per_rank, rows_per_rank = 32 * ceil(V / 32 / world), and
+// rank r owns virtual rows [r * rows_per_rank, (r+1) * rows_per_rank). So every shard
+// boundary and every group start is a multiple of 32 rows: 32-row colwise blocks and 32x32
+// tiles never straddle two ranks or two experts, rowwise blocks run within a row, and
+// quantizing each rank's pieces gives exactly the bytes of quantizing each whole group (the
+// partial block at a group's ragged end is the same partial block on one process). Padding
+// rows hold zeros, are never quantized as data, and travel as zero bytes. A rank may own
+// only padding (a small weight on many ranks): that is allowed, never an error.
+//
+// Packed shard (one buffer per gather, equal size on every rank), for R = rows_per_rank,
+// K = in, Kb = ceil(K/32):
+//   bf16    : BF16 data [R, K]                                        2·R·K bytes
+//   rowwise : fp8 data [R, K], then rowwise scales [R, Kb]           R·K + R·Kb
+//   colwise : fp8 data [R, K], then colwise scales [R/32, K]         R·K + R·K/32
+//   dual    : rowwise pack, then colwise pack                        sum of both
+//   tile32  : fp8 data [R, K], then tile scales [R/32, Kb]           R·K + R/32·Kb
+// The gathered buffer is the world's packs in rank order. With N = world·R·K (the padded
+// element count) and K a multiple of 32 these are the SPEC §6 figures exactly: 2N, N + N/32,
+// N + N/32, 2N + 2N/32, N + N/1024 bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxtrain/nn/linear.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain::dist {
+
+// What one all-gather carries.
+enum class GatherKind : uint8_t { bf16, rowwise, colwise, dual, tile32 };
+constexpr int kNumGatherKinds = 5;
+const char* gather_kind_name(GatherKind k);
+
+// A run of rows of one group inside one rank's shard.
+struct ShardPiece {
+  int64_t group = 0;       // expert index (0 for a 2-D weight)
+  int64_t group_row = 0;   // first row inside the group (a multiple of 32)
+  int64_t rows = 0;        // number of valid rows
+  int64_t local_row = 0;   // first row inside the shard (a multiple of 32)
+};
+
+struct ShardLayout {
+  int64_t groups = 1;             // E
+  int64_t rows = 0;               // valid rows per group (out)
+  int64_t cols = 0;               // in
+  int64_t group_rows_padded = 0;  // 32 * ceil(rows / 32)
+  int world = 1;
+  int64_t rows_per_rank = 0;      // multiple of 32
+
+  // shape: [out, in] or [E, out, in]; world >= 1. Throws on other ranks or empty dims.
+  static ShardLayout make(const std::vector<int64_t>& shape, int world);
+
+  int64_t virtual_rows() const { return groups * group_rows_padded; }
+  int64_t padded_rows() const { return int64_t(world) * rows_per_rank; }
+  int64_t shard_numel() const { return rows_per_rank * cols; }          // per rank, padded
+  int64_t padded_numel() const { return padded_rows() * cols; }         // "N" of SPEC §6
+  int64_t numel() const { return groups * rows * cols; }                // unpadded
+  int64_t valid_rows(int rank) const;                                   // rows that are data
+  std::vector<ShardPiece> pieces(int rank) const;
+  std::string describe() const;
+};
+
+// ---- FP32 shards ----------------------------------------------------------------------------
+// full: [E, out, in] (unpadded) -> shard: [rows_per_rank, in] of `rank` (padding rows zero).
+void slice_shard(const ShardLayout& L, int rank, const float* full, float* shard);
+// shard of `rank` -> its rows of full (padding ignored).
+void place_shard(const ShardLayout& L, int rank, const float* shard, float* full);
+// full: [E, out, in] -> padded: [padded_rows, in] in virtual-row order (the reduce-scatter
+// input: rank r's chunk is rows [r*R, (r+1)*R)).
+void pad_full(const ShardLayout& L, const float* full, float* padded);
+
+// ---- packed quantized shards --------------------------------------------------------------
+// Bytes of one rank's pack.
+size_t packed_bytes(const ShardLayout& L, GatherKind kind);
+// Pre all-gather. shard: [rows_per_rank, in] FP32 of `rank`; out: [packed_bytes].
+// cfg is ignored for bf16.
+void pack_shard(const ShardLayout& L, int rank, const float* shard, GatherKind kind,
+                const QuantConfig& cfg, uint8_t* out);
+// Post all-gather. gathered: [world * packed_bytes], rank order. Fills group `group` of the
+// weight into `out` (bf16 -> out.bf16; rowwise/colwise/dual/tile32 -> the matching MXTensor
+// members and has_* flags). Members of other kinds are left as they are; out.version is not
+// touched (the caller tags it).
+void unpack_group(const ShardLayout& L, GatherKind kind, Elem elem, const uint8_t* gathered,
+                  int64_t group, QuantizedWeight& out);
+
+// The one-process reference: the same members quantized from the whole group.
+// full: [E, out, in] FP32.
+void quantize_group_reference(const ShardLayout& L, GatherKind kind, const QuantConfig& cfg,
+                              const float* full, int64_t group, QuantizedWeight& out);
+
+}  // namespace mxtrain::dist

@@ -1,0 +1,402 @@
+// dist/comm.cc — the MPI wrapper of dist/comm.h: start-up, collectives, counters, requests.
+//
+// Every MPI call goes through mpi_ok(), which turns a non-success code into mxtrain::Error
+// (the communicator uses MPI_ERRORS_RETURN). Without MPI (MXTRAIN_NO_MPI=1 or Comm::local())
+// the collectives are local copies on one rank.
+#include "mxtrain/dist/comm.h"
+
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iomanip>
+#include <sstream>
+#include <vector>
+
+#include "mxtrain/common.h"
+
+namespace mxtrain::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+bool g_we_initialised = false;
+
+void mpi_ok(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char msg[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  MPI_Error_string(rc, msg, &len);
+  MXT_FAIL("MPI call ", call, " failed: ", std::string(msg, size_t(len)));
+}
+
+int to_count(size_t n, const char* call) {
+  MXT_CHECK(n <= size_t(INT_MAX), call, ": message of ", n,
+            " elements exceeds MPI's int count limit (", INT_MAX, "); split the buffer");
+  return int(n);
+}
+
+bool no_mpi_requested() {
+  const char* e = std::getenv("MXTRAIN_NO_MPI");
+  return e && e[0] && std::string(e) != "0";
+}
+
+MPI_Comm* comm_of(void* h) { return static_cast<MPI_Comm*>(h); }
+
+void finalize_if_ours() {
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (g_we_initialised && !fin) {
+    // World's duplicated communicator is freed by MPI_Finalize itself.
+    MPI_Finalize();
+  }
+  g_we_initialised = false;
+}
+
+// Initialises MPI if neither the program nor we did yet. Returns false when MPI is off.
+bool ensure_mpi() {
+  if (no_mpi_requested()) return false;
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  MXT_CHECK(!fin, "MPI was already finalised; create communicators before MPI_Finalize");
+  if (!inited) {
+    int provided = 0;
+    mpi_ok(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    g_we_initialised = true;
+    static bool registered = false;
+    if (!registered) {
+      std::atexit(finalize_if_ours);
+      registered = true;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+const char* coll_name(Coll c) {
+  switch (c) {
+    case Coll::allgather: return "allgather";
+    case Coll::reduce_scatter: return "reduce_scatter";
+    case Coll::allreduce: return "allreduce";
+    case Coll::broadcast: return "broadcast";
+    case Coll::gather: return "gather";
+    case Coll::barrier: return "barrier";
+  }
+  return "?";
+}
+
+uint64_t fnv1a64(const void* data, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < n; ++i) {
+    h ^= p[i];
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// ---- MpiSession ---------------------------------------------------------------------------
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  if (no_mpi_requested()) return;
+  int inited = 0;
+  MPI_Initialized(&inited);
+  if (inited) return;
+  int provided = 0;
+  mpi_ok(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  g_we_initialised = true;
+  owner_ = true;
+}
+
+MpiSession::~MpiSession() {
+  if (owner_) finalize_if_ours();
+}
+
+bool mpi_active() {
+  int inited = 0, fin = 0;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  return inited && !fin;
+}
+
+// ---- Request ------------------------------------------------------------------------------
+
+struct Request::State {
+  MPI_Request req = MPI_REQUEST_NULL;
+  Comm* comm = nullptr;
+  Coll kind = Coll::allgather;
+  uint64_t bytes = 0;
+  double ms = 0;
+  bool active = false;
+};
+
+Request::Request() = default;
+Request::Request(Request&&) noexcept = default;
+Request& Request::operator=(Request&& o) noexcept {
+  if (this != &o) {
+    if (active()) {
+      try {
+        wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mxtrain: collective failed while being replaced: %s\n", e.what());
+      }
+    }
+    s_ = std::move(o.s_);
+  }
+  return *this;
+}
+Request::~Request() {
+  if (!active()) return;
+  try {
+    wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mxtrain: collective failed in a discarded request: %s\n", e.what());
+  }
+}
+
+bool Request::active() const { return s_ && s_->active; }
+double Request::ms() const { return s_ ? s_->ms : 0.0; }
+uint64_t Request::bytes() const { return s_ ? s_->bytes : 0; }
+
+void Request::wait() {
+  if (!active()) return;
+  const auto t0 = Clock::now();
+  int rc = MPI_SUCCESS;
+  if (s_->req != MPI_REQUEST_NULL) rc = MPI_Wait(&s_->req, MPI_STATUS_IGNORE);
+  const double dt = ms_since(t0);
+  s_->ms += dt;
+  s_->active = false;
+  s_->comm->stats_[s_->kind].ms += dt;
+  mpi_ok(rc, "MPI_Wait");
+}
+
+// ---- Comm ---------------------------------------------------------------------------------
+
+Comm& Comm::world() {
+  static Comm* w = [] {
+    auto* c = new Comm;
+    if (ensure_mpi()) {
+      auto* h = new MPI_Comm;
+      mpi_ok(MPI_Comm_dup(MPI_COMM_WORLD, h), "MPI_Comm_dup");
+      mpi_ok(MPI_Comm_set_errhandler(*h, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+      MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+      mpi_ok(MPI_Comm_rank(*h, &c->rank_), "MPI_Comm_rank");
+      mpi_ok(MPI_Comm_size(*h, &c->size_), "MPI_Comm_size");
+      c->handle_ = h;
+    }
+    return c;
+  }();
+  return *w;
+}
+
+Comm& Comm::local() {
+  static Comm* l = new Comm;
+  return *l;
+}
+
+Comm::~Comm() { delete comm_of(handle_); }
+
+namespace {
+// Starts timing and counting one collective; finish() adds the elapsed time.
+struct CallTimer {
+  CollCounter& c;
+  Clock::time_point t0 = Clock::now();
+  CallTimer(CollCounter& counter, uint64_t bytes) : c(counter) {
+    c.bytes += bytes;
+    c.calls += 1;
+  }
+  ~CallTimer() { c.ms += ms_since(t0); }
+};
+}  // namespace
+
+void Comm::allgather(const void* send, void* recv, size_t n) {
+  CallTimer t(stats_[Coll::allgather], uint64_t(size_ - 1) * n);
+  if (!handle_) {
+    if (n && send != recv) std::memmove(recv, send, n);
+    return;
+  }
+  const int cnt = to_count(n, "allgather");
+  mpi_ok(MPI_Allgather(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, *comm_of(handle_)),
+         "MPI_Allgather");
+}
+
+Request Comm::iallgather(const void* send, void* recv, size_t n) {
+  const auto t0 = Clock::now();
+  Request r;
+  r.s_ = std::make_unique<Request::State>();
+  r.s_->comm = this;
+  r.s_->kind = Coll::allgather;
+  r.s_->bytes = uint64_t(size_ - 1) * n;
+  stats_[Coll::allgather].bytes += r.s_->bytes;
+  stats_[Coll::allgather].calls += 1;
+  if (!handle_) {
+    if (n && send != recv) std::memmove(recv, send, n);
+  } else {
+    const int cnt = to_count(n, "iallgather");
+    mpi_ok(MPI_Iallgather(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, *comm_of(handle_),
+                          &r.s_->req),
+           "MPI_Iallgather");
+    r.s_->active = true;
+  }
+  r.s_->ms = ms_since(t0);
+  stats_[Coll::allgather].ms += r.s_->ms;
+  return r;
+}
+
+void Comm::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
+  CallTimer t(stats_[Coll::reduce_scatter], uint64_t(size_ - 1) * chunk * sizeof(float));
+  if (!handle_) {
+    if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
+    return;
+  }
+  mpi_ok(MPI_Reduce_scatter_block(send, recv, to_count(chunk, "reduce_scatter"), MPI_FLOAT,
+                                  MPI_SUM, *comm_of(handle_)),
+         "MPI_Reduce_scatter_block");
+}
+
+Request Comm::ireduce_scatter_sum(const float* send, float* recv, size_t chunk) {
+  const auto t0 = Clock::now();
+  Request r;
+  r.s_ = std::make_unique<Request::State>();
+  r.s_->comm = this;
+  r.s_->kind = Coll::reduce_scatter;
+  r.s_->bytes = uint64_t(size_ - 1) * chunk * sizeof(float);
+  stats_[Coll::reduce_scatter].bytes += r.s_->bytes;
+  stats_[Coll::reduce_scatter].calls += 1;
+  if (!handle_) {
+    if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
+  } else {
+    mpi_ok(MPI_Ireduce_scatter_block(send, recv, to_count(chunk, "ireduce_scatter"), MPI_FLOAT,
+                                     MPI_SUM, *comm_of(handle_), &r.s_->req),
+           "MPI_Ireduce_scatter_block");
+    r.s_->active = true;
+  }
+  r.s_->ms = ms_since(t0);
+  stats_[Coll::reduce_scatter].ms += r.s_->ms;
+  return r;
+}
+
+namespace {
+uint64_t allreduce_sent(int size, size_t bytes) {
+  return size <= 1 ? 0 : uint64_t(2) * uint64_t(size - 1) * bytes / uint64_t(size);
+}
+}  // namespace
+
+void Comm::allreduce_sum(float* data, size_t n) {
+  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(float)));
+  if (!handle_ || n == 0) return;
+  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_FLOAT, MPI_SUM,
+                       *comm_of(handle_)),
+         "MPI_Allreduce");
+}
+
+void Comm::allreduce_sum(double* data, size_t n) {
+  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(double)));
+  if (!handle_ || n == 0) return;
+  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_DOUBLE, MPI_SUM,
+                       *comm_of(handle_)),
+         "MPI_Allreduce");
+}
+
+void Comm::allreduce_sum(int64_t* data, size_t n) {
+  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(int64_t)));
+  if (!handle_ || n == 0) return;
+  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_INT64_T, MPI_SUM,
+                       *comm_of(handle_)),
+         "MPI_Allreduce");
+}
+
+void Comm::allreduce_max(int64_t* data, size_t n) {
+  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(int64_t)));
+  if (!handle_ || n == 0) return;
+  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_INT64_T, MPI_MAX,
+                       *comm_of(handle_)),
+         "MPI_Allreduce");
+}
+
+void Comm::broadcast(void* data, size_t bytes, int root) {
+  MXT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a world of ",
+            size_);
+  CallTimer t(stats_[Coll::broadcast], rank_ == root ? uint64_t(size_ - 1) * bytes : 0);
+  if (!handle_ || bytes == 0) return;
+  mpi_ok(MPI_Bcast(data, to_count(bytes, "broadcast"), MPI_BYTE, root, *comm_of(handle_)),
+         "MPI_Bcast");
+}
+
+void Comm::gather(const void* send, void* recv, size_t n, int root) {
+  MXT_CHECK(root >= 0 && root < size_, "gather: root ", root, " is not a rank of a world of ",
+            size_);
+  CallTimer t(stats_[Coll::gather], rank_ == root ? 0 : uint64_t(n));
+  if (!handle_) {
+    if (n && send != recv) std::memmove(recv, send, n);
+    return;
+  }
+  const int cnt = to_count(n, "gather");
+  mpi_ok(MPI_Gather(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, root, *comm_of(handle_)),
+         "MPI_Gather");
+}
+
+void Comm::barrier() {
+  CallTimer t(stats_[Coll::barrier], 0);
+  if (!handle_) return;
+  mpi_ok(MPI_Barrier(*comm_of(handle_)), "MPI_Barrier");
+}
+
+// ---- consistency check --------------------------------------------------------------------
+
+namespace {
+struct ConsistencyRecord {
+  uint64_t hash = 0;
+  uint64_t length = 0;
+  char head[48] = {0};
+};
+static_assert(sizeof(ConsistencyRecord) == 64);
+
+std::string printable_head(const ConsistencyRecord& r) {
+  std::string s;
+  const size_t n = std::min<size_t>(r.length, sizeof(r.head));
+  for (size_t i = 0; i < n; ++i) {
+    const char ch = r.head[i];
+    s += (ch >= 32 && ch < 127) ? ch : '.';
+  }
+  if (r.length > sizeof(r.head)) s += "...";
+  return s;
+}
+
+std::string describe(const ConsistencyRecord& r) {
+  std::ostringstream os;
+  os << "\"" << printable_head(r) << "\" (" << r.length << " bytes, hash 0x" << std::hex
+     << std::setw(16) << std::setfill('0') << r.hash << ")";
+  return os.str();
+}
+}  // namespace
+
+void Comm::check_consistent(const std::string& what, const std::string& value) {
+  ConsistencyRecord mine;
+  mine.hash = fnv1a64(value.data(), value.size());
+  mine.length = value.size();
+  std::memcpy(mine.head, value.data(), std::min(value.size(), sizeof(mine.head)));
+  std::vector<ConsistencyRecord> all(static_cast<size_t>(size_));
+  allgather(&mine, all.data(), sizeof(ConsistencyRecord));
+  std::vector<int> differ;
+  for (int r = 1; r < size_; ++r)
+    if (all[r].hash != all[0].hash || all[r].length != all[0].length) differ.push_back(r);
+  if (differ.empty()) return;
+  std::ostringstream os;
+  os << what << " differs across ranks: rank 0 has " << describe(all[0]);
+  for (int r : differ) os << "; rank " << r << " has " << describe(all[r]);
+  os << ". Every rank must run with the same " << what << " (" << differ.size() << " of "
+     << size_ << " ranks differ from rank 0; this is rank " << rank_ << ")";
+  throw Error(os.str());
+}
+
+}  // namespace mxtrain::dist

@@ -1,0 +1,227 @@
+// tests/dist/shard_test.cc — FSDP shard layout and packed all-gather buffers, in one process.
+//
+// The all-gather is only a concatenation of every rank's pack, so these tests pack each
+// simulated rank's shard, concatenate, rebuild, and compare byte for byte with quantizing the
+// whole tensor on one process — for every gather kind, awkward shapes (rows not a multiple of
+// 32 x world, 3-D expert weights with ragged expert rows) and world sizes 1..8. The MPI tests
+// (tests/mpi) repeat the check with real ranks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "mxtrain/common.h"
+#include "mxtrain/dist/shard.h"
+
+namespace mxtrain::dist {
+namespace {
+
+const std::vector<std::vector<int64_t>> kShapes = {
+    {33, 65}, {100, 64}, {31, 7}, {257, 96}, {1, 1}, {64, 32}, {32, 33},
+    {3, 33, 65}, {2, 31, 7}, {4, 64, 96}, {5, 1, 40}};
+const int kWorlds[] = {1, 2, 3, 4, 8};
+const GatherKind kKinds[] = {GatherKind::bf16, GatherKind::rowwise, GatherKind::colwise,
+                             GatherKind::dual, GatherKind::tile32};
+
+// Values spanning many binades (row- and column-dependent magnitude), so neighbouring blocks
+// get different scales and a misplaced scale shows up.
+std::vector<float> make_weight(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> w(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = i / cols, c = i % cols;
+    w[size_t(i)] = nd(rng) * std::ldexp(1.f, int((r * 7 + c / 32 * 3) % 19) - 9);
+  }
+  return w;
+}
+
+int64_t numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) {
+  EXPECT_EQ(a.rows, b.rows) << what;
+  EXPECT_EQ(a.cols, b.cols) << what;
+  EXPECT_EQ(a.layout, b.layout) << what;
+  EXPECT_EQ(a.elem, b.elem) << what;
+  EXPECT_TRUE(a.data == b.data) << what << ": data bytes differ";
+  EXPECT_TRUE(a.scales == b.scales) << what << ": scale bytes differ";
+}
+
+void expect_same(const QuantizedWeight& a, const QuantizedWeight& b, const std::string& what) {
+  EXPECT_TRUE(a.bf16 == b.bf16) << what << ": bf16 differs";
+  ASSERT_EQ(a.has_rowwise, b.has_rowwise) << what;
+  ASSERT_EQ(a.has_colwise, b.has_colwise) << what;
+  ASSERT_EQ(a.has_tile, b.has_tile) << what;
+  if (a.has_rowwise) expect_same(a.rowwise, b.rowwise, what + " rowwise");
+  if (a.has_colwise) expect_same(a.colwise, b.colwise, what + " colwise");
+  if (a.has_tile) expect_same(a.tile, b.tile, what + " tile");
+}
+
+// Packs every simulated rank's shard and concatenates: what an all-gather delivers.
+std::vector<uint8_t> simulate_gather(const ShardLayout& L, const std::vector<float>& full,
+                                     GatherKind kind, const QuantConfig& cfg) {
+  const size_t P = packed_bytes(L, kind);
+  std::vector<uint8_t> gathered(P * size_t(L.world));
+  std::vector<float> shard(size_t(L.shard_numel()));
+  for (int r = 0; r < L.world; ++r) {
+    slice_shard(L, r, full.data(), shard.data());
+    pack_shard(L, r, shard.data(), kind, cfg, gathered.data() + P * size_t(r));
+  }
+  return gathered;
+}
+
+TEST(ShardLayout, BoundariesAre32RowAlignedAndCoverEveryRowOnce) {
+  for (const auto& s : kShapes)
+    for (int W : kWorlds) {
+      const auto L = ShardLayout::make(s, W);
+      EXPECT_EQ(L.rows_per_rank % 32, 0);
+      EXPECT_GE(L.padded_rows(), L.virtual_rows());
+      EXPECT_LT(L.padded_rows() - L.virtual_rows(), int64_t(32) * W) << L.describe();
+      std::vector<int> seen(size_t(L.groups * L.rows), 0);
+      int64_t total = 0;
+      for (int r = 0; r < W; ++r) {
+        for (const auto& p : L.pieces(r)) {
+          EXPECT_EQ(p.group_row % 32, 0) << L.describe();
+          EXPECT_EQ(p.local_row % 32, 0) << L.describe();
+          EXPECT_LE(p.local_row + p.rows, L.rows_per_rank);
+          for (int64_t i = 0; i < p.rows; ++i) seen[size_t(p.group * L.rows + p.group_row + i)]++;
+        }
+        total += L.valid_rows(r);
+      }
+      EXPECT_EQ(total, L.groups * L.rows) << L.describe();
+      for (int v : seen) ASSERT_EQ(v, 1) << L.describe();
+    }
+}
+
+TEST(ShardLayout, SmallWeightLeavesLaterRanksEmpty) {
+  const auto L = ShardLayout::make({31, 7}, 4);
+  EXPECT_EQ(L.rows_per_rank, 32);
+  EXPECT_EQ(L.valid_rows(0), 31);
+  for (int r = 1; r < 4; ++r) EXPECT_EQ(L.valid_rows(r), 0);
+}
+
+TEST(ShardLayout, ExpertRowsArePaddedPerExpert) {
+  // 3 experts of 33 rows: each expert starts at a multiple of 32 virtual rows (0, 64, 128).
+  const auto L = ShardLayout::make({3, 33, 65}, 2);
+  EXPECT_EQ(L.group_rows_padded, 64);
+  EXPECT_EQ(L.rows_per_rank, 96);
+  const auto p1 = L.pieces(1);  // virtual rows 96..191: expert 1 rows 32..32, expert 2 all
+  ASSERT_EQ(p1.size(), 2u);
+  EXPECT_EQ(p1[0].group, 1);
+  EXPECT_EQ(p1[0].group_row, 32);
+  EXPECT_EQ(p1[0].rows, 1);
+  EXPECT_EQ(p1[0].local_row, 0);
+  EXPECT_EQ(p1[1].group, 2);
+  EXPECT_EQ(p1[1].group_row, 0);
+  EXPECT_EQ(p1[1].rows, 33);
+  EXPECT_EQ(p1[1].local_row, 32);
+}
+
+TEST(ShardLayout, RejectsUnshardableShapes) {
+  EXPECT_THROW(ShardLayout::make({16}, 2), Error);
+  EXPECT_THROW(ShardLayout::make({2, 3, 4, 5}, 2), Error);
+  EXPECT_THROW(ShardLayout::make({0, 8}, 2), Error);
+  EXPECT_THROW(ShardLayout::make({8, 8}, 0), Error);
+}
+
+TEST(ShardFp32, SliceAndPlaceRoundTrip) {
+  for (const auto& s : kShapes)
+    for (int W : kWorlds) {
+      const auto L = ShardLayout::make(s, W);
+      const auto full = make_weight(numel(s), s.back(), 3);
+      std::vector<float> back(full.size(), -1.f), shard(size_t(L.shard_numel()));
+      std::vector<float> padded(size_t(L.padded_numel()));
+      pad_full(L, full.data(), padded.data());
+      for (int r = 0; r < W; ++r) {
+        slice_shard(L, r, full.data(), shard.data());
+        EXPECT_TRUE(std::equal(shard.begin(), shard.end(), padded.begin() + r * L.shard_numel()));
+        place_shard(L, r, shard.data(), back.data());
+      }
+      EXPECT_TRUE(back == full) << L.describe();
+      double full_sum = 0, all_sum = 0;
+      for (float v : full) full_sum += std::fabs(v);
+      for (float v : padded) all_sum += std::fabs(v);
+      EXPECT_DOUBLE_EQ(all_sum, full_sum) << "padding must be zero";
+    }
+}
+
+TEST(ShardPack, GatheredWeightIsByteIdenticalToOneProcessQuantization) {
+  const QuantConfig cfgs[] = {{Elem::e4m3, ScaleRounding::rceil},
+                              {Elem::e5m2, ScaleRounding::floor}};
+  uint32_t seed = 11;
+  for (const auto& s : kShapes) {
+    const auto full = make_weight(numel(s), s.back(), seed++);
+    for (int W : kWorlds) {
+      const auto L = ShardLayout::make(s, W);
+      for (GatherKind kind : kKinds)
+        for (const auto& cfg : cfgs) {
+          const auto gathered = simulate_gather(L, full, kind, cfg);
+          for (int64_t g = 0; g < L.groups; ++g) {
+            QuantizedWeight got, want;
+            unpack_group(L, kind, cfg.elem, gathered.data(), g, got);
+            quantize_group_reference(L, kind, cfg, full.data(), g, want);
+            expect_same(got, want,
+                        L.describe() + " " + gather_kind_name(kind) + " " +
+                            elem_name(cfg.elem) + " expert " + std::to_string(g));
+          }
+        }
+    }
+  }
+}
+
+TEST(ShardPack, NonFiniteBlocksPropagateIdentically) {
+  // A NaN and an Inf in different blocks: their blocks become NaN (scale 0xFF) on both paths.
+  std::vector<int64_t> s = {70, 40};
+  auto full = make_weight(numel(s), 40, 5);
+  full[3 * 40 + 5] = std::numeric_limits<float>::quiet_NaN();
+  full[66 * 40 + 39] = std::numeric_limits<float>::infinity();
+  const QuantConfig cfg{};
+  for (int W : {2, 3})
+    for (GatherKind kind : kKinds) {
+      const auto L = ShardLayout::make(s, W);
+      const auto gathered = simulate_gather(L, full, kind, cfg);
+      QuantizedWeight got, want;
+      unpack_group(L, kind, cfg.elem, gathered.data(), 0, got);
+      quantize_group_reference(L, kind, cfg, full.data(), 0, want);
+      expect_same(got, want, std::string("nonfinite ") + gather_kind_name(kind));
+    }
+}
+
+// SPEC §6: with N = padded element count and `in` a multiple of 32, the bytes gathered per
+// weight are exactly 2N (bf16), N + N/32 (rowwise or colwise), 2N + 2N/32 (both), N + N/1024
+// (32x32 tiles).
+TEST(ShardPack, PackedBytesMatchSpecTableFormulas) {
+  for (const std::vector<int64_t>& s : std::vector<std::vector<int64_t>>{
+           {64, 64}, {100, 96}, {1, 32}, {3, 33, 128}, {512, 256}})
+    for (int W : kWorlds) {
+      const auto L = ShardLayout::make(s, W);
+      const uint64_t N = uint64_t(L.padded_numel());
+      const auto total = [&](GatherKind k) { return uint64_t(packed_bytes(L, k)) * uint64_t(W); };
+      EXPECT_EQ(total(GatherKind::bf16), 2 * N);
+      EXPECT_EQ(total(GatherKind::rowwise), N + N / 32);
+      EXPECT_EQ(total(GatherKind::colwise), N + N / 32);
+      EXPECT_EQ(total(GatherKind::dual), 2 * N + 2 * N / 32);
+      EXPECT_EQ(total(GatherKind::tile32), N + N / 1024);
+      EXPECT_EQ(N % 1024, 0u);
+    }
+}
+
+// General formulas (any `in`): scale grids use Kb = ceil(in/32) columns.
+TEST(ShardPack, PackedBytesForRaggedColumns) {
+  const auto L = ShardLayout::make({33, 65}, 2);  // R = 32, K = 65, Kb = 3
+  EXPECT_EQ(L.rows_per_rank, 32);
+  EXPECT_EQ(packed_bytes(L, GatherKind::bf16), 2u * 32 * 65);
+  EXPECT_EQ(packed_bytes(L, GatherKind::rowwise), 32u * 65 + 32 * 3);
+  EXPECT_EQ(packed_bytes(L, GatherKind::colwise), 32u * 65 + 1 * 65);
+  EXPECT_EQ(packed_bytes(L, GatherKind::dual), 2u * 32 * 65 + 32 * 3 + 65);
+  EXPECT_EQ(packed_bytes(L, GatherKind::tile32), 32u * 65 + 1 * 3);
+}
+
+}  // namespace
+}  // namespace mxtrain::dist
