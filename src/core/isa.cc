@@ -1,0 +1,182 @@
+// core/isa.cc — CPU feature probing and the choice of kernel path (include/mxtrain/isa.h).
+//
+// cpuid says what the processor implements; xgetbv (XCR0) says whether the operating system
+// saves the wider register state (YMM for AVX2, ZMM/opmask for AVX-512, tile data for AMX).
+// A path is usable only when both agree. The chosen path is the best usable one, unless
+// MXTRAIN_ISA names another or set_isa() overrides it (tests, the CLI's --isa). Dispatch
+// code in every module calls active_isa() on each call.
+#include "mxtrain/isa.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <sstream>
+
+#include "mxtrain/common.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define MXT_X86 1
+#endif
+
+namespace mxtrain {
+
+namespace {
+
+#ifdef MXT_X86
+struct Regs { unsigned a = 0, b = 0, c = 0, d = 0; };
+
+Regs cpuid(unsigned leaf, unsigned sub) {
+  Regs r;
+  if (!__get_cpuid_count(leaf, sub, &r.a, &r.b, &r.c, &r.d)) r = Regs{};
+  return r;
+}
+
+uint64_t xgetbv0() {
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+CpuFeatures probe() {
+  CpuFeatures f;
+  const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  const Regs l1 = cpuid(1, 0);
+  const bool osxsave = (l1.c >> 27) & 1;
+  const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+  const bool os_ymm = (xcr0 & 0x6) == 0x6;               // SSE + AVX state
+  const bool os_zmm = os_ymm && (xcr0 & 0xE0) == 0xE0;   // opmask + ZMM_Hi256 + Hi16_ZMM
+  const bool os_amx = (xcr0 & 0x60000) == 0x60000;       // XTILECFG + XTILEDATA
+  const bool avx = ((l1.c >> 28) & 1) && os_ymm;
+  f.fma = avx && ((l1.c >> 12) & 1);
+  f.f16c = avx && ((l1.c >> 29) & 1);
+  if (max_leaf >= 7) {
+    const Regs l7 = cpuid(7, 0);
+    f.avx2 = avx && ((l7.b >> 5) & 1);
+    f.avx512f = os_zmm && ((l7.b >> 16) & 1);
+    f.avx512dq = f.avx512f && ((l7.b >> 17) & 1);
+    f.avx512bw = f.avx512f && ((l7.b >> 30) & 1);
+    f.avx512vl = f.avx512f && ((l7.b >> 31) & 1);
+    f.amx_bf16 = os_amx && ((l7.d >> 22) & 1);
+    f.amx_tile = os_amx && ((l7.d >> 24) & 1);
+    if (l7.a >= 1) f.avx512_bf16 = f.avx512f && ((cpuid(7, 1).a >> 5) & 1);
+  }
+  // Brand string: extended leaves 0x80000002..4, 16 bytes each.
+  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+    char brand[49] = {};
+    for (unsigned i = 0; i < 3; ++i) {
+      const Regs r = cpuid(0x80000002u + i, 0);
+      std::memcpy(brand + 16 * i + 0, &r.a, 4);
+      std::memcpy(brand + 16 * i + 4, &r.b, 4);
+      std::memcpy(brand + 16 * i + 8, &r.c, 4);
+      std::memcpy(brand + 16 * i + 12, &r.d, 4);
+    }
+    std::string s(brand);
+    const auto b = s.find_first_not_of(' ');
+    const auto e = s.find_last_not_of(' ');
+    f.brand = b == std::string::npos ? "" : s.substr(b, e - b + 1);
+  }
+  return f;
+}
+#else
+CpuFeatures probe() { return CpuFeatures{}; }
+#endif
+
+// -1: no override; otherwise the Isa value forced by set_isa().
+std::atomic<int>& override_slot() {
+  static std::atomic<int> slot{-1};
+  return slot;
+}
+
+std::string supported_list() {
+  std::ostringstream os;
+  bool first = true;
+  for (Isa i : supported_isas()) {
+    os << (first ? "" : ", ") << isa_name(i);
+    first = false;
+  }
+  return os.str();
+}
+
+// The path named by MXTRAIN_ISA (read once), or -1 when unset.
+int env_isa() {
+  static const int v = [] {
+    const char* e = std::getenv("MXTRAIN_ISA");
+    if (!e || !*e) return -1;
+    const Isa isa = parse_isa(e);
+    MXT_CHECK(isa_supported(isa), "MXTRAIN_ISA=", e, " is not supported by this CPU (",
+              cpu_features().brand, "); supported: ", supported_list());
+    return int(isa);
+  }();
+  return v;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures f = probe();
+  return f;
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return f.avx2 && f.fma && f.f16c;
+    case Isa::avx512:
+      return f.avx2 && f.fma && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  }
+  return false;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+Isa best_isa() {
+  static const Isa best = [] {
+    if (isa_supported(Isa::avx512)) return Isa::avx512;
+    if (isa_supported(Isa::avx2)) return Isa::avx2;
+    return Isa::scalar;
+  }();
+  return best;
+}
+
+// Precedence: set_isa() (tests, --isa), then MXTRAIN_ISA, then the best the CPU has.
+Isa active_isa() {
+  const int o = override_slot().load(std::memory_order_relaxed);
+  if (o >= 0) return Isa(o);
+  const int e = env_isa();
+  return e >= 0 ? Isa(e) : best_isa();
+}
+
+void set_isa(Isa isa) {
+  MXT_CHECK(isa_supported(isa), "kernel path '", isa_name(isa),
+            "' is not supported by this CPU (", cpu_features().brand,
+            "); supported: ", supported_list());
+  override_slot().store(int(isa));
+}
+
+// Back to MXTRAIN_ISA if set, else the best path.
+void clear_isa_override() { override_slot().store(-1); }
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(const std::string& name) {
+  if (name == "scalar") return Isa::scalar;
+  if (name == "avx2") return Isa::avx2;
+  if (name == "avx512") return Isa::avx512;
+  MXT_FAIL("unknown kernel path '", name, "'; valid names: scalar, avx2, avx512");
+}
+
+}  // namespace mxtrain

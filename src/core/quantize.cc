@@ -1,0 +1,275 @@
+// core/quantize.cc — MX quantize/dequantize API: argument checks, dispatch, threading.
+//
+// API (include/mxtrain/quantize.h) -> here -> kernels (quantize_kernels.h). Each public call
+// checks its arguments once, picks the kernel table for active_isa(), and splits the work
+// over OpenMP threads in units of whole 32-row blocks x column chunks (multiples of 32
+// columns). Units never share a block and each writes its own bytes, so the result does not
+// depend on the thread count or on the schedule.
+#include <omp.h>
+
+#include <algorithm>
+#include <type_traits>
+
+#include "core/quantize_kernels.h"
+#include "mxtrain/common.h"
+
+namespace mxtrain {
+
+using kern::QOut;
+using kern::QParams;
+using kern::Region;
+
+namespace kern {
+const QuantKernels& quant_kernels(Isa isa) {
+  (void)isa;  // fast kernels not wired in yet
+  return quant_kernels_ref();
+}
+}  // namespace kern
+
+const char* rounding_name(ScaleRounding r) { return r == ScaleRounding::rceil ? "rceil" : "floor"; }
+
+ScaleRounding parse_rounding(const char* name) {
+  const std::string n = name ? name : "";
+  if (n == "rceil") return ScaleRounding::rceil;
+  if (n == "floor") return ScaleRounding::floor;
+  MXT_FAIL("unknown scale rounding '", n, "'; valid choices: rceil (default), floor");
+}
+
+const char* layout_name(MXLayout l) {
+  switch (l) {
+    case MXLayout::rowwise: return "rowwise";
+    case MXLayout::colwise: return "colwise";
+    case MXLayout::tile32: return "tile32";
+  }
+  return "?";
+}
+
+int64_t MXTensor::scale_rows() const {
+  return layout == MXLayout::rowwise ? rows : ceil_div(rows, kMXBlock);
+}
+int64_t MXTensor::scale_cols() const {
+  return layout == MXLayout::colwise ? cols : ceil_div(cols, kMXBlock);
+}
+
+uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
+  MXT_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "scale_at(", r, ", ", c,
+            ") is outside the ", rows, "x", cols, " tensor");
+  const int64_t sr = layout == MXLayout::rowwise ? r : r / kMXBlock;
+  const int64_t sc = layout == MXLayout::colwise ? c : c / kMXBlock;
+  return scales[size_t(sr * scale_cols() + sc)];
+}
+
+MXTensor MXTensor::empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem) {
+  MXT_CHECK(rows >= 0 && cols >= 0, "MXTensor shape must be non-negative, got ", rows, "x",
+            cols);
+  MXTensor t;
+  t.rows = rows;
+  t.cols = cols;
+  t.layout = layout;
+  t.elem = elem;
+  t.data.resize(size_t(rows * cols));
+  t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
+  return t;
+}
+
+uint8_t mx_scale_byte(float amax, const QuantConfig& cfg) {
+  return kern::scale_byte(f32_bits(amax) & 0x7FFFFFFFu, cfg.elem, cfg.rounding);
+}
+
+namespace {
+
+// Column chunk of one work unit: 1024 columns (a 32x1024 FP32 unit is 128 KiB, L2-sized).
+constexpr int64_t kChunkCols = 1024;
+// Below this many elements the work runs on the calling thread only.
+constexpr int64_t kParallelMin = int64_t(1) << 16;
+
+// Runs fn(Region) over all units of X[M,K]; units are 32-row blocks x column chunks.
+template <class Fn>
+void for_each_unit(int64_t M, int64_t K, Fn&& fn) {
+  const int64_t nrb = ceil_div(M, kMXBlock), ncc = ceil_div(K, kChunkCols);
+  const int64_t units = nrb * ncc;
+#pragma omp parallel for schedule(static) if (M * K >= kParallelMin)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t rb = u / ncc, cc = u % ncc;
+    const Region g{rb * kMXBlock, std::min(M, (rb + 1) * kMXBlock), cc * kChunkCols,
+                   std::min(K, (cc + 1) * kChunkCols)};
+    fn(g);
+  }
+}
+
+void check_input(const void* x, int64_t M, int64_t K, const char* what) {
+  MXT_CHECK(M >= 0 && K >= 0, what, ": shape must be non-negative, got ", M, "x", K);
+  MXT_CHECK(x != nullptr || M * K == 0, what, ": input pointer is null for a ", M, "x", K,
+            " tensor");
+}
+
+void check_out(const MXTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
+               const char* what) {
+  MXT_CHECK(out.rows == M && out.cols == K, what, ": output is ", out.rows, "x", out.cols,
+            " but the input is ", M, "x", K, "; allocate it with MXTensor::empty(", M, ", ",
+            K, ", layout, elem)");
+  MXT_CHECK(out.elem == cfg.elem, what, ": output element format is ", elem_name(out.elem),
+            " but the config asks for ", elem_name(cfg.elem));
+  MXT_CHECK(out.data.size() == size_t(M * K) &&
+                out.scales.size() == size_t(out.scale_rows() * out.scale_cols()),
+            what, ": output buffers have the wrong size (data ", out.data.size(), ", scales ",
+            out.scales.size(), "); allocate it with MXTensor::empty()");
+}
+
+QOut view(MXTensor& t) { return QOut{t.data.data(), t.scales.data(), t.scale_cols()}; }
+
+// Makes `t` an M x K copy with the given layout/elem, reusing its buffers when possible.
+void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
+  t.rows = M;
+  t.cols = K;
+  t.layout = layout;
+  t.elem = elem;
+  t.data.resize(size_t(M * K));
+  t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
+}
+
+template <class T>
+void quantize_into_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg,
+                        MXTensor& out) {
+  check_input(x, M, K, "quantize");
+  check_out(out, M, K, cfg, "quantize");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const QParams p{M, K, cfg.elem, cfg.rounding};
+  const QOut o = view(out);
+  void (*fn)(const T*, const QParams&, Region, QOut);
+  if constexpr (std::is_same_v<T, float>) {
+    fn = out.layout == MXLayout::rowwise   ? k.rowwise_f32
+         : out.layout == MXLayout::colwise ? k.colwise_f32
+                                           : k.tile32_f32;
+  } else {
+    fn = out.layout == MXLayout::rowwise   ? k.rowwise_bf16
+         : out.layout == MXLayout::colwise ? k.colwise_bf16
+                                           : k.tile32_bf16;
+  }
+  for_each_unit(M, K, [&](Region g) { fn(x, p, g, o); });
+}
+
+template <class T>
+void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg,
+                        MXTensor& rowwise, MXTensor& colwise) {
+  check_input(x, M, K, "quantize_dual");
+  MXT_CHECK(&rowwise != &colwise, "quantize_dual: rowwise and colwise must be two tensors");
+  reshape(rowwise, M, K, MXLayout::rowwise, cfg.elem);
+  reshape(colwise, M, K, MXLayout::colwise, cfg.elem);
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const QParams p{M, K, cfg.elem, cfg.rounding};
+  const QOut ro = view(rowwise), co = view(colwise);
+  if constexpr (std::is_same_v<T, float>) {
+    for_each_unit(M, K, [&](Region g) { k.dual_f32(x, p, g, ro, co); });
+  } else {
+    for_each_unit(M, K, [&](Region g) { k.dual_bf16(x, p, g, ro, co); });
+  }
+}
+
+void check_mx(const MXTensor& q, const char* what) {
+  MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
+                q.scales.size() == size_t(q.scale_rows() * q.scale_cols()),
+            what, ": malformed MXTensor (", q.rows, "x", q.cols, ", ", q.data.size(),
+            " data bytes, ", q.scales.size(), " scale bytes for layout ",
+            layout_name(q.layout), ")");
+}
+
+// Rows per dequantize work unit.
+constexpr int64_t kDequantRows = 32;
+
+template <class Fn>
+void for_each_row_chunk(int64_t M, int64_t K, Fn&& fn) {
+  const int64_t chunks = ceil_div(M, kDequantRows);
+#pragma omp parallel for schedule(static) if (M * K >= kParallelMin)
+  for (int64_t i = 0; i < chunks; ++i)
+    fn(i * kDequantRows, std::min(M, (i + 1) * kDequantRows));
+}
+
+// Element-wise helpers split into chunks of this many elements.
+constexpr int64_t kElemChunk = int64_t(1) << 16;
+
+}  // namespace
+
+MXTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout, const QuantConfig& cfg) {
+  check_input(x, M, K, "quantize");
+  MXTensor out = MXTensor::empty(M, K, layout, cfg.elem);
+  quantize_into_impl(x, M, K, cfg, out);
+  return out;
+}
+
+MXTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                  const QuantConfig& cfg) {
+  check_input(x_bf16, M, K, "quantize");
+  MXTensor out = MXTensor::empty(M, K, layout, cfg.elem);
+  quantize_into_impl(x_bf16, M, K, cfg, out);
+  return out;
+}
+
+void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg, MXTensor& out) {
+  quantize_into_impl(x, M, K, cfg, out);
+}
+
+void quantize_into(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& out) {
+  quantize_into_impl(x_bf16, M, K, cfg, out);
+}
+
+void quantize_dual(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& rowwise, MXTensor& colwise) {
+  quantize_dual_impl(x, M, K, cfg, rowwise, colwise);
+}
+
+void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
+                   MXTensor& rowwise, MXTensor& colwise) {
+  quantize_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
+}
+
+void dequantize(const MXTensor& q, float* out) {
+  check_mx(q, "dequantize");
+  MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const QParams p{q.rows, q.cols, q.elem, ScaleRounding::rceil};
+  const int64_t ld = q.scale_cols();
+  for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
+    k.dequant_f32(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
+  });
+}
+
+void dequantize_bf16(const MXTensor& q, uint16_t* out) {
+  check_mx(q, "dequantize_bf16");
+  MXT_CHECK(out != nullptr || q.data.empty(), "dequantize_bf16: output pointer is null");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const QParams p{q.rows, q.cols, q.elem, ScaleRounding::rceil};
+  const int64_t ld = q.scale_cols();
+  for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
+    k.dequant_bf16(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
+  });
+}
+
+bool has_nonfinite(const float* x, int64_t n) {
+  MXT_CHECK(n >= 0 && (x != nullptr || n == 0), "has_nonfinite: bad buffer (n = ", n, ")");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  return k.has_nonfinite(x, n);
+}
+
+void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
+  MXT_CHECK(n >= 0 && ((x && out) || n == 0), "f32_to_bf16_array: bad buffers (n = ", n, ")");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const int64_t chunks = ceil_div(n, kElemChunk);
+#pragma omp parallel for schedule(static) if (n >= 4 * kElemChunk)
+  for (int64_t i = 0; i < chunks; ++i)
+    k.f32_to_bf16(x + i * kElemChunk, out + i * kElemChunk,
+                  std::min(kElemChunk, n - i * kElemChunk));
+}
+
+void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n) {
+  MXT_CHECK(n >= 0 && ((x && out) || n == 0), "bf16_to_f32_array: bad buffers (n = ", n, ")");
+  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const int64_t chunks = ceil_div(n, kElemChunk);
+#pragma omp parallel for schedule(static) if (n >= 4 * kElemChunk)
+  for (int64_t i = 0; i < chunks; ++i)
+    k.bf16_to_f32(x + i * kElemChunk, out + i * kElemChunk,
+                  std::min(kElemChunk, n - i * kElemChunk));
+}
+
+}  // namespace mxtrain

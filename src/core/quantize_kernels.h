@@ -1,0 +1,144 @@
+// core/quantize_kernels.h — private: the quantize/dequantize kernel layer and its tables.
+//
+// quantize.cc (API checks + dispatch + OpenMP split) calls kernels through a per-ISA table
+// of function pointers (ggml style). Kernels do no checks and no allocation; each works on
+// one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
+// blocks never straddle two calls and the result does not depend on how work is split.
+// quantize_ref.cc holds the scalar reference; quantize_avx512.cc the AVX-512 versions.
+// The scale rule below is shared by every kernel so that all paths agree bit for bit.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "mxtrain/formats.h"
+#include "mxtrain/isa.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain::kern {
+
+// Rows [r0, r1) and columns [c0, c1) of X[M,K]; r0 and c0 are multiples of 32.
+struct Region {
+  int64_t r0, r1, c0, c1;
+};
+
+// Shape and settings shared by every call of one quantization.
+struct QParams {
+  int64_t M, K;
+  Elem elem;
+  ScaleRounding rounding;
+};
+
+// One quantized copy being written: data [M, K]; scales [.., scale_ld] per its layout.
+struct QOut {
+  uint8_t* data;
+  uint8_t* scales;
+  int64_t scale_ld;  // row stride of the scale grid (= MXTensor::scale_cols())
+};
+
+// ---- the scale rule (SPEC §2), exact integer arithmetic on the bits of amax -------------
+// `ab` is the FP32 bit pattern of amax with the sign cleared (max over |x| bits: ordering of
+// non-negative floats equals ordering of their bits, so amax is an integer max).
+//   floor: e = floor(log2 amax) - emax_elem
+//   rceil: e = ceil(log2(amax / max_elem)), max_elem = 1.75 * 2^emax_elem. With
+//          amax = 1.m * 2^k: e = k - emax_elem, plus 1 when 1.m > 1.75 (fraction > 0x600000).
+// e is clamped to [-127, 127]. amax below 2^-126 (zero or subnormal) always clamps to -127:
+// the largest e it could give is -126 - 8 = -134. The largest e any finite amax can give is
+// 127 - 8 + 1 = 120, so 2^-e (used to scale elements) is always a normal float.
+inline int scale_exponent(uint32_t ab, int emax, bool rceil) {
+  if (ab < 0x00800000u) return -127;
+  int e = int(ab >> 23) - 127 - emax;
+  if (rceil && (ab & 0x7FFFFFu) > 0x600000u) e += 1;
+  return std::clamp(e, -127, 127);
+}
+
+// E8M0 byte for a block: 0xFF when the block holds NaN/Inf (ab >= Inf bits).
+inline uint8_t scale_byte(uint32_t ab, Elem elem, ScaleRounding rounding) {
+  if (ab >= 0x7F800000u) return kE8M0Nan;
+  return e8m0_from_exponent(
+      scale_exponent(ab, elem == Elem::e4m3 ? 8 : 15, rounding == ScaleRounding::rceil));
+}
+
+// 2^-e for a finite scale byte b = e + 127 (b <= 247 by the bound above): bits (254-b)<<23.
+inline float inv_scale(uint8_t b) { return bits_f32(uint32_t(254 - b) << 23); }
+
+// Canonical NaN code written for every element of a NaN/Inf block.
+inline uint8_t nan_code(Elem e) { return e == Elem::e4m3 ? 0x7F : 0x7E; }
+
+// ---- kernel signatures ---------------------------------------------------------------------
+using QuantF32 = void (*)(const float* x, const QParams& p, Region g, QOut out);
+using QuantBF16 = void (*)(const uint16_t* x, const QParams& p, Region g, QOut out);
+using DualF32 = void (*)(const float* x, const QParams& p, Region g, QOut row, QOut col);
+using DualBF16 = void (*)(const uint16_t* x, const QParams& p, Region g, QOut row, QOut col);
+// Dequantize rows [r0, r1) of a whole copy; out: [M, K].
+using DequantF32 = void (*)(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                            MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                            float* out);
+using DequantBF16 = void (*)(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                             uint16_t* out);
+using ToBF16 = void (*)(const float* x, uint16_t* out, int64_t n);
+using FromBF16 = void (*)(const uint16_t* x, float* out, int64_t n);
+using NonFinite = bool (*)(const float* x, int64_t n);
+
+// One implementation of every operation. `isa` names the instruction set of the table.
+struct QuantKernels {
+  Isa isa;
+  QuantF32 rowwise_f32, colwise_f32, tile32_f32;
+  QuantBF16 rowwise_bf16, colwise_bf16, tile32_bf16;
+  DualF32 dual_f32;
+  DualBF16 dual_bf16;
+  DequantF32 dequant_f32;
+  DequantBF16 dequant_bf16;
+  ToBF16 f32_to_bf16;
+  FromBF16 bf16_to_f32;
+  NonFinite has_nonfinite;
+};
+
+const QuantKernels& quant_kernels_ref();
+const QuantKernels& quant_kernels_avx512();  // only call when isa_supported(Isa::avx512)
+// The table dispatch uses for `isa` (falls back to the reference where no kernel exists).
+const QuantKernels& quant_kernels(Isa isa);
+
+// ---- the scalar reference kernels (quantize_ref.cc) ---------------------------------------
+void quantize_mx_rowwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32__ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32__ref(const float* x, const QParams& p, Region g, QOut row, QOut col);
+void quantize_mx_dual_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut row,
+                                QOut col);
+void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                            MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                            float* out);
+void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                             uint16_t* out);
+void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32__ref(const float* x, int64_t n);
+
+// ---- AVX-512 kernels (quantize_avx512.cc) --------------------------------------------------
+void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32__avx512(const float* x, const QParams& p, Region g, QOut row,
+                                  QOut col);
+void quantize_mx_dual_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
+                                   QOut col);
+void dequantize_mx_f32__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                               MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                               float* out);
+void dequantize_mx_bf16__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+                                MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
+                                uint16_t* out);
+void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32__avx512(const float* x, int64_t n);
+
+}  // namespace mxtrain::kern
