@@ -43,6 +43,10 @@ struct QuantizedWeight {
   std::vector<uint16_t> bf16;
   MXTensor rowwise, colwise, tile;
   bool has_rowwise = false, has_colwise = false, has_tile = false;
+  // BF16 expansions of the MX copies with the block scale folded in: what the current GEMM
+  // path (gemm.h) multiplies. Derived data, rebuilt by the layer whenever the MX copies are
+  // (re)filled and emptied by clear(); a provider never fills them. Counted in bytes().
+  std::vector<uint16_t> rowwise_bf16, colwise_bf16, tile_bf16;
   void clear();
   size_t bytes() const;
 };

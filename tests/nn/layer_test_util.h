@@ -1,0 +1,58 @@
+// tests/nn/layer_test_util.h — small helpers for the Linear / GroupedLinear tests: random
+// data, FP64 reference products on BF16-rounded operands, byte comparison, cosine similarity.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mxtrain/formats.h"
+#include "mxtrain/gemm.h"
+
+namespace mxtrain::layer_test {
+
+inline std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+inline std::vector<float> round_bf16(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(v[i]));
+  return r;
+}
+
+inline bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+// C = op(A) · op(B) in FP64 with its absolute-value companion |op(A)| · |op(B)| (for bounds).
+struct RefProduct {
+  std::vector<double> c, abs;
+};
+inline RefProduct ref_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
+                              const std::vector<float>& A, const std::vector<float>& B) {
+  RefProduct r{std::vector<double>(size_t(M * N)), std::vector<double>(size_t(M * N))};
+  gemm_ref_f64(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, r.c.data(), N);
+  std::vector<float> aa(A), ab(B);
+  for (float& x : aa) x = std::fabs(x);
+  for (float& x : ab) x = std::fabs(x);
+  gemm_ref_f64(ta, tb, M, N, K, aa.data(), ta ? M : K, ab.data(), tb ? K : N, r.abs.data(), N);
+  return r;
+}
+
+}  // namespace mxtrain::layer_test

@@ -1,0 +1,441 @@
+// tests/nn/linear_test.cc — the quantized Linear layer (nn/linear.h, SPEC §4).
+//
+// Tolerances:
+// - kU32 = 2^-24 (FP32 unit roundoff): a length-K FP32 dot product of exact inputs is within
+//   (K+2)·u·Σ|a||b| of the exact sum (any summation order; +2 covers the bias add / the
+//   accumulation into an existing gradient).
+// - kBf16Input = 2^-7: converting both operands to BF16 (unit roundoff 2^-8 each) changes each
+//   product by at most (2·2^-8 + 2^-16)|a||b| <= 2^-7·|a||b|; used against the unrounded FP64
+//   result.
+// - kCosine = 0.99: MXFP8 E4M3 keeps 3 mantissa bits plus a shared block scale; on random
+//   normal data its outputs and gradients track the BF16 layer's with cosine similarity well
+//   above 0.99 (the MXFP8 papers report matching training curves at this fidelity).
+// Everything exact is compared byte for byte: defer on/off, weight reuse, provider, the
+// layer against gemm_mx on the same quantized operands, thread counts.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/nn/linear.h"
+#include "nn/layer_test_util.h"
+
+namespace mxtrain {
+namespace {
+
+using namespace layer_test;
+
+constexpr double kU32 = 1.0 / (1 << 24);
+constexpr double kBf16Input = 1.0 / 128;
+constexpr double kCosine = 0.99;
+
+LinearPrecision prec(const std::string& recipe, bool defer = false) {
+  LinearPrecision p;
+  p.recipe = get_recipe(recipe);
+  p.defer_backward_quant = defer;
+  return p;
+}
+
+Linear make_layer(const std::string& recipe, bool defer, int64_t in, int64_t out, bool bias,
+                  uint32_t seed) {
+  Linear l("fc", in, out, bias, prec(recipe, defer));
+  l.weight.value = randn(in * out, seed, 0.05f);
+  if (bias) l.bias.value = randn(out, seed + 1, 0.1f);
+  return l;
+}
+
+struct Result {
+  std::vector<float> y, dx, dW, db;
+  size_t held = 0;
+};
+
+Result run_layer(Linear& l, const std::vector<float>& x, const std::vector<float>& dy, int64_t T,
+              bool want_dx = true) {
+  Result r;
+  r.y.resize(size_t(T * l.out_features()));
+  LinearSaved s;
+  l.forward(x.data(), T, r.y.data(), s);
+  r.held = s.held_bytes();
+  if (want_dx) r.dx.resize(size_t(T * l.in_features()));
+  l.weight.zero_grad();
+  if (!l.bias.shape.empty()) l.bias.zero_grad();
+  l.backward(s, dy.data(), want_dx ? r.dx.data() : nullptr);
+  r.dW = l.weight.grad;
+  r.db = l.bias.grad;
+  return r;
+}
+
+// |got - want| <= tol elementwise, reporting the first few failures.
+void expect_within(const std::vector<float>& got, const std::vector<double>& want,
+                   const std::vector<double>& tol, const char* what) {
+  ASSERT_EQ(got.size(), want.size());
+  int bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol[i]) && bad++ < 5)
+      ADD_FAILURE() << what << "[" << i << "] = " << got[i] << ", want " << want[i] << " +- "
+                    << tol[i];
+}
+
+TEST(LinearBf16, ForwardBackwardMatchFp64Reference) {
+  const int64_t T = 33, in = 65, out = 31;
+  Linear l = make_layer("bf16", false, in, out, true, 1);
+  auto x = randn(T * in, 2), dy = randn(T * out, 3);
+  Result r = run_layer(l, x, dy, T);
+  auto xb = round_bf16(x), wb = round_bf16(l.weight.value), dyb = round_bf16(dy);
+  // (a) against FP64 on the BF16-rounded operands: only FP32 accumulation error remains.
+  {
+    RefProduct y = ref_product(false, true, T, out, in, xb, wb);
+    std::vector<double> tol(y.c.size());
+    for (size_t i = 0; i < y.c.size(); ++i) {
+      double b = l.bias.value[i % out];
+      y.c[i] += b;
+      tol[i] = (in + 2) * kU32 * (y.abs[i] + std::fabs(b));
+    }
+    expect_within(r.y, y.c, tol, "y");
+    RefProduct dx = ref_product(false, false, T, in, out, dyb, wb);
+    std::vector<double> tdx(dx.c.size());
+    for (size_t i = 0; i < dx.c.size(); ++i) tdx[i] = (out + 2) * kU32 * dx.abs[i];
+    expect_within(r.dx, dx.c, tdx, "dx");
+    RefProduct dW = ref_product(true, false, out, in, T, dyb, xb);
+    std::vector<double> tdw(dW.c.size());
+    for (size_t i = 0; i < dW.c.size(); ++i) tdw[i] = (T + 2) * kU32 * dW.abs[i];
+    expect_within(r.dW, dW.c, tdw, "dW");
+    std::vector<double> db(out, 0.0), tdb(out, 0.0);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < out; ++j) {
+        db[j] += dy[t * out + j];  // the bias gradient uses the FP32 dy, not BF16
+        tdb[j] += 2 * kU32 * std::fabs(dy[t * out + j]);
+      }
+    expect_within(r.db, db, tdb, "db");
+  }
+  // (b) against FP64 on the unrounded operands: BF16 input rounding dominates.
+  {
+    RefProduct y = ref_product(false, true, T, out, in, x, l.weight.value);
+    std::vector<double> tol(y.c.size());
+    for (size_t i = 0; i < y.c.size(); ++i) {
+      y.c[i] += l.bias.value[i % out];
+      tol[i] = (kBf16Input + (in + 2) * kU32) * y.abs[i] + 2 * kU32;
+    }
+    expect_within(r.y, y.c, tol, "y (unrounded reference)");
+  }
+}
+
+// Loss L = Σ g ⊙ y is linear in x, W and b, so a central difference is exact when x ± h and
+// W ± h stay exactly representable in BF16 and every sum is exact in FP32: the data are
+// multiples of 1/8 in [-2, 2] (at most 5 significant bits), h = 1/8, products are multiples
+// of 1/64 and every partial sum stays far below 2^24/64. The finite differences therefore
+// equal the analytic gradients exactly; the tolerance only absorbs the FP64 loss sum.
+TEST(LinearBf16, FiniteDifferenceGradientsAreExactOnDyadicData) {
+  const int64_t T = 5, in = 7, out = 6;
+  auto dyadic = [](int64_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::uniform_int_distribution<int> d(-16, 16);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = d(rng) / 8.f;
+    return v;
+  };
+  Linear l("fd", in, out, true, prec("bf16"));
+  l.weight.value = dyadic(in * out, 1);
+  l.bias.value = dyadic(out, 2);
+  auto x = dyadic(T * in, 3), g = dyadic(T * out, 4);
+  auto loss = [&](std::vector<float>& xx) {
+    std::vector<float> y(size_t(T * out));
+    LinearSaved s;
+    l.forward(xx.data(), T, y.data(), s);
+    double L = 0;
+    for (size_t i = 0; i < y.size(); ++i) L += double(g[i]) * y[i];
+    return L;
+  };
+  Result r = run_layer(l, x, g, T);
+  const float h = 0.125f;
+  for (int64_t i = 0; i < T * in; ++i) {
+    auto xp = x, xm = x;
+    xp[i] += h;
+    xm[i] -= h;
+    EXPECT_NEAR((loss(xp) - loss(xm)) / (2 * h), r.dx[i], 1e-9) << "dx[" << i << "]";
+  }
+  for (int64_t i = 0; i < in * out; ++i) {
+    float w0 = l.weight.value[i];
+    l.weight.value[i] = w0 + h;
+    ++l.weight.version;
+    double lp = loss(x);
+    l.weight.value[i] = w0 - h;
+    ++l.weight.version;
+    double lm = loss(x);
+    l.weight.value[i] = w0;
+    ++l.weight.version;
+    EXPECT_NEAR((lp - lm) / (2 * h), r.dW[i], 1e-9) << "dW[" << i << "]";
+  }
+  for (int64_t j = 0; j < out; ++j) {
+    float b0 = l.bias.value[j];
+    l.bias.value[j] = b0 + h;
+    double lp = loss(x);
+    l.bias.value[j] = b0 - h;
+    double lm = loss(x);
+    l.bias.value[j] = b0;
+    EXPECT_NEAR((lp - lm) / (2 * h), r.db[j], 1e-9) << "db[" << j << "]";
+  }
+}
+
+TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
+  const int64_t T = 128, in = 96, out = 80;
+  auto x = randn(T * in, 10), dy = randn(T * out, 11);
+  Linear ref = make_layer("bf16", false, in, out, true, 12);
+  Result rb = run_layer(ref, x, dy, T);
+  for (std::string name : {"mxfp8", "mxfp8-32x32"}) {
+    SCOPED_TRACE(name);
+    Linear l = make_layer(name, false, in, out, true, 12);
+    Result rm = run_layer(l, x, dy, T);
+    EXPECT_GE(cosine(rm.y, rb.y), kCosine);
+    EXPECT_GE(cosine(rm.dx, rb.dx), kCosine);
+    EXPECT_GE(cosine(rm.dW, rb.dW), kCosine);
+    EXPECT_TRUE(same_bytes(rm.db, rb.db));  // the bias gradient is FP32 in every recipe
+    EXPECT_FALSE(same_bytes(rm.y, rb.y));   // it really quantized
+  }
+}
+
+// The layer's products are exactly gemm_mx on the operands the recipe prescribes.
+TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
+  const int64_t T = 37, in = 70, out = 45;
+  auto x = randn(T * in, 20), dy = randn(T * out, 21, 1e-3f);
+  for (std::string name : {"mxfp8", "mxfp8-32x32"}) {
+    SCOPED_TRACE(name);
+    Linear l = make_layer(name, false, in, out, false, 22);
+    Result r = run_layer(l, x, dy, T);
+    Recipe rc = get_recipe(name);
+    MXLayout fwd_w = rc.weight_tiled() ? MXLayout::tile32 : MXLayout::rowwise;
+    MXLayout bwd_w = rc.weight_tiled() ? MXLayout::tile32 : MXLayout::colwise;
+    const float* W = l.weight.value.data();
+    MXTensor xr = quantize(x.data(), T, in, MXLayout::rowwise, rc.input_cfg());
+    MXTensor xc = quantize(x.data(), T, in, MXLayout::colwise, rc.input_cfg());
+    MXTensor wf = quantize(W, out, in, fwd_w, rc.weight_cfg());
+    MXTensor wb = quantize(W, out, in, bwd_w, rc.weight_cfg());
+    MXTensor dyr = quantize(dy.data(), T, out, MXLayout::rowwise, rc.grad_cfg());
+    MXTensor dyc = quantize(dy.data(), T, out, MXLayout::colwise, rc.grad_cfg());
+    std::vector<float> y(size_t(T * out)), dx(size_t(T * in)), dW(size_t(out * in), 0.f);
+    gemm_mx(false, xr, true, wf, y.data(), out, false);
+    gemm_mx(false, dyr, false, wb, dx.data(), in, false);
+    gemm_mx(true, dyc, false, xc, dW.data(), in, true);
+    EXPECT_TRUE(same_bytes(r.y, y));
+    EXPECT_TRUE(same_bytes(r.dx, dx));
+    EXPECT_TRUE(same_bytes(r.dW, dW));
+  }
+}
+
+TEST(LinearMx, DeferOnAndOffGiveIdenticalBytesAndDeferHoldsLess) {
+  const int64_t T = 33, in = 65, out = 47;
+  auto x = randn(T * in, 30), dy = randn(T * out, 31, 1e-2f);
+  std::vector<Recipe> recipes = {get_recipe("mxfp8"), get_recipe("mxfp8-32x32")};
+  Recipe e5 = get_recipe("mxfp8");
+  e5.grad_elem = Elem::e5m2;
+  e5.rounding = ScaleRounding::floor;
+  recipes.push_back(e5);
+  for (const Recipe& rc : recipes)
+    for (bool want_dx : {true, false}) {
+      SCOPED_TRACE(rc.describe() + (want_dx ? " with dx" : " without dx"));
+      Result res[2];
+      for (int defer = 0; defer < 2; ++defer) {
+        LinearPrecision p;
+        p.recipe = rc;
+        p.defer_backward_quant = defer;
+        Linear l("fc", in, out, true, p);
+        l.weight.value = randn(in * out, 32, 0.05f);
+        l.bias.value = randn(out, 33);
+        res[defer] = run_layer(l, x, dy, T, want_dx);
+      }
+      EXPECT_TRUE(same_bytes(res[0].y, res[1].y));
+      EXPECT_TRUE(same_bytes(res[0].dx, res[1].dx));
+      EXPECT_TRUE(same_bytes(res[0].dW, res[1].dW));
+      EXPECT_TRUE(same_bytes(res[0].db, res[1].db));
+      EXPECT_LT(res[1].held, res[0].held);
+    }
+}
+
+TEST(LinearMx, HeldBytesAccountForSavedCopies) {
+  const int64_t T = 40, in = 64, out = 96;
+  auto x = randn(T * in, 40);
+  std::vector<float> y(size_t(T * out));
+  auto held = [&](const std::string& name, bool defer) {
+    Linear l = make_layer(name, defer, in, out, false, 41);
+    LinearSaved s;
+    l.forward(x.data(), T, y.data(), s);
+    return s.held_bytes();
+  };
+  const size_t x_col = size_t(T * in + ceil_div(T, 32) * in);       // data + scales
+  const size_t w_col = size_t(out * in + ceil_div(out, 32) * in) +  // colwise copy
+                       size_t(out * in) * 2;                         // + its BF16 expansion
+  EXPECT_EQ(held("bf16", false), size_t(T * in) * 2);
+  EXPECT_EQ(held("mxfp8", false), x_col + w_col);
+  EXPECT_EQ(held("mxfp8", true), 0u);
+  EXPECT_EQ(held("mxfp8-32x32", false), x_col);  // the tile copy is made for forward
+  EXPECT_EQ(held("mxfp8-32x32", true), 0u);
+}
+
+TEST(LinearWeightReuse, OneQuantizationPerStepAcrossMicroBatches) {
+  const int64_t T = 20, in = 40, out = 24, k = 3;
+  auto dy = randn(T * out, 50);
+  struct Case {
+    const char* recipe;
+    bool defer;
+    int64_t per_step;
+  };
+  for (Case c : {Case{"bf16", false, 1}, Case{"mxfp8", false, 1}, Case{"mxfp8", true, 2},
+                 Case{"mxfp8-32x32", false, 1}, Case{"mxfp8-32x32", true, 1}}) {
+    SCOPED_TRACE(std::string(c.recipe) + (c.defer ? " defer" : ""));
+    Linear l = make_layer(c.recipe, c.defer, in, out, true, 51);
+    std::vector<float> y(size_t(T * out)), dx(size_t(T * in));
+    for (int step = 0; step < 2; ++step) {
+      std::vector<std::vector<float>> outs;
+      for (int64_t m = 0; m < k; ++m) {
+        auto x = randn(T * in, 52);  // same micro-batch every time: outputs must repeat
+        LinearSaved s;
+        l.forward(x.data(), T, y.data(), s);
+        l.backward(s, dy.data(), dx.data());
+        outs.push_back(y);
+      }
+      EXPECT_EQ(l.weight_quantizations(), (step + 1) * c.per_step);
+      EXPECT_TRUE(same_bytes(outs[0], outs[k - 1]));
+      // Optimizer step: new values and a version bump; the next forward must use them.
+      for (float& w : l.weight.value) w *= -2.f;
+      ++l.weight.version;
+    }
+  }
+}
+
+TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
+  const int64_t T = 9, in = 33, out = 17;
+  auto x = randn(T * in, 60);
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+    SCOPED_TRACE(name);
+    Linear l = make_layer(name, false, in, out, false, 61);
+    std::vector<float> y0(size_t(T * out)), y1 = y0, y2 = y0, yf = y0;
+    LinearSaved s;
+    l.forward(x.data(), T, y0.data(), s);
+    auto w_new = randn(in * out, 62, 0.05f);
+    l.weight.value = w_new;  // changed without a version bump: the cached copy is still used
+    l.forward(x.data(), T, y1.data(), s);
+    EXPECT_TRUE(same_bytes(y0, y1));
+    ++l.weight.version;
+    l.forward(x.data(), T, y2.data(), s);
+    Linear fresh = make_layer(name, false, in, out, false, 61);
+    fresh.weight.value = w_new;
+    fresh.forward(x.data(), T, yf.data(), s);
+    EXPECT_TRUE(same_bytes(y2, yf));
+    EXPECT_FALSE(same_bytes(y2, y0));
+    EXPECT_EQ(l.weight_quantizations(), 2);
+  }
+}
+
+TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
+  const int64_t T = 12, in = 64, out = 40;
+  auto x = randn(T * in, 70), dy = randn(T * out, 71);
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"})
+    for (bool defer : {false, true}) {
+      if (name == "bf16" && defer) continue;
+      SCOPED_TRACE(name + (defer ? " defer" : ""));
+      Linear plain = make_layer(name, defer, in, out, true, 72);
+      Result want = run_layer(plain, x, dy, T);
+      Linear l = make_layer(name, defer, in, out, true, 72);
+      const std::vector<float> master = l.weight.value;
+      l.weight.value.clear();  // as on an FSDP rank
+      int calls = 0;
+      Recipe rc = get_recipe(name);
+      l.set_weight_provider([&](WeightUse use, QuantizedWeight& c) {
+        ++calls;
+        if (!rc.quantized()) {
+          c.bf16.resize(master.size());
+          f32_to_bf16_array(master.data(), c.bf16.data(), int64_t(master.size()));
+        } else if (rc.weight_tiled()) {
+          c.tile = quantize(master.data(), out, in, MXLayout::tile32, rc.weight_cfg());
+          c.has_tile = true;
+        } else if (use == WeightUse::forward) {
+          c.rowwise = quantize(master.data(), out, in, MXLayout::rowwise, rc.weight_cfg());
+          c.has_rowwise = true;
+        } else {
+          c.colwise = quantize(master.data(), out, in, MXLayout::colwise, rc.weight_cfg());
+          c.has_colwise = true;
+        }
+      });
+      Result got = run_layer(l, x, dy, T);
+      EXPECT_TRUE(same_bytes(got.y, want.y));
+      EXPECT_TRUE(same_bytes(got.dx, want.dx));
+      EXPECT_TRUE(same_bytes(got.dW, want.dW));
+      EXPECT_EQ(calls, rc.quantized() && !rc.weight_tiled() ? 2 : 1);
+      EXPECT_EQ(l.weight_quantizations(), calls);
+    }
+  // A provider that fills nothing is a clear error.
+  Linear l = make_layer("mxfp8", false, in, out, false, 73);
+  l.set_weight_provider([](WeightUse, QuantizedWeight&) {});
+  std::vector<float> y(size_t(T * out));
+  LinearSaved s;
+  EXPECT_THROW(l.forward(x.data(), T, y.data(), s), Error);
+}
+
+TEST(LinearErrors, BadArgumentsAndPrecision) {
+  EXPECT_THROW(Linear("fc", 4, 4, false, prec("bf16", true)), Error);
+  try {
+    prec("bf16", true).validate();
+    ADD_FAILURE() << "bf16 + defer must throw";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("defer_backward_quant"), std::string::npos);
+  }
+  EXPECT_THROW(Linear("fc", 0, 4, false, prec("bf16")), Error);
+  Linear l = make_layer("mxfp8", false, 8, 4, false, 80);
+  EXPECT_THROW(l.set_precision(prec("bf16", true)), Error);
+  std::vector<float> x(16), y(8), dy(8);
+  LinearSaved s;
+  EXPECT_THROW(l.forward(x.data(), 0, y.data(), s), Error);
+  EXPECT_THROW(l.forward(nullptr, 2, y.data(), s), Error);
+  EXPECT_THROW(l.backward(s, dy.data(), nullptr), Error);  // no forward
+  l.forward(x.data(), 2, y.data(), s);
+  l.backward(s, dy.data(), nullptr);
+  EXPECT_THROW(l.backward(s, dy.data(), nullptr), Error);  // twice
+  Linear nov("fc", 8, 4, false, prec("mxfp8"));
+  nov.weight.value.clear();
+  EXPECT_THROW(nov.forward(x.data(), 2, y.data(), s), Error);  // no value, no provider
+}
+
+TEST(LinearMx, NanPropagatesWithoutThrowing) {
+  const int64_t T = 4, in = 64, out = 8;
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+    SCOPED_TRACE(name);
+    Linear l = make_layer(name, false, in, out, true, 90);
+    auto x = randn(T * in, 91), dy = randn(T * out, 92);
+    x[2 * in + 5] = std::numeric_limits<float>::quiet_NaN();
+    Result r;
+    ASSERT_NO_THROW(r = run_layer(l, x, dy, T));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = 0; j < out; ++j) EXPECT_EQ(std::isnan(r.y[t * out + j]), t == 2);
+    bool dw_nan = false;
+    for (float v : r.dW) dw_nan |= std::isnan(v);
+    EXPECT_TRUE(dw_nan);
+  }
+}
+
+TEST(LinearMx, ResultsIndependentOfThreadCount) {
+  const int64_t T = 200, in = 256, out = 192;
+  auto x = randn(T * in, 100), dy = randn(T * out, 101);
+  const int saved_threads = omp_get_max_threads();
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+    SCOPED_TRACE(name);
+    Result res[2];
+    for (int i = 0; i < 2; ++i) {
+      omp_set_num_threads(i == 0 ? 1 : 2);
+      Linear l = make_layer(name, false, in, out, true, 102);
+      res[i] = run_layer(l, x, dy, T);
+    }
+    EXPECT_TRUE(same_bytes(res[0].y, res[1].y));
+    EXPECT_TRUE(same_bytes(res[0].dx, res[1].dx));
+    EXPECT_TRUE(same_bytes(res[0].dW, res[1].dW));
+    EXPECT_TRUE(same_bytes(res[0].db, res[1].db));
+  }
+  omp_set_num_threads(saved_threads);
+}
+
+}  // namespace
+}  // namespace mxtrain
