@@ -21,8 +21,8 @@ using kern::Region;
 
 namespace kern {
 const QuantKernels& quant_kernels(Isa isa) {
-  (void)isa;  // fast kernels not wired in yet
-  return quant_kernels_ref();
+  if (isa == Isa::avx512) return quant_kernels_avx512();
+  return quant_kernels_ref();  // avx2 has no quantize kernels of its own
 }
 }  // namespace kern
 

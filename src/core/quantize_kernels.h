@@ -8,7 +8,6 @@
 // The scale rule below is shared by every kernel so that all paths agree bit for bit.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 
 #include "mxtrain/formats.h"
@@ -45,25 +44,32 @@ struct QOut {
 // e is clamped to [-127, 127]. amax below 2^-126 (zero or subnormal) always clamps to -127:
 // the largest e it could give is -126 - 8 = -134. The largest e any finite amax can give is
 // 127 - 8 + 1 = 120, so 2^-e (used to scale elements) is always a normal float.
+// These helpers have internal linkage (unnamed namespace) on purpose: the AVX-512 files
+// include them too, and a shared out-of-line copy compiled with AVX-512 flags must never be
+// what the scalar path ends up calling on a CPU without AVX-512.
+namespace {
+
 inline int scale_exponent(uint32_t ab, int emax, bool rceil) {
   if (ab < 0x00800000u) return -127;
   int e = int(ab >> 23) - 127 - emax;
   if (rceil && (ab & 0x7FFFFFu) > 0x600000u) e += 1;
-  return std::clamp(e, -127, 127);
+  return e < -127 ? -127 : (e > 127 ? 127 : e);
 }
 
 // E8M0 byte for a block: 0xFF when the block holds NaN/Inf (ab >= Inf bits).
 inline uint8_t scale_byte(uint32_t ab, Elem elem, ScaleRounding rounding) {
   if (ab >= 0x7F800000u) return kE8M0Nan;
-  return e8m0_from_exponent(
-      scale_exponent(ab, elem == Elem::e4m3 ? 8 : 15, rounding == ScaleRounding::rceil));
+  return uint8_t(
+      scale_exponent(ab, elem == Elem::e4m3 ? 8 : 15, rounding == ScaleRounding::rceil) + 127);
 }
 
 // 2^-e for a finite scale byte b = e + 127 (b <= 247 by the bound above): bits (254-b)<<23.
-inline float inv_scale(uint8_t b) { return bits_f32(uint32_t(254 - b) << 23); }
+inline float inv_scale(uint8_t b) { return __builtin_bit_cast(float, uint32_t(254 - b) << 23); }
 
 // Canonical NaN code written for every element of a NaN/Inf block.
 inline uint8_t nan_code(Elem e) { return e == Elem::e4m3 ? 0x7F : 0x7E; }
+
+}  // namespace
 
 // ---- kernel signatures ---------------------------------------------------------------------
 using QuantF32 = void (*)(const float* x, const QParams& p, Region g, QOut out);

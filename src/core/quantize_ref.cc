@@ -123,15 +123,25 @@ void quantize_mx_dual_bf16__ref(const uint16_t* x, const QParams& p, Region g, Q
   colwise(x, p, g, col);
 }
 
+namespace {
+
 // value = fp8(code) * 2^(scale-127), one FP32 multiply (exact unless the product leaves the
-// normal FP32 range). A 0xFF scale decodes to NaN, and so does NaN * anything.
+// normal FP32 range). A 0xFF scale or a NaN code gives the canonical quiet NaN 0x7FC00000
+// (which operand's NaN a multiply passes on is not something to depend on).
+inline float dequant_value(uint8_t code, uint8_t scale, Elem elem) {
+  const float v = fp8_to_f32(code, elem) * e8m0_to_f32(scale);
+  return v != v ? bits_f32(0x7FC00000u) : v;
+}
+
+}  // namespace
+
 void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                             float* out) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < p.K; ++c)
-      out[r * p.K + c] = fp8_to_f32(data[r * p.K + c], p.elem) *
-                         e8m0_to_f32(scale_for(scales, scale_ld, layout, r, c));
+      out[r * p.K + c] =
+          dequant_value(data[r * p.K + c], scale_for(scales, scale_ld, layout, r, c), p.elem);
 }
 
 // BF16 output: the FP32 value above rounded to nearest even. E4M3/E5M2 significands fit in
@@ -141,8 +151,8 @@ void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t
                              uint16_t* out) {
   for (int64_t r = r0; r < r1; ++r)
     for (int64_t c = 0; c < p.K; ++c)
-      out[r * p.K + c] = f32_to_bf16(fp8_to_f32(data[r * p.K + c], p.elem) *
-                                     e8m0_to_f32(scale_for(scales, scale_ld, layout, r, c)));
+      out[r * p.K + c] = f32_to_bf16(
+          dequant_value(data[r * p.K + c], scale_for(scales, scale_ld, layout, r, c), p.elem));
 }
 
 void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n) {

@@ -3,7 +3,7 @@
 // Values are chosen per 8x16 patch from a regime, so that 1x32, 32x1 and 32x32 blocks see
 // pure and mixed cases: ordinary values, all zeros, huge (up to FLT_MAX), tiny (FP32
 // subnormals), a very wide dynamic range, values on and halfway between E4M3 grid points,
-// exact powers of two, and sparse NaN / +-Inf entries that poison their blocks.
+// exact powers of two, values at the scale-rule boundaries 1.75 * 2^k, and sparse NaN / +-Inf entries that poison their blocks.
 #pragma once
 
 #include <cmath>
@@ -21,7 +21,7 @@ inline std::vector<float> awkward_matrix(int64_t M, int64_t K, uint32_t seed,
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.f, 1.f);
   std::uniform_int_distribution<int> exp_dist(-149, 127);
-  std::uniform_int_distribution<int> regime_dist(0, 9);
+  std::uniform_int_distribution<int> regime_dist(0, 10);
   std::uniform_int_distribution<int> grid_dist(0, 0x7D);
   const int64_t pr = (M + 7) / 8, pc = (K + 15) / 16;
   std::vector<int> regime(size_t(pr * pc));
@@ -47,6 +47,12 @@ inline std::vector<float> awkward_matrix(int64_t M, int64_t K, uint32_t seed,
           break;
         }
         case 8: v = std::ldexp(1.f, int(rng() % 40) - 20) * ((rng() % 2) ? 1 : -1); break;
+        case 9: {  // on and next to the rceil/floor boundaries 1.75 * 2^k and 2^k
+          const float b = std::ldexp((rng() % 2) ? 1.75f : 1.0f, int(rng() % 60) - 30);
+          const int d = int(rng() % 3);
+          v = d == 0 ? b : std::nextafter(b, d == 1 ? 0.f : 1e30f);
+          break;
+        }
         default: v = (rng() % 3 == 0) ? -0.f : normal(rng) * 448.f; break;
       }
       if (with_nonfinite) {
