@@ -380,6 +380,34 @@ std::string describe(const ConsistencyRecord& r) {
 }
 }  // namespace
 
+namespace {
+// Splits into lines (no terminators).
+std::vector<std::string> lines_of(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  for (std::string l; std::getline(is, l);) out.push_back(l);
+  return out;
+}
+
+std::string clip(const std::string& s) {
+  std::string o;
+  for (char ch : s.substr(0, 80)) o += (ch >= 32 && ch < 127) ? ch : '.';
+  return s.size() > 80 ? o + "..." : o;
+}
+
+// "line 4: `lr: 0.001` here, `lr: 0.002` there" for the first line where a and b differ.
+std::string first_difference(const std::string& a, const std::string& b, int rank) {
+  const auto la = lines_of(a), lb = lines_of(b);
+  for (size_t i = 0; i < std::max(la.size(), lb.size()); ++i) {
+    const std::string x = i < la.size() ? la[i] : "<end>", y = i < lb.size() ? lb[i] : "<end>";
+    if (x != y)
+      return "line " + std::to_string(i + 1) + ": rank 0 `" + clip(x) + "`, rank " +
+             std::to_string(rank) + " `" + clip(y) + "`";
+  }
+  return "same lines, different line endings or trailing bytes";
+}
+}  // namespace
+
 void Comm::check_consistent(const std::string& what, const std::string& value) {
   ConsistencyRecord mine;
   mine.hash = fnv1a64(value.data(), value.size());
@@ -388,12 +416,31 @@ void Comm::check_consistent(const std::string& what, const std::string& value) {
   std::vector<ConsistencyRecord> all(static_cast<size_t>(size_));
   allgather(&mine, all.data(), sizeof(ConsistencyRecord));
   std::vector<int> differ;
-  for (int r = 1; r < size_; ++r)
-    if (all[r].hash != all[0].hash || all[r].length != all[0].length) differ.push_back(r);
+  uint64_t max_len = 0;
+  for (int r = 0; r < size_; ++r) {
+    max_len = std::max(max_len, all[r].length);
+    if (r > 0 && (all[r].hash != all[0].hash || all[r].length != all[0].length))
+      differ.push_back(r);
+  }
   if (differ.empty()) return;
+  // Every rank knows every length now, so a second, equal-size gather of the values is safe:
+  // it lets the message show the first differing line.
+  std::vector<std::string> values;
+  constexpr uint64_t kMaxDetail = 1 << 20;
+  if (max_len <= kMaxDetail) {
+    std::string padded = value;
+    padded.resize(max_len, '\0');
+    std::string gathered(max_len * uint64_t(size_), '\0');
+    allgather(padded.data(), gathered.data(), max_len);
+    for (int r = 0; r < size_; ++r)
+      values.push_back(gathered.substr(max_len * uint64_t(r), all[r].length));
+  }
   std::ostringstream os;
   os << what << " differs across ranks: rank 0 has " << describe(all[0]);
-  for (int r : differ) os << "; rank " << r << " has " << describe(all[r]);
+  for (int r : differ) {
+    os << "; rank " << r << " has " << describe(all[r]);
+    if (!values.empty()) os << " — first difference at " << first_difference(values[0], values[r], r);
+  }
   os << ". Every rank must run with the same " << what << " (" << differ.size() << " of "
      << size_ << " ranks differ from rank 0; this is rank " << rank_ << ")";
   throw Error(os.str());

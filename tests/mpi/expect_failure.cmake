@@ -1,0 +1,25 @@
+# tests/mpi/expect_failure.cmake — runs an MPI program that must fail and checks how it failed:
+# non-zero exit status, "rank <r>: error: <EXPECT>" printed by every rank 0..NP-1, and
+# (if given) EXPECT2 somewhere in the output.
+# cmake -DMPIEXEC=... -DNP=... -DEXE=... -DEXPECT=... -P expect_failure.cmake
+execute_process(
+  COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe -np ${NP} ${EXE}
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 90)
+message("${out}${err}")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "expected a non-zero exit status, got 0")
+endif()
+math(EXPR last "${NP} - 1")
+foreach(r RANGE 0 ${last})
+  string(FIND "${out}${err}" "rank ${r}: error: ${EXPECT}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "rank ${r} did not report \"error: ${EXPECT}\" (exit status ${rc})")
+  endif()
+endforeach()
+if(DEFINED EXPECT2)
+  string(FIND "${out}${err}" "${EXPECT2}" pos)
+  if(pos EQUAL -1)
+    message(FATAL_ERROR "the message lacks \"${EXPECT2}\"")
+  endif()
+endif()
+message("ok: exit status ${rc}, every rank reported the error")
