@@ -3,8 +3,8 @@
 //
 // Three steps: pair each report's BF16 and FP8 timings by unpadded token count; combine every
 // measurement of a (key, tokens) across reports into one outcome (win only if all win,
-// minimum speedup); turn each key's sorted outcomes into at most one rule — the longer
-// winning run anchored at the largest or the smallest measured size.
+// minimum speedup); turn each key's sorted outcomes into at most one rule — the longest
+// run of winning sizes, open-ended when it reaches the largest measured size.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -159,26 +159,20 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
       if (!runs.empty() && runs.back().second + 1 == i) runs.back().second = i;
       else runs.push_back({i, i});
     }
+    // The longest run; equal lengths go to the run at larger sizes (later in `runs`).
     const size_t n = t.size();
-    const std::pair<size_t, size_t>* top = nullptr;
-    const std::pair<size_t, size_t>* bottom = nullptr;
-    for (const auto& run : runs) {
-      if (run.second == n - 1) top = &run;
-      else if (run.first == 0) bottom = &run;
-    }
-    auto len = [](const std::pair<size_t, size_t>* r) { return r->second - r->first + 1; };
-    const std::pair<size_t, size_t>* chosen = top;
-    if (bottom && (!top || len(bottom) > len(top))) chosen = bottom;
+    const std::pair<size_t, size_t>* chosen = nullptr;
+    auto len = [](const std::pair<size_t, size_t>& r) { return r.second - r.first + 1; };
+    for (const auto& run : runs)
+      if (!chosen || len(run) >= len(*chosen)) chosen = &run;
     auto range_text = [&](const std::pair<size_t, size_t>& r) {
       return "[" + std::to_string(t[r.first]) + ", " + std::to_string(t[r.second]) + "]";
     };
     for (const auto& run : runs) {
       if (&run == chosen) continue;
       ks.notes.push_back("FP8 also wins at " + range_text(run) + "; not emitted (" +
-                         (&run == top || &run == bottom ? "shorter than the chosen range"
-                                                        : "not anchored at the smallest or "
-                                                          "largest measured size") +
-                         ")");
+                         (len(run) < len(*chosen) ? "shorter than" : "as long as, but below,") +
+                         " the chosen range)");
     }
     if (chosen) {
       Rule rule;
@@ -189,7 +183,7 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
         rule.tp = key.tp;
       }
       rule.min_tokens = t[chosen->first];
-      if (chosen != top) rule.max_tokens = t[chosen->second];
+      if (chosen->second != n - 1) rule.max_tokens = t[chosen->second];
       double ms = INFINITY;
       for (size_t i = chosen->first; i <= chosen->second; ++i) ms = std::min(ms, o[i]->min_speedup);
       rule.measured_speedup = ms;

@@ -82,12 +82,12 @@ std::string rule_range(const Rule& r);
 //   * BF16 and FP8 timings pair by the unpadded `tokens` within one report;
 //   * t is a win when every paired measurement of (key, t), across all reports, has
 //     speedup - spread > threshold; its speedup is the minimum over those measurements;
-//   * maximal runs of consecutive winning sizes are the candidate ranges. A run that
-//     reaches the largest measured size gives {min_tokens: first} (FP8 keeps winning as
-//     shapes grow); a run that starts at the smallest measured size but stops before the
-//     largest gives {min_tokens: first, max_tokens: last}. The longer of these two anchored
-//     runs becomes the key's rule (equal lengths: the one reaching the largest size).
-//     Interior runs and the shorter anchored run are reported in the summary, not emitted;
+//   * maximal runs of consecutive winning sizes are the candidate ranges; the longest (most
+//     measured sizes; equal lengths: the one at larger sizes) becomes the key's one rule. If
+//     it reaches the largest measured size the rule is {min_tokens: first} with no upper
+//     bound (FP8 keeps winning as shapes grow); otherwise {min_tokens: first, max_tokens:
+//     last} ("FP8 wins only below N", or only inside a band). Other runs are listed in the
+//     summary, not emitted: a lone win between losses is more likely noise than a regime;
 //   * min_tokens / max_tokens are measured sizes: nothing is extrapolated below the smallest
 //     measured size, and a max_tokens rule is not extrapolated between its last win and the
 //     next (losing) measured size;
