@@ -309,14 +309,14 @@ std::vector<uint8_t> npy_encode(const NpyArray& a) {
   header.append(pad, ' ');
   header += '\n';
 
-  std::vector<uint8_t> out;
-  out.reserve(kMagicLen + 2 + len_bytes + header.size() + a.data.size());
-  out.insert(out.end(), kMagic, kMagic + kMagicLen);
-  out.push_back(len_bytes == 2 ? 1 : 2);
-  out.push_back(0);
-  for (size_t i = 0; i < len_bytes; ++i) out.push_back(uint8_t(header.size() >> (8 * i)));
-  out.insert(out.end(), header.begin(), header.end());
-  out.insert(out.end(), a.data.begin(), a.data.end());
+  const size_t prefix = kMagicLen + 2 + len_bytes;
+  std::vector<uint8_t> out(prefix + header.size() + a.data.size());
+  std::memcpy(out.data(), kMagic, kMagicLen);
+  out[kMagicLen] = len_bytes == 2 ? 1 : 2;  // major version
+  out[kMagicLen + 1] = 0;                   // minor version
+  for (size_t i = 0; i < len_bytes; ++i) out[kMagicLen + 2 + i] = uint8_t(header.size() >> (8 * i));
+  std::memcpy(out.data() + prefix, header.data(), header.size());
+  if (!a.data.empty()) std::memcpy(out.data() + prefix + header.size(), a.data.data(), a.data.size());
   return out;
 }
 
