@@ -1,0 +1,141 @@
+// cli/cmd_bench_linear.cc — `mxtrain bench linear`: forward+backward timing of the quantized
+// Linear / GroupedLinear per recipe and defer state against the BF16 layer of the same shape.
+//
+// For every token count it times the bf16 layer first (the baseline, also reported as
+// bf16_fwd_bwd_ms on every row), then mxfp8 and mxfp8-32x32 with defer_backward_quant off
+// and on, all through bench_layer (nn/layer_bench.h). --json prints one JSON array of row
+// objects (fields listed in the help) for other tools; otherwise a readable table.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "mxtrain/common.h"
+#include "mxtrain/nn/layer_bench.h"
+
+namespace mxtrain::cli {
+namespace {
+
+struct BenchLinearOptions {
+  bool json = false;
+  std::vector<int64_t> tokens{256, 2048};
+  int64_t in = 4096, out = 4096;
+  int64_t experts = 0, topk = 1;
+  int warmup = 1, iters = 3, micro_batches = 1;
+  std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
+};
+
+int run_bench_linear(const BenchLinearOptions& o) {
+  nlohmann::json rows = nlohmann::json::array();
+  if (!o.json)
+    std::printf("%-12s %6s %6s %6s %4s %5s %11s %11s %8s %12s\n", "recipe", "tokens", "in",
+                "out", "exp", "defer", "fwd_bwd_ms", "bf16_ms", "vs_bf16", "held_MiB");
+  for (int64_t T : o.tokens) {
+    LayerBenchConfig base;
+    base.tokens = T;
+    base.in = o.in;
+    base.out = o.out;
+    base.experts = o.experts;
+    base.topk = o.topk;
+    base.warmup = o.warmup;
+    base.iters = o.iters;
+    base.micro_batches = o.micro_batches;
+    LayerBenchConfig bcfg = base;
+    bcfg.precision.recipe = get_recipe("bf16");
+    const LayerBenchResult bf16 = bench_layer(bcfg);
+    for (const std::string& name : o.recipes) {
+      Recipe rc = get_recipe(name);
+      for (bool defer : {false, true}) {
+        if (defer && !rc.quantized()) continue;
+        LayerBenchResult res = bf16;
+        if (rc.quantized()) {
+          LayerBenchConfig c = base;
+          c.precision.recipe = rc;
+          c.precision.defer_backward_quant = defer;
+          res = bench_layer(c);
+        }
+        nlohmann::json row = {{"recipe", name},
+                              {"tokens", T},
+                              {"in", o.in},
+                              {"out", o.out},
+                              {"defer_backward_quant", defer},
+                              {"fwd_bwd_ms", res.median_ms},
+                              {"min_ms", res.min_ms},
+                              {"max_ms", res.max_ms},
+                              {"held_bytes", res.held_bytes},
+                              {"weight_cache_bytes", res.weight_cache_bytes},
+                              {"bf16_fwd_bwd_ms", bf16.median_ms},
+                              {"speedup_vs_bf16", bf16.median_ms / res.median_ms},
+                              {"rows", res.rows},
+                              {"warmup", o.warmup},
+                              {"iters", o.iters},
+                              {"micro_batches", o.micro_batches}};
+        if (o.experts > 0) {
+          row["experts"] = o.experts;
+          row["topk"] = o.topk;
+        }
+        if (o.json) {
+          rows.push_back(row);
+        } else {
+          std::printf("%-12s %6lld %6lld %6lld %4lld %5s %11.2f %11.2f %7.2fx %12.2f\n",
+                      name.c_str(), (long long)T, (long long)o.in, (long long)o.out,
+                      (long long)o.experts, defer ? "on" : "off", res.median_ms, bf16.median_ms,
+                      res.median_ms / bf16.median_ms, res.held_bytes / 1048576.0);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (o.json) std::cout << rows.dump(1) << std::endl;
+  return 0;
+}
+
+// The `bench` group is shared with other cmd_bench_*.cc files: find it or create it.
+CLI::App* bench_group(CLI::App& app) {
+  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
+  if (!found.empty()) return found.front();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  return bench;
+}
+
+}  // namespace
+
+MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
+  auto opts = std::make_shared<BenchLinearOptions>();
+  CLI::App* sub = bench_group(app)->add_subcommand(
+      "linear",
+      "Time forward+backward of the quantized Linear (or GroupedLinear with --experts) per "
+      "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "
+      "rows: recipe, tokens, in, out, defer_backward_quant, fwd_bwd_ms (median), min_ms, "
+      "max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, speedup_vs_bf16, rows, warmup, "
+      "iters, micro_batches, and experts/topk when grouped");
+  sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
+  sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--in", opts->in, "Input features (default 4096)")->check(CLI::PositiveNumber);
+  sub->add_option("--out", opts->out, "Output features (default 4096)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--experts", opts->experts,
+                  "Benchmark GroupedLinear with this many experts (default 0 = Linear)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--topk", opts->topk, "Router top-k: grouped rows = tokens * topk (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", opts->warmup, "Untimed iterations first (default 1)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--iters", opts->iters, "Timed iterations; the median is reported (default 3)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--micro-batches", opts->micro_batches,
+                  "Iterations per weight version; 1 (default) quantizes the weight every "
+                  "iteration, k amortizes it over k micro-batches like gradient accumulation")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--recipes", opts->recipes, "Recipes to time (default bf16,mxfp8,mxfp8-32x32)")
+      ->delimiter(',');
+  sub->callback([opts] { exit_code() = run_bench_linear(*opts); });
+});
+
+}  // namespace mxtrain::cli
