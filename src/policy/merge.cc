@@ -186,7 +186,7 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
       if (chosen->second != n - 1) rule.max_tokens = t[chosen->second];
       double ms = INFINITY;
       for (size_t i = chosen->first; i <= chosen->second; ++i) ms = std::min(ms, o[i]->min_speedup);
-      rule.measured_speedup = ms;
+      rule.measured_speedup = std::round(ms * 1e4) / 1e4;  // informational: 4 decimals
       if (key.grouped()) pol.grouped[key.kind].push_back(rule);
       else pol.dense[key.kind][key.name].push_back(rule);
       ks.rule = rule;

@@ -91,7 +91,7 @@ std::string rule_range(const Rule& r);
 //   * min_tokens / max_tokens are measured sizes: nothing is extrapolated below the smallest
 //     measured size, and a max_tokens rule is not extrapolated between its last win and the
 //     next (losing) measured size;
-//   * measured_speedup = the minimum speedup over the rule's range.
+//   * measured_speedup = the minimum speedup over the rule's range, rounded to 4 decimals.
 // Reports must name the same FP8 recipe; a key measured at different GEMM shapes in
 // different reports is an error (reports of different models).
 
