@@ -1,0 +1,214 @@
+// mxtrain/dist/fsdp.h — fully sharded data parallel training with quantized all-gather
+// (SPEC §6), over the communication layer of dist/comm.h.
+//
+// An Fsdp object wraps the model's Linear and GroupedLinear layers ("modules", added in
+// forward order). For each it keeps the FP32 master shard and AdamW moments of this rank's
+// rows (dist/shard.h: 32-row-aligned, padded, experts never split inside a 32-row block) and
+// installs a weight provider in the layer. When the layer needs its weight, the provider
+// quantizes the local shard ("pre all-gather", cached per parameter version), all-gathers one
+// packed buffer, and rebuilds the full quantized weight ("post all-gather"), byte-identical to
+// quantizing the whole weight on one process. What travels follows the layer's recipe:
+//   bf16         BF16 shard before forward; again before backward when resharded after
+//                forward (bf16_reshard_after_forward, default on): 2N or 4N bytes per step
+//   mxfp8        on-demand: rowwise before forward (dropped after forward), colwise before
+//                backward: 2(N + N/32). all: rowwise + colwise before forward, kept until
+//                backward: 2N + 2N/32
+//   mxfp8-32x32  one FP8 payload + one tile-scale grid before forward, kept for backward:
+//                N + N/1024
+// N = the padded element count (ShardLayout::padded_numel(); equals out·in when out is a
+// multiple of 32·world); the formulas are exact when `in` is a multiple of 32.
+//
+// Prefetch: Fsdp knows the module order. When module i's provider runs for forward it starts
+// the non-blocking all-gather of module i+1's forward weight before waiting for its own; for
+// backward, module i-1's backward weight. prefetch() starts one explicitly. All ranks must
+// call the layers in the same order (they run the same model), so collectives match.
+//
+// The caller (trainer or model) calls post_forward(i) after module i's forward and
+// post_backward(i) after its backward: they drop the gathered full weights as the mode says.
+// Without them everything stays cached (more memory, same numbers).
+//
+// Gradients: each rank's layers accumulate full-size gradients of their own micro-batches in
+// Parameter::grad. reduce_gradients() reduce-scatters them (FP32 sum) into the owners' shard
+// grads and divides by the world size, so a shard grad is the mean over ranks — the gradient of
+// the global batch when every rank's loss is the mean over an equal share of it. Parameter::grad
+// is left as is (zero it before the next step's accumulation).
+//
+// Other parameters (embeddings, norms, router, biases, an LM head outside a Linear) are
+// replicated: every rank holds the whole value; reduce_gradients() all-reduces their grads
+// (mean) and counts those bytes as allreduce_bytes. The optimizer updates them identically on
+// every rank.
+//
+// Optimizer: shards() exposes value/grad/m/v spans for every sharded and replicated
+// parameter; run AdamW (train/optim.h adamw_update) on each, then bump *version (or call
+// bump_versions()) so every quantized copy is rebuilt. Padding entries of a shard are zero
+// with zero grads and stay zero under AdamW.
+//
+// Lifetime: the layers must outlive the Fsdp object; its destructor removes the providers.
+// With free_full_values the layers' Parameter::value is emptied after the shard is taken;
+// use gather_full() to read a whole weight (checkpoints).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mxtrain/dist/comm.h"
+#include "mxtrain/dist/shard.h"
+#include "mxtrain/nn/grouped_linear.h"
+#include "mxtrain/nn/linear.h"
+
+namespace mxtrain::dist {
+
+enum class Mxfp8Gather : uint8_t { on_demand, all };
+const char* mxfp8_gather_name(Mxfp8Gather m);          // "on-demand" | "all"
+Mxfp8Gather parse_mxfp8_gather(const std::string& s);  // throws listing the valid names
+
+struct FsdpOptions {
+  Mxfp8Gather mxfp8_gather = Mxfp8Gather::on_demand;
+  bool bf16_reshard_after_forward = true;
+  bool auto_prefetch = true;     // start module i±1's gather from module i's provider
+  bool free_full_values = true;  // empty the layers' Parameter::value after sharding
+  bool broadcast_initial = true; // start from rank 0's values (else each rank's own)
+};
+
+// One parameter's optimizer view on this rank. Sharded: this rank's padded shard
+// [rows_per_rank * in]; replicated: the whole parameter.
+struct ShardView {
+  std::string name;
+  std::span<float> value, grad, m, v;
+  int64_t numel_valid = 0;  // entries that are not padding
+  bool decay = false;       // matrices (>= 2-D) get weight decay
+  bool replicated = false;
+  uint64_t* version = nullptr;  // bump after changing value
+};
+
+// Per-step counters (reset_stats() at the start of a step). Bytes are what this rank sent
+// (dist/comm.h): an all-gather of a P-byte pack sends (W-1)·P. allgather_payload_bytes is the
+// size of the gathered weights, W·P per gather: the SPEC §6 "bytes per step" quantity.
+// With one process nothing is gathered and all byte counts are 0.
+struct FsdpStats {
+  uint64_t allgather_bytes = 0;
+  uint64_t allgather_payload_bytes = 0;
+  double allgather_ms = 0;          // in the start calls and waits (exposed time)
+  int64_t allgather_calls = 0;
+  uint64_t reduce_scatter_bytes = 0;
+  double reduce_scatter_ms = 0;
+  uint64_t allreduce_bytes = 0;     // replicated parameters' gradients
+  double allreduce_ms = 0;
+  int64_t shard_quantizations = 0;  // pre-all-gather packs built (cached per version)
+};
+
+enum class ShardField : uint8_t { value, grad, m, v };
+
+struct FsdpParamInfo {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool sharded = false;
+  int module = -1;  // module index when sharded
+};
+
+class Fsdp {
+ public:
+  explicit Fsdp(Comm& comm, FsdpOptions opt = {});
+  ~Fsdp();
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  // Collective. Shards the layer's weight (and replicates its bias). Returns the module
+  // index (forward order). Every rank must add the same layers with the same shapes and
+  // recipes in the same order; a mismatch throws on every rank (Comm::check_consistent).
+  int add(Linear& layer);
+  int add(GroupedLinear& layer);
+  // Collective. A parameter kept whole on every rank (grads all-reduced).
+  void add_replicated(Parameter& p);
+
+  int num_modules() const;
+  const ShardLayout& layout(int module) const;
+  const std::string& module_name(int module) const;
+  int world() const;
+  int rank() const;
+  const FsdpOptions& options() const { return opt_; }
+
+  // ---- weights --------------------------------------------------------------------------
+  // Starts the all-gather module `module` needs for `use`, unless its weight for that use is
+  // already cached or in flight.
+  void prefetch(int module, WeightUse use);
+  // Fills the layer's weight cache(s) for `use` exactly as its provider would (gathers if
+  // needed). For tools and benchmarks that drive gathers without running the layer.
+  void fetch(int module, WeightUse use);
+  void post_forward(int module);
+  // Also completes and frees any gather of this module still in flight.
+  void post_backward(int module);
+  // false for a layer whose input gradient is never computed (the model's first layer): its
+  // backward weight is then never needed, so it is not prefetched. Default true.
+  void set_input_grad_needed(int module, bool needed);
+  // Drops every gathered weight and completes every in-flight gather.
+  void release_all();
+
+  // ---- gradients and optimizer ----------------------------------------------------------
+  // Collective: reduce-scatter (mean) of every module's grad into its shard, all-reduce
+  // (mean) of the replicated grads.
+  void reduce_gradients();
+  std::vector<ShardView> shards();
+  // Collective: Σ grad² over the whole model (each element once), after reduce_gradients().
+  double grad_sum_squares();
+  // Collective: true when every gradient element on every rank is finite.
+  bool grads_finite();
+  void bump_versions();
+
+  // ---- checkpoints ------------------------------------------------------------------------
+  std::vector<FsdpParamInfo> params() const;
+  // Collective: the whole parameter (or its grad/m/v) [shape] on `root`, empty elsewhere.
+  std::vector<float> gather_full(const std::string& name, ShardField field, int root = 0);
+  // Collective: sets the whole parameter field from `full` [shape] given on `root` (ignored
+  // elsewhere, may be null there); each rank keeps its shard. Works for any world size the
+  // checkpoint was written with. Setting `value` bumps the version.
+  void scatter_full(const std::string& name, ShardField field, const float* full, int root = 0);
+
+  // ---- counters ---------------------------------------------------------------------------
+  const FsdpStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+  struct Module;
+  struct Replicated;
+
+ private:
+  void provide(int module, WeightUse use, int64_t expert, QuantizedWeight& cache);
+  void start_gather(int module, int kind);
+  void wait_gather(int module, int kind);
+  int kind_for(int module, WeightUse use) const;
+  bool cache_has(int module, WeightUse use) const;
+  void drop(int module, bool caches);
+  int add_module(std::unique_ptr<Module> m);
+  Module& mod(int module);
+  const Module& mod(int module) const;
+
+  Comm& comm_;
+  FsdpOptions opt_;
+  std::vector<std::unique_ptr<Module>> modules_;
+  std::vector<std::unique_ptr<Replicated>> replicated_;
+  FsdpStats stats_;
+};
+
+// ---- benchmark helper ---------------------------------------------------------------------
+
+struct FsdpBenchRow {
+  std::string recipe;   // "bf16" | "mxfp8" | "mxfp8-32x32"
+  std::string mode;     // "reshard" | "keep" (bf16), "on-demand" | "all" (mxfp8), "" otherwise
+  int world = 1;
+  uint64_t payload_bytes_per_step = 0;  // gathered weights, SPEC §6 quantity
+  uint64_t sent_bytes_per_step = 0;     // this rank
+  double allgather_ms_per_step = 0;     // exposed collective time, median over steps
+  double step_ms = 0;                   // quantize + gather + rebuild of every weight, median
+};
+
+// Collective. Builds Linear layers of the given [out, in] shapes in `recipe`, shards them,
+// and runs `steps` (after one warm-up) simulated training steps of weight traffic: forward
+// fetch + post_forward over the modules in order, backward fetch + post_backward in reverse,
+// then a version bump (an optimizer step). Returns this rank's figures.
+FsdpBenchRow bench_weight_gathers(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
+                                  const std::string& recipe, const std::string& mode, int steps);
+
+}  // namespace mxtrain::dist

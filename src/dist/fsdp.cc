@@ -1,0 +1,285 @@
+// dist/fsdp.cc — FSDP setup and the weight path of dist/fsdp.h: sharding the layers' weights,
+// the providers the layers call, pre-all-gather packing, non-blocking gathers with
+// prefetch of the neighbouring module, rebuild into the layers' caches, and resharding.
+// Gradients, optimizer views and checkpoints are in fsdp_grad.cc.
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "dist/fsdp_internal.h"
+#include "mxtrain/common.h"
+
+namespace mxtrain::dist {
+
+const char* mxfp8_gather_name(Mxfp8Gather m) {
+  return m == Mxfp8Gather::on_demand ? "on-demand" : "all";
+}
+
+Mxfp8Gather parse_mxfp8_gather(const std::string& s) {
+  if (s == "on-demand") return Mxfp8Gather::on_demand;
+  if (s == "all") return Mxfp8Gather::all;
+  MXT_FAIL("unknown mxfp8 all-gather mode '", s, "'; valid modes: on-demand, all");
+}
+
+bool cache_serves(const QuantizedWeight& c, const Recipe& r, WeightUse use) {
+  if (!r.quantized()) return !c.bf16.empty();
+  if (r.weight_tiled()) return c.has_tile;
+  return use == WeightUse::forward ? c.has_rowwise : c.has_colwise;
+}
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? ", " : "") << s[i];
+  os << "]";
+  return os.str();
+}
+
+// ---- setup ----------------------------------------------------------------------------------
+
+Fsdp::Fsdp(Comm& comm, FsdpOptions opt) : comm_(comm), opt_(opt) {
+  std::ostringstream os;
+  os << "world=" << comm_.size() << " mxfp8_gather=" << mxfp8_gather_name(opt_.mxfp8_gather)
+     << " bf16_reshard_after_forward=" << opt_.bf16_reshard_after_forward
+     << " broadcast_initial=" << opt_.broadcast_initial;
+  comm_.check_consistent("FSDP options", os.str());
+}
+
+Fsdp::~Fsdp() {
+  for (auto& m : modules_) {
+    for (auto& s : m->slots) {
+      if (!s.pending) continue;
+      try {
+        s.req.wait();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "mxtrain: FSDP all-gather of '%s' failed at shutdown: %s\n",
+                     m->name.c_str(), e.what());
+      }
+    }
+    if (m->linear) m->linear->set_weight_provider(nullptr);
+    if (m->grouped) m->grouped->set_weight_provider(nullptr);
+  }
+}
+
+int Fsdp::num_modules() const { return int(modules_.size()); }
+int Fsdp::world() const { return comm_.size(); }
+int Fsdp::rank() const { return comm_.rank(); }
+
+Fsdp::Module& Fsdp::mod(int i) {
+  MXT_CHECK(i >= 0 && i < num_modules(), "FSDP module index ", i, " outside [0, ",
+            num_modules(), ")");
+  return *modules_[size_t(i)];
+}
+const Fsdp::Module& Fsdp::mod(int i) const { return const_cast<Fsdp*>(this)->mod(i); }
+const ShardLayout& Fsdp::layout(int i) const { return mod(i).layout; }
+const std::string& Fsdp::module_name(int i) const { return mod(i).name; }
+
+int Fsdp::add_module(std::unique_ptr<Module> m) {
+  Parameter& w = *m->weight;
+  const int index = num_modules();
+  std::ostringstream desc;
+  desc << m->name << " " << shape_str(w.shape) << " recipe=" << m->recipe().name;
+  comm_.check_consistent("FSDP module " + std::to_string(index) + " (name, shape, recipe)",
+                         desc.str());
+  const int64_t n = w.numel();
+  MXT_CHECK(w.value.size() == size_t(n), "FSDP: layer '", m->name, "' weight ",
+            shape_str(w.shape), " holds ", w.value.size(), " values, expected ", n,
+            " — add each layer once, before its values are dropped");
+  if (opt_.broadcast_initial && comm_.size() > 1)
+    comm_.broadcast(w.value.data(), sizeof(float) * size_t(n), 0);
+  m->layout = ShardLayout::make(w.shape, comm_.size());
+  const size_t sn = size_t(m->layout.shard_numel());
+  m->value.assign(sn, 0.f);
+  slice_shard(m->layout, comm_.rank(), w.value.data(), m->value.data());
+  m->grad.assign(sn, 0.f);
+  m->m.assign(sn, 0.f);
+  m->v.assign(sn, 0.f);
+  if (w.grad.size() != size_t(n)) w.grad.assign(size_t(n), 0.f);
+  if (opt_.free_full_values) std::vector<float>().swap(w.value);
+  for (int64_t e = 0; e < m->num_caches(); ++e) m->cache(e).clear();
+  modules_.push_back(std::move(m));
+  return index;
+}
+
+int Fsdp::add(Linear& layer) {
+  auto m = std::make_unique<Module>();
+  m->name = layer.name();
+  m->linear = &layer;
+  m->weight = &layer.weight;
+  const int index = add_module(std::move(m));
+  layer.set_weight_provider(
+      [this, index](WeightUse use, QuantizedWeight& c) { provide(index, use, 0, c); });
+  if (!layer.bias.shape.empty() && layer.bias.numel() > 0) add_replicated(layer.bias);
+  return index;
+}
+
+int Fsdp::add(GroupedLinear& layer) {
+  auto m = std::make_unique<Module>();
+  m->name = layer.name();
+  m->grouped = &layer;
+  m->weight = &layer.weight;
+  const int index = add_module(std::move(m));
+  layer.set_weight_provider([this, index](WeightUse use, int64_t e, QuantizedWeight& c) {
+    provide(index, use, e, c);
+  });
+  return index;
+}
+
+void Fsdp::add_replicated(Parameter& p) {
+  comm_.check_consistent(
+      "FSDP replicated parameter " + std::to_string(replicated_.size()) + " (name, shape)",
+      p.name + " " + shape_str(p.shape));
+  const size_t n = size_t(p.numel());
+  MXT_CHECK(p.value.size() == n, "FSDP: parameter '", p.name, "' ", shape_str(p.shape),
+            " holds ", p.value.size(), " values, expected ", n);
+  if (opt_.broadcast_initial && comm_.size() > 1)
+    comm_.broadcast(p.value.data(), sizeof(float) * n, 0);
+  if (p.grad.size() != n) p.grad.assign(n, 0.f);
+  auto r = std::make_unique<Replicated>();
+  r->p = &p;
+  r->m.assign(n, 0.f);
+  r->v.assign(n, 0.f);
+  replicated_.push_back(std::move(r));
+}
+
+// ---- gathers --------------------------------------------------------------------------------
+
+int Fsdp::kind_for(int i, WeightUse use) const {
+  const Recipe& r = mod(i).recipe();
+  if (!r.quantized()) return int(GatherKind::bf16);
+  if (r.weight_tiled()) return int(GatherKind::tile32);
+  if (use == WeightUse::backward) return int(GatherKind::colwise);
+  return int(opt_.mxfp8_gather == Mxfp8Gather::all ? GatherKind::dual : GatherKind::rowwise);
+}
+
+bool Fsdp::cache_has(int i, WeightUse use) const {
+  auto& M = const_cast<Module&>(mod(i));
+  for (int64_t e = 0; e < M.num_caches(); ++e) {
+    const QuantizedWeight& c = M.cache(e);
+    if (c.version != M.weight->version || !cache_serves(c, M.recipe(), use)) return false;
+  }
+  return true;
+}
+
+void Fsdp::start_gather(int i, int k) {
+  Module& M = mod(i);
+  GatherSlot& s = M.slots[size_t(k)];
+  MXT_DCHECK(!s.pending);
+  const GatherKind kind = GatherKind(k);
+  const uint64_t ver = M.weight->version;
+  const QuantConfig cfg = M.recipe().weight_cfg();
+  const size_t P = packed_bytes(M.layout, kind);
+  if (s.send_version != ver || s.send.size() != P || s.send_cfg.elem != cfg.elem ||
+      s.send_cfg.rounding != cfg.rounding) {
+    s.send.resize(P);
+    pack_shard(M.layout, comm_.rank(), M.value.data(), kind, cfg, s.send.data());
+    s.send_version = ver;
+    s.send_cfg = cfg;
+    ++stats_.shard_quantizations;
+  }
+  s.recv.resize(P * size_t(comm_.size()));
+  s.req = comm_.iallgather(s.send.data(), s.recv.data(), P);
+  s.version = ver;
+  s.pending = true;
+  s.ready = false;
+  s.rebuilt.assign(size_t(M.num_caches()), 0);
+  s.rebuilt_count = 0;
+  ++stats_.allgather_calls;
+  stats_.allgather_bytes += s.req.bytes();
+  if (comm_.size() > 1) stats_.allgather_payload_bytes += uint64_t(s.recv.size());
+}
+
+void Fsdp::wait_gather(int i, int k) {
+  GatherSlot& s = mod(i).slots[size_t(k)];
+  if (!s.pending) return;
+  s.pending = false;
+  s.req.wait();
+  stats_.allgather_ms += s.req.ms();
+  s.ready = true;
+}
+
+void Fsdp::set_input_grad_needed(int i, bool needed) { mod(i).input_grad_needed = needed; }
+
+void Fsdp::prefetch(int i, WeightUse use) {
+  Module& M = mod(i);
+  if (use == WeightUse::backward && !M.input_grad_needed) return;
+  if (cache_has(i, use)) return;
+  const int k = kind_for(i, use);
+  GatherSlot& s = M.slots[size_t(k)];
+  const uint64_t ver = M.weight->version;
+  if ((s.pending || s.ready) && s.version == ver) return;
+  if (s.pending) wait_gather(i, k);  // a stale gather (older version): finish and discard
+  start_gather(i, k);
+}
+
+void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
+  Module& M = mod(i);
+  const int k = kind_for(i, use);
+  GatherSlot& s = M.slots[size_t(k)];
+  const uint64_t ver = M.weight->version;
+  if (!((s.ready || s.pending) && s.version == ver)) {
+    if (s.pending) wait_gather(i, k);  // stale
+    start_gather(i, k);
+  }
+  if (opt_.auto_prefetch) {
+    const int next = use == WeightUse::forward ? i + 1 : i - 1;
+    if (next >= 0 && next < num_modules()) prefetch(next, use);
+  }
+  wait_gather(i, k);
+  const Recipe& r = M.recipe();
+  unpack_group(M.layout, GatherKind(k), r.weight_elem, s.recv.data(), e, cache);
+  if (!s.rebuilt[size_t(e)]) {
+    s.rebuilt[size_t(e)] = 1;
+    ++s.rebuilt_count;
+  }
+  if (s.rebuilt_count == M.num_caches()) {
+    // Every expert has its copy: the gathered buffer is no longer needed.
+    std::vector<uint8_t>().swap(s.recv);
+    s.ready = false;
+  }
+}
+
+void Fsdp::fetch(int i, WeightUse use) {
+  Module& M = mod(i);
+  const uint64_t ver = M.weight->version;
+  for (int64_t e = 0; e < M.num_caches(); ++e) {
+    QuantizedWeight& c = M.cache(e);
+    if (c.version != ver) c.clear();
+    if (cache_serves(c, M.recipe(), use)) continue;
+    provide(i, use, e, c);
+    c.version = ver;
+  }
+}
+
+void Fsdp::drop(int i, bool caches) {
+  Module& M = mod(i);
+  for (auto& s : M.slots) {
+    if (s.pending) continue;  // a prefetch in flight stays
+    std::vector<uint8_t>().swap(s.recv);
+    s.ready = false;
+  }
+  if (caches)
+    for (int64_t e = 0; e < M.num_caches(); ++e) M.cache(e).clear();
+}
+
+void Fsdp::post_forward(int i) {
+  const Recipe& r = mod(i).recipe();
+  const bool reshard = r.quantized() ? (!r.weight_tiled() &&
+                                        opt_.mxfp8_gather == Mxfp8Gather::on_demand)
+                                     : opt_.bf16_reshard_after_forward;
+  drop(i, reshard);
+}
+
+void Fsdp::post_backward(int i) {
+  for (int k = 0; k < kNumGatherKinds; ++k) wait_gather(i, k);
+  drop(i, true);
+}
+
+void Fsdp::release_all() {
+  for (int i = 0; i < num_modules(); ++i) {
+    for (int k = 0; k < kNumGatherKinds; ++k) wait_gather(i, k);
+    drop(i, true);
+  }
+}
+
+}  // namespace mxtrain::dist

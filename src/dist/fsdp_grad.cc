@@ -1,0 +1,188 @@
+// dist/fsdp_grad.cc — the gradient, optimizer and checkpoint side of dist/fsdp.h:
+// reduce-scatter of full gradients into shards (mean over ranks), all-reduce of replicated
+// gradients, the ShardView list the optimizer runs on, global gradient norm / finiteness,
+// and whole-tensor gather/scatter for single-file checkpoints.
+#include <cmath>
+#include <cstring>
+
+#include "dist/fsdp_internal.h"
+#include "mxtrain/common.h"
+
+namespace mxtrain::dist {
+
+namespace {
+
+// Σ x² in double with a fixed order (thread-count independent: plain loop).
+double sum_sq(const float* x, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
+  return s;
+}
+
+bool finite(const float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
+}
+
+}  // namespace
+
+void Fsdp::reduce_gradients() {
+  const int W = comm_.size();
+  // Sharded: issue every reduce-scatter, then complete them (they overlap each other).
+  std::vector<std::vector<float>> padded(modules_.size());
+  std::vector<Request> reqs(modules_.size());
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    Module& M = *modules_[i];
+    const Parameter& w = *M.weight;
+    MXT_CHECK(w.grad.size() == size_t(w.numel()), "FSDP: layer '", M.name, "' gradient holds ",
+              w.grad.size(), " values, expected ", w.numel());
+    padded[i].resize(size_t(M.layout.padded_numel()));
+    pad_full(M.layout, w.grad.data(), padded[i].data());
+    reqs[i] = comm_.ireduce_scatter_sum(padded[i].data(), M.grad.data(),
+                                        size_t(M.layout.shard_numel()));
+    stats_.reduce_scatter_bytes += reqs[i].bytes();
+  }
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    reqs[i].wait();
+    stats_.reduce_scatter_ms += reqs[i].ms();
+    if (W > 1)
+      for (float& g : modules_[i]->grad) g /= float(W);
+  }
+  // Replicated: one all-reduce over all of them.
+  size_t total = 0;
+  for (auto& r : replicated_) {
+    MXT_CHECK(r->p->grad.size() == size_t(r->p->numel()), "FSDP: parameter '", r->p->name,
+              "' gradient holds ", r->p->grad.size(), " values, expected ", r->p->numel());
+    total += r->p->grad.size();
+  }
+  if (total == 0) return;
+  std::vector<float> buf(total);
+  size_t off = 0;
+  for (auto& r : replicated_) {
+    std::memcpy(buf.data() + off, r->p->grad.data(), sizeof(float) * r->p->grad.size());
+    off += r->p->grad.size();
+  }
+  const CollCounter before = comm_.stats()[Coll::allreduce];
+  comm_.allreduce_sum(buf.data(), total);
+  const CollCounter& after = comm_.stats()[Coll::allreduce];
+  stats_.allreduce_bytes += after.bytes - before.bytes;
+  stats_.allreduce_ms += after.ms - before.ms;
+  off = 0;
+  for (auto& r : replicated_) {
+    float* g = r->p->grad.data();
+    for (size_t j = 0; j < r->p->grad.size(); ++j) g[j] = W > 1 ? buf[off + j] / float(W) : buf[off + j];
+    off += r->p->grad.size();
+  }
+}
+
+std::vector<ShardView> Fsdp::shards() {
+  std::vector<ShardView> out;
+  for (auto& mp : modules_) {
+    Module& M = *mp;
+    ShardView s;
+    s.name = M.weight->name;
+    s.value = M.value;
+    s.grad = M.grad;
+    s.m = M.m;
+    s.v = M.v;
+    s.numel_valid = M.layout.valid_rows(comm_.rank()) * M.layout.cols;
+    s.decay = true;
+    s.replicated = false;
+    s.version = &M.weight->version;
+    out.push_back(std::move(s));
+  }
+  for (auto& r : replicated_) {
+    ShardView s;
+    s.name = r->p->name;
+    s.value = r->p->value;
+    s.grad = r->p->grad;
+    s.m = r->m;
+    s.v = r->v;
+    s.numel_valid = r->p->numel();
+    s.decay = r->p->shape.size() >= 2;
+    s.replicated = true;
+    s.version = &r->p->version;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+double Fsdp::grad_sum_squares() {
+  double sharded = 0;
+  for (auto& m : modules_) sharded += sum_sq(m->grad.data(), m->grad.size());
+  comm_.allreduce_sum(&sharded, 1);
+  double rep = 0;  // identical on every rank after reduce_gradients(): count once
+  for (auto& r : replicated_) rep += sum_sq(r->p->grad.data(), r->p->grad.size());
+  return sharded + rep;
+}
+
+bool Fsdp::grads_finite() {
+  int64_t bad = 0;
+  for (auto& m : modules_)
+    if (!finite(m->grad.data(), m->grad.size())) bad = 1;
+  for (auto& r : replicated_)
+    if (!finite(r->p->grad.data(), r->p->grad.size())) bad = 1;
+  comm_.allreduce_max(&bad, 1);
+  return bad == 0;
+}
+
+void Fsdp::bump_versions() {
+  for (auto& m : modules_) ++m->weight->version;
+  for (auto& r : replicated_) ++r->p->version;
+}
+
+// ---- checkpoints ------------------------------------------------------------------------------
+
+std::vector<FsdpParamInfo> Fsdp::params() const {
+  std::vector<FsdpParamInfo> out;
+  for (size_t i = 0; i < modules_.size(); ++i)
+    out.push_back({modules_[i]->weight->name, modules_[i]->weight->shape, true, int(i)});
+  for (auto& r : replicated_) out.push_back({r->p->name, r->p->shape, false, -1});
+  return out;
+}
+
+std::vector<float> Fsdp::gather_full(const std::string& name, ShardField field, int root) {
+  for (auto& mp : modules_) {
+    Module& M = *mp;
+    if (M.weight->name != name) continue;
+    const ShardLayout& L = M.layout;
+    const size_t sn = size_t(L.shard_numel());
+    std::vector<float> all(comm_.rank() == root ? sn * size_t(comm_.size()) : 0);
+    comm_.gather(M.field(field).data(), all.data(), sizeof(float) * sn, root);
+    if (comm_.rank() != root) return {};
+    std::vector<float> full(size_t(L.numel()));
+    for (int r = 0; r < comm_.size(); ++r) place_shard(L, r, all.data() + sn * size_t(r), full.data());
+    return full;
+  }
+  for (auto& rp : replicated_)
+    if (rp->p->name == name) return comm_.rank() == root ? rp->field(field) : std::vector<float>{};
+  MXT_FAIL("FSDP: no parameter named '", name, "' (see Fsdp::params())");
+}
+
+void Fsdp::scatter_full(const std::string& name, ShardField field, const float* full, int root) {
+  MXT_CHECK(comm_.rank() != root || full != nullptr, "FSDP scatter_full('", name,
+            "'): the root rank must pass the whole tensor");
+  for (auto& mp : modules_) {
+    Module& M = *mp;
+    if (M.weight->name != name) continue;
+    std::vector<float> buf(size_t(M.layout.numel()));
+    if (comm_.rank() == root) std::memcpy(buf.data(), full, sizeof(float) * buf.size());
+    comm_.broadcast(buf.data(), sizeof(float) * buf.size(), root);
+    slice_shard(M.layout, comm_.rank(), buf.data(), M.field(field).data());
+    if (field == ShardField::value) ++M.weight->version;
+    return;
+  }
+  for (auto& rp : replicated_) {
+    if (rp->p->name != name) continue;
+    std::vector<float>& dst = rp->field(field);
+    dst.resize(size_t(rp->p->numel()));
+    if (comm_.rank() == root) std::memcpy(dst.data(), full, sizeof(float) * dst.size());
+    comm_.broadcast(dst.data(), sizeof(float) * dst.size(), root);
+    if (field == ShardField::value) ++rp->p->version;
+    return;
+  }
+  MXT_FAIL("FSDP: no parameter named '", name, "' (see Fsdp::params())");
+}
+
+}  // namespace mxtrain::dist

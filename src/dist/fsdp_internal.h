@@ -1,0 +1,81 @@
+// dist/fsdp_internal.h — the per-module state behind dist/fsdp.h, shared by fsdp.cc (setup,
+// gathers, providers), fsdp_grad.cc (gradients, optimizer views, checkpoints) and
+// fsdp_bench.cc. Internal to src/dist.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxtrain/dist/fsdp.h"
+
+namespace mxtrain::dist {
+
+constexpr uint64_t kNoVersion = QuantizedWeight::kNoVersion;
+
+// One all-gather of one kind for one module: the packed local shard (kept while the
+// parameter version and quantization config stay the same, so micro-batches of one step
+// quantize the shard once) and the gathered buffer (kept until the full weight is rebuilt).
+struct GatherSlot {
+  std::vector<uint8_t> send;  // [packed_bytes]
+  uint64_t send_version = kNoVersion;
+  QuantConfig send_cfg{};
+  std::vector<uint8_t> recv;  // [world * packed_bytes], rank order
+  uint64_t version = kNoVersion;  // parameter version of recv
+  Request req;
+  bool pending = false;  // started, not yet waited
+  bool ready = false;    // recv holds the gathered packs of `version`
+  std::vector<uint8_t> rebuilt;  // per expert: already unpacked from recv
+  int64_t rebuilt_count = 0;
+};
+
+struct Fsdp::Module {
+  std::string name;
+  Linear* linear = nullptr;
+  GroupedLinear* grouped = nullptr;
+  Parameter* weight = nullptr;
+  ShardLayout layout;
+  std::vector<float> value, grad, m, v;  // this rank's shard [rows_per_rank * in]
+  std::array<GatherSlot, kNumGatherKinds> slots;
+  bool input_grad_needed = true;
+
+  const Recipe& recipe() const {
+    return linear ? linear->precision().recipe : grouped->precision().recipe;
+  }
+  int64_t num_caches() const { return linear ? 1 : grouped->num_experts(); }
+  QuantizedWeight& cache(int64_t e) {
+    return linear ? linear->weight_cache() : grouped->weight_caches()[size_t(e)];
+  }
+  std::vector<float>& field(ShardField f) {
+    switch (f) {
+      case ShardField::value: return value;
+      case ShardField::grad: return grad;
+      case ShardField::m: return m;
+      case ShardField::v: return v;
+    }
+    return value;
+  }
+};
+
+struct Fsdp::Replicated {
+  Parameter* p = nullptr;
+  std::vector<float> m, v;
+  std::vector<float>& field(ShardField f) {
+    switch (f) {
+      case ShardField::value: return p->value;
+      case ShardField::grad: return p->grad;
+      case ShardField::m: return m;
+      case ShardField::v: return v;
+    }
+    return p->value;
+  }
+};
+
+// Which QuantizedWeight members the GEMMs of `use` read under recipe r (mirrors the layers:
+// bf16 -> bf16; mxfp8 -> rowwise forward, colwise backward; mxfp8-32x32 -> tile).
+bool cache_serves(const QuantizedWeight& c, const Recipe& r, WeightUse use);
+
+std::string shape_str(const std::vector<int64_t>& s);
+
+}  // namespace mxtrain::dist
