@@ -1,0 +1,135 @@
+// mxtrain/nn/moe.h — mixture-of-experts feed-forward block: router, permutation, experts.
+//
+// Data flow for N token rows x [N, D] (the output of the layer's RMSNorm):
+//   logits [N, E] = x · Wr^T                    router, FP32 product (never quantized)
+//   probs  [N, E] = softmax(logits) over all experts
+//   top-k per token (descending probability, ties -> lower expert index), gates renormalised
+//   over the chosen experts: gate_j = p_j / Σ_{i in top-k} p_i. This equals a softmax over the
+//   top-k logits (Mixtral's routing); the full softmax is kept because the load-balancing
+//   loss needs the mean probability of every expert.
+//   permute: the N*k (token, slot) rows are grouped by expert — expert 0's rows first, and
+//   within an expert in token order (stable) — giving xp [N*k, D] and per-expert counts.
+//   experts: a = fc1(xp) [N*k, 2F] (GroupedLinear `experts.fc1`, W [E, 2F, D]),
+//            h = silu(a_gate) * a_up [N*k, F], yp = fc2(h) [N*k, D] (`experts.fc2`, W [E, D, F])
+//   combine: y[n] = Σ_j gate[n, j] · yp[row of (n, j)], slots added in order j = 0..k-1.
+//
+// Load-balancing loss (Switch Transformer / GShard): aux = E · Σ_e f_e · P_e with
+// f_e = (token slots routed to e) / (N·k) and P_e = mean_n probs[n, e]. f_e is a count and has
+// no gradient; d aux / d probs[n, e] = E · f_e / N. With perfectly uniform routing aux = 1.
+//
+// The routing math is free functions (ops_router.cc) so it can be tested without experts;
+// MoELayer (moe.cc) strings them together with the two GroupedLinear layers. Functions follow
+// nn/ops.h's conventions: backward functions accumulate (+=) unless they say "written".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mxtrain/gemm.h"
+#include "mxtrain/nn/grouped_linear.h"
+#include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/parameter.h"
+
+namespace mxtrain {
+
+// Routing decisions for one micro-batch.
+struct MoERouting {
+  int64_t tokens = 0, experts = 0, top_k = 0;
+  std::vector<float> probs;        // [N, E] softmax over all experts
+  std::vector<int32_t> expert;     // [N, k] chosen experts, descending probability
+  std::vector<float> gate;         // [N, k] renormalised gating weights (sum to 1 per token)
+  std::vector<int64_t> counts;     // [E] token slots per expert (sum = N*k)
+  std::vector<int32_t> perm_token; // [N*k] permuted row -> source token
+  std::vector<int32_t> slot_row;   // [N*k] slot n*k+j -> permuted row
+  GroupList groups() const { return GroupList::from_counts(counts, tokens * top_k); }
+};
+
+// ---- router linear (FP32) -----------------------------------------------------------------
+// logits: [N, E] (written) = x [N, D] · w [E, D]^T.
+void router_logits_forward(float* logits, const float* x, const float* w, int64_t N, int64_t D,
+                           int64_t E);
+// dx: [N, D] += dlogits · w; dw: [E, D] += dlogits^T · x (either may be nullptr).
+void router_logits_backward(float* dx, float* dw, const float* dlogits, const float* x,
+                            const float* w, int64_t N, int64_t D, int64_t E);
+
+// ---- routing ------------------------------------------------------------------------------
+// logits: [N, E]. Fills every field of r (buffers are reused when r is reused). NaN logits do
+// not throw: the token still gets k distinct experts and its probabilities/gates become NaN, so
+// the loss turns non-finite and the trainer's skip-the-step handling applies.
+void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t top_k);
+// aux = E · Σ_e f_e · P_e (double precision, sums in a fixed order).
+double moe_aux_loss(const MoERouting& r);
+// dlogits: [N, E] WRITTEN = gradient of  Σ_{n,j} dgate[n,j]·gate[n,j] + daux · aux  w.r.t. the
+// logits, through the renormalisation and the softmax. dgate: [N, k] (nullptr: zero).
+void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r);
+
+// ---- permutation ----------------------------------------------------------------------------
+// xp: [N*k, D] (written) = x [N, D] rows in permuted order.
+void moe_permute(float* xp, const float* x, const MoERouting& r, int64_t D);
+// dx: [N, D] += Σ_j dxp[row of (n, j)], slots in order j = 0..k-1.
+void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D);
+// xs: [N*k, D] (written) rows of xp back in slot order (row n*k+j is token n's slot j).
+// moe_unpermute(moe_permute(x)) is x with each row repeated k times, bit for bit.
+void moe_unpermute(float* xs, const float* xp, const MoERouting& r, int64_t D);
+// y: [N, D] (written) = Σ_j gate[n,j] · yp[row of (n, j)].
+void moe_combine(float* y, const float* yp, const MoERouting& r, int64_t D);
+// dyp: [N*k, D] += gate · dy; dgate: [N, k] += dy[n] · yp[row of (n, j)].
+void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float* yp,
+                          const MoERouting& r, int64_t D);
+
+// ---- the MoE block ---------------------------------------------------------------------------
+// Owns the router weight `<prefix>.router.weight` [E, D] and the experts
+// `<prefix>.experts.fc1` / `<prefix>.experts.fc2`. Activations live in member buffers that are
+// reused across micro-batches; the input x passed to forward must stay alive and unchanged
+// until backward (the router's weight gradient reads it).
+class MoELayer {
+ public:
+  MoELayer() = default;
+  // prefix: dotted module path of the block, e.g. "layers.1.mlp".
+  MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff, int64_t num_experts,
+           int64_t top_k, const LinearPrecision& fc1_prec, const LinearPrecision& fc2_prec);
+
+  int64_t d_model() const { return D_; }
+  int64_t d_ff() const { return F_; }
+  int64_t num_experts() const { return E_; }
+  int64_t top_k() const { return k_; }
+
+  Parameter router;   // [E, D]
+  GroupedLinear fc1;  // [E, 2F, D]
+  GroupedLinear fc2;  // [E, D, F]
+
+  // x: [N, D]; y: [N, D] (written). Returns the load-balancing loss of this micro-batch.
+  double forward(const float* x, int64_t N, float* y);
+  // dy: [N, D]; dx: [N, D] += (through experts and router). daux = d objective / d aux.
+  // Accumulates router.grad and the experts' weight grads.
+  void backward(const float* dy, float daux, float* dx);
+
+  // Numerics reference: when on, the expert products run in plain FP32 from weight.value
+  // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.
+  void set_fp32_reference(bool on) { fp32_ref_ = on; }
+  bool fp32_reference() const { return fp32_ref_; }
+
+  const MoERouting& routing() const { return routing_; }
+  double aux_loss() const { return aux_; }
+  // Bytes the two GroupedLinear layers hold for backward after the last forward.
+  size_t held_bytes() const { return saved1_.held_bytes() + saved2_.held_bytes(); }
+  // Bytes of this block's FP32 activation buffers (kept for backward).
+  size_t activation_bytes() const {
+    return (logits_.size() + routing_.probs.size() + routing_.gate.size() + xp_.size() +
+            a_.size() + h_.size() + yp_.size()) * sizeof(float);
+  }
+
+ private:
+  int64_t D_ = 0, F_ = 0, E_ = 0, k_ = 0, N_ = 0;
+  const float* x_ = nullptr;
+  double aux_ = 0.0;
+  bool fp32_ref_ = false;
+  MoERouting routing_;
+  GroupList groups_;
+  std::vector<float> logits_, xp_, a_, h_, yp_;           // forward activations
+  std::vector<float> dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
+  GroupedLinearSaved saved1_, saved2_;
+};
+
+}  // namespace mxtrain

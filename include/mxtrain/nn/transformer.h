@@ -1,0 +1,162 @@
+// mxtrain/nn/transformer.h — the GPT-style model the trainer runs.
+//
+// Pre-norm decoder: token embedding -> n_layers × [x += proj(attn(qkv(rmsnorm(x))));
+// x += mlp(rmsnorm(x))] -> final RMSNorm -> lm_head -> softmax cross-entropy. The MLP is a
+// SwiGLU (fc1 -> silu(gate)·up -> fc2) or, on MoE layers, a top-k mixture of SwiGLU experts
+// (nn/moe.h). No biases; RMSNorm has a learnable gain. Separate (untied) embedding and lm_head.
+//
+// Precision is decided outside the model: the constructor asks a resolver for the
+// LinearPrecision of every quantizable module (describe_modules() lists them, with the facts
+// a policy needs, without allocating anything). The router and the non-GEMM layers are FP32.
+//
+// Module names (stable dotted paths; parameters are <module>.weight / .gain):
+//   embed                              [V, D]
+//   layers.{i}.attention.norm          gain [D]
+//   layers.{i}.attention.qkv           layernorm_column / qkv   W [3D, D]
+//   layers.{i}.attention.proj          row / proj               W [D, D]
+//   layers.{i}.mlp.norm                gain [D]
+//   dense:  layers.{i}.mlp.fc1         layernorm_column / fc1   W [2F, D]
+//           layers.{i}.mlp.fc2         row / fc2                W [D, F]
+//   MoE:    layers.{i}.mlp.router      FP32, W [E, D]
+//           layers.{i}.mlp.experts.fc1 layernorm_column / fc1, is_expert   W [E, 2F', D]
+//           layers.{i}.mlp.experts.fc2 row / fc2, is_expert                W [E, D, F']
+//   final_norm                         gain [D]
+//   lm_head                            column / lm_head         W [V, D]
+//
+// Training objective per micro-batch: mean cross-entropy + aux_loss_coef · Σ_MoE-layers aux.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mxtrain/nn/grouped_linear.h"
+#include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/parameter.h"
+
+namespace mxtrain {
+
+class MoELayer;  // nn/moe.h
+
+struct ModelConfig {
+  int vocab_size = 256;
+  int d_model = 128;
+  int n_layers = 4;
+  int n_heads = 4;
+  int d_ff = 384;            // SwiGLU hidden width of dense layers
+  int max_seq_len = 128;
+  int moe_num_experts = 0;   // 0 = dense model
+  int moe_top_k = 2;
+  int moe_d_ff = 0;          // SwiGLU hidden width of each expert; 0 = same as d_ff
+  int moe_every = 1;         // layer i is MoE if moe_num_experts > 0 && i % moe_every == moe_every-1
+  float aux_loss_coef = 0.01f;
+  float rms_eps = 1e-5f;
+  float init_std = 0.02f;
+
+  // Throws mxtrain::Error naming the bad field (e.g. "model.n_heads: must divide d_model").
+  void validate() const;
+  bool is_moe_layer(int layer) const {
+    return moe_num_experts > 0 && layer % moe_every == moe_every - 1;
+  }
+  int expert_d_ff() const { return moe_d_ff > 0 ? moe_d_ff : d_ff; }
+};
+
+// One quantizable module (a Linear or GroupedLinear) as the precision policy sees it.
+struct ModuleInfo {
+  std::string module;        // dotted path, e.g. "layers.2.mlp.experts.fc1"
+  std::string kind;          // layernorm_column | row | column (experts: base kind)
+  std::string name;          // qkv | proj | fc1 | fc2 | lm_head
+  int layer = -1;            // transformer layer; -1 for lm_head
+  bool is_expert = false;
+  int num_experts = 0;       // experts in the GroupedLinear (0 for dense modules)
+  int top_k = 1;             // token visits per input token (router top-k; 1 for dense)
+  int64_t in = 0, out = 0;   // per expert for experts
+};
+
+// Every quantizable module of a model with this config, in parameter order (validates cfg).
+std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg);
+
+// Decides each module's precision. Called once per module during GPT construction, in
+// describe_modules() order. (A resolver that records its decisions should be captured by
+// reference, e.g. [&](const ModuleInfo& m) { return r(m); }, since std::function copies.)
+using LinearPrecisionFn = std::function<LinearPrecision(const ModuleInfo&)>;
+
+class GPT {
+ public:
+  GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed);
+  ~GPT();
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  // All trainable parameters in a fixed order (embed, layer 0 .. n-1, final_norm, lm_head).
+  std::vector<Parameter*> parameters();
+  int64_t num_parameters() const;
+  void zero_grad();
+
+  std::vector<ModuleInfo> quantizable_modules() const { return describe_modules(cfg_); }
+  // The layer object of a quantizable module by its dotted name; nullptr when the name is not
+  // a Linear (resp. GroupedLinear) of this model.
+  Linear* linear(const std::string& module);
+  GroupedLinear* grouped_linear(const std::string& module);
+
+  // tokens, targets: [B, T] ids in [0, vocab_size); T <= max_seq_len. Runs forward and
+  // backward for one micro-batch and ACCUMULATES parameter gradients of
+  // grad_scale · (mean CE + aux_loss_coef · Σ aux) (grad_scale = 1/grad_accum typically).
+  // Returns the mean cross-entropy (without the aux term).
+  float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
+                         float grad_scale);
+  // Evaluation: mean cross-entropy, no gradients touched.
+  float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
+
+  // Mean cross-entropy of the last forward in double precision (the float return value
+  // rounded it).
+  double last_loss() const { return last_loss_; }
+  // Σ over MoE layers of the load-balancing loss of the last forward (0 for dense models);
+  // the objective adds aux_loss_coef times this.
+  float last_aux_loss() const { return last_aux_; }
+  // Bytes the Linear/GroupedLinear layers held for backward after the last forward.
+  size_t last_held_bytes() const { return last_held_; }
+  // Bytes of the model's own activation buffers (FP32 activations kept for backward).
+  size_t activation_bytes() const;
+
+  // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
+  const MoELayer* moe_layer(int layer) const;
+
+  // Numerics reference: when on, every Linear/GroupedLinear product runs in plain FP32 from the
+  // FP32 master weights (gemm_f32), ignoring the resolver's recipes and weight providers. The
+  // model is then an exactly differentiable FP32 function — used by the whole-model gradient
+  // check and to measure how far a recipe's gradients are from FP32 ones.
+  void set_fp32_reference(bool on);
+  bool fp32_reference() const { return fp32_ref_; }
+
+ private:
+  struct Layer;
+  float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
+  void ensure_buffers(int B, int T);
+
+  ModelConfig cfg_;
+  Parameter embed_, final_norm_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  Linear lm_head_;
+  LinearSaved lm_saved_;
+  int B_ = 0, T_ = 0;
+  int64_t cap_tokens_ = 0;
+  // Activations: resid_[l] is the input of layer l (resid_[L] the final one).
+  std::vector<std::vector<float>> resid_;
+  std::vector<float> lnf_, rstdf_, logits_;
+  std::vector<float> branch_;  // forward scratch: a branch output before the residual add
+  // Backward scratch shared by all layers.
+  std::vector<float> dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
+  std::map<std::string, Linear*> linears_;
+  std::map<std::string, GroupedLinear*> grouped_;
+  float last_aux_ = 0.f;
+  double last_loss_ = 0.0;
+  size_t last_held_ = 0;
+  bool fp32_ref_ = false;
+};
+
+}  // namespace mxtrain

@@ -1,0 +1,121 @@
+// nn/moe.cc — the MoE feed-forward block (nn/moe.h): router -> top-k -> permute -> grouped
+// SwiGLU experts -> gated combine, and its backward.
+//
+// Glue only: the routing math is in ops_router.cc, the expert GEMMs in GroupedLinear. Every
+// activation the backward needs stays in a member buffer until the next forward (the experts'
+// GroupedLinear may keep pointers to xp_ and h_ when the recipe defers quantization).
+#include <algorithm>
+
+#include "mxtrain/common.h"
+#include "mxtrain/nn/moe.h"
+#include "mxtrain/nn/ops.h"
+
+namespace mxtrain {
+namespace {
+
+// FP32 reference of GroupedLinear: y[rows g] = x[rows g] · W[g]^T per expert.
+void grouped_forward_f32(const GroupedLinear& l, const float* x, const GroupList& g, float* y) {
+  const int64_t in = l.in_features(), out = l.out_features();
+  MXT_CHECK(int64_t(l.weight.value.size()) == l.num_experts() * out * in, "'", l.name(),
+            "': the FP32 reference needs the full weight in weight.value");
+  for (int64_t e = 0; e < g.num_groups(); ++e) {
+    const int64_t r0 = g.offsets[e], n = g.count(e);
+    if (n == 0) continue;
+    gemm_f32(false, true, n, out, in, x + r0 * in, in, l.weight.value.data() + e * out * in, in,
+             y + r0 * out, out, false);
+  }
+}
+
+// dx = dy · W[g] (written), dW[g] += dy^T · x per expert.
+void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, const float* dy,
+                          float* dx) {
+  const int64_t in = l.in_features(), out = l.out_features();
+  for (int64_t e = 0; e < g.num_groups(); ++e) {
+    const int64_t r0 = g.offsets[e], n = g.count(e);
+    if (n == 0) continue;
+    const float* w = l.weight.value.data() + e * out * in;
+    gemm_f32(false, false, n, in, out, dy + r0 * out, out, w, in, dx + r0 * in, in, false);
+    gemm_f32(true, false, out, in, n, dy + r0 * out, out, x + r0 * in, in,
+             l.weight.grad.data() + e * out * in, in, true);
+  }
+}
+
+}  // namespace
+
+MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
+                   int64_t num_experts, int64_t top_k, const LinearPrecision& fc1_prec,
+                   const LinearPrecision& fc2_prec)
+    : fc1(prefix + ".experts.fc1", num_experts, d_model, 2 * d_ff, fc1_prec),
+      fc2(prefix + ".experts.fc2", num_experts, d_ff, d_model, fc2_prec),
+      D_(d_model), F_(d_ff), E_(num_experts), k_(top_k) {
+  MXT_CHECK(d_model >= 1 && d_ff >= 1, "MoE '", prefix, "': d_model and d_ff must be >= 1");
+  MXT_CHECK(num_experts >= 1 && top_k >= 1 && top_k <= num_experts, "MoE '", prefix,
+            "': top_k = ", top_k, " must be between 1 and num_experts = ", num_experts);
+  router.init(prefix + ".router.weight", {num_experts, d_model});
+}
+
+double MoELayer::forward(const float* x, int64_t N, float* y) {
+  MXT_CHECK(x && y, "MoE forward: null x or y");
+  MXT_CHECK(N >= 1, "MoE forward: needs at least one token, got ", N);
+  MXT_CHECK(int64_t(router.value.size()) == E_ * D_, "MoE '", router.name,
+            "': the router weight is not materialised (", router.value.size(), " values)");
+  N_ = N;
+  x_ = x;
+  const int64_t rows = N * k_;
+  logits_.resize(N * E_);
+  router_logits_forward(logits_.data(), x, router.value.data(), N, D_, E_);
+  moe_route(routing_, logits_.data(), N, E_, k_);
+  aux_ = moe_aux_loss(routing_);
+  groups_ = routing_.groups();
+  xp_.resize(rows * D_);
+  a_.resize(rows * 2 * F_);
+  h_.resize(rows * F_);
+  yp_.resize(rows * D_);
+  moe_permute(xp_.data(), x, routing_, D_);
+  if (fp32_ref_) {
+    saved1_ = GroupedLinearSaved{};
+    saved2_ = GroupedLinearSaved{};
+    grouped_forward_f32(fc1, xp_.data(), groups_, a_.data());
+    swiglu_forward(h_.data(), a_.data(), rows, F_);
+    grouped_forward_f32(fc2, h_.data(), groups_, yp_.data());
+  } else {
+    fc1.forward(xp_.data(), rows, groups_, a_.data(), saved1_);
+    swiglu_forward(h_.data(), a_.data(), rows, F_);
+    fc2.forward(h_.data(), rows, groups_, yp_.data(), saved2_);
+  }
+  moe_combine(y, yp_.data(), routing_, D_);
+  return aux_;
+}
+
+void MoELayer::backward(const float* dy, float daux, float* dx) {
+  MXT_CHECK(dy && dx, "MoE backward: null dy or dx");
+  MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
+  const int64_t N = N_, rows = N * k_;
+  if (router.grad.size() != router.value.size()) router.grad.assign(router.value.size(), 0.f);
+  dyp_.assign(rows * D_, 0.f);
+  dgate_.assign(N * k_, 0.f);
+  moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_);
+  dh_.assign(rows * F_, 0.f);
+  da_.assign(rows * 2 * F_, 0.f);
+  dxp_.assign(rows * D_, 0.f);
+  if (fp32_ref_) {
+    for (GroupedLinear* l : {&fc1, &fc2})
+      if (l->weight.grad.size() != l->weight.value.size())
+        l->weight.grad.assign(l->weight.value.size(), 0.f);
+    grouped_backward_f32(fc2, h_.data(), groups_, dyp_.data(), dh_.data());
+    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_);
+    grouped_backward_f32(fc1, xp_.data(), groups_, da_.data(), dxp_.data());
+  } else {
+    fc2.backward(saved2_, dyp_.data(), dh_.data());
+    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_);
+    fc1.backward(saved1_, da_.data(), dxp_.data());
+  }
+  moe_permute_backward(dx, dxp_.data(), routing_, D_);
+  dlogits_.resize(N * E_);
+  moe_route_backward(dlogits_.data(), dgate_.data(), daux, routing_);
+  router_logits_backward(dx, router.grad.data(), dlogits_.data(), x_, router.value.data(), N,
+                         D_, E_);
+  N_ = 0;  // one backward per forward
+}
+
+}  // namespace mxtrain

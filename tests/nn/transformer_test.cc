@@ -1,0 +1,419 @@
+// tests/nn/transformer_test.cc — the GPT model (nn/transformer.h): config errors, module
+// description and naming, loss at initialisation, whole-model gradients against finite
+// differences (dense and MoE), exact gradient accumulation, determinism (seed and thread
+// count), and defer_backward_quant giving the same numbers with fewer held bytes.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "mxtrain/common.h"
+#include "mxtrain/nn/moe.h"
+#include "mxtrain/nn/transformer.h"
+
+namespace mxtrain {
+namespace {
+
+ModelConfig tiny(bool moe) {
+  ModelConfig c;
+  c.vocab_size = 256;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 2;
+  c.d_ff = 48;
+  c.max_seq_len = 8;
+  if (moe) {
+    c.moe_num_experts = 4;
+    c.moe_top_k = 2;
+    c.moe_d_ff = 24;
+    c.moe_every = 1;
+    c.aux_loss_coef = 0.1f;  // large enough that the aux gradient matters in the check
+  }
+  return c;
+}
+
+LinearPrecisionFn recipe_resolver(const std::string& name, bool defer = false) {
+  return [name, defer](const ModuleInfo&) {
+    LinearPrecision p;
+    p.recipe = get_recipe(name);
+    p.defer_backward_quant = defer;
+    return p;
+  };
+}
+
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+};
+Batch make_batch(int B, int T, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (auto& t : b.tokens) t = int32_t(rng() % 256);
+  for (auto& t : b.targets) t = int32_t(rng() % 256);
+  return b;
+}
+
+std::vector<float> all_grads(GPT& m) {
+  std::vector<float> g;
+  for (Parameter* p : m.parameters()) g.insert(g.end(), p->grad.begin(), p->grad.end());
+  return g;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- config and description ----------------------------------------------------------------
+
+TEST(ModelConfig, ValidateNamesTheBadField) {
+  auto expect_field = [](ModelConfig c, const std::string& field) {
+    try {
+      c.validate();
+      ADD_FAILURE() << "no error for " << field;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("model." + field), std::string::npos) << e.what();
+    }
+  };
+  ModelConfig c = tiny(false);
+  EXPECT_NO_THROW(c.validate());
+  { auto b = c; b.d_model = 0; expect_field(b, "d_model"); }
+  { auto b = c; b.n_heads = 3; expect_field(b, "n_heads"); }
+  { auto b = c; b.n_layers = 0; expect_field(b, "n_layers"); }
+  { auto b = c; b.vocab_size = 0; expect_field(b, "vocab_size"); }
+  { auto b = c; b.rms_eps = 0.f; expect_field(b, "rms_eps"); }
+  { auto b = tiny(true); b.moe_top_k = 5; expect_field(b, "moe_top_k"); }
+  { auto b = tiny(true); b.moe_every = 0; expect_field(b, "moe_every"); }
+  { auto b = c; b.moe_num_experts = -1; expect_field(b, "moe_num_experts"); }
+}
+
+TEST(DescribeModules, DenseAndMoENamesKindsAndShapes) {
+  auto d = describe_modules(tiny(false));
+  ASSERT_EQ(d.size(), 9u);
+  EXPECT_EQ(d[0].module, "layers.0.attention.qkv");
+  EXPECT_EQ(d[0].kind, "layernorm_column");
+  EXPECT_EQ(d[0].name, "qkv");
+  EXPECT_EQ(d[0].in, 32);
+  EXPECT_EQ(d[0].out, 96);
+  EXPECT_EQ(d[1].module, "layers.0.attention.proj");
+  EXPECT_EQ(d[1].kind, "row");
+  EXPECT_EQ(d[2].module, "layers.0.mlp.fc1");
+  EXPECT_EQ(d[2].out, 96);
+  EXPECT_EQ(d[3].module, "layers.0.mlp.fc2");
+  EXPECT_EQ(d[3].in, 48);
+  EXPECT_EQ(d[3].top_k, 1);
+  EXPECT_FALSE(d[3].is_expert);
+  EXPECT_EQ(d[8].module, "lm_head");
+  EXPECT_EQ(d[8].kind, "column");
+  EXPECT_EQ(d[8].layer, -1);
+  EXPECT_EQ(d[8].out, 256);
+
+  ModelConfig mc = tiny(true);
+  mc.n_layers = 4;
+  mc.moe_every = 2;  // layers 1 and 3 are MoE
+  auto m = describe_modules(mc);
+  ASSERT_EQ(m.size(), 17u);
+  EXPECT_EQ(m[2].module, "layers.0.mlp.fc1");
+  EXPECT_EQ(m[6].module, "layers.1.mlp.experts.fc1");
+  EXPECT_EQ(m[6].kind, "layernorm_column");
+  EXPECT_TRUE(m[6].is_expert);
+  EXPECT_EQ(m[6].num_experts, 4);
+  EXPECT_EQ(m[6].top_k, 2);
+  EXPECT_EQ(m[6].out, 48);
+  EXPECT_EQ(m[7].module, "layers.1.mlp.experts.fc2");
+  EXPECT_EQ(m[7].kind, "row");
+  EXPECT_EQ(m[7].in, 24);
+  EXPECT_EQ(m[7].layer, 1);
+}
+
+TEST(GPT, ResolverSeesEveryModuleOnceAndAccessorsFindThem) {
+  std::vector<std::string> asked;
+  GPT m(tiny(true), [&](const ModuleInfo& i) {
+    asked.push_back(i.module);
+    LinearPrecision p;
+    p.recipe = get_recipe(i.is_expert ? "mxfp8" : "bf16");
+    return p;
+  }, 7);
+  std::vector<std::string> want;
+  for (const auto& i : m.quantizable_modules()) want.push_back(i.module);
+  EXPECT_EQ(asked, want);
+  ASSERT_NE(m.linear("layers.1.attention.qkv"), nullptr);
+  EXPECT_EQ(m.linear("layers.1.attention.qkv")->out_features(), 96);
+  EXPECT_EQ(m.linear("layers.0.mlp.experts.fc1"), nullptr);
+  ASSERT_NE(m.grouped_linear("layers.0.mlp.experts.fc1"), nullptr);
+  EXPECT_EQ(m.grouped_linear("layers.0.mlp.experts.fc1")->precision().recipe.name, "mxfp8");
+  EXPECT_EQ(m.linear("lm_head")->precision().recipe.name, "bf16");
+  EXPECT_EQ(m.grouped_linear("nope"), nullptr);
+
+  std::vector<std::string> names;
+  for (Parameter* p : m.parameters()) names.push_back(p->name);
+  const std::vector<std::string> want_names = {
+      "embed.weight",
+      "layers.0.attention.norm.gain", "layers.0.attention.qkv.weight",
+      "layers.0.attention.proj.weight", "layers.0.mlp.norm.gain",
+      "layers.0.mlp.router.weight", "layers.0.mlp.experts.fc1.weight",
+      "layers.0.mlp.experts.fc2.weight",
+      "layers.1.attention.norm.gain", "layers.1.attention.qkv.weight",
+      "layers.1.attention.proj.weight", "layers.1.mlp.norm.gain",
+      "layers.1.mlp.router.weight", "layers.1.mlp.experts.fc1.weight",
+      "layers.1.mlp.experts.fc2.weight",
+      "final_norm.gain", "lm_head.weight"};
+  EXPECT_EQ(names, want_names);
+  // 256*32 + 2*(32 + 96*32 + 32*32 + 32 + 4*32 + 4*48*32 + 4*32*24) + 32 + 256*32
+  EXPECT_EQ(m.num_parameters(), 8192 + 2 * (32 + 3072 + 1024 + 32 + 128 + 6144 + 3072) + 32 + 8192);
+}
+
+TEST(GPT, BadBatchIsAnError) {
+  GPT m(tiny(false), recipe_resolver("bf16"), 1);
+  Batch b = make_batch(1, 9, 1);
+  EXPECT_THROW(m.forward_loss(b.tokens.data(), b.targets.data(), 1, 9), Error);  // T > max
+  b.tokens[3] = 256;
+  EXPECT_THROW(m.forward_loss(b.tokens.data(), b.targets.data(), 1, 8), Error);
+}
+
+// ---- numbers ---------------------------------------------------------------------------------
+
+TEST(GPT, InitialLossIsNearLogVocab) {
+  for (bool moe : {false, true}) {
+    GPT m(tiny(moe), recipe_resolver("bf16"), 3);
+    Batch b = make_batch(4, 8, 2);
+    const float loss = m.forward_loss(b.tokens.data(), b.targets.data(), 4, 8);
+    // init_std 0.02 keeps the logits within ~0.1 of each other: near-uniform predictions.
+    EXPECT_NEAR(loss, std::log(256.0), 0.1) << "moe=" << moe;
+    if (moe) {
+      EXPECT_GT(m.last_aux_loss(), 1.8f);  // two layers, each ~1 (>= 1 up to routing noise)
+      EXPECT_LT(m.last_aux_loss(), 2.6f);
+    } else {
+      EXPECT_EQ(m.last_aux_loss(), 0.f);
+    }
+  }
+}
+
+// Whole-model gradient check against central finite differences, on the FP32 reference path
+// (set_fp32_reference: every product in plain FP32). The recipes round operands to BF16 or FP8,
+// which turns the loss into a finely stepped function of the parameters whose finite
+// differences are noise at any useful step size (measured on the bf16 path: directional
+// differences along the norm-gain and router gradients off by 2-10x at h = 1e-2); the FP32 path
+// makes the wiring check tight, and RecipeGradientsTrackFp32Reference ties the real path to it.
+// For each parameter tensor the 3 entries with the largest |gradient| and 2 fixed others are
+// perturbed by h = 1e-3. The objective (mean CE in double + coef · aux) carries ~1e-7 of FP32
+// activation rounding noise, i.e. ~1e-4 per difference quotient; curvature error is O(h^2).
+// Tolerance: 3e-4 absolute + 2e-2 relative.
+// Routing is piecewise constant in the parameters: an entry whose perturbation moves a token to
+// another expert measures a jump, not a slope, and is skipped — at most 3 of the 85 may be.
+void fp32_gradient_check(bool moe) {
+  const int B = 2, T = 8;
+  GPT m(tiny(moe), recipe_resolver("bf16"), 11);
+  m.set_fp32_reference(true);
+  Batch b = make_batch(B, T, 5);
+  m.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+  auto routing = [&] {
+    std::vector<int32_t> r;
+    for (int l = 0; l < m.config().n_layers; ++l)
+      if (const MoELayer* e = m.moe_layer(l))
+        r.insert(r.end(), e->routing().expert.begin(), e->routing().expert.end());
+    return r;
+  };
+  const std::vector<int32_t> base_routing = routing();
+  EXPECT_EQ(base_routing.empty(), !moe);
+  const double coef = m.config().aux_loss_coef;
+  bool routing_changed = false;
+  auto objective = [&] {
+    m.forward_loss(b.tokens.data(), b.targets.data(), B, T);
+    routing_changed = routing_changed || routing() != base_routing;
+    return m.last_loss() + coef * m.last_aux_loss();
+  };
+  const float h = 1e-3f;
+  int checked = 0, skipped = 0;
+  for (Parameter* p : m.parameters()) {
+    std::vector<size_t> idx(p->grad.size());
+    for (size_t i = 0; i < idx.size(); ++i) idx[i] = i;
+    std::partial_sort(idx.begin(), idx.begin() + 3, idx.end(), [&](size_t a, size_t c) {
+      return std::fabs(p->grad[a]) > std::fabs(p->grad[c]);
+    });
+    idx.resize(3);
+    idx.push_back(p->grad.size() / 3);
+    idx.push_back(p->grad.size() - 1);
+    for (size_t i : idx) {
+      const float x0 = p->value[i];
+      routing_changed = false;
+      p->value[i] = x0 + h;
+      const double fp = objective();
+      p->value[i] = x0 - h;
+      const double fm = objective();
+      p->value[i] = x0;
+      if (routing_changed) {
+        ++skipped;
+        continue;
+      }
+      const double fd = (fp - fm) / (double(x0 + h) - double(x0 - h));
+      EXPECT_LE(std::fabs(fd - p->grad[i]), 3e-4 + 2e-2 * std::fabs(fd))
+          << p->name << "[" << i << "]: finite difference " << fd << " vs backward "
+          << p->grad[i];
+      ++checked;
+    }
+  }
+  EXPECT_LE(skipped, 3);
+  EXPECT_EQ(checked + skipped, 5 * int(m.parameters().size()));
+}
+
+TEST(GPT, DenseGradientsMatchFiniteDifferencesFp32) { fp32_gradient_check(false); }
+TEST(GPT, MoEGradientsMatchFiniteDifferencesFp32) { fp32_gradient_check(true); }
+
+double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+  double ab = 0, aa = 0, bb = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ab += double(a[i]) * b[i];
+    aa += double(a[i]) * a[i];
+    bb += double(b[i]) * b[i];
+  }
+  return ab / std::sqrt(aa * bb);
+}
+
+// The real (recipe) path against the FP32 reference of the same model and batch: per parameter
+// tensor, the gradients must point the same way. Measured minimum cosine over all tensors
+// (seed 12): bf16 0.99998, mxfp8 and mxfp8-32x32 0.9958 (E4M3 keeps 3 mantissa bits, ~3% per
+// operand). Thresholds 0.9995 and 0.99 leave room for other seeds and still catch a gradient
+// that is wired wrong (cosine far below 0.9).
+TEST(GPT, RecipeGradientsTrackFp32Reference) {
+  for (bool moe : {false, true}) {
+    for (const char* recipe : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+      const int B = 2, T = 8;
+      Batch b = make_batch(B, T, 29);
+      GPT ref(tiny(moe), recipe_resolver(recipe), 12), real(tiny(moe), recipe_resolver(recipe), 12);
+      ref.set_fp32_reference(true);
+      const float l_ref = ref.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+      const float l_real = real.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+      const bool bf16 = std::string(recipe) == "bf16";
+      EXPECT_NEAR(l_real, l_ref, bf16 ? 1e-4 : 5e-3) << recipe;
+      auto pr = ref.parameters(), pq = real.parameters();
+      for (size_t i = 0; i < pr.size(); ++i)
+        EXPECT_GE(cosine(pr[i]->grad, pq[i]->grad), bf16 ? 0.9995 : 0.99)
+            << recipe << " moe=" << moe << " " << pr[i]->name;
+    }
+  }
+}
+
+// On the real bf16 path, a finite difference along the whole gradient direction (a large
+// signal: |g| ~ 2, against ~1e-4 of BF16 stepping noise in the loss) must give |g|:
+// (L(θ + h ĝ) - L(θ - h ĝ)) / 2h = ĝ · ∇L, with h = 0.03. Measured ratio 0.997 (dense) / 0.999 (MoE); tolerance 2%.
+TEST(GPT, Bf16GradientIsTheSlopeAlongItself) {
+  for (bool moe : {false, true}) {
+    const int B = 2, T = 8;
+    GPT m(tiny(moe), recipe_resolver("bf16"), 11);
+    Batch b = make_batch(B, T, 5);
+    m.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+    double norm2 = 0;
+    for (Parameter* p : m.parameters())
+      for (float g : p->grad) norm2 += double(g) * g;
+    const double norm = std::sqrt(norm2), h = 0.03;
+    std::vector<std::vector<float>> v0;
+    for (Parameter* p : m.parameters()) v0.push_back(p->value);
+    const double coef = m.config().aux_loss_coef;
+    auto at = [&](double s) {
+      auto ps = m.parameters();
+      for (size_t k = 0; k < ps.size(); ++k) {
+        for (size_t i = 0; i < v0[k].size(); ++i)
+          ps[k]->value[i] = float(v0[k][i] + s * h * ps[k]->grad[i] / norm);
+        ++ps[k]->version;
+      }
+      m.forward_loss(b.tokens.data(), b.targets.data(), B, T);
+      return m.last_loss() + coef * m.last_aux_loss();
+    };
+    const double slope = (at(1) - at(-1)) / (2 * h);
+    EXPECT_NEAR(slope / norm, 1.0, 0.02) << "moe=" << moe;
+  }
+}
+
+// Scaling the objective by 1/2 is exact in binary floating point (every op in the backward is
+// homogeneous, and power-of-two scaling commutes with rounding to FP32, BF16 and MX formats), so
+// one micro-batch at grad_scale 0.5 from zero gradients gives exactly half the gradients of one
+// at 1.0. Two accumulated micro-batches at 0.5 add partial sums in a different order than one
+// at 1.0 (the wgrad GEMMs accumulate into the existing gradient), so they agree to FP32
+// rounding: 1e-6 of the largest gradient.
+TEST(GPT, GradScaleScalesExactlyAndAccumulates) {
+  for (bool moe : {false, true}) {
+    Batch b = make_batch(2, 8, 9);
+    GPT m1(tiny(moe), recipe_resolver("mxfp8"), 4), m2(tiny(moe), recipe_resolver("mxfp8"), 4);
+    const float l1 = m1.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    const float l2 = m2.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
+    EXPECT_EQ(l1, l2);
+    const auto g1 = all_grads(m1), g_half = all_grads(m2);
+    std::vector<float> doubled(g_half.size());
+    for (size_t i = 0; i < g_half.size(); ++i) doubled[i] = 2.f * g_half[i];
+    EXPECT_TRUE(same_bytes(g1, doubled)) << "moe=" << moe;
+    m2.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
+    const auto g2 = all_grads(m2);
+    float gmax = 0.f;
+    for (float g : g1) gmax = std::max(gmax, std::fabs(g));
+    for (size_t i = 0; i < g1.size(); ++i) ASSERT_NEAR(g1[i], g2[i], 1e-6f * gmax) << i;
+  }
+}
+
+TEST(GPT, SameSeedGivesIdenticalLossAndGradients) {
+  for (bool moe : {false, true}) {
+    Batch b = make_batch(2, 8, 13);
+    GPT a(tiny(moe), recipe_resolver("mxfp8"), 21), c(tiny(moe), recipe_resolver("mxfp8"), 21);
+    GPT other(tiny(moe), recipe_resolver("mxfp8"), 22);
+    const float la = a.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    const float lc = c.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    const float lo = other.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    EXPECT_EQ(std::memcmp(&la, &lc, sizeof(float)), 0);
+    EXPECT_TRUE(same_bytes(all_grads(a), all_grads(c)));
+    EXPECT_NE(la, lo);
+    EXPECT_FALSE(same_bytes(all_grads(a), all_grads(other)));
+  }
+}
+
+TEST(GPT, OneAndTwoThreadsGiveIdenticalLossAndGradients) {
+  for (bool moe : {false, true}) {
+    for (const char* recipe : {"bf16", "mxfp8"}) {
+      Batch b = make_batch(2, 8, 17);
+      GPT a(tiny(moe), recipe_resolver(recipe), 5), c(tiny(moe), recipe_resolver(recipe), 5);
+      const int prev = omp_get_max_threads();
+      omp_set_num_threads(1);
+      const float la = a.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+      omp_set_num_threads(2);
+      const float lc = c.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+      omp_set_num_threads(prev);
+      EXPECT_EQ(std::memcmp(&la, &lc, sizeof(float)), 0) << recipe << " moe=" << moe;
+      EXPECT_TRUE(same_bytes(all_grads(a), all_grads(c))) << recipe << " moe=" << moe;
+    }
+  }
+}
+
+TEST(GPT, DeferBackwardQuantGivesSameNumbersAndHoldsLess) {
+  for (bool moe : {false, true}) {
+    Batch b = make_batch(2, 8, 19);
+    GPT off(tiny(moe), recipe_resolver("mxfp8", false), 6);
+    GPT on(tiny(moe), recipe_resolver("mxfp8", true), 6);
+    const float l_off = off.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    const size_t held_off = off.last_held_bytes();
+    const float l_on = on.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+    const size_t held_on = on.last_held_bytes();
+    EXPECT_EQ(l_off, l_on);
+    EXPECT_TRUE(same_bytes(all_grads(off), all_grads(on))) << "moe=" << moe;
+    EXPECT_GT(held_off, 0u);
+    EXPECT_LT(held_on, held_off) << "moe=" << moe;
+  }
+}
+
+TEST(GPT, ForwardLossLeavesGradientsAlone) {
+  GPT m(tiny(true), recipe_resolver("bf16"), 8);
+  Batch b = make_batch(2, 8, 23);
+  m.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+  const auto g = all_grads(m);
+  const float l1 = m.forward_loss(b.tokens.data(), b.targets.data(), 2, 8);
+  const float l2 = m.forward_loss(b.tokens.data(), b.targets.data(), 1, 8);  // smaller batch
+  EXPECT_TRUE(same_bytes(g, all_grads(m)));
+  EXPECT_TRUE(std::isfinite(l1) && std::isfinite(l2));
+  // A smaller micro-batch after a larger one reuses the buffers.
+  const float l3 = m.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.f);
+  EXPECT_EQ(l2, l3);
+}
+
+}  // namespace
+}  // namespace mxtrain
