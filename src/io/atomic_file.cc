@@ -193,11 +193,10 @@ AtomicDir::~AtomicDir() {
 
 std::string AtomicDir::file(const std::string& name) const { return tmp_ + "/" + name; }
 
-void AtomicDir::write(const std::string& name,
-                      const std::vector<std::span<const uint8_t>>& parts) {
+void AtomicDir::write(const std::string& name, const std::vector<std::span<const uint8_t>>& parts) {
   MXT_CHECK(!committed_, "AtomicDir ", target_, " is already committed");
-  MXT_CHECK(!name.empty() && name.find('/') == std::string::npos,
-            "invalid file name '", name, "' (must be a plain name)");
+  MXT_CHECK(!name.empty() && name.find('/') == std::string::npos, "invalid file name '", name,
+            "' (must be a plain name)");
   create_write_sync(file(name), parts, target_ + "/" + name);
 }
 void AtomicDir::write(const std::string& name, const void* data, size_t size) {
@@ -231,8 +230,8 @@ void AtomicDir::commit() {
     MXT_CHECK(is_directory(target_), "cannot replace ", target_, ": it is not a directory");
     old = temp_sibling(target_, "old");
     if (::rename(target_.c_str(), old.c_str()) != 0)
-      MXT_FAIL("cannot replace ", target_, ": moving the old directory aside failed: ",
-               errno_text(errno));
+      MXT_FAIL("cannot replace ", target_,
+               ": moving the old directory aside failed: ", errno_text(errno));
   }
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) {
     int err = errno;

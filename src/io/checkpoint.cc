@@ -53,8 +53,8 @@ std::vector<StTensorView> to_views(const std::vector<TensorRef>& tensors, const 
   std::vector<StTensorView> views;
   for (const auto& t : tensors) {
     MXT_CHECK(!t.name.empty(), "checkpoint: a ", role, " tensor has an empty name");
-    MXT_CHECK(names.insert(t.name).second, "checkpoint: duplicate ", role, " tensor name '",
-              t.name, "'");
+    MXT_CHECK(names.insert(t.name).second, "checkpoint: duplicate ", role, " tensor name '", t.name,
+              "'");
     int64_t n = 1;
     for (int64_t d : t.shape) {
       MXT_CHECK(d >= 0, "checkpoint: ", role, " tensor '", t.name,
@@ -145,8 +145,8 @@ std::string config_hash(const std::string& config_text) {
 
 std::string save_checkpoint(const std::string& root, int64_t step,
                             const std::vector<TensorRef>& model,
-                            const std::vector<TensorRef>& optimizer,
-                            const json& trainer_state, const CheckpointOptions& opt) {
+                            const std::vector<TensorRef>& optimizer, const json& trainer_state,
+                            const CheckpointOptions& opt) {
   MXT_CHECK(step >= 0, "checkpoint: step must be >= 0, got ", step);
   MXT_CHECK(!root.empty(), "checkpoint: the checkpoint directory path is empty");
   std::error_code ec;
@@ -170,8 +170,7 @@ std::string save_checkpoint(const std::string& root, int64_t step,
   state["files"][kOptimizerFile] = {{"bytes", os.total_size}, {"crc32", crc32_hex(crc_of(os))}};
   const std::string body = canonical(state);
   state["state_crc32"] = crc32_hex(crc32(body.data(), body.size()));
-  const std::string text =
-      state.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+  const std::string text = state.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 
   const std::string name = step_dir_name(step);
   AtomicDir out(root + "/" + name);
@@ -186,8 +185,8 @@ std::string save_checkpoint(const std::string& root, int64_t step,
 
 std::string save_checkpoint(const std::string& root, int64_t step,
                             const std::vector<NamedTensor>& model,
-                            const std::vector<NamedTensor>& optimizer,
-                            const json& trainer_state, const CheckpointOptions& opt) {
+                            const std::vector<NamedTensor>& optimizer, const json& trainer_state,
+                            const CheckpointOptions& opt) {
   return save_checkpoint(root, step, refs_of(model), refs_of(optimizer), trainer_state, opt);
 }
 
@@ -204,9 +203,7 @@ std::vector<int64_t> list_checkpoint_steps(const std::string& root) {
   return steps;
 }
 
-bool has_checkpoint(const std::string& root) {
-  return path_exists(root + "/" + kLatestFile);
-}
+bool has_checkpoint(const std::string& root) { return path_exists(root + "/" + kLatestFile); }
 
 std::string resolve_checkpoint_dir(const std::string& path) {
   MXT_CHECK(path_exists(path), "checkpoint not found: ", path);
@@ -261,11 +258,12 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
     MXT_CHECK(got == want, state_path, ": checksum mismatch (crc32 ", got, ", recorded ", want,
               "); the file is corrupted");
     ck.format_version = state.at("format_version").get<int>();
-    MXT_CHECK(ck.format_version >= 1 && ck.format_version <= kCheckpointFormatVersion,
-              state_path, ": checkpoint format version ", ck.format_version,
+    MXT_CHECK(ck.format_version >= 1 && ck.format_version <= kCheckpointFormatVersion, state_path,
+              ": checkpoint format version ", ck.format_version,
               " is not supported (this build reads versions 1..", kCheckpointFormatVersion, ")");
     ck.step = state.at("step").get<int64_t>();
-    const int64_t dir_step = parse_step_name(fs::path(ck.dir).lexically_normal().filename().string());
+    const int64_t dir_step =
+        parse_step_name(fs::path(ck.dir).lexically_normal().filename().string());
     MXT_CHECK(dir_step < 0 || dir_step == ck.step, state_path, ": records step ", ck.step,
               " but the directory is ", step_dir_name(dir_step));
     ck.trainer_state = state.at("trainer_state");

@@ -27,9 +27,9 @@ struct DtypeInfo {
   size_t size;
 };
 constexpr DtypeInfo kDtypes[] = {
-    {"b1", "bool", 1},    {"i1", "int8", 1},     {"u1", "uint8", 1},   {"i2", "int16", 2},
-    {"u2", "uint16", 2},  {"i4", "int32", 4},    {"u4", "uint32", 4},  {"i8", "int64", 8},
-    {"u8", "uint64", 8},  {"f2", "float16", 2},  {"f4", "float32", 4}, {"f8", "float64", 8},
+    {"b1", "bool", 1},   {"i1", "int8", 1},    {"u1", "uint8", 1},   {"i2", "int16", 2},
+    {"u2", "uint16", 2}, {"i4", "int32", 4},   {"u4", "uint32", 4},  {"i8", "int64", 8},
+    {"u8", "uint64", 8}, {"f2", "float16", 2}, {"f4", "float32", 4}, {"f8", "float64", 8},
 };
 constexpr const char* kAcceptedList =
     "|b1 |i1 |u1 <i2 <u2 <i4 <u4 <i8 <u8 <f2 <f4 <f8 (little-endian, C order)";
@@ -46,8 +46,8 @@ std::string normalize_dtype(const std::string& descr, const std::string& what) {
     const DtypeInfo* d = find_dtype(descr.substr(1));
     char order = descr[0];
     if (d && (order == '>' && d->size > 1))
-      MXT_FAIL(what, ": big-endian dtype '", descr, "' is not supported; save the array as "
-               "little-endian (x.astype('<", d->code, "'))");
+      MXT_FAIL(what, ": big-endian dtype '", descr,
+               "' is not supported; save it little-endian (x.astype('<", d->code, "'))");
     if (d && (order == '<' || order == '|' || (order == '>' && d->size == 1)))
       return std::string(d->size == 1 ? "|" : "<") + d->code;
   }
@@ -72,7 +72,10 @@ class HeaderParser {
     expect('{');
     for (;;) {
       ws();
-      if (peek() == '}') { ++i_; break; }
+      if (peek() == '}') {
+        ++i_;
+        break;
+      }
       if (peek() != '\'' && peek() != '"') fail("expected a quoted key");
       std::string key = parse_string();
       ws();
@@ -80,8 +83,14 @@ class HeaderParser {
       ws();
       out[key] = parse_value();
       ws();
-      if (peek() == ',') { ++i_; continue; }
-      if (peek() == '}') { ++i_; break; }
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() == '}') {
+        ++i_;
+        break;
+      }
       fail("expected ',' or '}'");
     }
     return out;
@@ -89,7 +98,10 @@ class HeaderParser {
 
  private:
   char peek() const { return i_ < t_.size() ? t_[i_] : '\0'; }
-  void ws() { while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\t' || t_[i_] == '\n' || t_[i_] == '\r')) ++i_; }
+  void ws() {
+    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\t' || t_[i_] == '\n' || t_[i_] == '\r'))
+      ++i_;
+  }
   [[noreturn]] void fail(const char* msg) const {
     MXT_FAIL(what_, ": malformed .npy header (", msg, " at offset ", i_, "): ", t_);
   }
@@ -110,7 +122,10 @@ class HeaderParser {
   }
   bool word(const char* w) {
     size_t n = std::strlen(w);
-    if (t_.compare(i_, n, w) == 0) { i_ += n; return true; }
+    if (t_.compare(i_, n, w) == 0) {
+      i_ += n;
+      return true;
+    }
     return false;
   }
   PyValue parse_value() {
@@ -145,9 +160,15 @@ class HeaderParser {
     ++i_;
     for (;;) {
       ws();
-      if (peek() == close) { ++i_; return true; }
+      if (peek() == close) {
+        ++i_;
+        return true;
+      }
       bool neg = false;
-      if (peek() == '-') { neg = true; ++i_; }
+      if (peek() == '-') {
+        neg = true;
+        ++i_;
+      }
       if (!(peek() >= '0' && peek() <= '9')) return false;
       int64_t x = 0;
       while (peek() >= '0' && peek() <= '9') {
@@ -157,8 +178,14 @@ class HeaderParser {
       if (peek() == 'L') ++i_;  // Python 2 long suffix
       out.push_back(neg ? -x : x);
       ws();
-      if (peek() == ',') { ++i_; continue; }
-      if (peek() == close) { ++i_; return true; }
+      if (peek() == ',') {
+        ++i_;
+        continue;
+      }
+      if (peek() == close) {
+        ++i_;
+        return true;
+      }
       return false;
     }
   }
@@ -167,7 +194,10 @@ class HeaderParser {
     do {
       char c = peek();
       if (c == '\0') fail("unbalanced brackets");
-      if (c == '\'' || c == '"') { parse_string(); continue; }
+      if (c == '\'' || c == '"') {
+        parse_string();
+        continue;
+      }
       if (c == '(' || c == '[' || c == '{') ++depth;
       if (c == ')' || c == ']' || c == '}') --depth;
       ++i_;
@@ -225,10 +255,13 @@ NpyArray npy_decode(const uint8_t* bytes, size_t size, const std::string& what) 
   MXT_CHECK(size >= 10, what, ": truncated .npy file (", size, " bytes, header incomplete)");
   const int major = bytes[6], minor = bytes[7];
   size_t len_bytes = 0;
-  if (major == 1) len_bytes = 2;
-  else if (major == 2 || major == 3) len_bytes = 4;
-  else MXT_FAIL(what, ": unsupported .npy format version ", major, ".", minor,
-                " (supported: 1.0, 2.0, 3.0)");
+  if (major == 1)
+    len_bytes = 2;
+  else if (major == 2 || major == 3)
+    len_bytes = 4;
+  else
+    MXT_FAIL(what, ": unsupported .npy format version ", major, ".", minor,
+             " (supported: 1.0, 2.0, 3.0)");
   MXT_CHECK(size >= kMagicLen + 2 + len_bytes, what, ": truncated .npy file (header incomplete)");
   const size_t hlen = load_le(bytes + 8, int(len_bytes));
   const size_t hstart = kMagicLen + 2 + len_bytes;
@@ -243,17 +276,18 @@ NpyArray npy_decode(const uint8_t* bytes, size_t size, const std::string& what) 
   MXT_CHECK(descr.kind == PyValue::str, what, ": unsupported dtype ", descr.s,
             " (structured dtypes are not supported; supported: ", kAcceptedList, ")");
   const PyValue& fortran = dict["fortran_order"];
-  MXT_CHECK(fortran.kind == PyValue::boolean, what, ": .npy header 'fortran_order' is not "
-            "True/False: ", header);
+  MXT_CHECK(fortran.kind == PyValue::boolean, what,
+            ": .npy header 'fortran_order' is not True/False: ", header);
   const PyValue& shape = dict["shape"];
-  MXT_CHECK(shape.kind == PyValue::int_tuple, what, ": .npy header 'shape' is not a tuple of "
-            "integers: ", header);
+  MXT_CHECK(shape.kind == PyValue::int_tuple, what,
+            ": .npy header 'shape' is not a tuple of integers: ", header);
 
   NpyArray a;
   a.dtype = normalize_dtype(descr.s, what);
   a.shape = shape.ints;
-  MXT_CHECK(!(fortran.b && a.shape.size() > 1), what, ": Fortran-order arrays are not "
-            "supported; save a C-order array (np.ascontiguousarray(x))");
+  MXT_CHECK(!(fortran.b && a.shape.size() > 1), what,
+            ": Fortran-order arrays are not supported; save a C-order array "
+            "(np.ascontiguousarray(x))");
   const size_t item = npy_itemsize(a.dtype);
   // numel * itemsize without overflow.
   unsigned __int128 nbytes = item;
@@ -269,9 +303,9 @@ NpyArray npy_decode(const uint8_t* bytes, size_t size, const std::string& what) 
   }
   const size_t data_start = hstart + hlen;
   const size_t have = size - data_start;
-  MXT_CHECK(have >= size_t(nbytes), what, ": truncated .npy file: shape ",
-            shape_str(a.shape), " of ", npy_dtype_name(a.dtype), " needs ", size_t(nbytes),
-            " data bytes, only ", have, " present");
+  MXT_CHECK(have >= size_t(nbytes), what, ": truncated .npy file: shape ", shape_str(a.shape),
+            " of ", npy_dtype_name(a.dtype), " needs ", size_t(nbytes), " data bytes, only ", have,
+            " present");
   MXT_CHECK(have == size_t(nbytes), what, ": .npy file has ", have - size_t(nbytes),
             " unexpected bytes after the data (shape ", shape_str(a.shape), ")");
   a.data.assign(bytes + data_start, bytes + data_start + size_t(nbytes));
@@ -287,14 +321,14 @@ NpyArray read_npy(const std::string& path) {
 
 std::vector<uint8_t> npy_encode(const NpyArray& a) {
   const std::string dtype = normalize_dtype(a.dtype, "npy_encode");
-  for (int64_t d : a.shape) MXT_CHECK(d >= 0, "npy_encode: negative dimension in shape ", shape_str(a.shape));
-  MXT_CHECK(a.data.size() == size_t(a.numel()) * npy_itemsize(dtype), "npy_encode: ",
-            a.data.size(), " data bytes do not match shape ", shape_str(a.shape), " of ",
-            npy_dtype_name(dtype));
+  for (int64_t d : a.shape)
+    MXT_CHECK(d >= 0, "npy_encode: negative dimension in shape ", shape_str(a.shape));
+  MXT_CHECK(a.data.size() == size_t(a.numel()) * npy_itemsize(dtype), "npy_encode: ", a.data.size(),
+            " data bytes do not match shape ", shape_str(a.shape), " of ", npy_dtype_name(dtype));
   // Same text and padding as numpy.lib.format (sorted keys, repr of the shape, spare
   // spaces for growing axis 0, total header length a multiple of 64, ending in '\n').
-  std::string header = "{'descr': '" + dtype + "', 'fortran_order': False, 'shape': " +
-                       shape_str(a.shape) + ", }";
+  std::string header =
+      "{'descr': '" + dtype + "', 'fortran_order': False, 'shape': " + shape_str(a.shape) + ", }";
   if (!a.shape.empty()) {
     size_t digits = std::to_string(a.shape[0]).size();
     if (digits < kGrowthAxisDigits) header.append(kGrowthAxisDigits - digits, ' ');
@@ -316,7 +350,8 @@ std::vector<uint8_t> npy_encode(const NpyArray& a) {
   out[kMagicLen + 1] = 0;                   // minor version
   for (size_t i = 0; i < len_bytes; ++i) out[kMagicLen + 2 + i] = uint8_t(header.size() >> (8 * i));
   std::memcpy(out.data() + prefix, header.data(), header.size());
-  if (!a.data.empty()) std::memcpy(out.data() + prefix + header.size(), a.data.data(), a.data.size());
+  if (!a.data.empty())
+    std::memcpy(out.data() + prefix + header.size(), a.data.data(), a.data.size());
   return out;
 }
 
@@ -330,7 +365,8 @@ NpyArray npy_make(const std::string& dtype, const std::vector<int64_t>& shape, c
   NpyArray a;
   a.dtype = normalize_dtype(dtype, "npy_make");
   a.shape = shape;
-  for (int64_t d : shape) MXT_CHECK(d >= 0, "npy_make: negative dimension in shape ", shape_str(shape));
+  for (int64_t d : shape)
+    MXT_CHECK(d >= 0, "npy_make: negative dimension in shape ", shape_str(shape));
   const size_t n = size_t(a.numel()) * npy_itemsize(a.dtype);
   const uint8_t* p = static_cast<const uint8_t*>(data);
   MXT_CHECK(n == 0 || p != nullptr, "npy_make: null data for shape ", shape_str(shape));

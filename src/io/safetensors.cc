@@ -8,9 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/atomic_file.h"
@@ -26,9 +25,9 @@ struct StDtype {
   size_t size;
 };
 constexpr StDtype kStDtypes[] = {
-    {"BOOL", 1},    {"U8", 1},   {"I8", 1},   {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1},
-    {"U16", 2},     {"I16", 2},  {"F16", 2},  {"BF16", 2},    {"U32", 4},     {"I32", 4},
-    {"F32", 4},     {"U64", 8},  {"I64", 8},  {"F64", 8},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E4M3", 1}, {"F8_E5M2", 1}, {"F8_E8M0", 1},
+    {"U16", 2},  {"I16", 2}, {"F16", 2}, {"BF16", 2},    {"U32", 4},     {"I32", 4},
+    {"F32", 4},  {"U64", 8}, {"I64", 8}, {"F64", 8},
 };
 constexpr const char* kStDtypeList =
     "BOOL U8 I8 F8_E4M3 F8_E5M2 F8_E8M0 U16 I16 F16 BF16 U32 I32 F32 U64 I64 F64";
@@ -47,7 +46,8 @@ uint64_t byte_size(const std::vector<int64_t>& shape, size_t item) {
   for (int64_t d : shape) {
     n *= uint64_t(d);
     if (n > UINT64_MAX) {
-      for (int64_t z : shape) if (z == 0) return 0;
+      for (int64_t z : shape)
+        if (z == 0) return 0;
       return UINT64_MAX;
     }
   }
@@ -81,8 +81,8 @@ StSerialized safetensors_serialize(const std::vector<StTensorView>& tensors,
   std::set<std::string> names;
   for (const auto& t : tensors) {
     MXT_CHECK(!t.name.empty(), "safetensors: tensor name is empty");
-    MXT_CHECK(t.name != kMetadataKey, "safetensors: '", kMetadataKey, "' is reserved and cannot "
-              "name a tensor");
+    MXT_CHECK(t.name != kMetadataKey, "safetensors: '", kMetadataKey,
+              "' is reserved and cannot name a tensor");
     MXT_CHECK(names.insert(t.name).second, "safetensors: duplicate tensor name '", t.name, "'");
     for (int64_t d : t.shape)
       MXT_CHECK(d >= 0, "safetensors: tensor '", t.name, "' has a negative dimension in shape ",
@@ -160,8 +160,10 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
   std::vector<std::set<std::string>> keys;
   std::string duplicate;
   json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start) keys.emplace_back();
-    else if (ev == json::parse_event_t::object_end) keys.pop_back();
+    if (ev == json::parse_event_t::object_start)
+      keys.emplace_back();
+    else if (ev == json::parse_event_t::object_end)
+      keys.pop_back();
     else if (ev == json::parse_event_t::key && !keys.empty() &&
              !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
       duplicate = parsed.get<std::string>();
@@ -173,15 +175,16 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
   } catch (const json::exception& e) {
     MXT_FAIL(what, ": safetensors header is not valid JSON: ", e.what());
   }
-  MXT_CHECK(duplicate.empty(), what, ": safetensors header has the key '", duplicate,
-            "' twice");
-  MXT_CHECK(header.is_object(), what, ": not a safetensors file (the header is not a JSON "
-            "object)");
+  MXT_CHECK(duplicate.empty(), what, ": safetensors header has the key '", duplicate, "' twice");
+  MXT_CHECK(header.is_object(), what, ": not a safetensors file (the header is not a JSON object)");
 
   const uint64_t data_size = size - 8 - n;
   const uint8_t* data = bytes + 8 + n;
   Safetensors out;
-  struct Range { uint64_t begin, end; size_t index; };
+  struct Range {
+    uint64_t begin, end;
+    size_t index;
+  };
   std::vector<Range> ranges;
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -221,9 +224,8 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
               "] are out of range (the data section has ", data_size,
               " bytes; the file may be truncated)");
     const uint64_t want = byte_size(t.shape, dt->size);
-    MXT_CHECK(end - begin == want, where, ": dtype/shape size mismatch: shape ",
-              shape_str(t.shape), " of ", t.dtype, " needs ", want,
-              " bytes, data_offsets give ", end - begin);
+    MXT_CHECK(end - begin == want, where, ": dtype/shape size mismatch: shape ", shape_str(t.shape),
+              " of ", t.dtype, " needs ", want, " bytes, data_offsets give ", end - begin);
     ranges.push_back({begin, end, out.tensors.size()});
     out.tensors.push_back(std::move(t));
   }
@@ -237,8 +239,8 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
     const StTensor& t = out.tensors[r.index];
     MXT_CHECK(r.begin >= pos, what, ": tensors '", prev ? prev->name : "", "' and '", t.name,
               "' overlap (data_offsets [", r.begin, ", ", r.end, "] start before ", pos, ")");
-    MXT_CHECK(r.begin == pos, what, ": gap of ", r.begin - pos, " bytes before tensor '",
-              t.name, "' (tensors must be stored back to back)");
+    MXT_CHECK(r.begin == pos, what, ": gap of ", r.begin - pos, " bytes before tensor '", t.name,
+              "' (tensors must be stored back to back)");
     pos = r.end;
     prev = &t;
   }

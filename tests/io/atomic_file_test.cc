@@ -13,8 +13,8 @@
 namespace mxtrain::io {
 namespace {
 
-using testing::ScratchDir;
 using testing::list_dir;
+using testing::ScratchDir;
 
 std::vector<uint8_t> bytes_of(const std::string& s) { return {s.begin(), s.end()}; }
 

@@ -18,8 +18,8 @@
 namespace mxtrain::io {
 namespace {
 
-using testing::ScratchDir;
 using testing::list_dir;
+using testing::ScratchDir;
 
 NamedTensor make(const std::string& name, std::vector<int64_t> shape, float seed) {
   NamedTensor t{name, std::move(shape), {}};
@@ -48,8 +48,10 @@ struct Fixture {
       optim.push_back(m);
       optim.push_back(v);
     }
-    state = {{"data_position", 123456}, {"rng", {{"seed", 42}, {"counter", 7}}},
-             {"loss_scale", 0.1}, {"note", "ünïcode"}};
+    state = {{"data_position", 123456},
+             {"rng", {{"seed", 42}, {"counter", 7}}},
+             {"loss_scale", 0.1},
+             {"note", "ünïcode"}};
     opt.config_text = "model: tiny\nlr: 3e-4\n";
   }
 };
@@ -102,8 +104,7 @@ TEST(Checkpoint, RoundTripIsBitExact) {
     EXPECT_EQ(ck.config_text, f.opt.config_text);
     EXPECT_EQ(ck.config_hash, config_hash(f.opt.config_text));
     EXPECT_EQ(ck.model_tensor("scalar").data, std::vector<float>{f.model[3].data[0]});
-    EXPECT_EQ(ck.optimizer_tensor("embed.weight.exp_avg_sq").shape,
-              (std::vector<int64_t>{33, 31}));
+    EXPECT_EQ(ck.optimizer_tensor("embed.weight.exp_avg_sq").shape, (std::vector<int64_t>{33, 31}));
     EXPECT_EQ(ck.find_model("nope"), nullptr);
     EXPECT_ERROR_CONTAINS(ck.model_tensor("nope"), "has no model tensor 'nope'");
     EXPECT_ERROR_CONTAINS(ck.optimizer_tensor("nope"), "has no optimizer tensor 'nope'");
@@ -124,7 +125,8 @@ TEST(Checkpoint, KeepLastPrunesOldestButNeverTheNewOne) {
   ScratchDir d;
   Fixture f;
   f.opt.keep_last = 2;
-  for (int64_t s = 1; s <= 5; ++s) save_checkpoint(d / "ck", s * 10, f.model, f.optim, f.state, f.opt);
+  for (int64_t s = 1; s <= 5; ++s)
+    save_checkpoint(d / "ck", s * 10, f.model, f.optim, f.state, f.opt);
   EXPECT_EQ(list_checkpoint_steps(d / "ck"), (std::vector<int64_t>{40, 50}));
   EXPECT_EQ(load_checkpoint(d / "ck").step, 50);
   // Saving an older step (training resumed from an earlier checkpoint) keeps that one.
@@ -207,7 +209,8 @@ TEST(Checkpoint, EditedOrDamagedStateJson) {
   EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), "not an mxtrain checkpoint state file");
   // Missing.
   std::filesystem::remove(state);
-  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), state + ": file not found (incomplete checkpoint)");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"),
+                        state + ": file not found (incomplete checkpoint)");
   // The original text still loads: whitespace is not part of the checksum.
   write_file_atomic(state, text);
   EXPECT_EQ(load_checkpoint(d / "ck").step, 12);
@@ -218,8 +221,9 @@ TEST(Checkpoint, MissingDataFileIsIncomplete) {
   Fixture f;
   save_checkpoint(d / "ck", 3, f.model, f.optim, f.state, f.opt);
   std::filesystem::remove(d / "ck/step_3/optimizer.safetensors");
-  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"),
-                        d / "ck/step_3/optimizer.safetensors: file not found (incomplete checkpoint)");
+  EXPECT_ERROR_CONTAINS(
+      load_checkpoint(d / "ck"),
+      d / "ck/step_3/optimizer.safetensors: file not found (incomplete checkpoint)");
 }
 
 TEST(Checkpoint, StepDirectoryMustMatchRecordedStep) {
@@ -227,7 +231,8 @@ TEST(Checkpoint, StepDirectoryMustMatchRecordedStep) {
   Fixture f;
   save_checkpoint(d / "ck", 3, f.model, f.optim, f.state, f.opt);
   std::filesystem::rename(d / "ck/step_3", d / "ck/step_4");
-  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck/step_4"), "records step 3 but the directory is step_4");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck/step_4"),
+                        "records step 3 but the directory is step_4");
 }
 
 TEST(Checkpoint, BadLatestPointer) {
@@ -241,13 +246,15 @@ TEST(Checkpoint, BadLatestPointer) {
   write_file_atomic(latest, std::string("../../etc"));
   EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), "is corrupted");
   write_file_atomic(latest, std::string("step_9\n"));
-  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), latest + " points to step_9, which does not exist");
+  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"),
+                        latest + " points to step_9, which does not exist");
   write_file_atomic(latest, std::string(""));
   EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), "is corrupted");
   // No latest at all, but step directories: refuse rather than guess or start fresh.
   std::filesystem::remove(latest);
-  EXPECT_ERROR_CONTAINS(load_checkpoint(d / "ck"), "no 'latest' file in " + (d / "ck") +
-                                                       " (found 1 step directories, newest step_8)");
+  EXPECT_ERROR_CONTAINS(
+      load_checkpoint(d / "ck"),
+      "no 'latest' file in " + (d / "ck") + " (found 1 step directories, newest step_8)");
   EXPECT_EQ(load_checkpoint(d / "ck/step_8").step, 8);
 }
 

@@ -21,7 +21,8 @@ TEST(Crc32, KnownAnswers) {
   EXPECT_EQ(crc_str("The quick brown fox jumps over the lazy dog"), 0x414FA339u);
   EXPECT_EQ(crc32_ref("123456789", 9), 0xCBF43926u);
   std::vector<uint8_t> zeros(32, 0), ones(32, 0xFF);
-  EXPECT_EQ(crc32(zeros.data(), zeros.size()), 0x190A55ADu);  // RFC 3720 patterns; CRC-32 values as zlib.crc32
+  EXPECT_EQ(crc32(zeros.data(), zeros.size()),
+            0x190A55ADu);  // RFC 3720 patterns; CRC-32 values as zlib.crc32
   EXPECT_EQ(crc32(ones.data(), ones.size()), 0xFF6CAB0Bu);
   EXPECT_EQ(crc32_hex(0xCBF43926u), "cbf43926");
   EXPECT_EQ(crc32_hex(0x1u), "00000001");

@@ -60,9 +60,9 @@ std::string error_of(F&& f) {
 }  // namespace mxtrain::io::testing
 
 // Expects `stmt` to throw mxtrain::Error whose message contains `substr`.
-#define EXPECT_ERROR_CONTAINS(stmt, substr)                                               \
-  do {                                                                                    \
-    std::string mxt_msg_ = ::mxtrain::io::testing::error_of([&] { stmt; });               \
-    EXPECT_NE(mxt_msg_.find(substr), std::string::npos)                                   \
-        << "expected an error containing \"" << (substr) << "\", got: " << mxt_msg_;      \
+#define EXPECT_ERROR_CONTAINS(stmt, substr)                                          \
+  do {                                                                               \
+    std::string mxt_msg_ = ::mxtrain::io::testing::error_of([&] { stmt; });          \
+    EXPECT_NE(mxt_msg_.find(substr), std::string::npos)                              \
+        << "expected an error containing \"" << (substr) << "\", got: " << mxt_msg_; \
   } while (0)

@@ -82,7 +82,8 @@ TEST(Npy, DecodesHeadersOfOlderAndOtherWriters) {
     EXPECT_EQ(npy_to_f32(npy_decode(b.data(), b.size())), v);
   }
   // One-byte kinds may be spelled with '<'; stored canonically as '|'.
-  std::vector<uint8_t> b = npy_bytes("{'descr': '<u1', 'fortran_order': False, 'shape': (2,)}", {7, 8});
+  std::vector<uint8_t> b =
+      npy_bytes("{'descr': '<u1', 'fortran_order': False, 'shape': (2,)}", {7, 8});
   EXPECT_EQ(npy_decode(b.data(), b.size()).dtype, "|u1");
   // Fortran order is harmless for 1-D.
   b = npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (3,), }", f32_bytes(v));
@@ -180,9 +181,9 @@ TEST(Npy, UnsupportedContentsAreNamed) {
   EXPECT_ERROR_CONTAINS(decode("{'descr': '<f4' 'fortran_order': False}"), "malformed .npy header");
   EXPECT_ERROR_CONTAINS(decode("{'descr': '<f4"), "malformed .npy header");
   EXPECT_ERROR_CONTAINS(decode("['descr']"), "malformed .npy header");
-  EXPECT_ERROR_CONTAINS(
-      decode("{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, 4000000000, 4000000000), }"),
-      "truncated");
+  EXPECT_ERROR_CONTAINS(decode("{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, "
+                               "4000000000, 4000000000), }"),
+                        "truncated");
   std::vector<uint8_t> v4 = npy_bytes("{}", {}, 1);
   v4[6] = 4;
   EXPECT_ERROR_CONTAINS(npy_decode(v4.data(), v4.size(), "x.npy"),

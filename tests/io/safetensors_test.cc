@@ -47,12 +47,9 @@ TEST(Safetensors, NoMetadataMeansNoMetadataKey) {
 
 TEST(Safetensors, LayoutIsAlignedContiguousAndPadded) {
   std::vector<uint8_t> u8(3, 1), bf16(2 * 5, 2), f32(4 * 7, 3), f64(8 * 1, 4), i64(8 * 2, 5);
-  std::vector<StTensorView> views = {{"a.u8", "U8", {3}, u8},
-                                     {"b.bf16", "BF16", {5}, bf16},
-                                     {"c.f32", "F32", {7}, f32},
-                                     {"d.f64", "F64", {1}, f64},
-                                     {"e.i64", "I64", {2, 1}, i64},
-                                     {"f.empty", "F32", {0, 4}, {}}};
+  std::vector<StTensorView> views = {{"a.u8", "U8", {3}, u8},       {"b.bf16", "BF16", {5}, bf16},
+                                     {"c.f32", "F32", {7}, f32},    {"d.f64", "F64", {1}, f64},
+                                     {"e.i64", "I64", {2, 1}, i64}, {"f.empty", "F32", {0, 4}, {}}};
   std::vector<uint8_t> file = safetensors_encode(views, {{"k", "v"}});
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
@@ -62,7 +59,8 @@ TEST(Safetensors, LayoutIsAlignedContiguousAndPadded) {
   // File order: 8-byte items, then 4, 2, 1 (names break ties).
   std::vector<std::string> order;
   for (const auto& t : st.tensors) order.push_back(t.name);
-  EXPECT_EQ(order, (std::vector<std::string>{"d.f64", "e.i64", "c.f32", "f.empty", "b.bf16", "a.u8"}));
+  EXPECT_EQ(order,
+            (std::vector<std::string>{"d.f64", "e.i64", "c.f32", "f.empty", "b.bf16", "a.u8"}));
   for (const auto& v : views) {
     const StTensor* t = st.find(v.name);
     ASSERT_NE(t, nullptr) << v.name;
@@ -70,8 +68,9 @@ TEST(Safetensors, LayoutIsAlignedContiguousAndPadded) {
     EXPECT_EQ(t->shape, v.shape);
     EXPECT_EQ(t->data, std::vector<uint8_t>(v.data.begin(), v.data.end())) << v.name;
     // Absolute position of the tensor in the file is a multiple of its item size.
-    const size_t pos = size_t(std::search(file.begin() + 8 + n, file.end(), t->data.begin(),
-                                          t->data.end()) - file.begin());
+    const size_t pos =
+        size_t(std::search(file.begin() + 8 + n, file.end(), t->data.begin(), t->data.end()) -
+               file.begin());
     if (!t->data.empty()) {
       EXPECT_EQ(pos % st_dtype_size(t->dtype), 0u) << v.name;
     }
@@ -143,32 +142,45 @@ TEST(Safetensors, StructuralFaultsAreNamed) {
   const std::vector<uint8_t> d8(8, 0);
   EXPECT_ERROR_CONTAINS(decode("[1, 2]", {}), "not a safetensors file");
   EXPECT_ERROR_CONTAINS(decode("{\"a\": ", d8), "header is not valid JSON");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]},"
-                               " \"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]}}", d8),
-                        "has the key 'a' twice");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]},"
+             " \"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]}}",
+             d8),
+      "has the key 'a' twice");
   EXPECT_ERROR_CONTAINS(decode("{\"a\": 3}", d8), "tensor 'a' is not described by an object");
   EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8]}}", d8),
                         "tensor 'a' has no 'data_offsets'");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"Q8\", \"shape\": [8], \"data_offsets\": [0, 8]}}", d8),
-                        "unsupported dtype 'Q8'");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [-8], \"data_offsets\": [0, 8]}}", d8),
-                        "'shape' entries must be non-negative integers");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0]}}", d8),
-                        "'data_offsets' must be [begin, end]");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [8, 0]}}", d8),
-                        "are reversed");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 9]}}", d8),
-                        "data_offsets [0, 9] are out of range");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", d8),
-                        "dtype/shape size mismatch: shape (3,) of F32 needs 12 bytes, data_offsets give 8");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [6], \"data_offsets\": [0, 6]},"
-                               " \"b\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}", d8),
-                        "tensors 'a' and 'b' overlap");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2]},"
-                               " \"b\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}", d8),
-                        "gap of 2 bytes before tensor 'b'");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}}", d8),
-                        "4 unexpected bytes after the last tensor");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"Q8\", \"shape\": [8], \"data_offsets\": [0, 8]}}", d8),
+      "unsupported dtype 'Q8'");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [-8], \"data_offsets\": [0, 8]}}", d8),
+      "'shape' entries must be non-negative integers");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0]}}", d8),
+      "'data_offsets' must be [begin, end]");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [8, 0]}}", d8),
+      "are reversed");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 9]}}", d8),
+      "data_offsets [0, 9] are out of range");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"F32\", \"shape\": [3], \"data_offsets\": [0, 8]}}", d8),
+      "dtype/shape size mismatch: shape (3,) of F32 needs 12 bytes, data_offsets give 8");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [6], \"data_offsets\": [0, 6]},"
+             " \"b\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}",
+             d8),
+      "tensors 'a' and 'b' overlap");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [2], \"data_offsets\": [0, 2]},"
+             " \"b\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [4, 8]}}",
+             d8),
+      "gap of 2 bytes before tensor 'b'");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [4], \"data_offsets\": [0, 4]}}", d8),
+      "4 unexpected bytes after the last tensor");
   EXPECT_ERROR_CONTAINS(decode("{\"__metadata__\": {\"k\": 1}}", {}), "entry 'k' is not a string");
   EXPECT_ERROR_CONTAINS(decode("{\"__metadata__\": [1]}", {}), "must be an object of strings");
   // Header length beyond the file.
@@ -186,8 +198,8 @@ TEST(Safetensors, FlippedHeaderBytesNeverCrash) {
   // Every single-byte corruption of the header either still decodes to a consistent file
   // or raises mxtrain::Error — nothing else escapes.
   std::vector<uint8_t> a(12, 1), b(2, 2);
-  std::vector<uint8_t> file = safetensors_encode({{"a", "F32", {3}, a}, {"b", "U8", {2}, b}},
-                                                 {{"m", "x"}});
+  std::vector<uint8_t> file =
+      safetensors_encode({{"a", "F32", {3}, a}, {"b", "U8", {2}, b}}, {{"m", "x"}});
   for (size_t i = 0; i < file.size() - 14; ++i) {
     for (uint8_t flip : {uint8_t(0x01), uint8_t(0x20), uint8_t(0x80)}) {
       std::vector<uint8_t> c = file;

@@ -31,13 +31,11 @@ void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
 void write_file_atomic(const std::string& path, const std::string& text);
 // Gather form: the file is the concatenation of `parts` (no intermediate copy).
-void write_file_atomic(const std::string& path,
-                       const std::vector<std::span<const uint8_t>>& parts);
+void write_file_atomic(const std::string& path, const std::vector<std::span<const uint8_t>>& parts);
 
 // Writes a file that is not yet visible to anyone (inside an AtomicDir): plain create,
 // write, fsync. Fails if the file exists.
-void write_file_synced(const std::string& path,
-                       const std::vector<std::span<const uint8_t>>& parts);
+void write_file_synced(const std::string& path, const std::vector<std::span<const uint8_t>>& parts);
 
 // fsync of a directory, so a rename inside it is durable.
 void fsync_dir(const std::string& dir);

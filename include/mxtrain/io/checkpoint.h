@@ -17,10 +17,9 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace mxtrain::io {
 
@@ -55,13 +54,11 @@ struct CheckpointOptions {
 std::string save_checkpoint(const std::string& root, int64_t step,
                             const std::vector<TensorRef>& model,
                             const std::vector<TensorRef>& optimizer,
-                            const nlohmann::json& trainer_state,
-                            const CheckpointOptions& opt = {});
+                            const nlohmann::json& trainer_state, const CheckpointOptions& opt = {});
 std::string save_checkpoint(const std::string& root, int64_t step,
                             const std::vector<NamedTensor>& model,
                             const std::vector<NamedTensor>& optimizer,
-                            const nlohmann::json& trainer_state,
-                            const CheckpointOptions& opt = {});
+                            const nlohmann::json& trainer_state, const CheckpointOptions& opt = {});
 
 struct LoadedCheckpoint {
   std::string dir;  // the step directory that was read

@@ -14,9 +14,9 @@
 namespace mxtrain::io {
 
 struct NpyArray {
-  std::string dtype;            // NumPy descr: "<f4", "<f8", "|u1", "<i4", "<u2", ...
-  std::vector<int64_t> shape;   // () for a scalar
-  std::vector<uint8_t> data;    // C order, little-endian, numel() * itemsize() bytes
+  std::string dtype;           // NumPy descr: "<f4", "<f8", "|u1", "<i4", "<u2", ...
+  std::vector<int64_t> shape;  // () for a scalar
+  std::vector<uint8_t> data;   // C order, little-endian, numel() * itemsize() bytes
 
   int64_t numel() const;
   size_t itemsize() const;
@@ -37,8 +37,7 @@ NpyArray read_npy(const std::string& path);
 void write_npy(const std::string& path, const NpyArray& a);  // atomic (write_file_atomic)
 
 // Builds an array by copying `numel(shape)` items from `data`.
-NpyArray npy_make(const std::string& dtype, const std::vector<int64_t>& shape,
-                  const void* data);
+NpyArray npy_make(const std::string& dtype, const std::vector<int64_t>& shape, const void* data);
 inline NpyArray npy_from_f32(const float* data, const std::vector<int64_t>& shape) {
   return npy_make("<f4", shape, data);
 }

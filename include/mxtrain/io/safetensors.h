@@ -27,9 +27,9 @@ size_t st_dtype_size(const std::string& dtype);
 // A tensor to write: its bytes are referenced, not copied.
 struct StTensorView {
   std::string name;
-  std::string dtype;             // "F32", "BF16", ...
+  std::string dtype;  // "F32", "BF16", ...
   std::vector<int64_t> shape;
-  std::span<const uint8_t> data; // numel * item size bytes, little-endian, C order
+  std::span<const uint8_t> data;  // numel * item size bytes, little-endian, C order
 };
 
 // A tensor read from a file (owns its bytes).
@@ -42,8 +42,8 @@ struct StTensor {
 };
 
 struct Safetensors {
-  std::vector<StTensor> tensors;               // in file (data offset) order
-  std::map<std::string, std::string> metadata; // "__metadata__"
+  std::vector<StTensor> tensors;                        // in file (data offset) order
+  std::map<std::string, std::string> metadata;          // "__metadata__"
   const StTensor* find(const std::string& name) const;  // nullptr if absent
 };
 
