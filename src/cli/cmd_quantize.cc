@@ -1,0 +1,84 @@
+// cli/cmd_quantize.cc — `mxtrain quantize` and `mxtrain dequantize`: MX-quantize a float32
+// .npy matrix into a directory of uint8 .npy files (FP8 codes + E8M0 scales) and back.
+//
+// Thin layer over io/quantize_files.h (which holds the logic and is what the tests call):
+// parses options, turns --elem / --scale-rounding into core enums (their parsers list the
+// valid choices), prints one summary line. Errors become "error: ..." and exit code 1 in
+// main.cc; the output is written atomically, so a failed command leaves nothing behind.
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "mxtrain/io/npy.h"
+#include "mxtrain/io/quantize_files.h"
+
+namespace {
+
+using namespace mxtrain;
+
+struct QuantizeArgs {
+  std::string input, recipe, rounding, elem, out_dir;
+};
+struct DequantizeArgs {
+  std::string in_dir, recipe, elem, output;
+};
+
+int run_quantize(const QuantizeArgs& a) {
+  io::QuantizeFilesOptions opt;
+  opt.recipe = a.recipe;
+  if (!a.elem.empty()) opt.elem = parse_elem(a.elem.c_str());
+  if (!a.rounding.empty()) opt.rounding = parse_rounding(a.rounding.c_str());
+  io::QuantizeFilesResult r = io::quantize_npy_to_dir(a.input, a.out_dir, opt);
+  std::cout << "quantized " << a.input << " " << io::shape_str({r.rows, r.cols}) << " with "
+            << a.recipe << " (" << elem_name(r.cfg.elem) << ", scale rounding "
+            << rounding_name(r.cfg.rounding) << ") -> " << a.out_dir << ":";
+  for (const std::string& f : r.files) std::cout << " " << f;
+  std::cout << "\n";
+  return 0;
+}
+
+int run_dequantize(const DequantizeArgs& a) {
+  io::DequantizeFilesOptions opt;
+  opt.recipe = a.recipe;
+  if (!a.elem.empty()) opt.elem = parse_elem(a.elem.c_str());
+  io::DequantizeFilesResult r = io::dequantize_dir_to_npy(a.in_dir, a.output, opt);
+  std::cout << "dequantized " << a.in_dir << "/" << r.source << " "
+            << io::shape_str({r.rows, r.cols}) << " (" << elem_name(r.elem) << ") -> " << a.output
+            << " (float32)\n";
+  return 0;
+}
+
+}  // namespace
+
+MXT_REGISTER_COMMAND("quantize", [](CLI::App& app) {
+  auto a = std::make_shared<QuantizeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "quantize",
+      "MX-quantize a 2-D float32 .npy [M,K] into a directory of uint8 .npy files. mxfp8: "
+      "rowwise.npy, rowwise_scale.npy [M,ceil(K/32)], colwise.npy, colwise_scale.npy "
+      "[ceil(M/32),K]; mxfp8-32x32: data.npy, scale.npy [ceil(M/32),ceil(K/32)]; plus "
+      "meta.json. bf16 has nothing to quantize and is refused.");
+  sub->add_option("--input", a->input, "Input .npy: 2-D little-endian float32 [M,K]")->required();
+  sub->add_option("--recipe", a->recipe, "Recipe name: mxfp8, mxfp8-32x32, ...")->required();
+  sub->add_option("--scale-rounding", a->rounding,
+                  "Scale exponent rule: rceil (default) or floor (OCP MX v1.0)");
+  sub->add_option("--elem", a->elem, "Element format: e4m3 (default) or e5m2");
+  sub->add_option("--out-dir", a->out_dir,
+                  "Output directory (created; replaced if it holds an earlier quantize output)")
+      ->required();
+  sub->callback([a] { mxtrain::cli::exit_code() = run_quantize(*a); });
+});
+
+MXT_REGISTER_COMMAND("dequantize", [](CLI::App& app) {
+  auto a = std::make_shared<DequantizeArgs>();
+  CLI::App* sub = app.add_subcommand(
+      "dequantize",
+      "Turn a directory written by `mxtrain quantize` back into a float32 .npy [M,K] (from "
+      "the rowwise copy for mxfp8, the tile copy for mxfp8-32x32).");
+  sub->add_option("--in-dir", a->in_dir, "Directory written by `mxtrain quantize`")->required();
+  sub->add_option("--recipe", a->recipe, "Recipe it was quantized with")->required();
+  sub->add_option("--elem", a->elem, "Element format (checked against meta.json)");
+  sub->add_option("--output", a->output, "Output .npy (float32 [M,K])")->required();
+  sub->callback([a] { mxtrain::cli::exit_code() = run_dequantize(*a); });
+});

@@ -1,0 +1,207 @@
+// io/quantize_files.cc — .npy in, directory of quantized .npy files out, and back (see
+// mxtrain/io/quantize_files.h). All numerics are core's quantize()/quantize_dual()/
+// dequantize(); this file only checks inputs, arranges files and writes them atomically.
+#include "mxtrain/io/quantize_files.h"
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "mxtrain/common.h"
+#include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/npy.h"
+#include "mxtrain/recipe.h"
+
+using json = nlohmann::json;
+
+namespace mxtrain::io {
+namespace {
+
+constexpr const char* kMetaFile = "meta.json";
+constexpr const char* kFormat = "mxtrain-quantized";
+constexpr int kVersion = 1;
+
+std::string quantized_recipe_list() {
+  std::string s;
+  for (const std::string& n : recipe_names())
+    if (get_recipe(n).quantized()) s += (s.empty() ? "" : ", ") + n;
+  return s;
+}
+
+Recipe quantized_recipe(const std::string& name) {
+  Recipe r = get_recipe(name);  // throws listing the registered names
+  MXT_CHECK(r.quantized(), "recipe '", name,
+            "' does not quantize (BF16 values have no scales), so there is nothing to "
+            "write; use one of: ",
+            quantized_recipe_list());
+  return r;
+}
+
+// One stored copy: file names and layout.
+struct Copy {
+  const char* data_file;
+  const char* scale_file;
+  MXLayout layout;
+};
+std::vector<Copy> copies_for(const Recipe& r) {
+  if (r.weight_tiled()) return {{"data.npy", "scale.npy", MXLayout::tile32}};
+  return {{"rowwise.npy", "rowwise_scale.npy", MXLayout::rowwise},
+          {"colwise.npy", "colwise_scale.npy", MXLayout::colwise}};
+}
+std::string layout_label(const Recipe& r) {
+  return r.weight_tiled() ? "tile32" : "rowwise+colwise";
+}
+
+// An existing output directory may be replaced only if it is empty or holds a previous
+// quantize output, so a mistyped --out-dir never deletes unrelated files.
+void check_replaceable(const std::string& dir) {
+  if (!path_exists(dir)) return;
+  MXT_CHECK(is_directory(dir), "--out-dir ", dir, " exists and is not a directory");
+  const std::string meta = dir + "/" + kMetaFile;
+  bool ours = false;
+  if (path_exists(meta)) {
+    try {
+      ours = json::parse(read_text_file(meta)).value("format", "") == kFormat;
+    } catch (const std::exception&) {
+      ours = false;
+    }
+  }
+  bool empty = true;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(dir, ec);
+       !ec && it != std::filesystem::directory_iterator(); ++it)
+    empty = false;
+  MXT_CHECK(ours || empty, "--out-dir ", dir,
+            " already exists and was not written by `mxtrain quantize`; choose a new "
+            "directory or remove it");
+}
+
+NpyArray u8_array(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+  return npy_from_u8(bytes.data(), {rows, cols});
+}
+
+}  // namespace
+
+QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
+                                        const QuantizeFilesOptions& opt) {
+  const Recipe recipe = quantized_recipe(opt.recipe);
+  QuantizeFilesResult res;
+  res.cfg.elem = opt.elem.value_or(recipe.weight_elem);
+  res.cfg.rounding = opt.rounding.value_or(recipe.rounding);
+
+  const NpyArray x = read_npy(input_npy);
+  npy_require(x, "<f4", 2, input_npy);
+  res.rows = x.shape[0];
+  res.cols = x.shape[1];
+  MXT_CHECK(res.rows > 0 && res.cols > 0, input_npy, ": the array is empty (shape ",
+            shape_str(x.shape), "); nothing to quantize");
+  std::vector<float> values(size_t(x.numel()));
+  std::memcpy(values.data(), x.data.data(), x.data.size());
+
+  check_replaceable(out_dir);
+  AtomicDir out(out_dir);
+  const int64_t M = res.rows, K = res.cols;
+  std::vector<MXTensor> q;
+  if (recipe.weight_tiled()) {
+    q.push_back(quantize(values.data(), M, K, MXLayout::tile32, res.cfg));
+  } else {
+    q.resize(2);
+    quantize_dual(values.data(), M, K, res.cfg, q[0], q[1]);
+  }
+  const std::vector<Copy> copies = copies_for(recipe);
+  json meta = {{"format", kFormat},
+               {"version", kVersion},
+               {"recipe", recipe.name},
+               {"elem", elem_name(res.cfg.elem)},
+               {"scale_rounding", rounding_name(res.cfg.rounding)},
+               {"layout", layout_label(recipe)},
+               {"shape", {M, K}},
+               {"block", kMXBlock}};
+  for (size_t i = 0; i < copies.size(); ++i) {
+    const MXTensor& t = q[i];
+    MXT_CHECK(t.layout == copies[i].layout && t.rows == M && t.cols == K,
+              "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
+              t.cols, " tensor");
+    out.write(copies[i].data_file, npy_encode(u8_array(t.data, M, K)));
+    out.write(copies[i].scale_file, npy_encode(u8_array(t.scales, t.scale_rows(), t.scale_cols())));
+    res.files.push_back(copies[i].data_file);
+    res.files.push_back(copies[i].scale_file);
+    meta["files"].push_back(copies[i].data_file);
+    meta["files"].push_back(copies[i].scale_file);
+  }
+  out.write(kMetaFile, meta.dump(2) + "\n");
+  res.files.push_back(kMetaFile);
+  out.commit();
+  return res;
+}
+
+DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
+                                            const std::string& output_npy,
+                                            const DequantizeFilesOptions& opt) {
+  const Recipe recipe = quantized_recipe(opt.recipe);
+  MXT_CHECK(path_exists(in_dir), "--in-dir ", in_dir, " does not exist");
+  MXT_CHECK(is_directory(in_dir), "--in-dir ", in_dir, " is not a directory");
+  const std::string meta_path = in_dir + "/" + kMetaFile;
+  MXT_CHECK(path_exists(meta_path), meta_path, ": file not found (", in_dir,
+            " was not written by `mxtrain quantize`)");
+  json meta;
+  try {
+    meta = json::parse(read_text_file(meta_path));
+  } catch (const json::exception& e) {
+    MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
+  }
+  DequantizeFilesResult res;
+  try {
+    MXT_CHECK(meta.is_object() && meta.value("format", "") == kFormat, meta_path,
+              ": not written by `mxtrain quantize`");
+    MXT_CHECK(meta.at("version").get<int>() == kVersion, meta_path, ": unsupported version ",
+              meta.at("version").dump());
+    const std::string rec = meta.at("recipe").get<std::string>();
+    MXT_CHECK(rec == recipe.name, in_dir, " was quantized with recipe '", rec,
+              "', but --recipe is '", recipe.name, "'");
+    res.elem = parse_elem(meta.at("elem").get<std::string>().c_str());
+    MXT_CHECK(!opt.elem || *opt.elem == res.elem, in_dir, " holds ", elem_name(res.elem),
+              " data, but --elem is ", elem_name(opt.elem.value_or(res.elem)));
+    MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe), meta_path, ": layout '",
+              meta.at("layout").get<std::string>(), "' does not match recipe '", recipe.name, "'");
+    const json& shape = meta.at("shape");
+    MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&
+                  shape[1].is_number_integer() && shape[0].get<int64_t>() > 0 &&
+                  shape[1].get<int64_t>() > 0,
+              meta_path, ": 'shape' must be [M, K] with M, K > 0, got ", shape.dump());
+    res.rows = shape[0].get<int64_t>();
+    res.cols = shape[1].get<int64_t>();
+  } catch (const json::exception& e) {
+    MXT_FAIL(meta_path, ": malformed: ", e.what());
+  }
+
+  // Every file must be present with the shape meta.json implies (mismatched files are an
+  // error even for the copy that is not used).
+  std::vector<MXTensor> copies;
+  for (const Copy& c : copies_for(recipe)) {
+    MXTensor t = MXTensor::empty(res.rows, res.cols, c.layout, res.elem);
+    const std::string data_path = in_dir + "/" + c.data_file;
+    const std::string scale_path = in_dir + "/" + c.scale_file;
+    const NpyArray d = read_npy(data_path);
+    const NpyArray s = read_npy(scale_path);
+    npy_require(d, "|u1", 2, data_path);
+    npy_require(s, "|u1", 2, scale_path);
+    const std::vector<int64_t> want_d = {res.rows, res.cols};
+    const std::vector<int64_t> want_s = {t.scale_rows(), t.scale_cols()};
+    MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
+              shape_str(want_d), " recorded in ", kMetaFile);
+    MXT_CHECK(s.shape == want_s, scale_path, ": shape ", shape_str(s.shape), " does not match ",
+              shape_str(want_s), " expected for a ", res.rows, "x", res.cols, " ",
+              layout_name(c.layout), " scale grid");
+    t.data = d.data;
+    t.scales = s.data;
+    copies.push_back(std::move(t));
+  }
+  res.source = copies_for(recipe)[0].data_file;
+  std::vector<float> y(size_t(res.rows * res.cols));
+  dequantize(copies[0], y.data());
+  write_npy(output_npy, npy_from_f32(y.data(), {res.rows, res.cols}));
+  return res;
+}
+
+}  // namespace mxtrain::io
