@@ -42,6 +42,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
         for (int64_t s = 0; s <= t; ++s) {
           const float* k = qkv + (b * T + s) * C3 + D + h * hd;
           float dot = 0.f;
+#pragma omp simd reduction(+ : dot)
           for (int64_t i = 0; i < hd; ++i) dot += q[i] * k[i];
           dot *= scale;
           p[s] = dot;
@@ -60,6 +61,7 @@ void attention_forward(float* out, float* probs, const float* qkv, int64_t B, in
         for (int64_t s = 0; s <= t; ++s) {
           const float* v = qkv + (b * T + s) * C3 + 2 * D + h * hd;
           const float ps = p[s];
+#pragma omp simd
           for (int64_t i = 0; i < hd; ++i) o[i] += ps * v[i];
         }
       }
@@ -94,6 +96,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const float* v = qkv + (b * T + s) * C3 + 2 * D + h * hd;
             float* dv = dqkv + (b * T + s) * C3 + 2 * D + h * hd;
             float dp = 0.f;
+#pragma omp simd reduction(+ : dp)
             for (int64_t i = 0; i < hd; ++i) {
               dp += g[i] * v[i];
               dv[i] += p[s] * g[i];
@@ -105,6 +108,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
             const float d = p[s] * (ds[s] - psum) * scale;
             const float* k = qkv + (b * T + s) * C3 + D + h * hd;
             float* dk = dqkv + (b * T + s) * C3 + D + h * hd;
+#pragma omp simd
             for (int64_t i = 0; i < hd; ++i) {
               dq[i] += d * k[i];
               dk[i] += d * q[i];
