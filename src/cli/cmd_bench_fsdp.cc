@@ -1,0 +1,116 @@
+// cli/cmd_bench_fsdp.cc — `mxtrain bench fsdp`: FSDP weight all-gather bytes and time per
+// training step for each recipe and gather mode (SPEC §6), run under mpirun.
+//
+// The weights are a synthetic transformer's: per layer qkv [3d, d], proj [d, d], fc1 [f, d],
+// fc2 [d, f] (f = 4d unless --ffn). Each step gathers them as training would (forward in
+// order, backward in reverse, resharding per mode) through dist::bench_weight_gathers, with no
+// GEMMs in between. Bytes are exact (what the SPEC §6 table counts); times are medians over
+// steps, averaged over ranks. Ratios are against bf16 without resharding (2N bytes per step),
+// the cheaper BF16 configuration. Rank 0 prints.
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "mxtrain/common.h"
+#include "mxtrain/dist/comm.h"
+#include "mxtrain/dist/fsdp.h"
+
+namespace mxtrain::cli {
+namespace {
+
+struct BenchFsdpOptions {
+  bool json = false;
+  int64_t d_model = 1024, layers = 2, ffn = 0;
+  int steps = 5;
+};
+
+int run_bench_fsdp(const BenchFsdpOptions& o) {
+  MXT_CHECK(o.d_model >= 1 && o.layers >= 1 && o.steps >= 1 && o.ffn >= 0,
+            "bench fsdp: --d-model, --layers and --steps must be positive");
+  dist::Comm& comm = dist::Comm::world();
+  const int64_t d = o.d_model, f = o.ffn > 0 ? o.ffn : 4 * o.d_model;
+  std::vector<std::vector<int64_t>> shapes;
+  for (int64_t l = 0; l < o.layers; ++l) {
+    shapes.push_back({3 * d, d});
+    shapes.push_back({d, d});
+    shapes.push_back({f, d});
+    shapes.push_back({d, f});
+  }
+  const std::pair<std::string, std::string> configs[] = {
+      {"bf16", "keep"}, {"bf16", "reshard"}, {"mxfp8", "on-demand"}, {"mxfp8", "all"},
+      {"mxfp8-32x32", ""}};
+  std::vector<dist::FsdpBenchRow> rows;
+  for (const auto& [recipe, mode] : configs) {
+    dist::FsdpBenchRow r = dist::bench_weight_gathers(comm, shapes, recipe, mode, o.steps);
+    double t[2] = {r.allgather_ms_per_step, r.step_ms};
+    comm.allreduce_sum(t, 2);
+    r.allgather_ms_per_step = t[0] / comm.size();
+    r.step_ms = t[1] / comm.size();
+    rows.push_back(r);
+  }
+  if (comm.rank() != 0) return 0;
+  const dist::FsdpBenchRow& base = rows.front();
+  const auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
+  nlohmann::json out = nlohmann::json::array();
+  if (!o.json)
+    std::printf("world %d, %lld layers, d_model %lld, ffn %lld, %d steps (median, mean over "
+                "ranks)\n%-12s %-10s %14s %9s %13s %9s %10s\n",
+                comm.size(), (long long)o.layers, (long long)d, (long long)f, o.steps, "recipe",
+                "mode", "bytes/step", "vs_bf16", "allgather_ms", "vs_bf16", "step_ms");
+  for (const auto& r : rows) {
+    const double bytes_ratio = ratio(double(r.payload_bytes_per_step), double(base.payload_bytes_per_step));
+    const double ms_ratio = ratio(r.allgather_ms_per_step, base.allgather_ms_per_step);
+    if (o.json) {
+      out.push_back({{"recipe", r.recipe}, {"mode", r.mode}, {"world", r.world},
+                     {"d_model", d}, {"ffn", f}, {"layers", o.layers}, {"steps", o.steps},
+                     {"payload_bytes_per_step", r.payload_bytes_per_step},
+                     {"sent_bytes_per_step", r.sent_bytes_per_step},
+                     {"allgather_ms_per_step", r.allgather_ms_per_step},
+                     {"step_ms", r.step_ms}, {"bytes_vs_bf16", bytes_ratio},
+                     {"allgather_ms_vs_bf16", ms_ratio}});
+    } else {
+      std::printf("%-12s %-10s %14llu %9.4f %13.3f %9.3f %10.3f\n", r.recipe.c_str(),
+                  r.mode.empty() ? "-" : r.mode.c_str(),
+                  (unsigned long long)r.payload_bytes_per_step, bytes_ratio,
+                  r.allgather_ms_per_step, ms_ratio, r.step_ms);
+    }
+  }
+  if (o.json) std::cout << out.dump(1) << std::endl;
+  return 0;
+}
+
+// The `bench` group is shared with other cmd_bench_*.cc files: find it or create it.
+CLI::App* bench_group(CLI::App& app) {
+  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
+  if (!found.empty()) return found.front();
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  return bench;
+}
+
+}  // namespace
+
+MXT_REGISTER_COMMAND("bench fsdp", [](CLI::App& app) {
+  auto opts = std::make_shared<BenchFsdpOptions>();
+  CLI::App* sub = bench_group(app)->add_subcommand(
+      "fsdp",
+      "FSDP weight all-gather bytes and time per step for each recipe and gather mode (run "
+      "under mpirun). JSON rows: recipe, mode, world, d_model, ffn, layers, steps, "
+      "payload_bytes_per_step, sent_bytes_per_step, allgather_ms_per_step, step_ms, "
+      "bytes_vs_bf16, allgather_ms_vs_bf16 (against bf16 without resharding)");
+  sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
+  sub->add_option("--d-model", opts->d_model, "Model width (default 1024)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--layers", opts->layers, "Transformer layers (default 2)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--ffn", opts->ffn, "MLP hidden width (default 4 x d_model)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--steps", opts->steps, "Timed steps after one warm-up (default 5)")
+      ->check(CLI::PositiveNumber);
+  sub->callback([opts] { exit_code() = run_bench_fsdp(*opts); });
+});
+}  // namespace mxtrain::cli
