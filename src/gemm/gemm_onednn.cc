@@ -95,10 +95,12 @@ void check_args(const char* fn, bool ta, bool tb, int64_t M, int64_t N, int64_t 
   MXT_CHECK((A != nullptr && B != nullptr) || M * N * K == 0, fn, ": A or B is null");
   // A stored [M,K] (or [K,M] when transposed); its row stride must cover its width.
   int64_t a_w = ta ? M : K, b_w = tb ? K : N;
-  MXT_CHECK(lda >= std::max<int64_t>(a_w, 1), fn, ": lda=", lda, " is smaller than A's stored width ",
-            a_w, (ta ? " (A is stored [K,M] when trans_a)" : " (A is stored [M,K])"));
-  MXT_CHECK(ldb >= std::max<int64_t>(b_w, 1), fn, ": ldb=", ldb, " is smaller than B's stored width ",
-            b_w, (tb ? " (B is stored [N,K] when trans_b)" : " (B is stored [K,N])"));
+  MXT_CHECK(lda >= std::max<int64_t>(a_w, 1), fn, ": lda=", lda,
+            " is smaller than A's stored width ", a_w,
+            (ta ? " (A is stored [K,M] when trans_a)" : " (A is stored [M,K])"));
+  MXT_CHECK(ldb >= std::max<int64_t>(b_w, 1), fn, ": ldb=", ldb,
+            " is smaller than B's stored width ", b_w,
+            (tb ? " (B is stored [N,K] when trans_b)" : " (B is stored [K,N])"));
   MXT_CHECK(ldc >= std::max<int64_t>(N, 1), fn, ": ldc=", ldc, " is smaller than N=", N);
 }
 

@@ -113,9 +113,9 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
     if (!r.quantized()) {
       xb = saved.x_bf16.data() + r0 * in_;
     } else {
-      MXTensor xr;
+      MXTensor& xr = scratch_mx(0);
       if (defer)
-        xr = quantize(xg, n, in_, MXLayout::rowwise, r.input_cfg());
+        quantize_reuse(xg, n, in_, MXLayout::rowwise, r.input_cfg(), xr);
       else
         quantize_dual(xg, n, in_, r.input_cfg(), xr, saved.x_colwise[size_t(g)]);
       expand_bf16(xr, buf);
@@ -170,20 +170,20 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
                 dW, in_, true);
       continue;
     }
-    MXTensor dyr, dyc;
+    MXTensor& dyr = scratch_mx(0);
+    MXTensor& dyc = scratch_mx(1);
     if (dx)
       quantize_dual(dyg, n, out_, r.grad_cfg(), dyr, dyc);
     else
-      dyc = quantize(dyg, n, out_, MXLayout::colwise, r.grad_cfg());
+      quantize_reuse(dyg, n, out_, MXLayout::colwise, r.grad_cfg(), dyc);
     if (dx) {
       expand_bf16(dyr, a);
       gemm_bf16(false, false, n, in_, out_, a.data(), out_, w_bwd, in_, dx + r0 * in_, in_,
                 false);
     }
-    MXTensor xc_local;
-    const MXTensor* xc = &xc_local;
-    if (defer_state)
-      xc_local = quantize(saved.x + r0 * in_, n, in_, MXLayout::colwise, r.input_cfg());
+    const MXTensor* xc = &scratch_mx(2);
+    if (defer_state)  // deferred: quantize this group's x along T now
+      quantize_reuse(saved.x + r0 * in_, n, in_, MXLayout::colwise, r.input_cfg(), scratch_mx(2));
     else
       xc = &saved.x_colwise[size_t(g)];
     expand_bf16(dyc, a);

@@ -113,9 +113,9 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
     to_bf16(x, T * in_, saved.x_bf16);
     xb = saved.x_bf16.data();
   } else {
-    MXTensor xr;
+    MXTensor& xr = scratch_mx(0);
     if (defer) {
-      xr = quantize(x, T, in_, MXLayout::rowwise, r.input_cfg());
+      quantize_reuse(x, T, in_, MXLayout::rowwise, r.input_cfg(), xr);
       saved.x = x;
     } else {
       quantize_dual(x, T, in_, r.input_cfg(), xr, saved.x_colwise);
@@ -163,11 +163,12 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
     MXT_CHECK(saved.has_x_colwise || saved.x != nullptr, "Linear '", name_,
               "': the saved forward state holds no x for wgrad (was the precision changed "
               "between forward and backward?)");
-    MXTensor dyr, dyc;
+    MXTensor& dyr = scratch_mx(0);
+    MXTensor& dyc = scratch_mx(1);
     if (dx)
       quantize_dual(dy, T, out_, r.grad_cfg(), dyr, dyc);
     else
-      dyc = quantize(dy, T, out_, MXLayout::colwise, r.grad_cfg());
+      quantize_reuse(dy, T, out_, MXLayout::colwise, r.grad_cfg(), dyc);
     std::vector<uint16_t>& a = scratch_u16(0);
     std::vector<uint16_t>& b = scratch_u16(1);
     if (dx) {
@@ -176,12 +177,13 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
       gemm_bf16(false, false, T, in_, out_, a.data(), out_,
                 weight_operand(wcache_, r, WeightUse::backward), in_, dx, in_, false);
     }
-    if (!saved.has_x_colwise) {
-      saved.x_colwise = quantize(saved.x, T, in_, MXLayout::colwise, r.input_cfg());
-      saved.has_x_colwise = true;
+    const MXTensor* xc = &saved.x_colwise;
+    if (!saved.has_x_colwise) {  // deferred: quantize x along T now
+      quantize_reuse(saved.x, T, in_, MXLayout::colwise, r.input_cfg(), scratch_mx(2));
+      xc = &scratch_mx(2);
     }
     expand_bf16(dyc, a);
-    expand_bf16(saved.x_colwise, b);
+    expand_bf16(*xc, b);
     gemm_bf16(true, false, out_, in_, T, a.data(), out_, b.data(), in_, dW, in_, true);
   }
   if (!bias.shape.empty()) {

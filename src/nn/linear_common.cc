@@ -24,6 +24,17 @@ WeightSet weight_needs(const Recipe& r, WeightUse use) {
 
 namespace {
 
+// Marks every member stale but keeps the storage: the rebuild that follows for the new
+// version reuses it instead of faulting in fresh pages.
+void invalidate(QuantizedWeight& c) {
+  c.version = QuantizedWeight::kNoVersion;
+  c.bf16.clear();
+  c.has_rowwise = c.has_colwise = c.has_tile = false;
+  c.rowwise_bf16.clear();
+  c.colwise_bf16.clear();
+  c.tile_bf16.clear();
+}
+
 bool has_all(const QuantizedWeight& c, const WeightSet& need) {
   return (!need.bf16 || !c.bf16.empty()) && (!need.rowwise || c.has_rowwise) &&
          (!need.colwise || c.has_colwise) && (!need.tile || c.has_tile);
@@ -50,7 +61,7 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
                    bool dual, const float* value, int64_t out, int64_t in,
                    const std::function<void(WeightUse, QuantizedWeight&)>& provider,
                    const std::string& layer) {
-  if (c.version != version) c.clear();
+  if (c.version != version) invalidate(c);
   WeightSet need = weight_needs(r, use);
   if (dual && !provider) {
     WeightSet b = weight_needs(r, WeightUse::backward);
@@ -85,14 +96,14 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
     if (row && col) {
       quantize_dual(value, out, in, cfg, c.rowwise, c.colwise);
     } else if (row) {
-      c.rowwise = quantize(value, out, in, MXLayout::rowwise, cfg);
+      quantize_reuse(value, out, in, MXLayout::rowwise, cfg, c.rowwise);
     } else if (col) {
-      c.colwise = quantize(value, out, in, MXLayout::colwise, cfg);
+      quantize_reuse(value, out, in, MXLayout::colwise, cfg, c.colwise);
     }
     if (row) c.has_rowwise = true, c.rowwise_bf16.clear();
     if (col) c.has_colwise = true, c.colwise_bf16.clear();
     if (need.tile && !c.has_tile) {
-      c.tile = quantize(value, out, in, MXLayout::tile32, cfg);
+      quantize_reuse(value, out, in, MXLayout::tile32, cfg, c.tile);
       c.has_tile = true;
       c.tile_bf16.clear();
     }
@@ -117,6 +128,23 @@ std::vector<uint16_t>& scratch_u16(int slot) {
   thread_local std::vector<uint16_t> buf[4];
   MXT_DCHECK(slot >= 0 && slot < 4);
   return buf[slot];
+}
+
+MXTensor& scratch_mx(int slot) {
+  thread_local MXTensor buf[4];
+  MXT_DCHECK(slot >= 0 && slot < 4);
+  return buf[slot];
+}
+
+void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
+                    const QuantConfig& cfg, MXTensor& out) {
+  out.rows = M;
+  out.cols = K;
+  out.layout = layout;
+  out.elem = cfg.elem;
+  out.data.resize(size_t(M * K));
+  out.scales.resize(size_t(out.scale_rows() * out.scale_cols()));
+  quantize_into(x, M, K, cfg, out);
 }
 
 void expand_bf16(const MXTensor& q, std::vector<uint16_t>& out) {

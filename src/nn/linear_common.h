@@ -44,8 +44,14 @@ const uint16_t* weight_operand(const QuantizedWeight& cache, const Recipe& r, We
 // its expansion; nothing for bf16 and mxfp8-32x32, whose copy serves forward too).
 size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r);
 
-// Per-thread reusable workspace (slot 0..3); contents are scratch between calls.
+// Per-thread reusable workspace (slot 0..3); contents are scratch between calls. Reusing the
+// storage avoids paying page faults for fresh multi-megabyte buffers on every call.
 std::vector<uint16_t>& scratch_u16(int slot);
+MXTensor& scratch_mx(int slot);
+
+// out = quantize(x [M, K], layout, cfg), reusing out's storage.
+void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
+                    const QuantConfig& cfg, MXTensor& out);
 
 // out: [q.rows, q.cols] BF16 expansion of q (resized).
 void expand_bf16(const MXTensor& q, std::vector<uint16_t>& out);
