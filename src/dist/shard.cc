@@ -216,7 +216,15 @@ void unpack_group(const ShardLayout& L, GatherKind kind, Elem elem, const uint8_
     const MXLayout l = single_layout(kind);
     parts = {{l, mx_part(L, l, 0)}};
   }
-  for (auto& [l, part] : parts) member(out, l) = MXTensor::empty(L.rows, K, l, elem);
+  for (auto& [l, part] : parts) {  // reuses the member's storage when it has some
+    MXTensor& t = member(out, l);
+    t.rows = L.rows;
+    t.cols = K;
+    t.layout = l;
+    t.elem = elem;
+    t.data.resize(size_t(L.rows * K));
+    t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
+  }
 
   const int64_t vs = group * L.group_rows_padded, ve = vs + L.rows;
   for (int64_t r = vs / R; r * R < ve; ++r) {
