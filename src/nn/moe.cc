@@ -91,7 +91,7 @@ void MoELayer::backward(const float* dy, float daux, float* dx) {
   MXT_CHECK(dy && dx, "MoE backward: null dy or dx");
   MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
   const int64_t N = N_, rows = N * k_;
-  if (router.grad.size() != router.value.size()) router.grad.assign(router.value.size(), 0.f);
+  if (router.grad.size() != size_t(router.numel())) router.grad.assign(router.numel(), 0.f);
   dyp_.assign(rows * D_, 0.f);
   dgate_.assign(N * k_, 0.f);
   moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_);
@@ -100,8 +100,8 @@ void MoELayer::backward(const float* dy, float daux, float* dx) {
   dxp_.assign(rows * D_, 0.f);
   if (fp32_ref_) {
     for (GroupedLinear* l : {&fc1, &fc2})
-      if (l->weight.grad.size() != l->weight.value.size())
-        l->weight.grad.assign(l->weight.value.size(), 0.f);
+      if (l->weight.grad.size() != size_t(l->weight.numel()))
+        l->weight.grad.assign(l->weight.numel(), 0.f);
     grouped_backward_f32(fc2, h_.data(), groups_, dyp_.data(), dh_.data());
     swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_);
     grouped_backward_f32(fc1, xp_.data(), groups_, da_.data(), dxp_.data());

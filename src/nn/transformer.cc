@@ -51,8 +51,10 @@ void init_ones(Parameter& p, std::string name, int64_t n) {
   std::fill(p.value.begin(), p.value.end(), 1.f);
 }
 
+// Full-size gradient (by shape: under FSDP a layer's value may be empty on this rank while its
+// gradient is full-size).
 void ensure_grad(Parameter& p) {
-  if (p.grad.size() != p.value.size()) p.grad.assign(p.value.size(), 0.f);
+  if (p.grad.size() != size_t(p.numel())) p.grad.assign(size_t(p.numel()), 0.f);
 }
 
 // A Linear's forward: through its recipe, or (fp32 reference) y = x · W^T in FP32.
@@ -198,6 +200,10 @@ const MoELayer* GPT::moe_layer(int layer) const {
   return layers_[layer]->experts.get();
 }
 
+void GPT::after(const std::string& module, WeightUse phase) {
+  if (hook_) hook_(module, phase);
+}
+
 void GPT::set_fp32_reference(bool on) {
   fp32_ref_ = on;
   for (auto& L : layers_)
@@ -259,18 +265,24 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     const float* x = resid_[l].data();
     rmsnorm_forward(L.ln1.data(), L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
     linear_forward(fp32_ref_, L.qkv, L.ln1.data(), N, L.qkv_out.data(), L.s_qkv);
+    after(L.qkv.name(), WeightUse::forward);
     attention_forward(L.atty.data(), L.probs.data(), L.qkv_out.data(), B, T, D, H);
     linear_forward(fp32_ref_, L.proj, L.atty.data(), N, branch_.data(), L.s_proj);
+    after(L.proj.name(), WeightUse::forward);
     residual_forward(L.resid_mid.data(), x, branch_.data(), N * D);
     rmsnorm_forward(L.ln2.data(), L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(),
                     N, D, eps);
     if (L.moe) {
       aux += L.experts->forward(L.ln2.data(), N, branch_.data());
+      after(L.experts->fc1.name(), WeightUse::forward);
+      after(L.experts->fc2.name(), WeightUse::forward);
       held += L.experts->held_bytes();
     } else {
       linear_forward(fp32_ref_, L.fc1, L.ln2.data(), N, L.fc1_out.data(), L.s_fc1);
+      after(L.fc1.name(), WeightUse::forward);
       swiglu_forward(L.h.data(), L.fc1_out.data(), N, cfg_.d_ff);
       linear_forward(fp32_ref_, L.fc2, L.h.data(), N, branch_.data(), L.s_fc2);
+      after(L.fc2.name(), WeightUse::forward);
       held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
     }
     held += L.s_qkv.held_bytes() + L.s_proj.held_bytes();
@@ -279,6 +291,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   rmsnorm_forward(lnf_.data(), rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N,
                   D, eps);
   linear_forward(fp32_ref_, lm_head_, lnf_.data(), N, logits_.data(), lm_saved_);
+  after(lm_head_.name(), WeightUse::forward);
   held += lm_saved_.held_bytes();
   // Softmax in place: logits_ holds the probabilities from here on.
   const double loss =
@@ -310,6 +323,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   // logits_ holds the probabilities; turn them into dlogits in place.
   crossentropy_backward(logits_.data(), logits_.data(), targets, N, V, grad_scale / float(N));
   linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), dln_.data());
+  after(lm_head_.name(), WeightUse::backward);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), dln_.data(), resid_.back().data(),
                    final_norm_.value.data(), rstdf_.data(), N, D);
   // dres_ is the gradient w.r.t. the residual stream; each branch adds its share through its
@@ -319,19 +333,25 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     if (L.moe) {
       std::fill(dln_.begin(), dln_.end(), 0.f);
       L.experts->backward(dres_.data(), daux, dln_.data());
+      after(L.experts->fc2.name(), WeightUse::backward);
+      after(L.experts->fc1.name(), WeightUse::backward);
     } else {
       linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
+      after(L.fc2.name(), WeightUse::backward);
       std::fill(dfc1_.begin(), dfc1_.end(), 0.f);
       swiglu_backward(dfc1_.data(), dh_.data(), L.fc1_out.data(), N, cfg_.d_ff);
       linear_backward(fp32_ref_, L.fc1, L.s_fc1, L.ln2.data(), N, dfc1_.data(), dln_.data());
+      after(L.fc1.name(), WeightUse::backward);
     }
     rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), dln_.data(), L.resid_mid.data(),
                      L.mlp_norm.value.data(), L.rstd2.data(), N, D);
     linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
+    after(L.proj.name(), WeightUse::backward);
     std::fill(dqkv_.begin(), dqkv_.end(), 0.f);
     attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.probs.data(), B, T, D,
                        H);
     linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
+    after(L.qkv.name(), WeightUse::backward);
     rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),
                      L.attn_norm.value.data(), L.rstd1.data(), N, D);
   }

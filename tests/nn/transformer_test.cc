@@ -15,6 +15,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/nn/moe.h"
 #include "mxtrain/nn/transformer.h"
+#include "mxtrain/quantize.h"
 
 namespace mxtrain {
 namespace {
@@ -413,6 +414,46 @@ TEST(GPT, ForwardLossLeavesGradientsAlone) {
   // A smaller micro-batch after a larger one reuses the buffers.
   const float l3 = m.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.f);
   EXPECT_EQ(l2, l3);
+}
+
+TEST(GPT, ModuleHookReportsForwardAndBackwardOrder) {
+  GPT m(tiny(true), recipe_resolver("bf16"), 3);
+  std::vector<std::string> seen;
+  m.set_module_hook([&](const std::string& module, WeightUse phase) {
+    seen.push_back((phase == WeightUse::forward ? "F " : "B ") + module);
+  });
+  Batch b = make_batch(1, 8, 31);
+  m.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.f);
+  std::vector<std::string> want;
+  const auto mods = m.quantizable_modules();
+  for (const auto& i : mods) want.push_back("F " + i.module);
+  // Backward: reverse order, except that each MoE block reports fc2 before fc1 (as reversed).
+  for (auto it = mods.rbegin(); it != mods.rend(); ++it) want.push_back("B " + it->module);
+  EXPECT_EQ(seen, want);
+}
+
+// Under FSDP a layer's Parameter::value is emptied and a weight provider supplies the gathered
+// copy while Parameter::grad stays full-size. The model must use the provider and leave the
+// gradient buffer alone (it accumulates over micro-batches): same loss and gradients, bit for
+// bit, as the plain model.
+TEST(GPT, WorksWithProviderSuppliedWeights) {
+  Batch b = make_batch(2, 8, 37);
+  GPT plain(tiny(false), recipe_resolver("bf16"), 9), fsdp(tiny(false), recipe_resolver("bf16"), 9);
+  Linear* head = fsdp.linear("lm_head");
+  ASSERT_NE(head, nullptr);
+  const std::vector<float> full = head->weight.value;
+  head->set_weight_provider([full](WeightUse, QuantizedWeight& c) {
+    c.bf16.resize(full.size());
+    f32_to_bf16_array(full.data(), c.bf16.data(), int64_t(full.size()));
+  });
+  std::vector<float>().swap(head->weight.value);
+  for (int micro = 0; micro < 2; ++micro) {  // gradients accumulate across micro-batches
+    const float l1 = plain.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
+    const float l2 = fsdp.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
+    EXPECT_EQ(l1, l2);
+  }
+  EXPECT_TRUE(head->weight.value.empty());
+  EXPECT_TRUE(same_bytes(all_grads(plain), all_grads(fsdp)));
 }
 
 }  // namespace

@@ -76,7 +76,8 @@ struct ModuleInfo {
   int64_t in = 0, out = 0;   // per expert for experts
 };
 
-// Every quantizable module of a model with this config, in parameter order (validates cfg).
+// Every quantizable module of a model with this config, in parameter order — which is also
+// the order their forwards run in (validates cfg).
 std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg);
 
 // Decides each module's precision. Called once per module during GPT construction, in
@@ -123,6 +124,13 @@ class GPT {
   // Bytes of the model's own activation buffers (FP32 activations kept for backward).
   size_t activation_bytes() const;
 
+  // Called after each quantizable module's forward (phase forward) and backward (phase
+  // backward), in execution order — forward follows quantizable_modules(), backward reverses
+  // it (an MoE block reports experts.fc1 then experts.fc2 after its forward, and the reverse
+  // after its backward). FSDP uses it to drop gathered weights (post_forward/post_backward).
+  using ModuleHook = std::function<void(const std::string& module, WeightUse phase)>;
+  void set_module_hook(ModuleHook hook) { hook_ = std::move(hook); }
+
   // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
   const MoELayer* moe_layer(int layer) const;
 
@@ -135,6 +143,7 @@ class GPT {
 
  private:
   struct Layer;
+  void after(const std::string& module, WeightUse phase);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
 
@@ -157,6 +166,7 @@ class GPT {
   double last_loss_ = 0.0;
   size_t last_held_ = 0;
   bool fp32_ref_ = false;
+  ModuleHook hook_;
 };
 
 }  // namespace mxtrain
