@@ -2,9 +2,9 @@
 //
 // API (include/mxtrain/quantize.h) -> here -> kernels (quantize_kernels.h). Each public call
 // checks its arguments once, picks the kernel table for active_isa(), and splits the work
-// over OpenMP threads in units of whole 32-row blocks x column chunks (multiples of 32
-// columns). Units never share a block and each writes its own bytes, so the result does not
-// depend on the thread count or on the schedule.
+// over OpenMP threads in ranges of whole 32-row strips (or, for short tensors, column
+// ranges that are multiples of 32). Ranges never share a block and each writes its own
+// bytes, so the result does not depend on the thread count or on the schedule.
 #include <omp.h>
 
 #include <algorithm>
@@ -78,22 +78,29 @@ uint8_t mx_scale_byte(float amax, const QuantConfig& cfg) {
 
 namespace {
 
-// Column chunk of one work unit: 1024 columns (a 32x1024 FP32 unit is 128 KiB, L2-sized).
-constexpr int64_t kChunkCols = 1024;
 // Below this many elements the work runs on the calling thread only.
 constexpr int64_t kParallelMin = int64_t(1) << 16;
 
-// Runs fn(Region) over all units of X[M,K]; units are 32-row blocks x column chunks.
+// Runs fn(Region) over X[M,K] split among the OpenMP threads. With at least as many 32-row
+// strips as threads, each thread gets one contiguous range of whole strips (one call, so
+// the kernels can pipeline across it); otherwise every strip is split into one column range
+// per thread. Boundaries are multiples of 32, so no block is shared and the bytes written
+// do not depend on the split.
 template <class Fn>
 void for_each_unit(int64_t M, int64_t K, Fn&& fn) {
-  const int64_t nrb = ceil_div(M, kMXBlock), ncc = ceil_div(K, kChunkCols);
-  const int64_t units = nrb * ncc;
-#pragma omp parallel for schedule(static) if (M * K >= kParallelMin)
-  for (int64_t u = 0; u < units; ++u) {
-    const int64_t rb = u / ncc, cc = u % ncc;
-    const Region g{rb * kMXBlock, std::min(M, (rb + 1) * kMXBlock), cc * kChunkCols,
-                   std::min(K, (cc + 1) * kChunkCols)};
-    fn(g);
+  const int64_t nrb = ceil_div(M, kMXBlock), ncb = ceil_div(K, kMXBlock);
+#pragma omp parallel if (M * K >= kParallelMin)
+  {
+    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    if (nrb >= nt) {
+      const int64_t s0 = nrb * t / nt, s1 = nrb * (t + 1) / nt;
+      if (s0 < s1) fn(Region{s0 * kMXBlock, std::min(M, s1 * kMXBlock), 0, K});
+    } else {
+      const int64_t b0 = ncb * t / nt, b1 = ncb * (t + 1) / nt;
+      for (int64_t rb = 0; rb < nrb && b0 < b1; ++rb)
+        fn(Region{rb * kMXBlock, std::min(M, (rb + 1) * kMXBlock), b0 * kMXBlock,
+                  std::min(K, b1 * kMXBlock)});
+    }
   }
 }
 

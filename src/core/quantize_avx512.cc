@@ -1,14 +1,19 @@
 // core/quantize_avx512.cc — AVX-512 MX quantization kernels (compiled with AVX-512 flags).
 //
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
-//  - rowwise: each 1x32 block is two 16-lane vectors; amax, scale and codes stay in
-//    registers.
-//  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in panels of kPanel
-//    columns (32 x 128 FP32 = 16 KiB, L1-resident). Pass 1 streams the panel once from
-//    memory, row by row, keeping per-column amax in registers (and, for dual-axis, each
-//    row block's amax); pass 2 re-reads the panel from L1 and writes the codes. So the
-//    dual-axis kernel reads the high-precision input from memory exactly once.
-// Ragged edges use masked loads (zeros do not change amax) and masked stores.
+//  - rowwise: 128 columns (four 1x32 blocks, eight 16-lane vectors) at a time; amax,
+//    scales and codes stay in registers.
+//  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of kChunk
+//    columns. Pass 1 streams the chunk's rows once from memory (long sequential runs, which
+//    the hardware prefetchers follow), keeping per-column amax in an L1 buffer and, for
+//    dual-axis, writing each row block's scale; pass 2 re-reads the chunk from L2 and writes
+//    the codes row by row. So the dual-axis kernel reads the input from memory once.
+//    Pass 1 of the next chunk runs interleaved with pass 2 of the current one.
+//    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
+//    rows fall into the same few cache sets and evict each other.)
+// Full 128-column pieces take the fast path (four-block horizontal max, codes packed 64 per
+// store); ragged edges take a simpler one with masked loads (zeros do not change amax) and
+// masked stores. Both produce the reference bytes.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -23,10 +28,13 @@ namespace {
 
 using namespace avx512;
 
-constexpr int64_t kPanel = 128;         // columns per panel
-constexpr int kHalves = int(kPanel / 16);  // 16-lane vectors across a panel row
+// Columns per strip chunk: a 32 x 2048 FP32 chunk is 256 KiB, so pass 2 re-reads it from L2.
+constexpr int64_t kChunk = 2048;
 
 inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// The fast paths keep eight vectors per row piece in registers; "#pragma GCC unroll" on
+// their short fixed loops lets -O2 do that instead of spilling the arrays to the stack.
 
 inline uint32_t hmax(__m512i a, __m512i b) {
   return uint32_t(_mm512_reduce_max_epu32(_mm512_max_epu32(a, b)));
@@ -40,13 +48,83 @@ inline __m512i block_codes(__m512i u, uint32_t ab, uint8_t byte) {
   return encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(inv_scale(byte))));
 }
 
-template <class T, Elem E>
+
+// ---- fast paths (full 128-column pieces) ------------------------------------------------
+
+// Scales of four 1x32 blocks from their per-block lane-wise amax m0..m3: writes the four
+// scale bytes to `out`; returns 2^-e (lanes 4j..4j+3 for block j) and the zero/NaN blocks
+// (bit 4j set for block j).
+struct Quad {
+  __m512 inv;
+  __mmask16 zero, nan;
+};
+
+template <Elem E>
+inline Quad quad_scales(__m512i m0, __m512i m1, __m512i m2, __m512i m3, bool rceil,
+                        uint8_t* out) {
+  const __m512i z = hmax4(m0, m1, m2, m3);
+  const __m512i b = scale_bytes<E>(z, rceil);
+  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
+  __builtin_memcpy(out, &v, 4);
+  return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(z, _mm512_setzero_si512()) & 0x1111),
+          __mmask16(_mm512_cmpge_epu32_mask(z, set1(0x7F800000u)) & 0x1111)};
+}
+
+// All-lanes mask when block j (bit 4j) is flagged.
+inline __mmask16 block_flag(__mmask16 m, int j) {
+  return ((m >> (4 * j)) & 1) ? __mmask16(0xFFFF) : __mmask16(0);
+}
+
+template <Elem E>
+inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
+  k = _mm512_mask_mov_epi32(k, zero, _mm512_setzero_si512());
+  return _mm512_mask_mov_epi32(k, nan, set1(Fp8<E>::nan));
+}
+
+inline void store64(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// Codes of 128 columns (u[0..7]) under four block scales q; stored to d[0..127].
+template <Elem E, bool CLAMP>
+inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
+  const __m512 inv[4] = {lane_group<0>(q.inv), lane_group<1>(q.inv), lane_group<2>(q.inv),
+                         lane_group<3>(q.inv)};
+  __m512i k[8];
+  #pragma GCC unroll 8
+  for (int h = 0; h < 8; ++h) k[h] = encode_abs<E, CLAMP>(abs_f(u[h]), sign_byte(u[h]), inv[h / 2]);
+  if (q.zero | q.nan) {
+    #pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h)
+      k[h] = fix<E>(k[h], block_flag(q.zero, h / 2), block_flag(q.nan, h / 2));
+  }
+  store64(d, pack4(k[0], k[1], k[2], k[3]));
+  store64(d + 64, pack4(k[4], k[5], k[6], k[7]));
+}
+
+template <class T, Elem E, bool CLAMP>
+inline void rowwise128(const T* x, uint8_t* d, uint8_t* scales, bool rceil) {
+  __m512i u[8], a[8];
+  #pragma GCC unroll 8
+  for (int h = 0; h < 8; ++h) {
+    u[h] = load_bits(x + 16 * h);
+    a[h] = abs_bits(u[h]);
+  }
+  const Quad q = quad_scales<E>(_mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3]),
+                                _mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7]),
+                                rceil, scales);
+  encode_quad<E, CLAMP>(u, q, d);
+}
+
+template <class T, Elem E, bool CLAMP>
 void rowwise_impl(const T* x, const QParams& p, Region g, QOut out) {
   for (int64_t r = g.r0; r < g.r1; ++r) {
     const T* xr = x + r * p.K;
     uint8_t* dr = out.data + r * p.K;
     uint8_t* sr = out.scales + r * out.scale_ld;
-    for (int64_t c = g.c0; c < g.c1; c += 32) {
+    int64_t c = g.c0;
+    for (; c + 128 <= g.c1; c += 128)
+      rowwise128<T, E, CLAMP>(xr + c, dr + c, sr + c / 32, p.rounding == ScaleRounding::rceil);
+    for (; c < g.c1; c += 32) {
       const int64_t n = imin(32, p.K - c);
       if (n == 32) {
         const __m512i u0 = load_bits(xr + c), u1 = load_bits(xr + c + 16);
@@ -70,120 +148,244 @@ void rowwise_impl(const T* x, const QParams& p, Region g, QOut out) {
 
 enum class Mode { colwise, tile32, dual };
 
-// One 32-row strip x one panel: see the file comment. `row` receives the rowwise copy (dual)
-// or the tile copy (tile32); `col` the colwise copy (colwise, dual).
-template <class T, Elem E, Mode MODE, bool FULL>
-inline void panel(const T* x, const QParams& p, int64_t rb, int nr, int64_t c0, int64_t pc,
-                  QOut row, QOut col) {
-  const bool rceil = p.rounding == ScaleRounding::rceil;
-  const int64_t K = p.K;
-  __mmask16 m[kHalves];
-  for (int h = 0; h < kHalves; ++h) m[h] = FULL ? __mmask16(0xFFFF) : lanes(pc - 16 * h);
-  auto load = [&](const T* ptr, int h) { return FULL ? load_bits(ptr) : load_bits(ptr, m[h]); };
+// ---- one 32-row strip x one chunk of columns (see the file comment) ----------------------
+// `row` receives the rowwise copy (dual) or the tile copy (tile32); `col` the colwise copy
+// (colwise, dual). Columns are handled in 128-wide pieces; only the last piece of a chunk
+// that ends at a ragged K is partial and takes the masked 16-lane code.
 
-  // Pass 1: column amax (and row-block amax for dual-axis).
-  __m512i cmax[kHalves];
-  for (int h = 0; h < kHalves; ++h) cmax[h] = _mm512_setzero_si512();
-  uint32_t rab[32][kHalves / 2];
-  for (int i = 0; i < nr; ++i) {
-    const T* xr = x + (rb + i) * K + c0;
-    for (int j = 0; j < kHalves / 2; ++j) {
-      if (!FULL && !m[2 * j]) break;
-      const __m512i a0 = abs_bits(load(xr + 32 * j, 2 * j));
-      const __m512i a1 = abs_bits(load(xr + 32 * j + 16, 2 * j + 1));
-      cmax[2 * j] = _mm512_max_epu32(cmax[2 * j], a0);
-      cmax[2 * j + 1] = _mm512_max_epu32(cmax[2 * j + 1], a1);
-      if constexpr (MODE == Mode::dual) rab[i][j] = hmax(a0, a1);
-    }
-  }
-
-  // Scales.
-  __m512 cinv[kHalves];
-  __mmask16 cnan[kHalves], czero[kHalves];
-  bool cspecial = false;
-  if constexpr (MODE != Mode::tile32) {
-    uint8_t* cs = col.scales + (rb / 32) * col.scale_ld + c0;
-    for (int h = 0; h < kHalves; ++h) {
-      if (!FULL && !m[h]) break;
-      const __m512i b = scale_bytes<E>(cmax[h], rceil);
-      FULL ? store_codes(cs + 16 * h, b) : store_codes(cs + 16 * h, b, m[h]);
-      cinv[h] = inv_scales(b);
-      cnan[h] = _mm512_cmpge_epu32_mask(cmax[h], set1(0x7F800000u));
-      czero[h] = _mm512_cmpeq_epi32_mask(cmax[h], _mm512_setzero_si512());
-      cspecial |= ((cnan[h] | czero[h]) & m[h]) != 0;
-    }
-  }
-  uint32_t tab[kHalves / 2];
-  uint8_t tbyte[kHalves / 2];
-  if constexpr (MODE == Mode::tile32) {
-    for (int j = 0; j < kHalves / 2; ++j) {
-      if (!FULL && !m[2 * j]) break;
-      tab[j] = hmax(cmax[2 * j], cmax[2 * j + 1]);
-      tbyte[j] = scale_byte(tab[j], E, p.rounding);
-      row.scales[(rb / 32) * row.scale_ld + c0 / 32 + j] = tbyte[j];
-    }
-  }
-  uint8_t rbyte[32][kHalves / 2];
-  if constexpr (MODE == Mode::dual) {
-    for (int i = 0; i < nr; ++i) {
-      uint8_t* rs = row.scales + (rb + i) * row.scale_ld + c0 / 32;
-      for (int j = 0; j < kHalves / 2; ++j) {
-        if (!FULL && !m[2 * j]) break;
-        rs[j] = rbyte[i][j] = scale_byte(rab[i][j], E, p.rounding);
-      }
-    }
-  }
-
-  // Pass 2: codes, from the L1-resident panel.
-  const __m512i nan = set1(Fp8<E>::nan), zero = _mm512_setzero_si512();
-  auto store = [&](uint8_t* ptr, __m512i codes, int h) {
-    FULL ? store_codes(ptr, codes) : store_codes(ptr, codes, m[h]);
-  };
-  for (int i = 0; i < nr; ++i) {
-    const T* xr = x + (rb + i) * K + c0;
-    const int64_t off = (rb + i) * K + c0;
-    for (int h = 0; h < kHalves; ++h) {
-      if (!FULL && !m[h]) break;
-      const __m512i u = load(xr + 16 * h, h);
-      if constexpr (MODE == Mode::tile32) {
-        store(row.data + off + 16 * h, block_codes<E>(u, tab[h / 2], tbyte[h / 2]), h);
-      } else {
-        __m512i k = encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), cinv[h]));
-        if (cspecial) {
-          k = _mm512_mask_mov_epi32(k, czero[h], zero);
-          k = _mm512_mask_mov_epi32(k, cnan[h], nan);
-        }
-        store(col.data + off + 16 * h, k, h);
-        if constexpr (MODE == Mode::dual) {
-          store(row.data + off + 16 * h, block_codes<E>(u, rab[i][h / 2], rbyte[i][h / 2]), h);
-        }
-      }
-    }
-  }
+// Scales of a piece's four row blocks as written in pass 1, for pass 2.
+inline Quad quad_from_bytes(const uint8_t* s, __mmask16 zero, __mmask16 nan) {
+  int v;
+  __builtin_memcpy(&v, s, 4);
+  const __m512i b = _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+      _mm512_cvtepu8_epi32(_mm_cvtsi32_si128(v)));
+  return {inv_scales(b), zero, nan};
 }
 
+// What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc), for pass 2.
+struct Chunk {
+  int64_t rb, c0, pc;
+  int nr, nfull;     // rows; full 128-column pieces
+  int64_t ct;        // first column (relative) of the partial piece, = 128 * nfull
+  __mmask16 m[8];    // lanes of the partial piece's vectors
+  // Per 16 columns: amax bits during pass 1, then 2^-e bits (colwise / dual).
+  __m512i cm[kChunk / 16];
+  __mmask16 czero[kChunk / 16], cnan[kChunk / 16];
+  bool cspecial;
+  Quad tq[kChunk / 128];                           // tile32: tile scales per piece
+  uint32_t tab[4];                                 // tile32: partial piece tile amax
+  __mmask16 rzero[32][kChunk / 128], rnan[32][kChunk / 128];  // dual: row-block flags
+  uint32_t rab[32][4];                             // dual: partial piece row-block amax
+};
+
+inline void chunk_begin(Chunk& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
+  s.rb = rb;
+  s.nr = nr;
+  s.c0 = c0;
+  s.pc = pc;
+  s.nfull = int(pc / 128);
+  s.ct = int64_t(s.nfull) * 128;
+  for (int h = 0; h < 8; ++h) s.m[h] = lanes(pc - s.ct - 16 * h);
+  for (int v = 0; v < 8 * s.nfull + (pc > s.ct ? 8 : 0); ++v) s.cm[v] = _mm512_setzero_si512();
+}
+
+// Pass 1, one row: per-column amax; for dual-axis also the row's block scales.
 template <class T, Elem E, Mode MODE>
-void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
-  for (int64_t rb = g.r0; rb < g.r1; rb += 32) {
-    const int nr = int(imin(32, p.M - rb));
-    for (int64_t c0 = g.c0; c0 < g.c1; c0 += kPanel) {
-      const int64_t pc = imin(kPanel, g.c1 - c0);
-      if (pc == kPanel) panel<T, E, MODE, true>(x, p, rb, nr, c0, pc, row, col);
-      else panel<T, E, MODE, false>(x, p, rb, nr, c0, pc, row, col);
+inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row) {
+  const bool rceil = p.rounding == ScaleRounding::rceil;
+  const T* xr = x + (s.rb + i) * p.K + s.c0;
+  for (int q = 0; q < s.nfull; ++q) {
+    __m512i a[8];
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) {
+      a[h] = abs_bits(load_bits(xr + 128 * q + 16 * h));
+      s.cm[8 * q + h] = _mm512_max_epu32(s.cm[8 * q + h], a[h]);
+    }
+    if constexpr (MODE == Mode::dual) {
+      const Quad rq = quad_scales<E>(
+          _mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3]),
+          _mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7]), rceil,
+          row.scales + (s.rb + i) * row.scale_ld + (s.c0 + 128 * q) / 32);
+      s.rzero[i][q] = rq.zero;
+      s.rnan[i][q] = rq.nan;
+    }
+  }
+  const int vt = 8 * s.nfull;
+  for (int j = 0; j < 4 && s.m[2 * j]; ++j) {
+    const __m512i a0 = abs_bits(load_bits(xr + s.ct + 32 * j, s.m[2 * j]));
+    const __m512i a1 = abs_bits(load_bits(xr + s.ct + 32 * j + 16, s.m[2 * j + 1]));
+    s.cm[vt + 2 * j] = _mm512_max_epu32(s.cm[vt + 2 * j], a0);
+    s.cm[vt + 2 * j + 1] = _mm512_max_epu32(s.cm[vt + 2 * j + 1], a1);
+    if constexpr (MODE == Mode::dual) {
+      s.rab[i][j] = hmax(a0, a1);
+      row.scales[(s.rb + i) * row.scale_ld + (s.c0 + s.ct) / 32 + j] =
+          scale_byte(s.rab[i][j], E, p.rounding);
     }
   }
 }
 
+// Between the passes: column scales (colwise, dual) or tile scales (tile32).
+template <Elem E, Mode MODE>
+void chunk_scales(Chunk& s, const QParams& p, QOut row, QOut col) {
+  const bool rceil = p.rounding == ScaleRounding::rceil;
+  const int vt = 8 * s.nfull;
+  if constexpr (MODE == Mode::tile32) {
+    uint8_t* ts = row.scales + (s.rb / 32) * row.scale_ld + s.c0 / 32;
+    for (int q = 0; q < s.nfull; ++q) {
+      const __m512i* c = s.cm + 8 * q;
+      s.tq[q] = quad_scales<E>(_mm512_max_epu32(c[0], c[1]), _mm512_max_epu32(c[2], c[3]),
+                               _mm512_max_epu32(c[4], c[5]), _mm512_max_epu32(c[6], c[7]),
+                               rceil, ts + 4 * q);
+    }
+    for (int j = 0; j < 4 && s.m[2 * j]; ++j) {
+      s.tab[j] = hmax(s.cm[vt + 2 * j], s.cm[vt + 2 * j + 1]);
+      ts[4 * s.nfull + j] = scale_byte(s.tab[j], E, p.rounding);
+    }
+  } else {
+    uint8_t* cs = col.scales + (s.rb / 32) * col.scale_ld + s.c0;
+    s.cspecial = false;
+    const int nvec = int((s.pc + 15) / 16);
+    for (int v = 0; v < nvec; ++v) {
+      const __m512i b = scale_bytes<E>(s.cm[v], rceil);
+      const __mmask16 valid = v < vt ? __mmask16(0xFFFF) : s.m[v - vt];
+      store_codes(cs + 16 * v, b, valid);
+      s.czero[v] = _mm512_cmpeq_epi32_mask(s.cm[v], _mm512_setzero_si512());
+      s.cnan[v] = _mm512_cmpge_epu32_mask(s.cm[v], set1(0x7F800000u));
+      s.cspecial |= ((s.czero[v] | s.cnan[v]) & valid) != 0;
+      s.cm[v] = _mm512_castps_si512(inv_scales(b));
+    }
+  }
+}
+
+// Pass 2, one row: codes, re-reading the row of the chunk from cache.
+// `pf` (may be null): a row of a later chunk to prefetch into L2, `pf_bytes` long.
+template <class T, Elem E, bool CLAMP, Mode MODE>
+inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut row, QOut col,
+                      const char* pf, int64_t pf_bytes) {
+  const T* xr = x + (s.rb + i) * p.K + s.c0;
+  const int64_t off = (s.rb + i) * p.K + s.c0;
+  for (int q = 0; q < s.nfull; ++q) {
+    if (pf) {
+      for (int64_t b = 128 * q * int64_t(sizeof(T)), e = b + 128 * int64_t(sizeof(T));
+           b < e && b < pf_bytes; b += 64)
+        _mm_prefetch(pf + b, _MM_HINT_T1);
+    }
+    __m512i u[8];
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h) u[h] = load_bits(xr + 128 * q + 16 * h);
+    if constexpr (MODE == Mode::tile32) {
+      encode_quad<E, CLAMP>(u, s.tq[q], row.data + off + 128 * q);
+    } else {
+#pragma GCC unroll 8
+      for (int g = 0; g < 2; ++g) {
+        __m512i k[4];
+#pragma GCC unroll 8
+        for (int h = 0; h < 4; ++h) {
+          const int v = 8 * q + 4 * g + h;
+          k[h] = encode_abs<E, CLAMP>(abs_f(u[4 * g + h]), sign_byte(u[4 * g + h]),
+                                      _mm512_castsi512_ps(s.cm[v]));
+          if (s.cspecial) k[h] = fix<E>(k[h], s.czero[v], s.cnan[v]);
+        }
+        store64(col.data + off + 128 * q + 64 * g, pack4(k[0], k[1], k[2], k[3]));
+      }
+      if constexpr (MODE == Mode::dual) {
+        const Quad rq =
+            quad_from_bytes(row.scales + (s.rb + i) * row.scale_ld + (s.c0 + 128 * q) / 32,
+                            s.rzero[i][q], s.rnan[i][q]);
+        encode_quad<E, CLAMP>(u, rq, row.data + off + 128 * q);
+      }
+    }
+  }
+  for (int h = 0; h < 8 && s.m[h]; ++h) {
+    const __m512i u = load_bits(xr + s.ct + 16 * h, s.m[h]);
+    uint8_t* d = row.data + off + s.ct + 16 * h;
+    if constexpr (MODE == Mode::tile32) {
+      const uint8_t tb = row.scales[(s.rb / 32) * row.scale_ld + (s.c0 + s.ct) / 32 + h / 2];
+      store_codes(d, block_codes<E>(u, s.tab[h / 2], tb), s.m[h]);
+    } else {
+      const int v = 8 * s.nfull + h;
+      const __m512i k = encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(s.cm[v])));
+      store_codes(col.data + off + s.ct + 16 * h, fix<E>(k, s.czero[v], s.cnan[v]), s.m[h]);
+      if constexpr (MODE == Mode::dual) {
+        const uint8_t rbyte = row.scales[(s.rb + i) * row.scale_ld + (s.c0 + s.ct) / 32 + h / 2];
+        store_codes(d, block_codes<E>(u, s.rab[i][h / 2], rbyte), s.m[h]);
+      }
+    }
+  }
+}
+
+// All chunks of the region in order (strips top to bottom, chunks left to right), software
+// pipelined: pass 2 of chunk n is interleaved row by row with pass 1 of chunk n+1, so the
+// memory reads of the next chunk overlap with the encoding of this one, and chunk n+2 is
+// prefetched into L2 meanwhile (each chunk row is a separate stream, which the hardware
+// prefetchers pick up too late on their own).
+template <class T, Elem E, bool CLAMP, Mode MODE>
+void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
+  if (g.r0 >= g.r1 || g.c0 >= g.c1) return;
+  Chunk st[2];
+  auto begin = [&](Chunk& s, int64_t rb, int64_t c0) {
+    chunk_begin(s, rb, int(imin(32, p.M - rb)), c0, imin(kChunk, g.c1 - c0));
+  };
+  auto advance = [&](int64_t& rb, int64_t& c0) {
+    c0 += kChunk;
+    if (c0 >= g.c1) {
+      c0 = g.c0;
+      rb += 32;
+    }
+    return rb < g.r1;
+  };
+  int64_t rb = g.r0, c0 = g.c0;
+  begin(st[0], rb, c0);
+  for (int i = 0; i < st[0].nr; ++i) pass1_row<T, E, MODE>(st[0], x, p, i, row);
+  chunk_scales<E, MODE>(st[0], p, row, col);
+  for (int cur = 0;; cur ^= 1) {
+    int64_t nrb = rb, nc0 = c0;
+    const bool more = advance(nrb, nc0);
+    int64_t frb = nrb, fc0 = nc0;
+    const bool far = more && advance(frb, fc0);
+    const int far_rows = far ? int(imin(32, p.M - frb)) : 0;
+    const int64_t far_bytes = far ? imin(kChunk, g.c1 - fc0) * int64_t(sizeof(T)) : 0;
+    Chunk& a = st[cur];
+    Chunk& b = st[cur ^ 1];
+    if (more) begin(b, nrb, nc0);
+    const int rows = more ? (a.nr > b.nr ? a.nr : b.nr) : a.nr;
+    for (int i = 0; i < rows; ++i) {
+      const char* pf =
+          i < far_rows ? reinterpret_cast<const char*>(x + (frb + i) * p.K + fc0) : nullptr;
+      if (i < a.nr) pass2_row<T, E, CLAMP, MODE>(a, x, p, i, row, col, pf, far_bytes);
+      if (more && i < b.nr) pass1_row<T, E, MODE>(b, x, p, i, row);
+    }
+    if (!more) break;
+    chunk_scales<E, MODE>(b, p, row, col);
+    rb = nrb;
+    c0 = nc0;
+  }
+}
+
+// floor scales may saturate, so only they need the satfinite clamp in the fast encoder.
 template <class T>
 void rowwise_any(const T* x, const QParams& p, Region g, QOut out) {
-  if (p.elem == Elem::e4m3) rowwise_impl<T, Elem::e4m3>(x, p, g, out);
-  else rowwise_impl<T, Elem::e5m2>(x, p, g, out);
+  const bool fl = p.rounding == ScaleRounding::floor;
+  if (p.elem == Elem::e4m3) {
+    fl ? rowwise_impl<T, Elem::e4m3, true>(x, p, g, out)
+       : rowwise_impl<T, Elem::e4m3, false>(x, p, g, out);
+  } else {
+    fl ? rowwise_impl<T, Elem::e5m2, true>(x, p, g, out)
+       : rowwise_impl<T, Elem::e5m2, false>(x, p, g, out);
+  }
 }
 
 template <class T, Mode MODE>
 void strip_any(const T* x, const QParams& p, Region g, QOut row, QOut col) {
-  if (p.elem == Elem::e4m3) strip_impl<T, Elem::e4m3, MODE>(x, p, g, row, col);
-  else strip_impl<T, Elem::e5m2, MODE>(x, p, g, row, col);
+  const bool fl = p.rounding == ScaleRounding::floor;
+  if (p.elem == Elem::e4m3) {
+    fl ? strip_impl<T, Elem::e4m3, true, MODE>(x, p, g, row, col)
+       : strip_impl<T, Elem::e4m3, false, MODE>(x, p, g, row, col);
+  } else {
+    fl ? strip_impl<T, Elem::e5m2, true, MODE>(x, p, g, row, col)
+       : strip_impl<T, Elem::e5m2, false, MODE>(x, p, g, row, col);
+  }
 }
 
 }  // namespace

@@ -56,26 +56,69 @@ struct Fp8<Elem::e5m2> {
   static constexpr uint32_t nan = 0x7E;
 };
 
-// y finite (the caller masks NaN/Inf blocks). Let E = max(exponent(|y|), emin) after the
-// satfinite clamp, and C = 2^(E + 23 - mbits). In |y| + C the float adder rounds |y| to a
-// multiple of 2^(E - mbits) = one FP8 step in that binade, ties to even; the low bits of the
-// sum then hold n = |y| / step, and code = (E_field - emin_field) << mbits + n. A carry into
-// the next binade (n = 2^(mbits+1)) lands exactly on the next code.
-template <Elem E>
-inline __m512i encode(__m512 y) {
+// Encoding one 16-lane vector: `a` = |x| (FP32 bits, finite; the caller masks NaN/Inf
+// blocks), `sgn` = x_bits >> 24 (bit 7 = sign; shared by every copy made of x), `inv` = 2^-e.
+// y = |x| * 2^-e is exact (see quantize_kernels.h). Let E = max(exponent(y), emin) after the
+// satfinite clamp and C = 2^(E + 23 - mbits). In y + C the float adder rounds y to a multiple
+// of 2^(E - mbits) — one FP8 step in that binade — ties to even, and the low bits of the sum
+// then hold n = y / step, so code = ((E_field - emin_field) << mbits) + n. A carry into the
+// next binade (n = 2^(mbits+1)) lands exactly on the next code. CLAMP (satfinite) is needed
+// only for the floor rule: with rceil, |x| <= amax <= max_elem * 2^e by construction.
+template <Elem E, bool CLAMP>
+inline __m512i encode_abs(__m512 a, __m512i sgn, __m512 inv) {
   using F = Fp8<E>;
-  const __m512i u = _mm512_castps_si512(y);
-  const __m512i a = _mm512_min_epu32(abs_bits(u), set1(F::max_bits));
-  const __m512i ec = _mm512_max_epu32(_mm512_and_si512(a, set1(0x7F800000u)),
+  __m512i ya = _mm512_castps_si512(_mm512_mul_ps(a, inv));
+  if constexpr (CLAMP) ya = _mm512_min_epu32(ya, set1(F::max_bits));
+  const __m512i ec = _mm512_max_epu32(_mm512_and_si512(ya, set1(0x7F800000u)),
                                       set1(F::emin_field << 23));
   const __m512i c = _mm512_add_epi32(ec, set1(uint32_t(23 - F::mbits) << 23));
   const __m512i s =
-      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(a), _mm512_castsi512_ps(c)));
-  const __m512i n = _mm512_sub_epi32(s, c);
-  const __m512i sign = _mm512_srli_epi32(_mm512_andnot_si512(set1(0x7FFFFFFFu), u), 24);
-  const __m512i base = _mm512_sub_epi32(_mm512_srli_epi32(ec, 23 - F::mbits),
-                                        set1(F::emin_field << F::mbits));
-  return _mm512_add_epi32(_mm512_add_epi32(n, base), sign);
+      _mm512_castps_si512(_mm512_add_ps(_mm512_castsi512_ps(ya), _mm512_castsi512_ps(c)));
+  const __m512i mag = _mm512_sub_epi32(
+      _mm512_add_epi32(_mm512_sub_epi32(s, c), _mm512_srli_epi32(ec, 23 - F::mbits)),
+      set1(F::emin_field << F::mbits));
+  return _mm512_ternarylogic_epi32(mag, sgn, set1(0x80), 0xF8);  // mag | (sgn & 0x80)
+}
+
+// Shared per-element parts for encode_abs.
+inline __m512 abs_f(__m512i u) { return _mm512_castsi512_ps(abs_bits(u)); }
+inline __m512i sign_byte(__m512i u) { return _mm512_srli_epi32(u, 24); }
+
+// Scaled value y (any sign, finite) -> code; the convenience form of encode_abs.
+template <Elem E>
+inline __m512i encode(__m512 y) {
+  const __m512i u = _mm512_castps_si512(y);
+  return encode_abs<E, true>(abs_f(u), sign_byte(u), _mm512_set1_ps(1.0f));
+}
+
+// Four vectors of codes (0..255 per 32-bit lane) -> 64 bytes in lane order a, b, c, d.
+// packus works within 128-bit lanes, so a final dword permute restores the order.
+inline __m512i pack4(__m512i a, __m512i b, __m512i c, __m512i d) {
+  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
+  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  return _mm512_permutexvar_epi32(idx, bytes);
+}
+
+// Horizontal max of four vectors at once: lanes 4j..4j+3 of the result hold max(m_j).
+inline __m512i hmax4(__m512i m0, __m512i m1, __m512i m2, __m512i m3) {
+  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
+  const __m512i x = _mm512_max_epu32(_mm512_permutex2var_epi32(m0, lo, m1),
+                                     _mm512_permutex2var_epi32(m0, hi, m1));
+  const __m512i y = _mm512_max_epu32(_mm512_permutex2var_epi32(m2, lo, m3),
+                                     _mm512_permutex2var_epi32(m2, hi, m3));
+  const __m512i lo2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
+  const __m512i hi2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
+  __m512i z = _mm512_max_epu32(_mm512_permutex2var_epi32(x, lo2, y),
+                               _mm512_permutex2var_epi32(x, hi2, y));
+  z = _mm512_max_epu32(z, _mm512_shuffle_epi32(z, _MM_PERM_BADC));
+  return _mm512_max_epu32(z, _mm512_shuffle_epi32(z, _MM_PERM_CDAB));
+}
+
+// Lane 4j of v broadcast to all lanes (j = 0..3).
+template <int J>
+inline __m512 lane_group(__m512 v) {
+  return _mm512_shuffle_f32x4(v, v, J * 0x55);
 }
 
 // SPEC §2 scale bytes of 16 blocks from their amax bits (same rule as scale_exponent() in
