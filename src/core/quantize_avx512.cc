@@ -1,8 +1,8 @@
-// core/quantize_avx512.cc — AVX-512 MX quantization kernels (compiled with AVX-512 flags).
+// core/quantize_avx512.cc — AVX-512 colwise, 32x32 and dual-axis MX quantization kernels and
+// the AVX-512 kernel table (compiled with AVX-512 flags).
 //
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
-//  - rowwise: 128 columns (four 1x32 blocks, eight 16-lane vectors) at a time; amax,
-//    scales and codes stay in registers.
+//  - rowwise (quantize_rowwise_avx512.cc): 128 columns at a time, all in registers.
 //  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of kChunk
 //    columns. Pass 1 streams the chunk's rows once from memory (long sequential runs, which
 //    the hardware prefetchers follow), keeping per-column amax in an L1 buffer and, for
@@ -11,16 +11,15 @@
 //    Pass 1 of the next chunk runs interleaved with pass 2 of the current one.
 //    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
 //    rows fall into the same few cache sets and evict each other.)
-// Full 128-column pieces take the fast path (four-block horizontal max, codes packed 64 per
-// store); ragged edges take a simpler one with masked loads (zeros do not change amax) and
-// masked stores. Both produce the reference bytes.
+// Full 128-column pieces take the fast path (mx_blocks_avx512.h: four-block horizontal
+// max, codes packed 64 per store); ragged edges take a simpler one with masked loads (zeros
+// do not change amax) and masked stores. Both produce the reference bytes.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include "core/quantize_kernels.h"
-#include "core/simd_avx512.h"
+#include "core/mx_blocks_avx512.h"
 
 namespace mxtrain::kern {
 
@@ -30,121 +29,6 @@ using namespace avx512;
 
 // Columns per strip chunk: a 32 x 2048 FP32 chunk is 256 KiB, so pass 2 re-reads it from L2.
 constexpr int64_t kChunk = 2048;
-
-inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
-
-// The fast paths keep eight vectors per row piece in registers; "#pragma GCC unroll" on
-// their short fixed loops lets -O2 do that instead of spilling the arrays to the stack.
-
-inline uint32_t hmax(__m512i a, __m512i b) {
-  return uint32_t(_mm512_reduce_max_epu32(_mm512_max_epu32(a, b)));
-}
-
-// Codes for one 16-lane vector of a block with a uniform scale (rowwise / tile).
-template <Elem E>
-inline __m512i block_codes(__m512i u, uint32_t ab, uint8_t byte) {
-  if (byte == kE8M0Nan) return set1(Fp8<E>::nan);
-  if (ab == 0) return _mm512_setzero_si512();
-  return encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(inv_scale(byte))));
-}
-
-
-// ---- fast paths (full 128-column pieces) ------------------------------------------------
-
-// Scales of four 1x32 blocks from their per-block lane-wise amax m0..m3: writes the four
-// scale bytes to `out`; returns 2^-e (lanes 4j..4j+3 for block j) and the zero/NaN blocks
-// (bit 4j set for block j).
-struct Quad {
-  __m512 inv;
-  __mmask16 zero, nan;
-};
-
-template <Elem E>
-inline Quad quad_scales(__m512i m0, __m512i m1, __m512i m2, __m512i m3, bool rceil,
-                        uint8_t* out) {
-  const __m512i z = hmax4(m0, m1, m2, m3);
-  const __m512i b = scale_bytes<E>(z, rceil);
-  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
-  __builtin_memcpy(out, &v, 4);
-  return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(z, _mm512_setzero_si512()) & 0x1111),
-          __mmask16(_mm512_cmpge_epu32_mask(z, set1(0x7F800000u)) & 0x1111)};
-}
-
-// All-lanes mask when block j (bit 4j) is flagged.
-inline __mmask16 block_flag(__mmask16 m, int j) {
-  return ((m >> (4 * j)) & 1) ? __mmask16(0xFFFF) : __mmask16(0);
-}
-
-template <Elem E>
-inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
-  k = _mm512_mask_mov_epi32(k, zero, _mm512_setzero_si512());
-  return _mm512_mask_mov_epi32(k, nan, set1(Fp8<E>::nan));
-}
-
-inline void store64(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
-
-// Codes of 128 columns (u[0..7]) under four block scales q; stored to d[0..127].
-template <Elem E, bool CLAMP>
-inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
-  const __m512 inv[4] = {lane_group<0>(q.inv), lane_group<1>(q.inv), lane_group<2>(q.inv),
-                         lane_group<3>(q.inv)};
-  __m512i k[8];
-  #pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) k[h] = encode_abs<E, CLAMP>(abs_f(u[h]), sign_byte(u[h]), inv[h / 2]);
-  if (q.zero | q.nan) {
-    #pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h)
-      k[h] = fix<E>(k[h], block_flag(q.zero, h / 2), block_flag(q.nan, h / 2));
-  }
-  store64(d, pack4(k[0], k[1], k[2], k[3]));
-  store64(d + 64, pack4(k[4], k[5], k[6], k[7]));
-}
-
-template <class T, Elem E, bool CLAMP>
-inline void rowwise128(const T* x, uint8_t* d, uint8_t* scales, bool rceil) {
-  __m512i u[8], a[8];
-  #pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) {
-    u[h] = load_bits(x + 16 * h);
-    a[h] = abs_bits(u[h]);
-  }
-  const Quad q = quad_scales<E>(_mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3]),
-                                _mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7]),
-                                rceil, scales);
-  encode_quad<E, CLAMP>(u, q, d);
-}
-
-template <class T, Elem E, bool CLAMP>
-void rowwise_impl(const T* x, const QParams& p, Region g, QOut out) {
-  for (int64_t r = g.r0; r < g.r1; ++r) {
-    const T* xr = x + r * p.K;
-    uint8_t* dr = out.data + r * p.K;
-    uint8_t* sr = out.scales + r * out.scale_ld;
-    int64_t c = g.c0;
-    for (; c + 128 <= g.c1; c += 128)
-      rowwise128<T, E, CLAMP>(xr + c, dr + c, sr + c / 32, p.rounding == ScaleRounding::rceil);
-    for (; c < g.c1; c += 32) {
-      const int64_t n = imin(32, p.K - c);
-      if (n == 32) {
-        const __m512i u0 = load_bits(xr + c), u1 = load_bits(xr + c + 16);
-        const uint32_t ab = hmax(abs_bits(u0), abs_bits(u1));
-        const uint8_t byte = scale_byte(ab, E, p.rounding);
-        sr[c / 32] = byte;
-        store_codes(dr + c, block_codes<E>(u0, ab, byte));
-        store_codes(dr + c + 16, block_codes<E>(u1, ab, byte));
-      } else {
-        const __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
-        const __m512i u0 = load_bits(xr + c, m0), u1 = load_bits(xr + c + 16, m1);
-        const uint32_t ab = hmax(abs_bits(u0), abs_bits(u1));
-        const uint8_t byte = scale_byte(ab, E, p.rounding);
-        sr[c / 32] = byte;
-        store_codes(dr + c, block_codes<E>(u0, ab, byte), m0);
-        if (m1) store_codes(dr + c + 16, block_codes<E>(u1, ab, byte), m1);
-      }
-    }
-  }
-}
 
 enum class Mode { colwise, tile32, dual };
 
@@ -362,20 +246,6 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     c0 = nc0;
   }
 }
-
-// floor scales may saturate, so only they need the satfinite clamp in the fast encoder.
-template <class T>
-void rowwise_any(const T* x, const QParams& p, Region g, QOut out) {
-  const bool fl = p.rounding == ScaleRounding::floor;
-  if (p.elem == Elem::e4m3) {
-    fl ? rowwise_impl<T, Elem::e4m3, true>(x, p, g, out)
-       : rowwise_impl<T, Elem::e4m3, false>(x, p, g, out);
-  } else {
-    fl ? rowwise_impl<T, Elem::e5m2, true>(x, p, g, out)
-       : rowwise_impl<T, Elem::e5m2, false>(x, p, g, out);
-  }
-}
-
 template <class T, Mode MODE>
 void strip_any(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   const bool fl = p.rounding == ScaleRounding::floor;
@@ -390,12 +260,6 @@ void strip_any(const T* x, const QParams& p, Region g, QOut row, QOut col) {
 
 }  // namespace
 
-void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
-  rowwise_any(x, p, g, out);
-}
-void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
-  rowwise_any(x, p, g, out);
-}
 void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::colwise>(x, p, g, out, out);
 }

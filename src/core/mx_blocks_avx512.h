@@ -1,0 +1,84 @@
+// core/mx_blocks_avx512.h — private: MX block-level AVX-512 helpers shared by the
+// quantize_*_avx512.cc kernels (include only from files compiled with AVX-512 flags).
+//
+// Built on simd_avx512.h: the scales of four 1x32 blocks at once (Quad), codes for a block
+// with one scale, the zero/NaN block fix-ups, and encoding a 128-column row piece into two
+// 64-byte stores. The fast paths keep eight vectors per row piece in registers; the
+// "#pragma GCC unroll" on their short fixed loops lets -O2 do that instead of spilling the
+// arrays to the stack. Internal linkage: these call the scale helpers of
+// quantize_kernels.h, which are internal to each file too.
+#pragma once
+
+#include "core/quantize_kernels.h"
+#include "core/simd_avx512.h"
+
+namespace mxtrain::kern::avx512 {
+namespace {
+
+inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline uint32_t hmax(__m512i a, __m512i b) {
+  return uint32_t(_mm512_reduce_max_epu32(_mm512_max_epu32(a, b)));
+}
+
+// Codes for one 16-lane vector of a block with a uniform scale (rowwise / tile).
+template <Elem E>
+inline __m512i block_codes(__m512i u, uint32_t ab, uint8_t byte) {
+  if (byte == kE8M0Nan) return set1(Fp8<E>::nan);
+  if (ab == 0) return _mm512_setzero_si512();
+  return encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(inv_scale(byte))));
+}
+
+
+// Scales of four 1x32 blocks from their per-block lane-wise amax m0..m3: writes the four
+// scale bytes to `out`; returns 2^-e (lanes 4j..4j+3 for block j) and the zero/NaN blocks
+// (bit 4j set for block j).
+struct Quad {
+  __m512 inv;
+  __mmask16 zero, nan;
+};
+
+template <Elem E>
+inline Quad quad_scales(__m512i m0, __m512i m1, __m512i m2, __m512i m3, bool rceil,
+                        uint8_t* out) {
+  const __m512i z = hmax4(m0, m1, m2, m3);
+  const __m512i b = scale_bytes<E>(z, rceil);
+  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
+  __builtin_memcpy(out, &v, 4);
+  return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(z, _mm512_setzero_si512()) & 0x1111),
+          __mmask16(_mm512_cmpge_epu32_mask(z, set1(0x7F800000u)) & 0x1111)};
+}
+
+// All-lanes mask when block j (bit 4j) is flagged.
+inline __mmask16 block_flag(__mmask16 m, int j) {
+  return ((m >> (4 * j)) & 1) ? __mmask16(0xFFFF) : __mmask16(0);
+}
+
+template <Elem E>
+inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
+  k = _mm512_mask_mov_epi32(k, zero, _mm512_setzero_si512());
+  return _mm512_mask_mov_epi32(k, nan, set1(Fp8<E>::nan));
+}
+
+inline void store64(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+
+// Codes of 128 columns (u[0..7]) under four block scales q; stored to d[0..127].
+template <Elem E, bool CLAMP>
+inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
+  const __m512 inv[4] = {lane_group<0>(q.inv), lane_group<1>(q.inv), lane_group<2>(q.inv),
+                         lane_group<3>(q.inv)};
+  __m512i k[8];
+#pragma GCC unroll 8
+  for (int h = 0; h < 8; ++h) k[h] = encode_abs<E, CLAMP>(abs_f(u[h]), sign_byte(u[h]), inv[h / 2]);
+  if (q.zero | q.nan) {
+#pragma GCC unroll 8
+    for (int h = 0; h < 8; ++h)
+      k[h] = fix<E>(k[h], block_flag(q.zero, h / 2), block_flag(q.nan, h / 2));
+  }
+  store64(d, pack4(k[0], k[1], k[2], k[3]));
+  store64(d + 64, pack4(k[4], k[5], k[6], k[7]));
+}
+
+}  // namespace
+}  // namespace mxtrain::kern::avx512
