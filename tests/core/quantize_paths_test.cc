@@ -106,17 +106,25 @@ TEST(QuantizePaths, DualEqualsSeparateRowwiseAndColwise) {
 TEST(QuantizePaths, ThreadCountDoesNotChangeBytes) {
   PathGuard guard;
   const int saved = omp_get_max_threads();
-  const int64_t M = 257, K = 1023;  // large enough to be split over threads
-  const std::vector<float> x = testdata::awkward_matrix(M, K, 42);
-  const std::vector<uint16_t> xb = testdata::to_bf16(x);
-  for (Isa isa : supported_isas()) {
-    set_isa(isa);
-    omp_set_num_threads(1);
-    const AllOutputs one = run_all(x, M, K, {}), one_b = run_all(xb, M, K, {});
-    omp_set_num_threads(2);
-    const AllOutputs two = run_all(x, M, K, {}), two_b = run_all(xb, M, K, {});
-    expect_same(two, one, std::string(isa_name(isa)) + " 2 threads f32");
-    expect_same(two_b, one_b, std::string(isa_name(isa)) + " 2 threads bf16");
+  // Large enough to be split over threads: by row strips (257 rows), and by column ranges
+  // within each strip (17 rows, fewer strips than threads).
+  for (auto [M, K] : {Shape{257, 1023}, Shape{17, 8195}}) {
+    const std::vector<float> x = testdata::awkward_matrix(M, K, uint32_t(42 + M));
+    const std::vector<uint16_t> xb = testdata::to_bf16(x);
+    for (Isa isa : supported_isas()) {
+      set_isa(isa);
+      omp_set_num_threads(1);
+      const AllOutputs one = run_all(x, M, K, {}), one_b = run_all(xb, M, K, {});
+      omp_set_num_threads(2);
+      const AllOutputs two = run_all(x, M, K, {}), two_b = run_all(xb, M, K, {});
+      omp_set_num_threads(3);
+      const AllOutputs three = run_all(x, M, K, {});
+      const std::string what = std::string(isa_name(isa)) + " " + std::to_string(M) + "x" +
+                               std::to_string(K);
+      expect_same(two, one, what + " 2 threads f32");
+      expect_same(two_b, one_b, what + " 2 threads bf16");
+      expect_same(three, one, what + " 3 threads f32");
+    }
   }
   omp_set_num_threads(saved);
 }
