@@ -30,8 +30,8 @@ struct ModuleDecision {
   std::string reason;
 };
 
-// An adaptive-FP8 oracle: given a module and its token count, says whether FP8 pays off
-// (and why). Supplied by the policy module; empty when selective FP8 is off.
+// An adaptive-FP8 oracle: given a module and its token count per micro-batch (before
+// top-k), says whether FP8 pays off (and why). Supplied by the policy module; empty when selective FP8 is off.
 struct PolicyVerdict {
   bool use_fp8 = false;
   std::string reason;

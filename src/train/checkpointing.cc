@@ -1,0 +1,78 @@
+// train/checkpointing.cc — trainer checkpoints on top of io/checkpoint.h (train/checkpointing.h).
+#include "mxtrain/train/checkpointing.h"
+
+#include <cstdio>
+
+#include "mxtrain/common.h"
+#include "mxtrain/io/checkpoint.h"
+
+namespace mxtrain {
+namespace {
+
+// Canonical YAML of the model section only: what must match to load weights.
+std::string model_yaml(const ModelConfig& m) {
+  TrainConfig c;
+  c.model = m;
+  const std::string y = config_to_yaml(c);
+  return y.substr(0, y.find("\ntraining:"));
+}
+
+}  // namespace
+
+void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                              const std::vector<Parameter*>& params,
+                              const std::vector<std::vector<float>>& m,
+                              const std::vector<std::vector<float>>& v, const TrainerState& st) {
+  std::vector<io::TensorRef> model, optim;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Parameter& p = *params[i];
+    model.push_back({p.name, p.shape, p.value.data()});
+    optim.push_back({io::exp_avg_name(p.name), p.shape, m[i].data()});
+    optim.push_back({io::exp_avg_sq_name(p.name), p.shape, v[i].data()});
+  }
+  const nlohmann::json state = {
+      {"step", st.step}, {"opt_steps", st.opt_steps}, {"skipped", st.skipped}};
+  io::CheckpointOptions opt;
+  opt.keep_last = cfg.training.keep_checkpoints;
+  opt.config_text = cfg.source_text;
+  io::save_checkpoint(dir, st.step, model, optim, state, opt);
+}
+
+TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
+                                      const std::vector<Parameter*>& params,
+                                      std::vector<std::vector<float>>& m,
+                                      std::vector<std::vector<float>>& v) {
+  const io::LoadedCheckpoint ck = io::load_checkpoint(dir);
+  const TrainConfig saved = parse_config(ck.config_text, ck.dir + "/state.json config");
+  MXT_CHECK(model_yaml(saved.model) == model_yaml(cfg.model), "checkpoint ", ck.dir,
+            " was written for a different model:\n", model_yaml(saved.model),
+            "\nbut the config asks for:\n", model_yaml(cfg.model));
+  if (saved.training.seed != cfg.training.seed)
+    std::fprintf(stderr, "warning: resuming with seed %llu, checkpoint used %llu: the data "
+                 "order differs from the original run\n",
+                 (unsigned long long)cfg.training.seed, (unsigned long long)saved.training.seed);
+  auto copy = [&](const io::NamedTensor& t, const Parameter& p, std::vector<float>& dst) {
+    MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
+    dst = t.data;
+  };
+  for (size_t i = 0; i < params.size(); ++i) {
+    Parameter& p = *params[i];
+    copy(ck.model_tensor(p.name), p, p.value);
+    copy(ck.optimizer_tensor(io::exp_avg_name(p.name)), p, m[i]);
+    copy(ck.optimizer_tensor(io::exp_avg_sq_name(p.name)), p, v[i]);
+    ++p.version;  // any quantized copy made from the old value is stale
+  }
+  TrainerState st;
+  try {
+    st.step = ck.trainer_state.at("step").get<int64_t>();
+    st.opt_steps = ck.trainer_state.at("opt_steps").get<int64_t>();
+    st.skipped = ck.trainer_state.at("skipped").get<int64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    MXT_FAIL("checkpoint ", ck.dir, ": trainer state is incomplete (", e.what(), ")");
+  }
+  MXT_CHECK(st.step == ck.step, "checkpoint ", ck.dir, ": state step ", st.step,
+            " does not match the directory's step ", ck.step);
+  return st;
+}
+
+}  // namespace mxtrain

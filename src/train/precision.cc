@@ -1,0 +1,110 @@
+// train/precision.cc — resolving each module's precision (train/precision.h).
+#include "mxtrain/train/precision.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <sstream>
+
+#include "mxtrain/common.h"
+
+namespace mxtrain {
+
+// Expert modules are promoted to the grouped kind of their dense counterpart (SPEC §7).
+std::string grouped_kind(const std::string& kind) {
+  return kind == "row" ? "row_grouped" : "column_grouped";
+}
+
+PrecisionResolver::PrecisionResolver(const TrainConfig& cfg, PolicyOracle policy)
+    : cfg_(cfg), policy_(std::move(policy)) {
+  MXT_CHECK(!cfg.precision.selective_fp8 || policy_,
+            "selective_fp8 is on but no FP8 policy was loaded");
+}
+
+int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
+  const auto& nt = cfg_.precision.fp8_dynamic_num_tokens;
+  int64_t tokens = int64_t(cfg_.training.seq_len) * cfg_.training.micro_batch_size;
+  // Component override: the longest key that prefixes the module name, or "" for all.
+  size_t best = 0;
+  bool found = false;
+  for (const auto& [k, v] : nt) {
+    if (m.module.compare(0, k.size(), k) == 0 && (!found || k.size() >= best)) {
+      tokens = v;
+      best = k.size();
+      found = true;
+    }
+  }
+  return m.is_expert ? tokens * m.top_k : tokens;
+}
+
+LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
+  const auto& p = cfg_.precision;
+  ModuleDecision d{m.module, m.is_expert ? grouped_kind(m.kind) : m.kind, m.name, tokens_for(m),
+                   "", ""};
+  std::string recipe;
+  for (const auto& [pat, rec] : p.overrides) {
+    if (glob_match(pat, m.module)) {
+      recipe = rec;
+      d.reason = "override `" + pat + "`";
+    }
+  }
+  const int L = cfg_.model.n_layers;
+  if (recipe.empty() && m.layer >= 0 && m.layer < p.bf16_first_layers) {
+    recipe = "bf16";
+    d.reason = "first " + std::to_string(p.bf16_first_layers) + " layer(s) kept in BF16";
+  }
+  if (recipe.empty() && m.layer >= 0 && m.layer >= L - p.bf16_last_layers) {
+    recipe = "bf16";
+    d.reason = "last " + std::to_string(p.bf16_last_layers) + " layer(s) kept in BF16";
+  }
+  if (recipe.empty() && m.layer < 0) {
+    recipe = p.lm_head;
+    d.reason = "precision.lm_head";
+  }
+  if (recipe.empty() && p.selective_fp8 && get_recipe(p.recipe).quantized()) {
+    const PolicyVerdict v = policy_(m, m.is_expert ? d.tokens / m.top_k : d.tokens);
+    recipe = v.use_fp8 ? p.recipe : "bf16";
+    d.reason = "policy: " + v.reason;
+  }
+  if (recipe.empty()) {
+    recipe = p.recipe;
+    d.reason = "recipe";
+  }
+  LinearPrecision lp;
+  lp.recipe = get_recipe(recipe);
+  if (lp.recipe.quantized()) {
+    lp.recipe.rounding = p.scale_rounding;
+    lp.defer_backward_quant = p.defer_backward_quant;
+  }
+  lp.validate();
+  d.precision = recipe;
+  decisions_.push_back(d);
+  return lp;
+}
+
+std::string format_decisions(const std::vector<ModuleDecision>& ds) {
+  size_t w = 6;
+  for (const auto& d : ds) w = std::max(w, d.module.size());
+  std::ostringstream os;
+  char buf[512];
+  std::snprintf(buf, sizeof buf, "%-*s  %-16s  %-7s  %8s  %-12s  %s\n", int(w), "module", "kind",
+                "name", "tokens", "precision", "reason");
+  os << buf;
+  for (const auto& d : ds) {
+    std::snprintf(buf, sizeof buf, "%-*s  %-16s  %-7s  %8lld  %-12s  %s\n", int(w),
+                  d.module.c_str(), d.kind.c_str(), d.name.c_str(), (long long)d.tokens,
+                  d.precision.c_str(), d.reason.c_str());
+    os << buf;
+  }
+  return os.str();
+}
+
+std::string decisions_json(const std::vector<ModuleDecision>& ds) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& d : ds)
+    a.push_back({{"module", d.module}, {"kind", d.kind}, {"name", d.name}, {"tokens", d.tokens},
+                 {"precision", d.precision}, {"reason", d.reason}});
+  return a.dump(2) + "\n";
+}
+
+}  // namespace mxtrain

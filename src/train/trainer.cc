@@ -1,0 +1,234 @@
+// train/trainer.cc — the training loop (train/trainer.h), read top to bottom:
+// build (policy -> precision decisions -> model) -> optional resume -> for each step:
+// micro-batches forward/backward -> finite check -> clip -> AdamW -> metrics/progress ->
+// validation -> checkpoint -> summary.
+#include "mxtrain/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mxtrain/common.h"
+#include "mxtrain/io/atomic_file.h"
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/train/checkpointing.h"
+#include "mxtrain/train/data.h"
+#include "mxtrain/train/optim.h"
+#include "mxtrain/train/policy_oracle.h"
+#include "mxtrain/train/precision.h"
+#include "train/progress.h"
+
+namespace mxtrain {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+int64_t peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+// Appends one JSON object per line and flushes, so a crash keeps what was written.
+class MetricsWriter {
+ public:
+  MetricsWriter(const std::string& path, bool append) {
+    if (path.empty()) return;
+    f_ = std::fopen(path.c_str(), append ? "a" : "w");
+    MXT_CHECK(f_, "cannot open metrics file `", path, "` for writing");
+  }
+  ~MetricsWriter() {
+    if (f_) std::fclose(f_);
+  }
+  void write(const nlohmann::json& j) {
+    if (!f_) return;
+    const std::string s = j.dump() + "\n";
+    std::fwrite(s.data(), 1, s.size(), f_);
+    std::fflush(f_);
+  }
+
+ private:
+  std::FILE* f_ = nullptr;
+};
+
+// Mean loss over `n_batches` validation micro-batches.
+double validation_loss(GPT& model, const TextCorpus& corpus, int B, int T, int n_batches) {
+  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
+  double sum = 0;
+  for (int b = 0; b < n_batches; ++b) {
+    for (int i = 0; i < B; ++i)
+      corpus.val_sequence(int64_t(b) * B + i, int64_t(n_batches) * B, T, &tok[size_t(i) * T],
+                          &tgt[size_t(i) * T]);
+    sum += model.forward_loss(tok.data(), tgt.data(), B, T);
+  }
+  return sum / n_batches;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
+  cfg.validate();
+  const auto& tc = cfg.training;
+  const int B = tc.micro_batch_size, T = tc.seq_len, A = tc.grad_accum;
+
+  // ---- build: policy -> precision decisions -> model --------------------------------------
+  PolicyOracle oracle;
+  if (cfg.precision.selective_fp8) oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
+  PrecisionResolver resolver(cfg, oracle);
+  if (opt.dry_run) {
+    for (const ModuleInfo& m : describe_modules(cfg.model)) resolver(m);
+  }
+  std::unique_ptr<GPT> model;
+  if (!opt.dry_run)
+    model = std::make_unique<GPT>(cfg.model, [&](const ModuleInfo& m) { return resolver(m); },
+                                  tc.seed);
+  if (opt.print_decisions || opt.dry_run)
+    std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
+                 resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
+  if (!opt.decisions_out.empty())
+    io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
+  TrainSummary sum;
+  if (opt.dry_run) return sum;
+
+  const TextCorpus corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
+  std::vector<Parameter*> params = model->parameters();
+  std::vector<std::vector<float>> m(params.size()), v(params.size());
+  int64_t numel = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    m[i].assign(params[i]->numel(), 0.f);
+    v[i].assign(params[i]->numel(), 0.f);
+    numel += params[i]->numel();
+  }
+  if (opt.progress)
+    std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s\n", (long long)numel,
+                 cfg.model.n_layers, cfg.model.moe_num_experts ? " (MoE)" : "",
+                 corpus.description().c_str());
+
+  // ---- resume ------------------------------------------------------------------------------
+  TrainerState st;
+  if (opt.resume) {
+    MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+    st = load_training_checkpoint(opt.checkpoint_dir, cfg, params, m, v);
+    if (opt.progress)
+      std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
+                   (long long)st.step);
+  }
+  MXT_CHECK(st.step < tc.steps, "checkpoint is at step ", st.step, " but training.steps is ",
+            tc.steps, ": nothing left to do (raise --steps)");
+
+  MetricsWriter metrics(opt.metrics_out, opt.resume);
+  ProgressLine progress(st.step, tc.steps, opt.progress);
+  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
+  const int64_t tokens_per_step = int64_t(B) * T * A;
+  const auto t_run = Clock::now();
+  double step_time_total = 0;
+  sum.first_step = st.step;
+
+  const int64_t end_step =
+      opt.stop_after > 0 ? std::min(tc.steps, st.step + opt.stop_after) : tc.steps;
+  for (int64_t step = st.step; step < end_step; ++step) {
+    const auto t_step = Clock::now();
+    for (Parameter* p : params) p->zero_grad();
+
+    // Forward + backward over the micro-batches; grads accumulate (scaled by 1/A).
+    double loss = 0, aux = 0;
+    size_t held = 0;
+    for (int a = 0; a < A; ++a) {
+      for (int i = 0; i < B; ++i)
+        corpus.train_sequence(tc.seed, step, int64_t(a) * B + i, T, &tok[size_t(i) * T],
+                              &tgt[size_t(i) * T]);
+      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f / float(A)) / A;
+      aux += model->last_aux_loss() / A;
+      held = std::max(held, model->last_held_bytes());
+    }
+    if (std::count(opt.poison_steps.begin(), opt.poison_steps.end(), step))
+      params[0]->grad[0] = std::nanf("");
+
+    // Non-finite loss or gradients: report and skip; weights stay untouched.
+    bool finite = std::isfinite(loss);
+    double sq = 0;
+    for (Parameter* p : params) {
+      if (!finite) break;
+      finite = all_finite(p->grad.data(), p->numel());
+      sq += sum_squares(p->grad.data(), p->numel());
+    }
+    if (!finite) {
+      ++st.skipped;
+      sum.losses.push_back(std::nan(""));
+      progress.message("step " + std::to_string(step + 1) +
+                       ": non-finite loss or gradient, step skipped (" +
+                       std::to_string(st.skipped) + " so far)");
+      metrics.write({{"step", step + 1}, {"skipped", true}, {"reason", "non-finite loss or gradient"}});
+      MXT_CHECK(st.skipped <= tc.max_nonfinite_steps, "training stopped: ", st.skipped,
+                " steps had non-finite loss or gradients (limit training.max_nonfinite_steps = ",
+                tc.max_nonfinite_steps, ")");
+    } else {
+      // Clip, then AdamW on every parameter; the version bump invalidates quantized weights.
+      const double gnorm = std::sqrt(sq);
+      const float clip =
+          (tc.grad_clip > 0 && gnorm > tc.grad_clip) ? float(tc.grad_clip / gnorm) : 1.f;
+      AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
+                   tc.beta2, tc.eps, tc.weight_decay};
+      ++st.opt_steps;
+      for (size_t i = 0; i < params.size(); ++i) {
+        Parameter& p = *params[i];
+        if (clip != 1.f)
+          for (float& g : p.grad) g *= clip;
+        adamw_update(p.value.data(), p.grad.data(), m[i].data(), v[i].data(), p.numel(), h,
+                     st.opt_steps, p.shape.size() >= 2);
+        ++p.version;
+      }
+
+      const double step_s = seconds_since(t_step);
+      step_time_total += step_s;
+      sum.losses.push_back(loss);
+      sum.held_bytes = held;
+      metrics.write({{"step", step + 1}, {"loss", loss}, {"aux_loss", aux}, {"lr", h.lr},
+                     {"grad_norm", gnorm}, {"tokens_per_s", double(tokens_per_step) / step_s},
+                     {"step_ms", step_s * 1e3}, {"held_bytes", held}});
+      progress.update(step, loss,
+                      double(tokens_per_step) * double(step + 1 - sum.first_step) /
+                          seconds_since(t_run),
+                      step_s, seconds_since(t_run));
+    }
+
+    const bool last = step + 1 == end_step;
+    if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) {
+      const double vl = validation_loss(*model, corpus, B, T, tc.eval_batches);
+      sum.val_losses.emplace_back(step + 1, vl);
+      sum.final_val_loss = vl;
+      metrics.write({{"step", step + 1}, {"val_loss", vl}});
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f", (long long)(step + 1), vl);
+      progress.message(buf);
+    }
+    st.step = step + 1;
+    if (!opt.checkpoint_dir.empty() &&
+        (last || (tc.checkpoint_every > 0 && st.step % tc.checkpoint_every == 0)))
+      save_training_checkpoint(opt.checkpoint_dir, cfg, params, m, v, st);
+  }
+
+  sum.steps_done = st.step - sum.first_step;
+  sum.skipped_steps = st.skipped;
+  sum.mean_step_ms = sum.steps_done ? step_time_total / double(sum.steps_done) * 1e3 : 0;
+  sum.tokens_per_s = step_time_total > 0 ? double(tokens_per_step) * double(sum.steps_done) /
+                                               step_time_total : 0;
+  sum.peak_rss_bytes = peak_rss_bytes();
+  metrics.write({{"summary", true}, {"recipe", cfg.precision.recipe}, {"steps", st.step},
+                 {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
+                 {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
+                 {"mean_step_ms", sum.mean_step_ms}, {"skipped_steps", st.skipped},
+                 {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
+                 {"parameters", numel}});
+  return sum;
+}
+
+}  // namespace mxtrain

@@ -1,0 +1,100 @@
+// Tests for train/config.h: strict YAML parsing, errors that name the key, round trip.
+#include "mxtrain/train/config.h"
+
+#include <gtest/gtest.h>
+
+#include "mxtrain/common.h"
+
+namespace mxtrain {
+namespace {
+
+const char* kBase = R"(
+model: {d_model: 64, n_layers: 2, n_heads: 2, d_ff: 128, max_seq_len: 32}
+training: {steps: 10, seq_len: 32, micro_batch_size: 2}
+precision: {recipe: mxfp8}
+)";
+
+// Expect parse_config(text) to throw with every fragment in the message.
+void expect_error(const std::string& text, std::vector<std::string> fragments) {
+  try {
+    parse_config(text, "test.yaml");
+    FAIL() << "expected an error for:\n" << text;
+  } catch (const Error& e) {
+    for (const auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+          << "message `" << e.what() << "` lacks `" << f << "`";
+  }
+}
+
+TEST(Config, ParsesValuesAndDefaults) {
+  TrainConfig c = parse_config(kBase);
+  EXPECT_EQ(c.model.d_model, 64);
+  EXPECT_EQ(c.model.n_layers, 2);
+  EXPECT_EQ(c.training.steps, 10);
+  EXPECT_EQ(c.training.grad_accum, 1);
+  EXPECT_FLOAT_EQ(c.training.lr, 3e-3f);
+  EXPECT_EQ(c.precision.recipe, "mxfp8");
+  EXPECT_EQ(c.precision.scale_rounding, ScaleRounding::rceil);
+  EXPECT_EQ(c.data.path, "fortunes");
+}
+
+TEST(Config, RoundTripThroughCanonicalYaml) {
+  std::string text = std::string(kBase) +
+                     "fsdp: {enabled: true, mxfp8_gather: all}\n";
+  text.replace(text.find("precision: {recipe: mxfp8}"), 26,
+               "precision: {recipe: mxfp8-32x32, scale_rounding: floor, bf16_first_layers: 1, "
+               "overrides: {'layers.1.mlp.*': bf16}, fp8_dynamic_num_tokens: 512}");
+  TrainConfig a = parse_config(text);
+  TrainConfig b = parse_config(config_to_yaml(a));
+  EXPECT_EQ(config_to_yaml(a), config_to_yaml(b));
+  EXPECT_EQ(b.precision.recipe, "mxfp8-32x32");
+  EXPECT_EQ(b.precision.scale_rounding, ScaleRounding::floor);
+  ASSERT_EQ(b.precision.overrides.size(), 1u);
+  EXPECT_EQ(b.precision.overrides[0].first, "layers.1.mlp.*");
+  EXPECT_EQ(b.precision.fp8_dynamic_num_tokens.at(""), 512);
+  EXPECT_TRUE(b.fsdp.enabled);
+  EXPECT_EQ(b.fsdp.mxfp8_gather, "all");
+}
+
+TEST(Config, UnknownKeysAreNamed) {
+  expect_error(std::string(kBase) + "trainig: {steps: 3}\n", {"unknown key `trainig`"});
+  expect_error("model: {d_model: 64, n_layers: 2, n_heads: 2, d_ff: 128, max_seq_len: 32, "
+               "dmodel: 3}\ntraining: {seq_len: 32}\n",
+               {"unknown key `model.dmodel`", "d_model"});
+  expect_error(std::string(kBase) + "data: {pth: x}\n", {"`data.pth`"});
+}
+
+TEST(Config, BadValuesAreNamed) {
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string t = kBase;
+    t.replace(t.find(from), from.size(), to);
+    return t;
+  };
+  expect_error(with("steps: 10", "steps: 0"), {"training.steps", "must be >= 1"});
+  expect_error(with("steps: 10", "steps: ten"), {"training.steps", "wrong type"});
+  expect_error(with("steps: 10", "steps: 10, lr: -1"), {"training.lr", "> 0"});
+  expect_error(with("recipe: mxfp8", "recipe: fp4"), {"precision.recipe", "mxfp8-32x32"});
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, scale_rounding: up"),
+               {"precision.scale_rounding"});
+  expect_error(with("recipe: mxfp8", "recipe: bf16, defer_backward_quant: true"),
+               {"defer_backward_quant", "FP8 recipe"});
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, selective_fp8: true"),
+               {"fp8_dynamic_policy_path"});
+  expect_error(with("seq_len: 32, micro", "seq_len: 64, micro"), {"seq_len", "max_seq_len"});
+  expect_error(with("n_heads: 2", "n_heads: 3"), {"model"});
+  expect_error("model: [1, 2]\n", {"`model` must be a mapping"});
+  expect_error("model: {d_model: 64\n", {"not valid YAML"});
+}
+
+TEST(Config, GlobMatch) {
+  EXPECT_TRUE(glob_match("layers.0.*", "layers.0.attention.qkv"));
+  EXPECT_FALSE(glob_match("layers.0.*", "layers.10.attention.qkv"));
+  EXPECT_TRUE(glob_match("*.fc?", "layers.3.mlp.fc1"));
+  EXPECT_TRUE(glob_match("*experts*", "layers.3.mlp.experts.fc2"));
+  EXPECT_FALSE(glob_match("layers.*.qkv", "layers.3.attention.proj"));
+  EXPECT_TRUE(glob_match("*", ""));
+  EXPECT_FALSE(glob_match("", "x"));
+}
+
+}  // namespace
+}  // namespace mxtrain
