@@ -1,0 +1,251 @@
+// cli/cmd_bench_layers.cc — `mxtrain bench-layers`: stage 1 of adaptive FP8 (SPEC §7,
+// docs/adaptive.md). Times forward+backward of every layer kind of a model at the per-rank
+// shapes TP/EP/ETP imply, over a token sweep, in BF16 and the FP8 recipe back to back, and
+// writes the report `mxtrain policy merge` reads.
+//
+// The plan and the sweep loop are policy/bench_layers.h; this file supplies the model's
+// modules (nn/transformer.h describe_modules) and the timer: one real Linear / GroupedLinear
+// per recipe on the same random normal data, `warmup` untimed then `iters` timed
+// forward+backward iterations, the recipes alternating iteration by iteration so BF16 and
+// FP8 see the same machine conditions; the weight's version is bumped every `micro_batches`
+// iterations (default 1: every iteration pays for quantizing the weight, as a step without
+// gradient accumulation does).
+#include <chrono>
+#include <cmath>
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/nn/grouped_linear.h"
+#include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/policy/bench_layers.h"
+#include "mxtrain/policy/report.h"
+#include "mxtrain/recipe.h"
+#include "mxtrain/train/config.h"
+
+namespace mxtrain::cli {
+namespace {
+
+using policy::BenchCase;
+using policy::TimingRequest;
+
+std::vector<float> random_normal(int64_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// One layer under test: a step (forward + backward) and a weight-version bump.
+struct Subject {
+  std::function<void()> step, bump;
+};
+
+double time_ms(const std::function<void()>& f) {
+  auto t0 = Clock::now();
+  f();
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Times one layer shape in every requested recipe on the same data, alternating the recipes
+// iteration by iteration.
+std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
+  const BenchCase& c = *req.c;
+  const int64_t rows = req.rows;
+  const uint32_t seed = 1234;
+  const auto x = random_normal(rows * c.in, seed, 1.f);
+  const auto dy = random_normal(rows * c.out, seed + 1, 1e-2f);
+  const auto w = random_normal(int64_t(std::max(c.num_gemms, 1)) * c.in * c.out, seed + 2,
+                               1.f / std::sqrt(float(c.in)));
+  std::vector<float> y(size_t(rows * c.out)), dx(size_t(rows * c.in));
+  GroupList groups;
+  if (c.grouped()) groups = GroupList::from_counts(req.group_rows, rows);
+
+  // Layers and their saved state live until the end of the function.
+  std::vector<std::unique_ptr<Linear>> linears;
+  std::vector<std::unique_ptr<GroupedLinear>> grouped;
+  std::vector<std::unique_ptr<LinearSaved>> lsaved;
+  std::vector<std::unique_ptr<GroupedLinearSaved>> gsaved;
+  std::vector<Subject> subjects;
+  for (const std::string& name : req.recipes) {
+    LinearPrecision prec;
+    prec.recipe = get_recipe(name);
+    if (!c.grouped()) {
+      Linear* layer =
+          linears.emplace_back(std::make_unique<Linear>("bench", c.in, c.out, false, prec)).get();
+      layer->weight.value = w;
+      LinearSaved* saved = lsaved.emplace_back(std::make_unique<LinearSaved>()).get();
+      subjects.push_back({[&, layer, saved] {
+                            layer->forward(x.data(), rows, y.data(), *saved);
+                            layer->backward(*saved, dy.data(), dx.data());
+                          },
+                          [layer] { ++layer->weight.version; }});
+    } else {
+      GroupedLinear* layer = grouped.emplace_back(std::make_unique<GroupedLinear>(
+                                                      "bench", c.num_gemms, c.in, c.out, prec))
+                                 .get();
+      layer->weight.value = w;
+      GroupedLinearSaved* saved =
+          gsaved.emplace_back(std::make_unique<GroupedLinearSaved>()).get();
+      subjects.push_back({[&, layer, saved] {
+                            layer->forward(x.data(), rows, groups, y.data(), *saved);
+                            layer->backward(*saved, dy.data(), dx.data());
+                          },
+                          [layer] { ++layer->weight.version; }});
+    }
+  }
+  std::vector<std::vector<double>> ms(subjects.size());
+  for (int i = 0; i < req.warmup + req.iters; ++i) {
+    for (size_t s = 0; s < subjects.size(); ++s) {
+      if (i % req.micro_batches == 0) subjects[s].bump();
+      const double t = time_ms(subjects[s].step);
+      if (i >= req.warmup) ms[s].push_back(t);
+    }
+  }
+  return ms;
+}
+
+struct BenchLayersCli {
+  std::string config, report, recipe;
+  int tp = 1, ep = 1, etp = 1;
+  std::vector<std::string> precisions{"bf16", "fp8"};
+  std::vector<int64_t> tokens;
+  int warmup = 2, iters = 5, micro_batches = 1;
+  double zipf = 1.2;
+  bool quiet = false;
+};
+
+int run_bench_layers_cli(const BenchLayersCli& o) {
+  const TrainConfig cfg = load_config(o.config);
+  policy::BenchLayersOptions bo;
+  bo.par = {o.tp, o.ep, o.etp};
+  bo.model = o.config;
+  bo.tokens = o.tokens;
+  bo.warmup = o.warmup;
+  bo.iters = o.iters;
+  bo.micro_batches = o.micro_batches;
+  bo.zipf_exponent = o.zipf;
+  // The decision point: the token count the trainer will decide with.
+  auto ov = cfg.precision.fp8_dynamic_num_tokens.find("");
+  bo.train_tokens = ov != cfg.precision.fp8_dynamic_num_tokens.end()
+                        ? ov->second
+                        : int64_t(cfg.training.seq_len) * cfg.training.micro_batch_size;
+  // FP8 recipe: --recipe, else a recipe named in --precisions, else the config's if it is
+  // FP8, else mxfp8.
+  std::string recipe = o.recipe;
+  bo.time_bf16 = bo.time_fp8 = false;
+  for (const std::string& p : o.precisions) {
+    if (p == "bf16") {
+      bo.time_bf16 = true;
+      continue;
+    }
+    if (p != "fp8") {
+      MXT_CHECK(get_recipe(p).quantized(), "--precisions: ", p, " is not an FP8 recipe; use bf16, "
+                "fp8 or an FP8 recipe name");
+      MXT_CHECK(recipe.empty() || recipe == p, "--precisions names ", p, " but --recipe is ",
+                recipe);
+      recipe = p;
+    }
+    bo.time_fp8 = true;
+  }
+  if (recipe.empty()) {
+    const Recipe rc = get_recipe(cfg.precision.recipe);
+    recipe = rc.quantized() ? rc.name : "mxfp8";
+  }
+  bo.recipe = recipe;
+
+  std::vector<policy::BenchModule> modules;
+  for (const ModuleInfo& m : describe_modules(cfg.model))
+    modules.push_back({m.kind, m.name, m.is_expert, m.in, m.out, m.num_experts, m.top_k});
+  const auto cases = policy::plan_bench_cases(modules, bo.par);
+  std::fprintf(stderr, "bench-layers: %s, tp=%d ep=%d etp=%d, %s vs bf16, %zu layer shapes, "
+               "warmup %d, iters %d\n", o.config.c_str(), o.tp, o.ep, o.etp, recipe.c_str(),
+               cases.size(), o.warmup, o.iters);
+  for (const auto& c : cases)
+    std::fprintf(stderr, "  %s  (%d module%s)\n", c.label().c_str(), c.modules,
+                 c.modules == 1 ? "" : "s");
+
+  const auto start = Clock::now();
+  policy::BenchProgress progress;
+  if (!o.quiet)
+    progress = [&](size_t done, size_t total, const std::string& what) {
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      std::fprintf(stderr, "[%3zu/%zu %6.1fs] %s\n", done, total, s, what.c_str());
+    };
+  policy::Report r = policy::run_bench_layers(cases, bo, time_layer, progress);
+  policy::save_report(r, o.report);
+
+  std::printf("%-44s %8s %10s %10s %16s\n", "layer", "tokens", "bf16_ms", "fp8_ms",
+              "speedup");
+  for (const auto& p : r.points) {
+    std::string layer = p.kind + "/" + p.name;
+    layer += p.num_gemms ? " etp=" + std::to_string(p.etp) + " g=" + std::to_string(p.num_gemms)
+                         : " tp=" + std::to_string(p.tp);
+    char sp[64] = "-";
+    if (p.paired()) std::snprintf(sp, sizeof sp, "%.3f +- %.3f", p.speedup(), p.spread());
+    std::printf("%-44s %8lld %10.3f %10.3f %16s\n", layer.c_str(), (long long)p.tokens,
+                p.bf16 ? p.bf16->ms : NAN, p.fp8 ? p.fp8->ms : NAN, sp);
+  }
+  std::printf("wrote %s (%zu points)\n", o.report.c_str(), r.points.size());
+  return 0;
+}
+
+}  // namespace
+
+MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
+  auto o = std::make_shared<BenchLayersCli>();
+  CLI::App* sub = app.add_subcommand(
+      "bench-layers",
+      "Adaptive FP8 stage 1: time forward+backward of each layer kind of a model (per-rank "
+      "shapes for the given TP/EP/ETP) over a token sweep in BF16 and FP8, and write the "
+      "report `mxtrain policy merge` reads");
+  sub->add_option("--config", o->config, "Model/training config (YAML)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  sub->add_option("--report", o->report, "Report file to write (JSON, atomically)")->required();
+  sub->add_option("--tp", o->tp, "Tensor-parallel size: column kinds divide out, row kinds "
+                                 "divide in (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--ep", o->ep, "Expert-parallel size: local experts = experts / ep (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--etp", o->etp, "Expert tensor-parallel size (default 1)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--precisions", o->precisions,
+                  "Precisions to time: bf16 and fp8 (or an FP8 recipe name) (default bf16,fp8)")
+      ->delimiter(',');
+  sub->add_option("--recipe", o->recipe,
+                  "FP8 recipe: mxfp8 or mxfp8-32x32 (default: the config's recipe if FP8, "
+                  "else mxfp8)");
+  sub->add_option("--tokens", o->tokens,
+                  "Token counts (seq_len x micro_batch) to sweep; experts run tokens x top_k "
+                  "rows (default: seq_len x micro_batch x 2^k, k = -4..2)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", o->warmup, "Untimed iterations per point and precision (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--iters", o->iters, "Timed iterations; median and spread (default 5)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--micro-batches", o->micro_batches,
+                  "Iterations per weight version (default 1: every iteration quantizes the "
+                  "weight)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--zipf-exponent", o->zipf,
+                  "Skew of the expert token split, rows of expert g ~ 1/(g+1)^s (default 1.2; "
+                  "0 = even)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_flag("--quiet", o->quiet, "No progress lines");
+  sub->callback([o] { exit_code() = run_bench_layers_cli(*o); });
+});
+
+}  // namespace mxtrain::cli
