@@ -25,6 +25,7 @@ struct BenchLinearOptions {
   int64_t in = 4096, out = 4096;
   int64_t experts = 0, topk = 1;
   int warmup = 1, iters = 3, micro_batches = 1;
+  bool cache_weight_expansion = false;
   std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
 };
 
@@ -55,6 +56,7 @@ int run_bench_linear(const BenchLinearOptions& o) {
           LayerBenchConfig c = base;
           c.precision.recipe = rc;
           c.precision.defer_backward_quant = defer;
+          c.precision.cache_weight_expansion = o.cache_weight_expansion;
           res = bench_layer(c);
         }
         nlohmann::json row = {{"recipe", name},
@@ -72,7 +74,8 @@ int run_bench_linear(const BenchLinearOptions& o) {
                               {"rows", res.rows},
                               {"warmup", o.warmup},
                               {"iters", o.iters},
-                              {"micro_batches", o.micro_batches}};
+                              {"micro_batches", o.micro_batches},
+                              {"cache_weight_expansion", o.cache_weight_expansion}};
         if (o.experts > 0) {
           row["experts"] = o.experts;
           row["topk"] = o.topk;
@@ -112,7 +115,7 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
       "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "
       "rows: recipe, tokens, in, out, defer_backward_quant, fwd_bwd_ms (median), min_ms, "
       "max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, speedup_vs_bf16, rows, warmup, "
-      "iters, micro_batches, and experts/topk when grouped");
+      "iters, micro_batches, cache_weight_expansion, and experts/topk when grouped");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
       ->delimiter(',')
@@ -133,6 +136,9 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
                   "Iterations per weight version; 1 (default) quantizes the weight every "
                   "iteration, k amortizes it over k micro-batches like gradient accumulation")
       ->check(CLI::PositiveNumber);
+  sub->add_flag("--cache-weight-expansion", opts->cache_weight_expansion,
+                "Keep the MX weight copies' BF16 expansions for the whole step (more memory, "
+                "less work per micro-batch)");
   sub->add_option("--recipes", opts->recipes, "Recipes to time (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
   sub->callback([opts] { exit_code() = run_bench_linear(*opts); });

@@ -53,8 +53,9 @@ void GroupedLinear::set_precision(const LinearPrecision& p) {
 namespace {
 
 // Makes every expert's cache hold what `use` needs; true if any expert built copies.
-bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w, const Recipe& r,
-                WeightUse use, bool dual, int64_t E, int64_t out, int64_t in,
+bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
+                const LinearPrecision& prec, WeightUse use, bool dual, int64_t E, int64_t out,
+                int64_t in,
                 const GroupedLinear::GroupedWeightProvider& provider, const std::string& name) {
   const bool has_value = w.value.size() == size_t(E * out * in);
   bool built = false;
@@ -62,7 +63,8 @@ bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w, const 
     std::function<void(WeightUse, QuantizedWeight&)> p;
     if (provider) p = [&provider, g](WeightUse u, QuantizedWeight& c) { provider(u, g, c); };
     const float* value = has_value ? w.value.data() + g * out * in : nullptr;
-    built |= ensure_weight(caches[size_t(g)], w.version, r, use, dual, value, out, in, p,
+    built |= ensure_weight(caches[size_t(g)], w.version, prec.recipe, use, dual,
+                           prec.cache_weight_expansion, value, out, in, p,
                            name + "[expert " + std::to_string(g) + "]");
   }
   return built;
@@ -94,8 +96,8 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
   saved = GroupedLinearSaved{};
   saved.tokens = T;
   saved.groups = groups;
-  if (ensure_all(wcache_, weight, r, WeightUse::forward, r.quantized() && !defer, experts_, out_,
-                 in_, provider_, name_))
+  if (ensure_all(wcache_, weight, prec_, WeightUse::forward, r.quantized() && !defer, experts_,
+                 out_, in_, provider_, name_))
     ++weight_quantizations_;
   if (!r.quantized()) {
     to_bf16(x, T * in_, saved.x_bf16);
@@ -147,7 +149,7 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   if (weight.grad.empty()) weight.grad.assign(wn, 0.f);
   MXT_CHECK(weight.grad.size() == wn, "GroupedLinear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", wn);
-  if (dx && ensure_all(wcache_, weight, r, WeightUse::backward, false, experts_, out_, in_,
+  if (dx && ensure_all(wcache_, weight, prec_, WeightUse::backward, false, experts_, out_, in_,
                        provider_, name_))
     ++weight_quantizations_;
   std::vector<uint16_t>& a = scratch_u16(0);

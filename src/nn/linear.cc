@@ -94,8 +94,8 @@ void Linear::set_precision(const LinearPrecision& p) {
 
 void Linear::ensure_weight(WeightUse use, bool dual) {
   const float* value = weight.value.size() == size_t(out_ * in_) ? weight.value.data() : nullptr;
-  if (nn_detail::ensure_weight(wcache_, weight.version, prec_.recipe, use, dual, value, out_,
-                               in_, provider_, name_))
+  if (nn_detail::ensure_weight(wcache_, weight.version, prec_.recipe, use, dual,
+                               prec_.cache_weight_expansion, value, out_, in_, provider_, name_))
     ++weight_quantizations_;
 }
 

@@ -58,7 +58,7 @@ void check_member(bool ok, const MXTensor& t, int64_t out, int64_t in, const cha
 }  // namespace
 
 bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, WeightUse use,
-                   bool dual, const float* value, int64_t out, int64_t in,
+                   bool dual, bool keep_expansions, const float* value, int64_t out, int64_t in,
                    const std::function<void(WeightUse, QuantizedWeight&)>& provider,
                    const std::string& layer) {
   if (c.version != version) invalidate(c);
@@ -71,7 +71,7 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
     need.tile |= b.tile;
   }
   if (has_all(c, need)) {
-    ensure_expansions(c, need);
+    if (keep_expansions) ensure_expansions(c, need);
     return false;
   }
   if (provider) {
@@ -109,14 +109,20 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
     }
   }
   c.version = version;
-  ensure_expansions(c, need);
+  if (keep_expansions) ensure_expansions(c, need);
   return true;
 }
 
 const uint16_t* weight_operand(const QuantizedWeight& c, const Recipe& r, WeightUse use) {
   if (!r.quantized()) return c.bf16.data();
-  if (r.weight_tiled()) return c.tile_bf16.data();
-  return use == WeightUse::forward ? c.rowwise_bf16.data() : c.colwise_bf16.data();
+  const MXTensor& q = r.weight_tiled() ? c.tile : use == WeightUse::forward ? c.rowwise : c.colwise;
+  const std::vector<uint16_t>& cached = r.weight_tiled()              ? c.tile_bf16
+                                        : use == WeightUse::forward ? c.rowwise_bf16
+                                                                    : c.colwise_bf16;
+  if (!cached.empty()) return cached.data();
+  std::vector<uint16_t>& buf = scratch_u16(3);
+  expand_bf16(q, buf);
+  return buf.data();
 }
 
 size_t backward_only_weight_bytes(const QuantizedWeight& c, const Recipe& r) {

@@ -27,17 +27,18 @@ WeightSet weight_needs(const Recipe& r, WeightUse use);
 
 // Makes `cache` hold, for parameter version `version`, the members `use` needs (with `dual`,
 // also those backward needs, built in the same pass: quantize_dual), plus their BF16
-// expansions. A cache made from another version is cleared first. Members already present are
+// expansions when `keep_expansions`. A cache made from another version is invalidated first. Members already present are
 // reused. If `provider` is set it is called instead of reading `value` (dual is then ignored:
 // each use asks the provider for itself). Returns true when it built or fetched anything —
 // one "weight quantization".
 //   value: [out, in] FP32 (may be null when a provider is set)
 bool ensure_weight(QuantizedWeight& cache, uint64_t version, const Recipe& r, WeightUse use,
-                   bool dual, const float* value, int64_t out, int64_t in,
+                   bool dual, bool keep_expansions, const float* value, int64_t out, int64_t in,
                    const std::function<void(WeightUse, QuantizedWeight&)>& provider,
                    const std::string& layer);
 
-// BF16 operand for the GEMM of `use` (expansion for MX recipes, the bf16 copy otherwise).
+// BF16 operand for the GEMM of `use`: the bf16 copy, the cached expansion, or (no cached
+// expansion) the MX copy expanded into per-thread scratch slot 3, valid until the next call.
 const uint16_t* weight_operand(const QuantizedWeight& cache, const Recipe& r, WeightUse use);
 
 // Bytes of weight copies present in `cache` that only backward reads (mxfp8's colwise copy and

@@ -266,14 +266,38 @@ TEST(LinearMx, HeldBytesAccountForSavedCopies) {
     l.forward(x.data(), T, y.data(), s);
     return s.held_bytes();
   };
-  const size_t x_col = size_t(T * in + ceil_div(T, 32) * in);       // data + scales
-  const size_t w_col = size_t(out * in + ceil_div(out, 32) * in) +  // colwise copy
-                       size_t(out * in) * 2;                         // + its BF16 expansion
+  const size_t x_col = size_t(T * in + ceil_div(T, 32) * in);   // data + scales
+  const size_t w_col = size_t(out * in + ceil_div(out, 32) * in);  // colwise copy
   EXPECT_EQ(held("bf16", false), size_t(T * in) * 2);
   EXPECT_EQ(held("mxfp8", false), x_col + w_col);
   EXPECT_EQ(held("mxfp8", true), 0u);
   EXPECT_EQ(held("mxfp8-32x32", false), x_col);  // the tile copy is made for forward
   EXPECT_EQ(held("mxfp8-32x32", true), 0u);
+}
+
+// Keeping the weight's BF16 expansions changes memory, never numbers.
+TEST(LinearMx, CachedWeightExpansionSameBytesMoreMemory) {
+  const int64_t T = 40, in = 64, out = 96;
+  auto x = randn(T * in, 45), dy = randn(T * out, 46);
+  for (std::string name : {"mxfp8", "mxfp8-32x32"})
+    for (bool defer : {false, true}) {
+      SCOPED_TRACE(name + (defer ? " defer" : ""));
+      Linear plain = make_layer(name, defer, in, out, true, 47);
+      LinearPrecision p = prec(name, defer);
+      p.cache_weight_expansion = true;
+      Linear cached("fc", in, out, true, p);
+      cached.weight.value = plain.weight.value;
+      cached.bias.value = plain.bias.value;
+      Result a = run_layer(plain, x, dy, T), b = run_layer(cached, x, dy, T);
+      EXPECT_TRUE(same_bytes(a.y, b.y));
+      EXPECT_TRUE(same_bytes(a.dx, b.dx));
+      EXPECT_TRUE(same_bytes(a.dW, b.dW));
+      const size_t copies = get_recipe(name).weight_tiled() ? 1 : 2;
+      EXPECT_EQ(cached.weight_cache().bytes(),
+                plain.weight_cache().bytes() + copies * size_t(out * in) * 2);
+      if (!defer && copies == 2)  // the colwise expansion is held for backward
+        EXPECT_EQ(b.held, a.held + size_t(out * in) * 2);
+    }
 }
 
 TEST(LinearWeightReuse, OneQuantizationPerStepAcrossMicroBatches) {

@@ -28,6 +28,11 @@ namespace mxtrain {
 struct LinearPrecision {
   Recipe recipe = get_recipe("bf16");
   bool defer_backward_quant = false;
+  // Keep the BF16 expansions of the MX weight copies in the weight cache for the whole
+  // optimizer step (saves re-expanding W in every micro-batch's forward and dgrad, costs
+  // 2 bytes per weight element per copy: 4 for mxfp8, 2 for mxfp8-32x32). Off: W is expanded
+  // into per-thread scratch for each GEMM, and the cache holds only the FP8 copies.
+  bool cache_weight_expansion = false;
   // Throws for combinations that make no sense (defer_backward_quant with bf16).
   void validate() const;
 };
@@ -44,8 +49,9 @@ struct QuantizedWeight {
   MXTensor rowwise, colwise, tile;
   bool has_rowwise = false, has_colwise = false, has_tile = false;
   // BF16 expansions of the MX copies with the block scale folded in: what the current GEMM
-  // path (gemm.h) multiplies. Derived data, rebuilt by the layer whenever the MX copies are
-  // (re)filled and emptied by clear(); a provider never fills them. Counted in bytes().
+  // path (gemm.h) multiplies. Kept only with LinearPrecision::cache_weight_expansion; derived
+  // data, rebuilt by the layer whenever the MX copies are (re)filled and emptied by clear();
+  // a provider never fills them. Counted in bytes().
   std::vector<uint16_t> rowwise_bf16, colwise_bf16, tile_bf16;
   void clear();
   size_t bytes() const;
