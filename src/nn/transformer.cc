@@ -245,8 +245,6 @@ void GPT::ensure_buffers(int B, int T) {
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
-  B_ = B;
-  T_ = T;
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {

@@ -110,7 +110,8 @@ class GPT {
   // Returns the mean cross-entropy (without the aux term).
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                          float grad_scale);
-  // Evaluation: mean cross-entropy, no gradients touched.
+  // Evaluation: mean cross-entropy, no gradients touched (the saved state of an earlier forward
+  // is replaced, so run it between steps, not between a forward and its backward).
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
 
   // Mean cross-entropy of the last forward in double precision (the float return value
@@ -152,8 +153,6 @@ class GPT {
   std::vector<std::unique_ptr<Layer>> layers_;
   Linear lm_head_;
   LinearSaved lm_saved_;
-  int B_ = 0, T_ = 0;
-  int64_t cap_tokens_ = 0;
   // Activations: resid_[l] is the input of layer l (resid_[L] the final one).
   std::vector<std::vector<float>> resid_;
   std::vector<float> lnf_, rstdf_, logits_;
