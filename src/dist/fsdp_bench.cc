@@ -12,70 +12,99 @@
 namespace mxtrain::dist {
 
 namespace {
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
-}  // namespace
 
-FsdpBenchRow bench_weight_gathers(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
-                                  const std::string& recipe, const std::string& mode,
-                                  int steps) {
-  MXT_CHECK(steps >= 1, "bench_weight_gathers: steps must be >= 1, got ", steps);
-  LinearPrecision prec;
-  prec.recipe = get_recipe(recipe);
-  FsdpOptions opt;
-  if (!prec.recipe.quantized()) {
-    MXT_CHECK(mode == "reshard" || mode == "keep", "bf16 gather mode must be reshard or keep, got '",
-              mode, "'");
-    opt.bf16_reshard_after_forward = mode == "reshard";
-  } else if (!prec.recipe.weight_tiled()) {
-    opt.mxfp8_gather = parse_mxfp8_gather(mode);
-  }
+// One config's model: its layers and their Fsdp.
+struct BenchModel {
   std::vector<std::unique_ptr<Linear>> layers;
+  std::unique_ptr<Fsdp> fsdp;
+  std::vector<double> gather_ms, step_ms;
+};
+
+std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
+                                  const FsdpBenchConfig& c) {
+  LinearPrecision prec;
+  prec.recipe = get_recipe(c.recipe);
+  FsdpOptions opt;
+  opt.auto_prefetch = false;
+  if (!prec.recipe.quantized()) {
+    MXT_CHECK(c.mode == "reshard" || c.mode == "keep",
+              "bf16 gather mode must be reshard or keep, got '", c.mode, "'");
+    opt.bf16_reshard_after_forward = c.mode == "reshard";
+  } else if (!prec.recipe.weight_tiled()) {
+    opt.mxfp8_gather = parse_mxfp8_gather(c.mode);
+  }
+  auto m = std::make_unique<BenchModel>();
   std::mt19937 rng(1234);
   std::normal_distribution<float> nd(0.f, 0.02f);
   for (size_t i = 0; i < shapes.size(); ++i) {
     MXT_CHECK(shapes[i].size() == 2, "bench_weight_gathers: shapes are [out, in]");
-    layers.push_back(std::make_unique<Linear>("w" + std::to_string(i), shapes[i][1],
-                                              shapes[i][0], false, prec));
-    for (float& x : layers.back()->weight.value) x = nd(rng);
+    m->layers.push_back(std::make_unique<Linear>("w" + std::to_string(i), shapes[i][1],
+                                                 shapes[i][0], false, prec));
+    for (float& x : m->layers.back()->weight.value) x = nd(rng);
   }
-  Fsdp fsdp(comm, opt);
-  for (auto& l : layers) fsdp.add(*l);
+  m->fsdp = std::make_unique<Fsdp>(comm, opt);
+  for (auto& l : m->layers) m->fsdp->add(*l);
+  return m;
+}
 
-  FsdpBenchRow row;
-  row.recipe = recipe;
-  row.mode = prec.recipe.weight_tiled() ? "" : mode;
-  row.world = comm.size();
-  std::vector<double> gather_ms, step_ms;
-  const int n = fsdp.num_modules();
-  for (int step = -1; step < steps; ++step) {  // step -1: warm-up
-    fsdp.reset_stats();
+// One step of weight traffic; returns its wall time.
+double run_step(Comm& comm, Fsdp& f) {
+  using Clock = std::chrono::steady_clock;
+  double ms = 0;
+  const int n = f.num_modules();
+  const auto timed = [&](int i, WeightUse use) {
     comm.barrier();
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) {
-      fsdp.fetch(i, WeightUse::forward);
-      fsdp.post_forward(i);
+    const auto t0 = Clock::now();
+    f.fetch(i, use);
+    use == WeightUse::forward ? f.post_forward(i) : f.post_backward(i);
+    ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  for (int i = 0; i < n; ++i) timed(i, WeightUse::forward);
+  for (int i = n - 1; i >= 0; --i) timed(i, WeightUse::backward);
+  return ms;
+}
+
+}  // namespace
+
+std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
+                                               const std::vector<std::vector<int64_t>>& shapes,
+                                               const std::vector<FsdpBenchConfig>& configs,
+                                               int steps) {
+  MXT_CHECK(steps >= 1, "bench_weight_gathers: steps must be >= 1, got ", steps);
+  std::vector<std::unique_ptr<BenchModel>> models;
+  for (const auto& c : configs) models.push_back(build(comm, shapes, c));
+  std::vector<FsdpBenchRow> rows(configs.size());
+  for (int step = -1; step < steps; ++step) {  // step -1: warm-up
+    for (size_t k = 0; k < models.size(); ++k) {
+      Fsdp& f = *models[k]->fsdp;
+      f.reset_stats();
+      const double ms = run_step(comm, f);
+      f.bump_versions();
+      if (step < 0) continue;
+      models[k]->gather_ms.push_back(f.stats().allgather_ms);
+      models[k]->step_ms.push_back(ms);
+      rows[k].payload_bytes_per_step = f.stats().allgather_payload_bytes;
+      rows[k].sent_bytes_per_step = f.stats().allgather_bytes;
+      rows[k].gathers_per_step = f.stats().allgather_calls;
     }
-    for (int i = n - 1; i >= 0; --i) {
-      fsdp.fetch(i, WeightUse::backward);
-      fsdp.post_backward(i);
-    }
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    fsdp.bump_versions();  // an optimizer step: next step quantizes the shards again
-    if (step < 0) continue;
-    gather_ms.push_back(fsdp.stats().allgather_ms);
-    step_ms.push_back(ms);
-    row.payload_bytes_per_step = fsdp.stats().allgather_payload_bytes;
-    row.sent_bytes_per_step = fsdp.stats().allgather_bytes;
   }
-  row.allgather_ms_per_step = median(gather_ms);
-  row.step_ms = median(step_ms);
-  return row;
+  for (size_t k = 0; k < rows.size(); ++k) {
+    rows[k].config = configs[k];
+    if (get_recipe(configs[k].recipe).weight_tiled()) rows[k].config.mode.clear();
+    rows[k].world = comm.size();
+    rows[k].allgather_ms_per_step = median(models[k]->gather_ms);
+    rows[k].allgather_ms_min =
+        *std::min_element(models[k]->gather_ms.begin(), models[k]->gather_ms.end());
+    rows[k].step_ms = median(models[k]->step_ms);
+  }
+  return rows;
 }
 
 }  // namespace mxtrain::dist

@@ -194,21 +194,32 @@ class Fsdp {
 
 // ---- benchmark helper ---------------------------------------------------------------------
 
+struct FsdpBenchConfig {
+  std::string recipe;  // "bf16" | "mxfp8" | "mxfp8-32x32"
+  std::string mode;    // "reshard" | "keep" (bf16), "on-demand" | "all" (mxfp8), "" otherwise
+};
+
 struct FsdpBenchRow {
-  std::string recipe;   // "bf16" | "mxfp8" | "mxfp8-32x32"
-  std::string mode;     // "reshard" | "keep" (bf16), "on-demand" | "all" (mxfp8), "" otherwise
+  FsdpBenchConfig config;
   int world = 1;
   uint64_t payload_bytes_per_step = 0;  // gathered weights, SPEC §6 quantity
   uint64_t sent_bytes_per_step = 0;     // this rank
-  double allgather_ms_per_step = 0;     // exposed collective time, median over steps
+  int64_t gathers_per_step = 0;
+  double allgather_ms_per_step = 0;     // time in the all-gathers, median over steps
+  double allgather_ms_min = 0;          // fastest step (least disturbed by other load)
   double step_ms = 0;                   // quantize + gather + rebuild of every weight, median
 };
 
-// Collective. Builds Linear layers of the given [out, in] shapes in `recipe`, shards them,
-// and runs `steps` (after one warm-up) simulated training steps of weight traffic: forward
-// fetch + post_forward over the modules in order, backward fetch + post_backward in reverse,
-// then a version bump (an optimizer step). Returns this rank's figures.
-FsdpBenchRow bench_weight_gathers(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
-                                  const std::string& recipe, const std::string& mode, int steps);
+// Collective. Builds Linear layers of the given [out, in] shapes for every config, shards
+// them, and runs `steps` (after one warm-up) simulated training steps of weight traffic per
+// config: forward fetch + post_forward over the modules in order, backward fetch +
+// post_backward in reverse, then a version bump (an optimizer step, so every step quantizes
+// the shards again). The configs take turns step by step, so machine noise hits them alike.
+// Every gather starts after a barrier (not counted), so allgather time is the transfer, not
+// waiting for a slower rank; there is no prefetch. Returns this rank's figures per config.
+std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
+                                               const std::vector<std::vector<int64_t>>& shapes,
+                                               const std::vector<FsdpBenchConfig>& configs,
+                                               int steps);
 
 }  // namespace mxtrain::dist
