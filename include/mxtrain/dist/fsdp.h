@@ -43,6 +43,17 @@
 // bump_versions()) so every quantized copy is rebuilt. Padding entries of a shard are zero
 // with zero grads and stay zero under AdamW.
 //
+// A training step with FSDP (every rank runs the same code on its share of the batch):
+//   Fsdp fsdp(Comm::world(), opt);                 // collective
+//   for (Linear* l : layers_in_forward_order) fsdp.add(*l);
+//   for (Parameter* p : other_params) fsdp.add_replicated(*p);
+//   fsdp.set_input_grad_needed(0, false);          // the first layer computes no dx
+//   each step: fsdp.reset_stats(); model.zero_grad();
+//     micro-batches: forward (post_forward(i) after module i), backward (post_backward(i))
+//     fsdp.reduce_gradients(); if (!fsdp.grads_finite()) skip; clip with grad_sum_squares()
+//     for (ShardView& s : fsdp.shards()) { adamw_update(s.value, s.grad, s.m, s.v, ...); }
+//     fsdp.bump_versions();
+//
 // Lifetime: the layers must outlive the Fsdp object; its destructor removes the providers.
 // With free_full_values the layers' Parameter::value is emptied after the shard is taken;
 // use gather_full() to read a whole weight (checkpoints).
