@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Adaptive FP8 evidence: for the tiny dense, tiny MoE and medium dense configs, benchmark every
+# layer kind in BF16 and MXFP8 over a short token sweep (`mxtrain bench-layers`), merge the
+# report into a policy (`mxtrain policy merge`), print the per-module decisions (`--dry-run`),
+# then time training steps in bf16, mxfp8 and adaptive (mxfp8 + the policy) back to back.
+# Sized to finish in under 10 minutes on 2 cores (the medium model dominates).
+# Usage: bash scripts/adaptive.sh            (MXTRAIN_BIN=path overrides build/mxtrain)
+# Output: runs/adaptive/*, docs/results/adaptive_speedup.svg, docs/results/adaptive_table.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${MXTRAIN_BIN:-}" ]; then
+  [ -x build/mxtrain ] || bash scripts/build.sh
+  MXTRAIN_BIN=build/mxtrain
+fi
+bin=$MXTRAIN_BIN
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+out=runs/adaptive
+mkdir -p "$out" docs/results
+
+# name | token sweep | bench warmup | bench iters | train steps (the first step is not timed)
+cases=(
+  "tiny|256 1024 4096|1|5|12"
+  "tiny-moe|256 1024 4096|1|5|12"
+  "medium|128 512 1024|1|3|4"
+)
+for c in "${cases[@]}"; do
+  IFS='|' read -r name tokens warmup iters steps <<<"$c"
+  cfg=configs/$name.yaml
+  echo "== $name: bench-layers (tokens $tokens)" >&2
+  # shellcheck disable=SC2086
+  "$bin" bench-layers --config "$cfg" --recipe mxfp8 --warmup "$warmup" --iters "$iters" \
+    --tokens $tokens --report "$out/$name-report.json" --quiet > "$out/$name-bench.txt"
+  "$bin" policy merge --reports "$out/$name-report.json" --output "$out/$name-policy.json" \
+    > "$out/$name-merge.txt"
+  "$bin" policy show "$out/$name-policy.json" > "$out/$name-policy.txt"
+  "$bin" train --config "$cfg" --recipe mxfp8 --fp8-policy "$out/$name-policy.json" --dry-run \
+    --decisions-out "$out/$name-decisions.json" > "$out/$name-decisions.txt"
+  for run in bf16 mxfp8 adaptive; do
+    echo "== $name: train $run ($steps steps)" >&2
+    extra=(--recipe "$run")
+    [ "$run" = adaptive ] && extra=(--recipe mxfp8 --fp8-policy "$out/$name-policy.json")
+    "$bin" train --config "$cfg" "${extra[@]}" --steps "$steps" --quiet \
+      --metrics-out "$out/$name-$run.jsonl" > /dev/null
+  done
+done
+python3 tools/plot_speedup.py --out docs/results/adaptive_speedup.svg \
+  tiny="$out/tiny-report.json" tiny-moe="$out/tiny-moe-report.json" \
+  medium="$out/medium-report.json"
+python3 tools/adaptive_table.py "$out" tiny tiny-moe medium > docs/results/adaptive_table.md
+cat docs/results/adaptive_table.md

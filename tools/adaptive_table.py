@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Step-time table for the adaptive-FP8 comparison written by scripts/adaptive.sh.
+
+Usage: adaptive_table.py RUN_DIR NAME [NAME ...]
+
+For each config NAME reads RUN_DIR/NAME-{bf16,mxfp8,adaptive}.jsonl (`mxtrain train
+--metrics-out`) and RUN_DIR/NAME-decisions.json (`mxtrain train --dry-run --decisions-out` with
+the policy). The step time of a run is the median `step_ms` over its steps after the first:
+the first step pays for one-off work (page faults, oneDNN primitive creation), and the
+trainer's summary `mean_step_ms` averages it in. Prints a Markdown table: ms/step for each
+run, adaptive / min(bf16, mxfp8) against the goal of 1.03, and how many quantizable modules
+the policy put in FP8. Python standard library only.
+"""
+import json
+import os
+import statistics
+import sys
+
+GOAL = 1.03
+
+
+def step_times(path):
+    """Median step_ms over the steps after the first, the step count used, summary mean."""
+    steps, mean = [], None
+    with open(path) as f:
+        for line in f:
+            o = json.loads(line)
+            if o.get("summary"):
+                mean = o.get("mean_step_ms")
+            elif "step_ms" in o:
+                steps.append((o["step"], o["step_ms"]))
+    steps.sort()
+    used = [ms for _, ms in steps[1:]] or [ms for _, ms in steps]
+    if not used:
+        raise SystemExit(f"{path}: no timed steps (did the run finish?)")
+    return statistics.median(used), len(used), mean
+
+
+def fp8_modules(path):
+    with open(path) as f:
+        ds = json.load(f)
+    return sum(1 for d in ds if d["precision"] != "bf16"), len(ds)
+
+
+def main():
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    run_dir, names = sys.argv[1], sys.argv[2:]
+    print("| config | bf16 ms/step | mxfp8 ms/step | adaptive ms/step | adaptive / min(bf16, mxfp8) "
+          f"| goal <= {GOAL} | modules in FP8 (adaptive) | timed steps |")
+    print("|---|---:|---:|---:|---:|---|---:|---:|")
+    for name in names:
+        t = {}
+        n = 0
+        for run in ("bf16", "mxfp8", "adaptive"):
+            t[run], n, _ = step_times(os.path.join(run_dir, f"{name}-{run}.jsonl"))
+        ratio = t["adaptive"] / min(t["bf16"], t["mxfp8"])
+        k, total = fp8_modules(os.path.join(run_dir, f"{name}-decisions.json"))
+        print(f"| {name} | {t['bf16']:.1f} | {t['mxfp8']:.1f} | {t['adaptive']:.1f} | {ratio:.3f} "
+              f"| {'met' if ratio <= GOAL else 'not met'} | {k} / {total} | {n} |")
+    print()
+    print("ms/step: median `step_ms` over the steps after the first of each run "
+          "(runs back to back, same config and seed).")
+
+
+if __name__ == "__main__":
+    main()
