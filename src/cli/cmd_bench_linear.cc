@@ -1,10 +1,12 @@
 // cli/cmd_bench_linear.cc — `mxtrain bench linear`: forward+backward timing of the quantized
 // Linear / GroupedLinear per recipe and defer state against the BF16 layer of the same shape.
 //
-// For every token count it times the bf16 layer first (the baseline, also reported as
-// bf16_fwd_bwd_ms on every row), then mxfp8 and mxfp8-32x32 with defer_backward_quant off
-// and on, all through bench_layer (nn/layer_bench.h). --json prints one JSON array of row
+// For every token count it times the bf16 layer (the baseline, reported as bf16_fwd_bwd_ms on
+// every row) and mxfp8 / mxfp8-32x32 with defer_backward_quant off and on, on the same data,
+// alternating the layers within each iteration (bench_layers_alternating, nn/layer_bench.h)
+// so that load on a shared machine affects every recipe alike. --json prints one JSON array of row
 // objects (fields listed in the help) for other tools; otherwise a readable table.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -35,60 +37,67 @@ int run_bench_linear(const BenchLinearOptions& o) {
     std::printf("%-12s %6s %6s %6s %4s %5s %11s %11s %8s %12s\n", "recipe", "tokens", "in",
                 "out", "exp", "defer", "fwd_bwd_ms", "bf16_ms", "vs_bf16", "held_MiB");
   for (int64_t T : o.tokens) {
-    LayerBenchConfig base;
-    base.tokens = T;
-    base.in = o.in;
-    base.out = o.out;
-    base.experts = o.experts;
-    base.topk = o.topk;
-    base.warmup = o.warmup;
-    base.iters = o.iters;
-    base.micro_batches = o.micro_batches;
-    LayerBenchConfig bcfg = base;
-    bcfg.precision.recipe = get_recipe("bf16");
-    const LayerBenchResult bf16 = bench_layer(bcfg);
+    LayerBenchConfig cfg;
+    cfg.tokens = T;
+    cfg.in = o.in;
+    cfg.out = o.out;
+    cfg.experts = o.experts;
+    cfg.topk = o.topk;
+    cfg.warmup = o.warmup;
+    cfg.iters = o.iters;
+    cfg.micro_batches = o.micro_batches;
+    // Baseline first, then every requested (recipe, defer) pair; all timed alternately.
+    std::vector<LinearPrecision> precs(1);
+    precs[0].recipe = get_recipe("bf16");
+    std::vector<std::string> names{"bf16"};
     for (const std::string& name : o.recipes) {
       Recipe rc = get_recipe(name);
+      if (!rc.quantized()) continue;
       for (bool defer : {false, true}) {
-        if (defer && !rc.quantized()) continue;
-        LayerBenchResult res = bf16;
-        if (rc.quantized()) {
-          LayerBenchConfig c = base;
-          c.precision.recipe = rc;
-          c.precision.defer_backward_quant = defer;
-          c.precision.cache_weight_expansion = o.cache_weight_expansion;
-          res = bench_layer(c);
-        }
-        nlohmann::json row = {{"recipe", name},
-                              {"tokens", T},
-                              {"in", o.in},
-                              {"out", o.out},
-                              {"defer_backward_quant", defer},
-                              {"fwd_bwd_ms", res.median_ms},
-                              {"min_ms", res.min_ms},
-                              {"max_ms", res.max_ms},
-                              {"held_bytes", res.held_bytes},
-                              {"weight_cache_bytes", res.weight_cache_bytes},
-                              {"bf16_fwd_bwd_ms", bf16.median_ms},
-                              {"speedup_vs_bf16", bf16.median_ms / res.median_ms},
-                              {"rows", res.rows},
-                              {"warmup", o.warmup},
-                              {"iters", o.iters},
-                              {"micro_batches", o.micro_batches},
-                              {"cache_weight_expansion", o.cache_weight_expansion}};
-        if (o.experts > 0) {
-          row["experts"] = o.experts;
-          row["topk"] = o.topk;
-        }
-        if (o.json) {
-          rows.push_back(row);
-        } else {
-          std::printf("%-12s %6lld %6lld %6lld %4lld %5s %11.2f %11.2f %7.2fx %12.2f\n",
-                      name.c_str(), (long long)T, (long long)o.in, (long long)o.out,
-                      (long long)o.experts, defer ? "on" : "off", res.median_ms, bf16.median_ms,
-                      res.median_ms / bf16.median_ms, res.held_bytes / 1048576.0);
-          std::fflush(stdout);
-        }
+        LinearPrecision p;
+        p.recipe = rc;
+        p.defer_backward_quant = defer;
+        p.cache_weight_expansion = o.cache_weight_expansion;
+        precs.push_back(p);
+        names.push_back(name);
+      }
+    }
+    const std::vector<LayerBenchResult> res = bench_layers_alternating(cfg, precs);
+    const LayerBenchResult& bf16 = res[0];
+    const bool show_bf16 =
+        std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
+    for (size_t k = show_bf16 ? 0 : 1; k < res.size(); ++k) {
+      const LayerBenchResult& r = res[k];
+      const bool defer = precs[k].defer_backward_quant;
+      nlohmann::json row = {{"recipe", names[k]},
+                            {"tokens", T},
+                            {"in", o.in},
+                            {"out", o.out},
+                            {"defer_backward_quant", defer},
+                            {"fwd_bwd_ms", r.median_ms},
+                            {"min_ms", r.min_ms},
+                            {"max_ms", r.max_ms},
+                            {"held_bytes", r.held_bytes},
+                            {"weight_cache_bytes", r.weight_cache_bytes},
+                            {"bf16_fwd_bwd_ms", bf16.median_ms},
+                            {"speedup_vs_bf16", bf16.median_ms / r.median_ms},
+                            {"rows", r.rows},
+                            {"warmup", o.warmup},
+                            {"iters", o.iters},
+                            {"micro_batches", o.micro_batches},
+                            {"cache_weight_expansion", precs[k].cache_weight_expansion}};
+      if (o.experts > 0) {
+        row["experts"] = o.experts;
+        row["topk"] = o.topk;
+      }
+      if (o.json) {
+        rows.push_back(row);
+      } else {
+        std::printf("%-12s %6lld %6lld %6lld %4lld %5s %11.2f %11.2f %7.2fx %12.2f\n",
+                    names[k].c_str(), (long long)T, (long long)o.in, (long long)o.out,
+                    (long long)o.experts, defer ? "on" : "off", r.median_ms, bf16.median_ms,
+                    r.median_ms / bf16.median_ms, r.held_bytes / 1048576.0);
+        std::fflush(stdout);
       }
     }
   }

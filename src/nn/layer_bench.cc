@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <memory>
 #include <random>
 
 #include "mxtrain/common.h"
@@ -55,73 +57,99 @@ std::vector<float> random_normal(int64_t n, uint32_t seed, float sigma) {
 
 using Clock = std::chrono::steady_clock;
 
-// Runs warmup + iters iterations of `step` (which performs one forward+backward and returns
-// the held bytes), bumping the weight version through `bump` every micro_batches iterations.
-template <class Step, class Bump>
-LayerBenchResult time_loop(const LayerBenchConfig& cfg, Step&& step, Bump&& bump) {
-  LayerBenchResult r;
-  const int total = cfg.warmup + cfg.iters;
-  for (int i = 0; i < total; ++i) {
-    if (i % cfg.micro_batches == 0) bump();
-    auto t0 = Clock::now();
-    size_t held = step();
-    double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    if (i >= cfg.warmup) {
-      r.samples_ms.push_back(ms);
-      r.held_bytes = held;
-    }
+// One layer under test: forward+backward on the shared data, returning the held bytes.
+struct Runner {
+  std::function<size_t()> step;
+  std::function<void()> bump;           // optimizer step: new weight version
+  std::function<size_t()> cache_bytes;  // weight copies held after the run
+};
+
+Runner make_runner(const LayerBenchConfig& cfg, const LinearPrecision& p,
+                   const std::vector<float>& w, const std::vector<float>& x,
+                   const std::vector<float>& dy, std::vector<float>& y, float* dxp) {
+  const int64_t rows = cfg.tokens * cfg.topk;
+  Runner r;
+  if (cfg.experts == 0) {
+    auto layer = std::make_shared<Linear>("bench", cfg.in, cfg.out, cfg.bias, p);
+    layer->weight.value = w;
+    if (cfg.bias) layer->bias.value.assign(size_t(cfg.out), 0.01f);
+    auto saved = std::make_shared<LinearSaved>();
+    r.step = [=, &x, &dy, &y] {
+      layer->forward(x.data(), rows, y.data(), *saved);
+      size_t held = saved->held_bytes();
+      layer->backward(*saved, dy.data(), dxp);
+      return held;
+    };
+    r.bump = [layer] { ++layer->weight.version; };
+    r.cache_bytes = [layer] { return layer->weight_cache().bytes(); };
+  } else {
+    auto layer = std::make_shared<GroupedLinear>("bench", cfg.experts, cfg.in, cfg.out, p);
+    layer->weight.value = w;
+    std::vector<int64_t> counts(size_t(cfg.experts), rows / cfg.experts);
+    for (int64_t g = 0; g < rows % cfg.experts; ++g) ++counts[size_t(g)];
+    const GroupList groups = GroupList::from_counts(counts, rows);
+    auto saved = std::make_shared<GroupedLinearSaved>();
+    r.step = [=, &x, &dy, &y] {
+      layer->forward(x.data(), rows, groups, y.data(), *saved);
+      size_t held = saved->held_bytes();
+      layer->backward(*saved, dy.data(), dxp);
+      return held;
+    };
+    r.bump = [layer] { ++layer->weight.version; };
+    r.cache_bytes = [layer] {
+      size_t n = 0;
+      for (const QuantizedWeight& c : layer->weight_caches()) n += c.bytes();
+      return n;
+    };
   }
-  r.median_ms = median_of(r.samples_ms);
-  r.min_ms = *std::min_element(r.samples_ms.begin(), r.samples_ms.end());
-  r.max_ms = *std::max_element(r.samples_ms.begin(), r.samples_ms.end());
   return r;
 }
 
 }  // namespace
 
-LayerBenchResult bench_layer(const LayerBenchConfig& cfg) {
+std::vector<LayerBenchResult> bench_layers_alternating(
+    const LayerBenchConfig& cfg, const std::vector<LinearPrecision>& precisions) {
   cfg.validate();
+  MXT_CHECK(!precisions.empty(), "bench: no precisions to time");
+  for (const LinearPrecision& p : precisions) p.validate();
   const int64_t rows = cfg.tokens * cfg.topk;
+  const int64_t E = std::max<int64_t>(cfg.experts, 1);
   const float w_sigma = 1.f / std::sqrt(float(cfg.in));
-  auto x = random_normal(rows * cfg.in, cfg.seed, 1.f);
-  auto dy = random_normal(rows * cfg.out, cfg.seed + 1, 1e-2f);
+  const auto x = random_normal(rows * cfg.in, cfg.seed, 1.f);
+  const auto dy = random_normal(rows * cfg.out, cfg.seed + 1, 1e-2f);
+  const auto w = random_normal(E * cfg.in * cfg.out, cfg.seed + 2, w_sigma);
   std::vector<float> y(size_t(rows * cfg.out)), dx(cfg.need_dx ? size_t(rows * cfg.in) : 0);
   float* dxp = cfg.need_dx ? dx.data() : nullptr;
-  LayerBenchResult r;
-  if (cfg.experts == 0) {
-    Linear layer("bench", cfg.in, cfg.out, cfg.bias, cfg.precision);
-    layer.weight.value = random_normal(cfg.in * cfg.out, cfg.seed + 2, w_sigma);
-    LinearSaved saved;
-    r = time_loop(
-        cfg,
-        [&] {
-          layer.forward(x.data(), rows, y.data(), saved);
-          size_t held = saved.held_bytes();
-          layer.backward(saved, dy.data(), dxp);
-          return held;
-        },
-        [&] { ++layer.weight.version; });
-    r.weight_cache_bytes = layer.weight_cache().bytes();
-  } else {
-    GroupedLinear layer("bench", cfg.experts, cfg.in, cfg.out, cfg.precision);
-    layer.weight.value = random_normal(cfg.experts * cfg.in * cfg.out, cfg.seed + 2, w_sigma);
-    std::vector<int64_t> counts(size_t(cfg.experts), rows / cfg.experts);
-    for (int64_t g = 0; g < rows % cfg.experts; ++g) ++counts[size_t(g)];
-    const GroupList groups = GroupList::from_counts(counts, rows);
-    GroupedLinearSaved saved;
-    r = time_loop(
-        cfg,
-        [&] {
-          layer.forward(x.data(), rows, groups, y.data(), saved);
-          size_t held = saved.held_bytes();
-          layer.backward(saved, dy.data(), dxp);
-          return held;
-        },
-        [&] { ++layer.weight.version; });
-    for (QuantizedWeight& c : layer.weight_caches()) r.weight_cache_bytes += c.bytes();
+  std::vector<Runner> runners;
+  for (const LinearPrecision& p : precisions)
+    runners.push_back(make_runner(cfg, p, w, x, dy, y, dxp));
+  std::vector<LayerBenchResult> res(precisions.size());
+  const int total = cfg.warmup + cfg.iters;
+  for (int i = 0; i < total; ++i) {
+    for (size_t k = 0; k < runners.size(); ++k) {
+      if (i % cfg.micro_batches == 0) runners[k].bump();
+      auto t0 = Clock::now();
+      size_t held = runners[k].step();
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (i >= cfg.warmup) {
+        res[k].samples_ms.push_back(ms);
+        res[k].held_bytes = held;
+      }
+    }
   }
-  r.rows = rows;
-  return r;
+  for (size_t k = 0; k < runners.size(); ++k) {
+    LayerBenchResult& r = res[k];
+    r.median_ms = median_of(r.samples_ms);
+    r.min_ms = *std::min_element(r.samples_ms.begin(), r.samples_ms.end());
+    r.max_ms = *std::max_element(r.samples_ms.begin(), r.samples_ms.end());
+    r.weight_cache_bytes = runners[k].cache_bytes();
+    r.rows = rows;
+  }
+  return res;
+}
+
+LayerBenchResult bench_layer(const LayerBenchConfig& cfg) {
+  return bench_layers_alternating(cfg, {cfg.precision})[0];
 }
 
 }  // namespace mxtrain

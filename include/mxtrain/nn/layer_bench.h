@@ -44,6 +44,13 @@ struct LayerBenchResult {
 // Times the layer described by cfg. Single-threaded caller; the layer itself uses OpenMP.
 LayerBenchResult bench_layer(const LayerBenchConfig& cfg);
 
+// Times one layer per precision on the same shape and data (cfg.precision is ignored),
+// alternating the layers within every iteration so that load changes on a shared machine
+// hit all of them alike; results in the order of `precisions`. Each layer holds its own
+// weight copy, so memory grows with the number of precisions.
+std::vector<LayerBenchResult> bench_layers_alternating(
+    const LayerBenchConfig& cfg, const std::vector<LinearPrecision>& precisions);
+
 // Median of the values (mean of the two middle ones for an even count); 0 for none.
 double median_of(std::vector<double> v);
 
