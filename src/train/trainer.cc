@@ -21,6 +21,7 @@
 #include "mxtrain/train/optim.h"
 #include "mxtrain/train/policy_oracle.h"
 #include "mxtrain/train/precision.h"
+#include "train/param_sync.h"
 #include "train/progress.h"
 
 namespace mxtrain {
@@ -100,34 +101,35 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
 
   const TextCorpus corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
   std::vector<Parameter*> params = model->parameters();
-  std::vector<std::vector<float>> m(params.size()), v(params.size());
-  int64_t numel = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    m[i].assign(params[i]->numel(), 0.f);
-    v[i].assign(params[i]->numel(), 0.f);
-    numel += params[i]->numel();
-  }
-  if (opt.progress)
-    std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s\n", (long long)numel,
-                 cfg.model.n_layers, cfg.model.moe_num_experts ? " (MoE)" : "",
-                 corpus.description().c_str());
+  std::unique_ptr<ParamSync> sync =
+      cfg.fsdp.enabled ? make_fsdp_sync(*model, cfg) : make_local_sync(*model);
+  const int W = sync->world(), rank = sync->rank();
+  MXT_CHECK(B % W == 0, "training.micro_batch_size (", B, ") must be a multiple of the number "
+            "of FSDP ranks (", W, "): each rank takes an equal share of every micro-batch");
+  const int Bl = B / W;  // sequences this rank computes per micro-batch
+  const bool lead = rank == 0;
+  if (opt.progress && lead)
+    std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
+                 (long long)model->num_parameters(), cfg.model.n_layers,
+                 cfg.model.moe_num_experts ? " (MoE)" : "", corpus.description().c_str(),
+                 W > 1 ? ("; FSDP over " + std::to_string(W) + " ranks").c_str() : "");
 
   // ---- resume ------------------------------------------------------------------------------
   TrainerState st;
   if (opt.resume) {
     MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    st = load_training_checkpoint(opt.checkpoint_dir, cfg, params, m, v);
-    if (opt.progress)
+    st = sync->load(opt.checkpoint_dir, cfg);
+    if (opt.progress && lead)
       std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
                    (long long)st.step);
   }
   MXT_CHECK(st.step < tc.steps, "checkpoint is at step ", st.step, " but training.steps is ",
             tc.steps, ": nothing left to do (raise --steps)");
 
-  MetricsWriter metrics(opt.metrics_out, opt.resume);
-  ProgressLine progress(st.step, tc.steps, opt.progress);
-  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
-  const int64_t tokens_per_step = int64_t(B) * T * A;
+  MetricsWriter metrics(lead ? opt.metrics_out : std::string(), opt.resume);
+  ProgressLine progress(st.step, tc.steps, opt.progress && lead);
+  std::vector<int32_t> tok(size_t(Bl) * T), tgt(size_t(Bl) * T);
+  const int64_t tokens_per_step = int64_t(B) * T * A;  // global batch
   const auto t_run = Clock::now();
   double step_time_total = 0;
   sum.first_step = st.step;
@@ -136,30 +138,29 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
       opt.stop_after > 0 ? std::min(tc.steps, st.step + opt.stop_after) : tc.steps;
   for (int64_t step = st.step; step < end_step; ++step) {
     const auto t_step = Clock::now();
+    sync->begin_step();
     for (Parameter* p : params) p->zero_grad();
 
-    // Forward + backward over the micro-batches; grads accumulate (scaled by 1/A).
+    // Forward + backward over the micro-batches; grads accumulate (scaled by 1/A). Rank r
+    // computes sequences [r*Bl, (r+1)*Bl) of each micro-batch of the global batch.
     double loss = 0, aux = 0;
     size_t held = 0;
     for (int a = 0; a < A; ++a) {
-      for (int i = 0; i < B; ++i)
-        corpus.train_sequence(tc.seed, step, int64_t(a) * B + i, T, &tok[size_t(i) * T],
-                              &tgt[size_t(i) * T]);
-      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f / float(A)) / A;
+      for (int i = 0; i < Bl; ++i)
+        corpus.train_sequence(tc.seed, step, int64_t(a) * B + rank * Bl + i, T,
+                              &tok[size_t(i) * T], &tgt[size_t(i) * T]);
+      loss += model->forward_backward(tok.data(), tgt.data(), Bl, T, 1.0f / float(A)) / A;
       aux += model->last_aux_loss() / A;
       held = std::max(held, model->last_held_bytes());
     }
     if (std::count(opt.poison_steps.begin(), opt.poison_steps.end(), step))
       params[0]->grad[0] = std::nanf("");
+    sync->reduce_gradients();
+    loss = sync->mean_over_ranks(loss);
+    aux = sync->mean_over_ranks(aux);
 
     // Non-finite loss or gradients: report and skip; weights stay untouched.
-    bool finite = std::isfinite(loss);
-    double sq = 0;
-    for (Parameter* p : params) {
-      if (!finite) break;
-      finite = all_finite(p->grad.data(), p->numel());
-      sq += sum_squares(p->grad.data(), p->numel());
-    }
+    const bool finite = sync->grads_finite() && std::isfinite(loss);
     if (!finite) {
       ++st.skipped;
       sum.losses.push_back(std::nan(""));
@@ -171,29 +172,39 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
                 " steps had non-finite loss or gradients (limit training.max_nonfinite_steps = ",
                 tc.max_nonfinite_steps, ")");
     } else {
-      // Clip, then AdamW on every parameter; the version bump invalidates quantized weights.
-      const double gnorm = std::sqrt(sq);
+      // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
+      // quantized weight copies.
+      const double gnorm = std::sqrt(sync->grad_sum_squares());
       const float clip =
           (tc.grad_clip > 0 && gnorm > tc.grad_clip) ? float(tc.grad_clip / gnorm) : 1.f;
       AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
                    tc.beta2, tc.eps, tc.weight_decay};
       ++st.opt_steps;
-      for (size_t i = 0; i < params.size(); ++i) {
-        Parameter& p = *params[i];
+      for (const OptimView& ov : sync->views()) {
         if (clip != 1.f)
-          for (float& g : p.grad) g *= clip;
-        adamw_update(p.value.data(), p.grad.data(), m[i].data(), v[i].data(), p.numel(), h,
-                     st.opt_steps, p.shape.size() >= 2);
-        ++p.version;
+          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= clip;
+        adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, st.opt_steps, ov.decay);
+        ++*ov.version;
       }
 
       const double step_s = seconds_since(t_step);
       step_time_total += step_s;
       sum.losses.push_back(loss);
       sum.held_bytes = held;
-      metrics.write({{"step", step + 1}, {"loss", loss}, {"aux_loss", aux}, {"lr", h.lr},
-                     {"grad_norm", gnorm}, {"tokens_per_s", double(tokens_per_step) / step_s},
-                     {"step_ms", step_s * 1e3}, {"held_bytes", held}});
+      const CommCounters cc = sync->counters();
+      nlohmann::json row = {{"step", step + 1}, {"loss", loss}, {"aux_loss", aux},
+                            {"lr", h.lr}, {"grad_norm", gnorm},
+                            {"tokens_per_s", double(tokens_per_step) / step_s},
+                            {"step_ms", step_s * 1e3}, {"held_bytes", held}};
+      if (W > 1) {
+        row["allgather_bytes"] = cc.allgather_bytes;
+        row["allgather_ms"] = cc.allgather_ms;
+        row["reduce_scatter_bytes"] = cc.reduce_scatter_bytes;
+        row["reduce_scatter_ms"] = cc.reduce_scatter_ms;
+        row["allreduce_bytes"] = cc.allreduce_bytes;
+        row["allreduce_ms"] = cc.allreduce_ms;
+      }
+      metrics.write(row);
       progress.update(step, loss,
                       double(tokens_per_step) * double(step + 1 - sum.first_step) /
                           seconds_since(t_run),
@@ -213,7 +224,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
     st.step = step + 1;
     if (!opt.checkpoint_dir.empty() &&
         (last || (tc.checkpoint_every > 0 && st.step % tc.checkpoint_every == 0)))
-      save_training_checkpoint(opt.checkpoint_dir, cfg, params, m, v, st);
+      sync->save(opt.checkpoint_dir, cfg, st);
   }
 
   sum.steps_done = st.step - sum.first_step;
@@ -227,7 +238,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
                  {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
                  {"mean_step_ms", sum.mean_step_ms}, {"skipped_steps", st.skipped},
                  {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
-                 {"parameters", numel}});
+                 {"parameters", model->num_parameters()}, {"world_size", W}});
   return sum;
 }
 

@@ -1,0 +1,60 @@
+// train/param_sync.h — where the optimizer's parameters live: one process, or FSDP shards.
+//
+// The training loop is the same in both cases; only these operations differ:
+//   * which sequences of each micro-batch this rank computes,
+//   * turning the locally accumulated gradients into the global-batch gradient
+//     (nothing / reduce-scatter + all-reduce),
+//   * the flat value/grad/m/v spans AdamW updates (whole parameters / this rank's shards),
+//   * global reductions for the loss, the gradient norm and the finite check,
+//   * checkpoints (FSDP gathers whole tensors to rank 0, so checkpoints are interchangeable
+//     between one-process and FSDP runs of any world size).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/train/checkpointing.h"
+#include "mxtrain/train/config.h"
+
+namespace mxtrain {
+
+struct OptimView {
+  float* value;
+  float* grad;
+  float* m;
+  float* v;
+  int64_t n;
+  bool decay;
+  uint64_t* version;
+};
+
+struct CommCounters {
+  uint64_t allgather_bytes = 0, reduce_scatter_bytes = 0, allreduce_bytes = 0;
+  double allgather_ms = 0, reduce_scatter_ms = 0, allreduce_ms = 0;
+};
+
+class ParamSync {
+ public:
+  virtual ~ParamSync() = default;
+  virtual int rank() const { return 0; }
+  virtual int world() const { return 1; }
+  virtual void begin_step() {}
+  // After all micro-batches: make grads the global-batch gradient.
+  virtual void reduce_gradients() {}
+  virtual bool grads_finite() = 0;
+  virtual double grad_sum_squares() = 0;
+  virtual std::vector<OptimView> views() = 0;
+  virtual double mean_over_ranks(double x) { return x; }
+  virtual CommCounters counters() const { return {}; }
+  virtual void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) = 0;
+  virtual TrainerState load(const std::string& dir, const TrainConfig& cfg) = 0;
+};
+
+std::unique_ptr<ParamSync> make_local_sync(GPT& model);
+// Collective over MPI_COMM_WORLD: checks every rank has the same config, shards the model.
+std::unique_ptr<ParamSync> make_fsdp_sync(GPT& model, const TrainConfig& cfg);
+
+}  // namespace mxtrain
