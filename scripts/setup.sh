@@ -5,7 +5,7 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      fortunes)
+      fortunes python3)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
