@@ -5,7 +5,8 @@
 // and on the scalar path. Throughput counts bytes read + bytes written (input, codes and
 // scales). Each row also carries memcpy_gb_per_s: a memcpy moving the same traffic — it
 // copies (read + written) / 2 bytes, i.e. reads and writes that many — timed in the same
-// run with the same thread count, as the bandwidth yardstick. Figures use the best of the
+// run, alternating with the quantizer, with the same thread count, as the bandwidth
+// yardstick. Figures use the best of the
 // timed runs (the median is reported too). --json prints one JSON array of row objects
 // (name, input, op, elem, threads, isa, rows, cols, ms, median_ms, bytes_read,
 // bytes_written, gb_per_s, memcpy_gb_per_s, fraction_of_memcpy and, on fast-path rows,
@@ -44,20 +45,32 @@ struct Timing {
   double best, median;  // seconds
 };
 
-// Wall-clock time of fn() over `iters` runs after one warm-up run (page faults, caches,
-// OpenMP team). The best run is the figure reported: on a shared machine it is the least
-// disturbed one; the median is kept beside it.
 template <class Fn>
-Timing time_runs(int iters, Fn&& fn) {
+double seconds(Fn&& fn) {
+  const auto a = std::chrono::steady_clock::now();
   fn();
-  std::vector<double> t;
-  for (int i = 0; i < iters; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    fn();
-    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
-  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+}
+
+Timing summarize(std::vector<double> t) {
   std::sort(t.begin(), t.end());
   return {t.front(), t[t.size() / 2]};
+}
+
+// Wall-clock times of fn() and of the yardstick copy(), alternating, over `iters` runs
+// after one warm-up run of each (page faults, caches, OpenMP team). Alternating exposes
+// both to the same disturbances; the best run of each is the figure reported (on a shared
+// machine it is the least disturbed one), the median is kept beside it.
+template <class Fn, class Copy>
+std::pair<Timing, Timing> time_pair(int iters, Fn&& fn, Copy&& copy) {
+  fn();
+  copy();
+  std::vector<double> tf, tc;
+  for (int i = 0; i < iters; ++i) {
+    tc.push_back(seconds(copy));
+    tf.push_back(seconds(fn));
+  }
+  return {summarize(tf), summarize(tc)};
 }
 
 // memcpy of n bytes split evenly over the current OpenMP threads.
@@ -124,14 +137,14 @@ int run_bench_quantize(const BenchQuantOptions& o) {
       mdst.assign(copy_n, 0);
       for (int threads : {1, 2}) {
         omp_set_num_threads(threads);
-        const Timing t_copy = time_runs(
-            o.iters, [&] { parallel_memcpy(mdst.data(), msrc.data(), copy_n); });
-        const double memcpy_gbs = double(2 * copy_n) / t_copy.best / 1e9;
+        auto copy = [&] { parallel_memcpy(mdst.data(), msrc.data(), copy_n); };
         double fast_seconds = 0;
         for (Isa isa : isas) {
           set_isa(isa);
-          const Timing tm = time_runs(isa == Isa::scalar ? o.scalar_iters : o.iters, run);
+          const auto [tm, t_copy] =
+              time_pair(isa == Isa::scalar ? o.scalar_iters : o.iters, run, copy);
           clear_isa_override();
+          const double memcpy_gbs = double(2 * copy_n) / t_copy.best / 1e9;
           const double t = tm.best;
           const double gbs = double(traffic) / t / 1e9;
           nlohmann::json r = {{"name", std::string("quantize_") + op + "_" + input},

@@ -29,7 +29,6 @@ inline __m512i block_codes(__m512i u, uint32_t ab, uint8_t byte) {
   return encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(inv_scale(byte))));
 }
 
-
 // Scales of four 1x32 blocks from their per-block lane-wise amax m0..m3: writes the four
 // scale bytes to `out`; returns 2^-e (lanes 4j..4j+3 for block j) and the zero/NaN blocks
 // (bit 4j set for block j).

@@ -4,7 +4,9 @@
 // of function pointers (ggml style). Kernels do no checks and no allocation; each works on
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
-// quantize_ref.cc holds the scalar reference; quantize_avx512.cc the AVX-512 versions.
+// quantize_ref.cc holds the scalar reference; the AVX-512 versions are in
+// quantize_rowwise_avx512.cc, quantize_avx512.cc (colwise, 32x32, dual-axis, and the
+// table) and dequantize_avx512.cc, on top of simd_avx512.h and mx_blocks_avx512.h.
 // The scale rule below is shared by every kernel so that all paths agree bit for bit.
 #pragma once
 
@@ -126,7 +128,7 @@ void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n);
 void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n);
 bool has_nonfinite_f32__ref(const float* x, int64_t n);
 
-// ---- AVX-512 kernels (quantize_avx512.cc) --------------------------------------------------
+// ---- AVX-512 kernels (*_avx512.cc) --------------------------------------------------------
 void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
 void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
 void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
