@@ -3,7 +3,8 @@
 # 20 steps as 1 process and as 2 and 4 MPI ranks (--fsdp) for every recipe; the per-step
 # losses must agree within 1e-4 relative (ranks sum their gradients in another order, so the
 # match is not bitwise). Also: a rank count that does not divide the micro-batch is a clear
-# error on every rank, not a hang; and an FSDP checkpoint resumes in one process.
+# error on every rank, not a hang; so are ranks started with different configs; and an FSDP
+# checkpoint resumes in one process.
 # Usage: fsdp_train_cli.sh MXTRAIN_BINARY MPIEXEC
 set -euo pipefail
 bin=$1
@@ -43,6 +44,14 @@ if mpi 3 "$bin" train --config "$cfg" --fsdp --quiet > "$tmp/err.txt" 2>&1; then
   echo "3 ranks should have failed"; exit 1
 fi
 grep -q "must be a multiple of the number of FSDP ranks" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+
+# Ranks started with different configs (MPMD launch) stop with a clear error on every rank.
+sed 's/lr: 0.01/lr: 0.02/' "$cfg" > "$tmp/other.yaml"
+if timeout 300 "$mpiexec" --oversubscribe -np 1 "$bin" train --config "$cfg" --fsdp --quiet : \
+     -np 1 "$bin" train --config "$tmp/other.yaml" --fsdp --quiet > "$tmp/err.txt" 2>&1; then
+  echo "mismatched configs should have failed"; exit 1
+fi
+grep -q "training config" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 
 # An FSDP checkpoint (2 ranks, stopped at step 10) resumes in one process and finishes
 # the run like an uninterrupted one-process run.
