@@ -75,11 +75,13 @@ int run_bench_linear(const BenchLinearOptions& o) {
                             {"out", o.out},
                             {"defer_backward_quant", defer},
                             {"fwd_bwd_ms", r.median_ms},
+                            {"mean_ms", r.mean_ms},
                             {"min_ms", r.min_ms},
                             {"max_ms", r.max_ms},
                             {"held_bytes", r.held_bytes},
                             {"weight_cache_bytes", r.weight_cache_bytes},
                             {"bf16_fwd_bwd_ms", bf16.median_ms},
+                            {"bf16_mean_ms", bf16.mean_ms},
                             {"speedup_vs_bf16", bf16.median_ms / r.median_ms},
                             {"rows", r.rows},
                             {"warmup", o.warmup},
@@ -123,8 +125,9 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
       "Time forward+backward of the quantized Linear (or GroupedLinear with --experts) per "
       "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "
       "rows: recipe, tokens, in, out, defer_backward_quant, fwd_bwd_ms (median), min_ms, "
-      "max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, speedup_vs_bf16, rows, warmup, "
-      "iters, micro_batches, cache_weight_expansion, and experts/topk when grouped");
+      "mean_ms, max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, bf16_mean_ms, "
+      "speedup_vs_bf16, rows, warmup, iters, micro_batches, cache_weight_expansion, and "
+      "experts/topk when grouped");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
       ->delimiter(',')

@@ -140,6 +140,7 @@ std::vector<LayerBenchResult> bench_layers_alternating(
   for (size_t k = 0; k < runners.size(); ++k) {
     LayerBenchResult& r = res[k];
     r.median_ms = median_of(r.samples_ms);
+    for (double v : r.samples_ms) r.mean_ms += v / double(r.samples_ms.size());
     r.min_ms = *std::min_element(r.samples_ms.begin(), r.samples_ms.end());
     r.max_ms = *std::max_element(r.samples_ms.begin(), r.samples_ms.end());
     r.weight_cache_bytes = runners[k].cache_bytes();

@@ -35,6 +35,7 @@ struct LayerBenchConfig {
 
 struct LayerBenchResult {
   double median_ms = 0, min_ms = 0, max_ms = 0;  // forward + backward per iteration
+  double mean_ms = 0;  // with micro_batches > 1 (and iters a multiple of it) the amortized cost
   std::vector<double> samples_ms;                // every timed iteration, in order
   size_t held_bytes = 0;          // saved state held between forward and backward
   size_t weight_cache_bytes = 0;  // the layer's weight copies (all experts) after the run
