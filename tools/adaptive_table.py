@@ -3,14 +3,16 @@
 
 Usage: adaptive_table.py RUN_DIR NAME [NAME ...]
 
-For each config NAME reads RUN_DIR/NAME-{bf16,mxfp8,adaptive}.jsonl (`mxtrain train
---metrics-out`) and RUN_DIR/NAME-decisions.json (`mxtrain train --dry-run --decisions-out` with
+For each config NAME reads RUN_DIR/NAME-{bf16,mxfp8,adaptive}-r*.jsonl (`mxtrain train
+--metrics-out`, one file per round; NAME-RUN.jsonl when there are no rounds) and RUN_DIR/NAME-decisions.json (`mxtrain train --dry-run --decisions-out` with
 the policy). The step time of a run is the median `step_ms` over its steps after the first:
 the first step pays for one-off work (page faults, oneDNN primitive creation), and the
-trainer's summary `mean_step_ms` averages it in. Prints a Markdown table: ms/step for each
+trainer's summary `mean_step_ms` averages it in. With several rounds the median is over the
+timed steps of all rounds together. Prints a Markdown table: ms/step for each
 run, adaptive / min(bf16, mxfp8) against the goal of 1.03, and how many quantizable modules
 the policy put in FP8. Python standard library only.
 """
+import glob
 import json
 import os
 import statistics
@@ -19,21 +21,26 @@ import sys
 GOAL = 1.03
 
 
-def step_times(path):
-    """Median step_ms over the steps after the first, the step count used, summary mean."""
-    steps, mean = [], None
-    with open(path) as f:
-        for line in f:
-            o = json.loads(line)
-            if o.get("summary"):
-                mean = o.get("mean_step_ms")
-            elif "step_ms" in o:
-                steps.append((o["step"], o["step_ms"]))
-    steps.sort()
-    used = [ms for _, ms in steps[1:]] or [ms for _, ms in steps]
+def step_times(paths):
+    """Median step_ms over each run's steps after its first, and the number of steps used."""
+    used = []
+    for path in paths:
+        steps = []
+        with open(path) as f:
+            for line in f:
+                o = json.loads(line)
+                if not o.get("summary") and "step_ms" in o:
+                    steps.append((o["step"], o["step_ms"]))
+        steps.sort()
+        used += [ms for _, ms in (steps[1:] or steps)]
     if not used:
-        raise SystemExit(f"{path}: no timed steps (did the run finish?)")
-    return statistics.median(used), len(used), mean
+        raise SystemExit(f"{paths}: no timed steps (did the runs finish?)")
+    return statistics.median(used), len(used)
+
+
+def run_files(run_dir, name, run):
+    paths = sorted(glob.glob(os.path.join(run_dir, f"{name}-{run}-r*.jsonl")))
+    return paths or [os.path.join(run_dir, f"{name}-{run}.jsonl")]
 
 
 def fp8_modules(path):
@@ -53,14 +60,15 @@ def main():
         t = {}
         n = 0
         for run in ("bf16", "mxfp8", "adaptive"):
-            t[run], n, _ = step_times(os.path.join(run_dir, f"{name}-{run}.jsonl"))
+            t[run], n = step_times(run_files(run_dir, name, run))
         ratio = t["adaptive"] / min(t["bf16"], t["mxfp8"])
         k, total = fp8_modules(os.path.join(run_dir, f"{name}-decisions.json"))
         print(f"| {name} | {t['bf16']:.1f} | {t['mxfp8']:.1f} | {t['adaptive']:.1f} | {ratio:.3f} "
               f"| {'met' if ratio <= GOAL else 'not met'} | {k} / {total} | {n} |")
     print()
-    print("ms/step: median `step_ms` over the steps after the first of each run "
-          "(runs back to back, same config and seed).")
+    print("ms/step: median `step_ms` over the steps after the first of each run, all rounds "
+          "together (bf16, mxfp8, adaptive back to back per round; same config and seed). "
+          "timed steps: per precision.")
 
 
 if __name__ == "__main__":
