@@ -7,12 +7,14 @@ One panel per report, side by side. In each panel, one line per layer (dense kin
 `kind/name`; MoE grouped kinds: `kind gN`, N local experts) of `speedup` = bf16_ms / fp8_ms
 against `tokens` on a log2 axis, with an error bar of +- `spread` (the half-range the merge
 uses) and a dashed horizontal line at 1.0: above it FP8 is faster. Points that carry only one
-precision are skipped. Part of the adaptive-FP8 evidence (scripts/adaptive.sh); uses only the
+precision are skipped. The y axis runs from 0 to at most 2.0; longer error bars are cut
+there. Part of the adaptive-FP8 evidence (scripts/adaptive.sh); uses only the
 Python standard library, like tools/plot_losses.py.
 """
 import argparse
 import json
 import math
+import os
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2"]
 
@@ -86,8 +88,8 @@ def main():
         label, path = r.split("=", 1) if "=" in r else (r, r)
         panels.append((label, read_report(path)))
     top = max([q[1] + q[2] for _, ser in panels for v in ser.values() for q in v] + [1.2])
-    y1 = min(math.ceil(top * 5) / 5, 3.0)  # clip huge error bars; the 1.0 line stays in view
-    W, H, L, R, T, B = 560, 400, 60, 170, 50, 50
+    y1 = min(math.ceil(top * 5) / 5, 2.0)  # clip huge error bars; the 1.0 line stays in view
+    W, H, L, R, T, B = 600, 400, 60, 200, 50, 50
     TW = W * len(panels)
     s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{TW}" height="{H+20}" '
          f'font-family="sans-serif" font-size="12">',
@@ -99,7 +101,6 @@ def main():
     tmp = a.out + ".tmp"
     with open(tmp, "w") as f:
         f.write("\n".join(s) + "\n")
-    import os
     os.replace(tmp, a.out)
 
 
