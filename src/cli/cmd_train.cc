@@ -52,6 +52,7 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.dry_run = a.dry_run;
   opt.decisions_out = a.decisions_out;
   opt.progress = !a.quiet;
+  opt.print_decisions = !a.quiet;
   const TrainSummary s = run_training(cfg, opt);
   if (!a.dry_run && !a.quiet)
     std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s\n",
@@ -83,7 +84,7 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--fp8-policy", a->fp8_policy,
                   "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
-  sub->add_flag("--quiet", a->quiet, "No progress line");
+  sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");
   sub->callback([a, sub] { exit_code() = run_train(*a, sub); });
 });
 

@@ -131,7 +131,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   std::vector<int32_t> tok(size_t(Bl) * T), tgt(size_t(Bl) * T);
   const int64_t tokens_per_step = int64_t(B) * T * A;  // global batch
   const auto t_run = Clock::now();
-  double step_time_total = 0;
+  std::vector<double> step_times;  // seconds, steps that updated the weights
   sum.first_step = st.step;
 
   const int64_t end_step =
@@ -188,7 +188,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
       }
 
       const double step_s = seconds_since(t_step);
-      step_time_total += step_s;
+      step_times.push_back(step_s);
       sum.losses.push_back(loss);
       sum.held_bytes = held;
       const CommCounters cc = sync->counters();
@@ -229,14 +229,20 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
 
   sum.steps_done = st.step - sum.first_step;
   sum.skipped_steps = st.skipped;
-  sum.mean_step_ms = sum.steps_done ? step_time_total / double(sum.steps_done) * 1e3 : 0;
-  sum.tokens_per_s = step_time_total > 0 ? double(tokens_per_step) * double(sum.steps_done) /
-                                               step_time_total : 0;
+  // Throughput over the steps that updated the weights; the median leaves out the first
+  // step (it builds oneDNN primitives and buffers).
+  double total_s = 0;
+  for (double t : step_times) total_s += t;
+  sum.mean_step_ms = step_times.empty() ? 0 : total_s / double(step_times.size()) * 1e3;
+  sum.tokens_per_s = total_s > 0 ? double(tokens_per_step) * double(step_times.size()) / total_s : 0;
+  std::vector<double> steady(step_times.begin() + (step_times.size() > 1), step_times.end());
+  std::sort(steady.begin(), steady.end());
+  sum.median_step_ms = steady.empty() ? 0 : steady[steady.size() / 2] * 1e3;
   sum.peak_rss_bytes = peak_rss_bytes();
   metrics.write({{"summary", true}, {"recipe", cfg.precision.recipe}, {"steps", st.step},
                  {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
                  {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
-                 {"mean_step_ms", sum.mean_step_ms}, {"skipped_steps", st.skipped},
+                 {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms}, {"skipped_steps", st.skipped},
                  {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
                  {"parameters", model->num_parameters()}, {"world_size", W}});
   return sum;

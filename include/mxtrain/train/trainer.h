@@ -35,8 +35,9 @@ struct TrainSummary {
   std::vector<double> losses;               // per step run here (NaN for skipped steps)
   std::vector<std::pair<int64_t, double>> val_losses;
   double final_val_loss = 0;
-  double tokens_per_s = 0;                  // mean over the run
-  double mean_step_ms = 0;
+  double tokens_per_s = 0;                  // global-batch tokens over time of updating steps
+  double mean_step_ms = 0;                  // over steps that updated the weights
+  double median_step_ms = 0;                // same, without the first step (warm-up)
   int64_t skipped_steps = 0;
   size_t held_bytes = 0;                    // bytes held between forward and backward (last step)
   int64_t peak_rss_bytes = 0;
