@@ -90,20 +90,12 @@ int run_bench_fsdp(const BenchFsdpOptions& o) {
   return 0;
 }
 
-// The `bench` group is shared with other cmd_bench_*.cc files: find it or create it.
-CLI::App* bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return found.front();
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return bench;
-}
 
 }  // namespace
 
 MXT_REGISTER_COMMAND("bench fsdp", [](CLI::App& app) {
   auto opts = std::make_shared<BenchFsdpOptions>();
-  CLI::App* sub = bench_group(app)->add_subcommand(
+  CLI::App* sub = mxtrain::cli::group(app, "bench", "Benchmarks")->add_subcommand(
       "fsdp",
       "FSDP weight all-gather bytes and time per step for each recipe and gather mode (run "
       "under mpirun). JSON rows: recipe, mode, world, d_model, ffn, layers, steps, "

@@ -107,20 +107,12 @@ int run_bench_linear(const BenchLinearOptions& o) {
   return 0;
 }
 
-// The `bench` group is shared with other cmd_bench_*.cc files: find it or create it.
-CLI::App* bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return found.front();
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return bench;
-}
 
 }  // namespace
 
 MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
   auto opts = std::make_shared<BenchLinearOptions>();
-  CLI::App* sub = bench_group(app)->add_subcommand(
+  CLI::App* sub = mxtrain::cli::group(app, "bench", "Benchmarks")->add_subcommand(
       "linear",
       "Time forward+backward of the quantized Linear (or GroupedLinear with --experts) per "
       "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "

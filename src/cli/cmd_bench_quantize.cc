@@ -195,22 +195,12 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   return 0;
 }
 
-// The `bench` group is shared by several cmd_bench_*.cc files (bench linear, bench quantize,
-// ...), registered in any order: the first to run creates it, the others find it. CLI11 2.1
-// has no get_subcommand_no_throw(), so look it up through the filtered subcommand list.
-CLI::App* bench_group(CLI::App& app) {
-  auto found = app.get_subcommands([](CLI::App* a) { return a->get_name() == "bench"; });
-  if (!found.empty()) return found.front();
-  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
-  bench->require_subcommand(1);
-  return bench;
-}
 
 }  // namespace
 
 MXT_REGISTER_COMMAND("bench quantize", [](CLI::App& app) {
   auto opts = std::make_shared<BenchQuantOptions>();
-  CLI::App* sub = bench_group(app)->add_subcommand(
+  CLI::App* sub = mxtrain::cli::group(app, "bench", "Benchmarks")->add_subcommand(
       "quantize",
       "MX quantization throughput (rowwise, dual-axis, 32x32; FP32 and BF16 inputs; 1 and 2 "
       "threads) against a same-run memcpy of equal traffic and against the scalar path");

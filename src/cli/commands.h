@@ -28,6 +28,11 @@ struct Registrar {
   }
 };
 
+// A parent subcommand shared by several files (e.g. `bench` holds `bench quantize`,
+// `bench linear`, `bench fsdp`): the first caller creates it, later callers find it, so
+// registration order does not matter. The group requires one of its subcommands.
+CLI::App* group(CLI::App& app, const std::string& name, const std::string& description);
+
 // The exit code a subcommand's callback sets (default 0).
 int& exit_code();
 

@@ -15,6 +15,14 @@ std::vector<Command>& registry() {
   static std::vector<Command> r;
   return r;
 }
+CLI::App* group(CLI::App& app, const std::string& name, const std::string& description) {
+  // CLI11 2.1 has no get_subcommand_no_throw(): look the name up in the filtered list.
+  auto found = app.get_subcommands([&](CLI::App* a) { return a->get_name() == name; });
+  if (!found.empty()) return found.front();
+  CLI::App* g = app.add_subcommand(name, description);
+  g->require_subcommand(1);
+  return g;
+}
 int& exit_code() {
   static int code = 0;
   return code;
