@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mxtrain/common.h"
+#include "mxtrain/dist/comm.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/train/checkpointing.h"
@@ -80,6 +81,9 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   const auto& tc = cfg.training;
   const int B = tc.micro_batch_size, T = tc.seq_len, A = tc.grad_accum;
 
+  // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
+  const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
+
   // ---- build: policy -> precision decisions -> model --------------------------------------
   PolicyOracle oracle;
   if (cfg.precision.selective_fp8) oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
@@ -91,10 +95,10 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   if (!opt.dry_run)
     model = std::make_unique<GPT>(cfg.model, [&](const ModuleInfo& m) { return resolver(m); },
                                   tc.seed);
-  if (opt.print_decisions || opt.dry_run)
+  if ((opt.print_decisions || opt.dry_run) && lead)
     std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
-  if (!opt.decisions_out.empty())
+  if (!opt.decisions_out.empty() && lead)
     io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
   TrainSummary sum;
   if (opt.dry_run) return sum;
@@ -107,7 +111,6 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   MXT_CHECK(B % W == 0, "training.micro_batch_size (", B, ") must be a multiple of the number "
             "of FSDP ranks (", W, "): each rank takes an equal share of every micro-batch");
   const int Bl = B / W;  // sequences this rank computes per micro-batch
-  const bool lead = rank == 0;
   if (opt.progress && lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
                  (long long)model->num_parameters(), cfg.model.n_layers,

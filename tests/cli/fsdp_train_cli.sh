@@ -4,7 +4,7 @@
 # losses must agree within 1e-4 relative (ranks sum their gradients in another order, so the
 # match is not bitwise). Also: a rank count that does not divide the micro-batch is a clear
 # error on every rank, not a hang; so are ranks started with different configs; and an FSDP
-# checkpoint resumes in one process.
+# checkpoint resumes in one process and at the same world size.
 # Usage: fsdp_train_cli.sh MXTRAIN_BINARY MPIEXEC
 set -euo pipefail
 bin=$1
@@ -61,4 +61,12 @@ mpi 2 "$bin" train --config "$cfg" --fsdp --quiet --stop-after 10 \
   --metrics-out "$tmp/part.jsonl" 2>/dev/null
 "$bin" train --config "$cfg" --quiet --metrics-out "$tmp/one.jsonl" --recipe mxfp8-32x32 2>/dev/null
 compare "$tmp/one.jsonl" "$tmp/part.jsonl" "fsdp checkpoint -> one-process resume"
+
+# And at the same world size: 2 ranks stop at step 10, 2 ranks resume.
+rm -rf "$tmp/ckpt2"
+mpi 2 "$bin" train --config "$cfg" --fsdp --quiet --stop-after 10 \
+  --checkpoint-dir "$tmp/ckpt2" --metrics-out "$tmp/part2.jsonl" 2>/dev/null
+mpi 2 "$bin" train --config "$cfg" --fsdp --quiet --resume --checkpoint-dir "$tmp/ckpt2" \
+  --metrics-out "$tmp/part2.jsonl" 2>/dev/null
+compare "$tmp/one.jsonl" "$tmp/part2.jsonl" "fsdp checkpoint -> fsdp resume (2 ranks)"
 echo "fsdp trainer: all checks passed"
