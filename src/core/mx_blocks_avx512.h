@@ -2,8 +2,9 @@
 // quantize_*_avx512.cc kernels (include only from files compiled with AVX-512 flags).
 //
 // Built on simd_avx512.h: the scales of four 1x32 blocks at once (Quad), codes for a block
-// with one scale, the zero/NaN block fix-ups, and encoding a 128-column row piece into two
-// 64-byte stores. The fast paths keep eight vectors per row piece in registers; the
+// with one scale, the zero/NaN block fix-ups, encoding a 128-column row piece into two
+// 64-byte vectors, and RowWriter, which stores a row's vectors (non-temporal for big
+// outputs). The fast paths keep eight vectors per row piece in registers; the
 // "#pragma GCC unroll" on their short fixed loops lets -O2 do that instead of spilling the
 // arrays to the stack. Internal linkage: these call the scale helpers of
 // quantize_kernels.h, which are internal to each file too.
@@ -60,11 +61,69 @@ inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
   return _mm512_mask_mov_epi32(k, nan, set1(Fp8<E>::nan));
 }
 
-inline void store64(uint8_t* p, __m512i v) { _mm512_storeu_si512(p, v); }
+// Tensors with at least this many elements write their codes with non-temporal stores
+// (RowWriter), skipping the read of each written line: from 8 Mi codes an output is a
+// quarter of a 32 MiB L3 or more while its 2-4x larger input streams through the caches
+// too. Smaller outputs stay cached for the GEMM that usually reads them next.
+constexpr int64_t kStreamMin = int64_t(1) << 23;
 
-// Codes of 128 columns (u[0..7]) under four block scales q; stored to d[0..127].
-template <Elem E, bool CLAMP>
-inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
+// Writes one output row run (a contiguous byte range) 64 bytes at a time, in order. With
+// `nt`, and when the run's start is 4-byte aligned, it uses non-temporal stores: the bytes
+// up to the first 64-byte boundary go out with a masked ordinary store, each later 64-byte
+// line is assembled from two consecutive input vectors (a dword permute) and streamed to its
+// aligned address, and the bytes after the last boundary go out with a masked ordinary
+// store in finish(). Non-temporal stores skip the read-for-ownership of each written line;
+// the kernel issues _mm_sfence() before returning. Otherwise: plain unaligned stores.
+struct RowWriter {
+  uint8_t* d;        // next destination (plain), or the first 64-byte boundary (stream)
+  bool stream;
+  int head;          // bytes before the first boundary (multiple of 4, 0..60)
+  bool started = false;
+  __m512i prev, idx;
+
+  RowWriter(uint8_t* p, bool nt) : d(p) {
+    const int a = int((-reinterpret_cast<uintptr_t>(p)) & 63);
+    stream = nt && (a & 3) == 0;
+    head = a;
+    if (stream) {
+      // Output dword t of a line = dword t + a/4 of (prev, next): indexes >= 16 pick next.
+      idx = _mm512_add_epi32(
+          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+          _mm512_set1_epi32(a / 4));
+      d = p + a;
+    }
+  }
+  void put(__m512i v) {
+    if (!stream) {
+      _mm512_storeu_si512(d, v);
+      d += 64;
+      return;
+    }
+    if (head == 0) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d), v);
+      d += 64;
+      return;
+    }
+    if (!started) {
+      _mm512_mask_storeu_epi8(d - head, (__mmask64(1) << head) - 1, v);
+      started = true;
+    } else {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(d), _mm512_permutex2var_epi32(prev, idx, v));
+      d += 64;
+    }
+    prev = v;
+  }
+  void finish() {
+    if (stream && head != 0 && started) {
+      _mm512_mask_storeu_epi8(d, ~__mmask64(0) >> head,
+                              _mm512_permutex2var_epi32(prev, idx, _mm512_setzero_si512()));
+    }
+  }
+};
+
+// Codes of 128 columns (u[0..7]) under four block scales q; two 64-byte vectors to w.
+template <Elem E, bool CLAMP, class W>
+inline void encode_quad(const __m512i* u, const Quad& q, W& w) {
   const __m512 inv[4] = {lane_group<0>(q.inv), lane_group<1>(q.inv), lane_group<2>(q.inv),
                          lane_group<3>(q.inv)};
   __m512i k[8];
@@ -75,8 +134,15 @@ inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
     for (int h = 0; h < 8; ++h)
       k[h] = fix<E>(k[h], block_flag(q.zero, h / 2), block_flag(q.nan, h / 2));
   }
-  store64(d, pack4(k[0], k[1], k[2], k[3]));
-  store64(d + 64, pack4(k[4], k[5], k[6], k[7]));
+  w.put(pack4(k[0], k[1], k[2], k[3]));
+  w.put(pack4(k[4], k[5], k[6], k[7]));
+}
+
+// The same, stored to d[0..127].
+template <Elem E, bool CLAMP>
+inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
+  RowWriter w(d, false);
+  encode_quad<E, CLAMP>(u, q, w);
 }
 
 }  // namespace

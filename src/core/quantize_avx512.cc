@@ -14,6 +14,9 @@
 // Full 128-column pieces take the fast path (mx_blocks_avx512.h: four-block horizontal
 // max, codes packed 64 per store); ragged edges take a simpler one with masked loads (zeros
 // do not change amax) and masked stores. Both produce the reference bytes.
+// For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
+// RowWriter (mx_blocks_avx512.h), which realigns each row run to 64-byte lines; the bytes
+// are the same either way.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -146,9 +149,11 @@ void chunk_scales(Chunk& s, const QParams& p, QOut row, QOut col) {
 // `pf` (may be null): a row of a later chunk to prefetch into L2, `pf_bytes` long.
 template <class T, Elem E, bool CLAMP, Mode MODE>
 inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut row, QOut col,
-                      const char* pf, int64_t pf_bytes) {
+                      const char* pf, int64_t pf_bytes, bool nt) {
   const T* xr = x + (s.rb + i) * p.K + s.c0;
   const int64_t off = (s.rb + i) * p.K + s.c0;
+  RowWriter rw(row.data + off, nt && MODE != Mode::colwise);
+  RowWriter cw(col.data + off, nt && MODE != Mode::tile32);
   for (int q = 0; q < s.nfull; ++q) {
     if (pf) {
       for (int64_t b = 128 * q * int64_t(sizeof(T)), e = b + 128 * int64_t(sizeof(T));
@@ -159,7 +164,7 @@ inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut 
 #pragma GCC unroll 8
     for (int h = 0; h < 8; ++h) u[h] = load_bits(xr + 128 * q + 16 * h);
     if constexpr (MODE == Mode::tile32) {
-      encode_quad<E, CLAMP>(u, s.tq[q], row.data + off + 128 * q);
+      encode_quad<E, CLAMP>(u, s.tq[q], rw);
     } else {
 #pragma GCC unroll 8
       for (int g = 0; g < 2; ++g) {
@@ -171,16 +176,18 @@ inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut 
                                       _mm512_castsi512_ps(s.cm[v]));
           if (s.cspecial) k[h] = fix<E>(k[h], s.czero[v], s.cnan[v]);
         }
-        store64(col.data + off + 128 * q + 64 * g, pack4(k[0], k[1], k[2], k[3]));
+        cw.put(pack4(k[0], k[1], k[2], k[3]));
       }
       if constexpr (MODE == Mode::dual) {
         const Quad rq =
             quad_from_bytes(row.scales + (s.rb + i) * row.scale_ld + (s.c0 + 128 * q) / 32,
                             s.rzero[i][q], s.rnan[i][q]);
-        encode_quad<E, CLAMP>(u, rq, row.data + off + 128 * q);
+        encode_quad<E, CLAMP>(u, rq, rw);
       }
     }
   }
+  rw.finish();
+  cw.finish();
   for (int h = 0; h < 8 && s.m[h]; ++h) {
     const __m512i u = load_bits(xr + s.ct + 16 * h, s.m[h]);
     uint8_t* d = row.data + off + s.ct + 16 * h;
@@ -207,6 +214,7 @@ inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut 
 template <class T, Elem E, bool CLAMP, Mode MODE>
 void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   if (g.r0 >= g.r1 || g.c0 >= g.c1) return;
+  const bool nt = p.M * p.K >= kStreamMin;
   Chunk st[2];
   auto begin = [&](Chunk& s, int64_t rb, int64_t c0) {
     chunk_begin(s, rb, int(imin(32, p.M - rb)), c0, imin(kChunk, g.c1 - c0));
@@ -237,7 +245,7 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     for (int i = 0; i < rows; ++i) {
       const char* pf =
           i < far_rows ? reinterpret_cast<const char*>(x + (frb + i) * p.K + fc0) : nullptr;
-      if (i < a.nr) pass2_row<T, E, CLAMP, MODE>(a, x, p, i, row, col, pf, far_bytes);
+      if (i < a.nr) pass2_row<T, E, CLAMP, MODE>(a, x, p, i, row, col, pf, far_bytes, nt);
       if (more && i < b.nr) pass1_row<T, E, MODE>(b, x, p, i, row);
     }
     if (!more) break;
@@ -245,6 +253,7 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     rb = nrb;
     c0 = nc0;
   }
+  if (nt) _mm_sfence();  // order the streamed lines before the caller's threads join
 }
 template <class T, Mode MODE>
 void strip_any(const T* x, const QParams& p, Region g, QOut row, QOut col) {
