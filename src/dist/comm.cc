@@ -291,36 +291,29 @@ uint64_t allreduce_sent(int size, size_t bytes) {
 }
 }  // namespace
 
+void Comm::allreduce(void* data, size_t n, ReduceType type, ReduceOp op) {
+  const size_t elem = type == ReduceType::f32 ? sizeof(float) : 8;
+  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * elem));
+  if (!handle_ || n == 0) return;
+  const MPI_Datatype dt = type == ReduceType::f32   ? MPI_FLOAT
+                          : type == ReduceType::f64 ? MPI_DOUBLE
+                                                    : MPI_INT64_T;
+  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), dt,
+                       op == ReduceOp::sum ? MPI_SUM : MPI_MAX, *comm_of(handle_)),
+         "MPI_Allreduce");
+}
+
 void Comm::allreduce_sum(float* data, size_t n) {
-  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(float)));
-  if (!handle_ || n == 0) return;
-  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_FLOAT, MPI_SUM,
-                       *comm_of(handle_)),
-         "MPI_Allreduce");
+  allreduce(data, n, ReduceType::f32, ReduceOp::sum);
 }
-
 void Comm::allreduce_sum(double* data, size_t n) {
-  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(double)));
-  if (!handle_ || n == 0) return;
-  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_DOUBLE, MPI_SUM,
-                       *comm_of(handle_)),
-         "MPI_Allreduce");
+  allreduce(data, n, ReduceType::f64, ReduceOp::sum);
 }
-
 void Comm::allreduce_sum(int64_t* data, size_t n) {
-  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(int64_t)));
-  if (!handle_ || n == 0) return;
-  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_INT64_T, MPI_SUM,
-                       *comm_of(handle_)),
-         "MPI_Allreduce");
+  allreduce(data, n, ReduceType::i64, ReduceOp::sum);
 }
-
 void Comm::allreduce_max(int64_t* data, size_t n) {
-  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * sizeof(int64_t)));
-  if (!handle_ || n == 0) return;
-  mpi_ok(MPI_Allreduce(MPI_IN_PLACE, data, to_count(n, "allreduce"), MPI_INT64_T, MPI_MAX,
-                       *comm_of(handle_)),
-         "MPI_Allreduce");
+  allreduce(data, n, ReduceType::i64, ReduceOp::max);
 }
 
 void Comm::broadcast(void* data, size_t bytes, int root) {

@@ -135,6 +135,10 @@ class Comm {
  private:
   Comm() = default;
   friend class Request;
+  enum class ReduceType : uint8_t { f32, f64, i64 };
+  enum class ReduceOp : uint8_t { sum, max };
+  // The in-place all-reduce behind the typed public ones.
+  void allreduce(void* data, size_t n, ReduceType type, ReduceOp op);
   void* handle_ = nullptr;  // MPI_Comm (heap-held) when MPI is used
   int rank_ = 0, size_ = 1;
   CommStats stats_;
