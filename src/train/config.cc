@@ -74,21 +74,79 @@ void require(bool ok, const Section& s, const std::string& key, const char* rule
   MXT_CHECK(ok, s.origin(), ": `", s.full(key), "` ", rule, ", got ", v);
 }
 
+// ---- field lists: one per section, shared by parsing and by config_to_yaml ---------------
+// (precision's enum, map and list keys are handled beside them).
+
+template <class F>
+void model_fields(ModelConfig& m, F&& f) {
+  f("vocab_size", m.vocab_size);
+  f("d_model", m.d_model);
+  f("n_layers", m.n_layers);
+  f("n_heads", m.n_heads);
+  f("d_ff", m.d_ff);
+  f("max_seq_len", m.max_seq_len);
+  f("rms_eps", m.rms_eps);
+  f("init_std", m.init_std);
+}
+
+template <class F>
+void moe_fields(ModelConfig& m, F&& f) {
+  f("num_experts", m.moe_num_experts);
+  f("top_k", m.moe_top_k);
+  f("d_ff", m.moe_d_ff);
+  f("every", m.moe_every);
+  f("aux_loss_coef", m.aux_loss_coef);
+}
+
+template <class F>
+void training_fields(TrainingConfig& t, F&& f) {
+  f("steps", t.steps);
+  f("seq_len", t.seq_len);
+  f("micro_batch_size", t.micro_batch_size);
+  f("grad_accum", t.grad_accum);
+  f("lr", t.lr);
+  f("min_lr", t.min_lr);
+  f("warmup_steps", t.warmup_steps);
+  f("weight_decay", t.weight_decay);
+  f("beta1", t.beta1);
+  f("beta2", t.beta2);
+  f("eps", t.eps);
+  f("grad_clip", t.grad_clip);
+  f("seed", t.seed);
+  f("eval_every", t.eval_every);
+  f("eval_batches", t.eval_batches);
+  f("checkpoint_every", t.checkpoint_every);
+  f("keep_checkpoints", t.keep_checkpoints);
+  f("max_nonfinite_steps", t.max_nonfinite_steps);
+}
+
+template <class F>
+void data_fields(DataConfig& d, F&& f) {
+  f("path", d.path);
+  f("val_fraction", d.val_fraction);
+}
+
+template <class F>
+void precision_fields(PrecisionConfig& p, F&& f) {
+  f("recipe", p.recipe);
+  f("defer_backward_quant", p.defer_backward_quant);
+  f("bf16_first_layers", p.bf16_first_layers);
+  f("bf16_last_layers", p.bf16_last_layers);
+  f("lm_head", p.lm_head);
+  f("selective_fp8", p.selective_fp8);
+  f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
+}
+
+template <class F>
+void fsdp_fields(FsdpConfig& c, F&& f) {
+  f("enabled", c.enabled);
+  f("mxfp8_gather", c.mxfp8_gather);
+}
+
 void parse_model(Section s, ModelConfig& m) {
-  s.get("vocab_size", m.vocab_size);
-  s.get("d_model", m.d_model);
-  s.get("n_layers", m.n_layers);
-  s.get("n_heads", m.n_heads);
-  s.get("d_ff", m.d_ff);
-  s.get("max_seq_len", m.max_seq_len);
-  s.get("rms_eps", m.rms_eps);
-  s.get("init_std", m.init_std);
+  model_fields(m, [&](const char* k, auto& v) { s.get(k, v); });
   Section moe(s.child("moe"), s.full("moe"), s.origin());
-  moe.get("num_experts", m.moe_num_experts);
-  moe.get("top_k", m.moe_top_k);
-  moe.get("d_ff", m.moe_d_ff);
-  moe.get("every", m.moe_every);
-  moe.get("aux_loss_coef", m.aux_loss_coef);
+  moe_fields(m, [&](const char* k, auto& v) { moe.get(k, v); });
   moe.finish();
   s.finish();
   try {
@@ -99,24 +157,7 @@ void parse_model(Section s, ModelConfig& m) {
 }
 
 void parse_training(Section s, TrainingConfig& t) {
-  s.get("steps", t.steps);
-  s.get("seq_len", t.seq_len);
-  s.get("micro_batch_size", t.micro_batch_size);
-  s.get("grad_accum", t.grad_accum);
-  s.get("lr", t.lr);
-  s.get("min_lr", t.min_lr);
-  s.get("warmup_steps", t.warmup_steps);
-  s.get("weight_decay", t.weight_decay);
-  s.get("beta1", t.beta1);
-  s.get("beta2", t.beta2);
-  s.get("eps", t.eps);
-  s.get("grad_clip", t.grad_clip);
-  s.get("seed", t.seed);
-  s.get("eval_every", t.eval_every);
-  s.get("eval_batches", t.eval_batches);
-  s.get("checkpoint_every", t.checkpoint_every);
-  s.get("keep_checkpoints", t.keep_checkpoints);
-  s.get("max_nonfinite_steps", t.max_nonfinite_steps);
+  training_fields(t, [&](const char* k, auto& v) { s.get(k, v); });
   s.finish();
   require(t.steps >= 1, s, "steps", "must be >= 1", t.steps);
   require(t.seq_len >= 1, s, "seq_len", "must be >= 1", t.seq_len);
@@ -139,8 +180,7 @@ void parse_training(Section s, TrainingConfig& t) {
 }
 
 void parse_data(Section s, DataConfig& d) {
-  s.get("path", d.path);
-  s.get("val_fraction", d.val_fraction);
+  data_fields(d, [&](const char* k, auto& v) { s.get(k, v); });
   s.finish();
   require(d.val_fraction > 0 && d.val_fraction < 0.5f, s, "val_fraction", "must be in (0, 0.5)",
           d.val_fraction);
@@ -156,14 +196,8 @@ void check_recipe(const Section& s, const std::string& key, const std::string& n
 
 void parse_precision(Section s, PrecisionConfig& p) {
   std::string rounding = rounding_name(p.scale_rounding);
-  s.get("recipe", p.recipe);
+  precision_fields(p, [&](const char* k, auto& v) { s.get(k, v); });
   s.get("scale_rounding", rounding);
-  s.get("defer_backward_quant", p.defer_backward_quant);
-  s.get("bf16_first_layers", p.bf16_first_layers);
-  s.get("bf16_last_layers", p.bf16_last_layers);
-  s.get("lm_head", p.lm_head);
-  s.get("selective_fp8", p.selective_fp8);
-  s.get("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
   YAML::Node ov = s.child("overrides");
   YAML::Node nt = s.child("fp8_dynamic_num_tokens");
   s.finish();
@@ -206,8 +240,7 @@ void parse_precision(Section s, PrecisionConfig& p) {
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
-  s.get("enabled", f.enabled);
-  s.get("mxfp8_gather", f.mxfp8_gather);
+  fsdp_fields(f, [&](const char* k, auto& v) { s.get(k, v); });
   s.finish();
   MXT_CHECK(f.mxfp8_gather == "on-demand" || f.mxfp8_gather == "all", s.origin(), ": `",
             s.full("mxfp8_gather"), "` must be `on-demand` or `all`, got `", f.mxfp8_gather, "`");
@@ -249,70 +282,35 @@ TrainConfig load_config(const std::string& path) {
   return parse_config(ss.str(), path);
 }
 
-std::string config_to_yaml(const TrainConfig& c) {
+std::string config_to_yaml(const TrainConfig& config) {
+  TrainConfig c = config;  // the field lists take mutable references
   YAML::Emitter e;
+  auto put = [&](const char* k, const auto& v) { e << YAML::Key << k << YAML::Value << v; };
+  auto open = [&](const char* k) { e << YAML::Key << k << YAML::Value << YAML::BeginMap; };
   e << YAML::BeginMap;
-  const auto& m = c.model;
-  e << YAML::Key << "model" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "vocab_size" << YAML::Value << m.vocab_size
-    << YAML::Key << "d_model" << YAML::Value << m.d_model
-    << YAML::Key << "n_layers" << YAML::Value << m.n_layers
-    << YAML::Key << "n_heads" << YAML::Value << m.n_heads
-    << YAML::Key << "d_ff" << YAML::Value << m.d_ff
-    << YAML::Key << "max_seq_len" << YAML::Value << m.max_seq_len
-    << YAML::Key << "rms_eps" << YAML::Value << m.rms_eps
-    << YAML::Key << "init_std" << YAML::Value << m.init_std
-    << YAML::Key << "moe" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "num_experts" << YAML::Value << m.moe_num_experts
-    << YAML::Key << "top_k" << YAML::Value << m.moe_top_k
-    << YAML::Key << "d_ff" << YAML::Value << m.moe_d_ff
-    << YAML::Key << "every" << YAML::Value << m.moe_every
-    << YAML::Key << "aux_loss_coef" << YAML::Value << m.aux_loss_coef << YAML::EndMap
-    << YAML::EndMap;
-  const auto& t = c.training;
-  e << YAML::Key << "training" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "steps" << YAML::Value << t.steps
-    << YAML::Key << "seq_len" << YAML::Value << t.seq_len
-    << YAML::Key << "micro_batch_size" << YAML::Value << t.micro_batch_size
-    << YAML::Key << "grad_accum" << YAML::Value << t.grad_accum
-    << YAML::Key << "lr" << YAML::Value << t.lr
-    << YAML::Key << "min_lr" << YAML::Value << t.min_lr
-    << YAML::Key << "warmup_steps" << YAML::Value << t.warmup_steps
-    << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay
-    << YAML::Key << "beta1" << YAML::Value << t.beta1
-    << YAML::Key << "beta2" << YAML::Value << t.beta2
-    << YAML::Key << "eps" << YAML::Value << t.eps
-    << YAML::Key << "grad_clip" << YAML::Value << t.grad_clip
-    << YAML::Key << "seed" << YAML::Value << t.seed
-    << YAML::Key << "eval_every" << YAML::Value << t.eval_every
-    << YAML::Key << "eval_batches" << YAML::Value << t.eval_batches
-    << YAML::Key << "checkpoint_every" << YAML::Value << t.checkpoint_every
-    << YAML::Key << "keep_checkpoints" << YAML::Value << t.keep_checkpoints
-    << YAML::Key << "max_nonfinite_steps" << YAML::Value << t.max_nonfinite_steps
-    << YAML::EndMap;
-  e << YAML::Key << "data" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "path" << YAML::Value << c.data.path
-    << YAML::Key << "val_fraction" << YAML::Value << c.data.val_fraction << YAML::EndMap;
-  const auto& p = c.precision;
-  e << YAML::Key << "precision" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "recipe" << YAML::Value << p.recipe
-    << YAML::Key << "scale_rounding" << YAML::Value << rounding_name(p.scale_rounding)
-    << YAML::Key << "defer_backward_quant" << YAML::Value << p.defer_backward_quant
-    << YAML::Key << "bf16_first_layers" << YAML::Value << p.bf16_first_layers
-    << YAML::Key << "bf16_last_layers" << YAML::Value << p.bf16_last_layers
-    << YAML::Key << "lm_head" << YAML::Value << p.lm_head
-    << YAML::Key << "selective_fp8" << YAML::Value << p.selective_fp8
-    << YAML::Key << "fp8_dynamic_policy_path" << YAML::Value << p.fp8_dynamic_policy_path;
-  e << YAML::Key << "overrides" << YAML::Value << YAML::BeginMap;
-  for (const auto& [k, v] : p.overrides) e << YAML::Key << k << YAML::Value << v;
-  e << YAML::EndMap;
-  e << YAML::Key << "fp8_dynamic_num_tokens" << YAML::Value << YAML::BeginMap;
-  for (const auto& [k, v] : p.fp8_dynamic_num_tokens) e << YAML::Key << k << YAML::Value << v;
+  open("model");
+  model_fields(c.model, put);
+  open("moe");
+  moe_fields(c.model, put);
   e << YAML::EndMap << YAML::EndMap;
-  e << YAML::Key << "fsdp" << YAML::Value << YAML::BeginMap
-    << YAML::Key << "enabled" << YAML::Value << c.fsdp.enabled
-    << YAML::Key << "mxfp8_gather" << YAML::Value << c.fsdp.mxfp8_gather << YAML::EndMap;
+  open("training");
+  training_fields(c.training, put);
   e << YAML::EndMap;
+  open("data");
+  data_fields(c.data, put);
+  e << YAML::EndMap;
+  open("precision");
+  precision_fields(c.precision, put);
+  put("scale_rounding", rounding_name(c.precision.scale_rounding));
+  open("overrides");
+  for (const auto& [k, v] : c.precision.overrides) put(k.c_str(), v);
+  e << YAML::EndMap;
+  open("fp8_dynamic_num_tokens");
+  for (const auto& [k, v] : c.precision.fp8_dynamic_num_tokens) put(k.c_str(), v);
+  e << YAML::EndMap << YAML::EndMap;
+  open("fsdp");
+  fsdp_fields(c.fsdp, put);
+  e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
 
