@@ -229,27 +229,34 @@ void Comm::allgather(const void* send, void* recv, size_t n) {
          "MPI_Allgather");
 }
 
-Request Comm::iallgather(const void* send, void* recv, size_t n) {
+Request Comm::start_request(Coll kind, uint64_t bytes,
+                            const std::function<void(void*)>& start) {
   const auto t0 = Clock::now();
   Request r;
   r.s_ = std::make_unique<Request::State>();
   r.s_->comm = this;
-  r.s_->kind = Coll::allgather;
-  r.s_->bytes = uint64_t(size_ - 1) * n;
-  stats_[Coll::allgather].bytes += r.s_->bytes;
-  stats_[Coll::allgather].calls += 1;
-  if (!handle_) {
-    if (n && send != recv) std::memmove(recv, send, n);
-  } else {
+  r.s_->kind = kind;
+  r.s_->bytes = bytes;
+  stats_[kind].bytes += bytes;
+  stats_[kind].calls += 1;
+  start(handle_ ? &r.s_->req : nullptr);
+  r.s_->active = handle_ != nullptr;
+  r.s_->ms = ms_since(t0);
+  stats_[kind].ms += r.s_->ms;
+  return r;
+}
+
+Request Comm::iallgather(const void* send, void* recv, size_t n) {
+  return start_request(Coll::allgather, uint64_t(size_ - 1) * n, [&](void* req) {
+    if (!req) {
+      if (n && send != recv) std::memmove(recv, send, n);
+      return;
+    }
     const int cnt = to_count(n, "iallgather");
     mpi_ok(MPI_Iallgather(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, *comm_of(handle_),
-                          &r.s_->req),
+                          static_cast<MPI_Request*>(req)),
            "MPI_Iallgather");
-    r.s_->active = true;
-  }
-  r.s_->ms = ms_since(t0);
-  stats_[Coll::allgather].ms += r.s_->ms;
-  return r;
+  });
 }
 
 void Comm::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
@@ -264,25 +271,17 @@ void Comm::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
 }
 
 Request Comm::ireduce_scatter_sum(const float* send, float* recv, size_t chunk) {
-  const auto t0 = Clock::now();
-  Request r;
-  r.s_ = std::make_unique<Request::State>();
-  r.s_->comm = this;
-  r.s_->kind = Coll::reduce_scatter;
-  r.s_->bytes = uint64_t(size_ - 1) * chunk * sizeof(float);
-  stats_[Coll::reduce_scatter].bytes += r.s_->bytes;
-  stats_[Coll::reduce_scatter].calls += 1;
-  if (!handle_) {
-    if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
-  } else {
-    mpi_ok(MPI_Ireduce_scatter_block(send, recv, to_count(chunk, "ireduce_scatter"), MPI_FLOAT,
-                                     MPI_SUM, *comm_of(handle_), &r.s_->req),
-           "MPI_Ireduce_scatter_block");
-    r.s_->active = true;
-  }
-  r.s_->ms = ms_since(t0);
-  stats_[Coll::reduce_scatter].ms += r.s_->ms;
-  return r;
+  return start_request(
+      Coll::reduce_scatter, uint64_t(size_ - 1) * chunk * sizeof(float), [&](void* req) {
+        if (!req) {
+          if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
+          return;
+        }
+        mpi_ok(MPI_Ireduce_scatter_block(send, recv, to_count(chunk, "ireduce_scatter"),
+                                         MPI_FLOAT, MPI_SUM, *comm_of(handle_),
+                                         static_cast<MPI_Request*>(req)),
+               "MPI_Ireduce_scatter_block");
+      });
 }
 
 namespace {

@@ -24,6 +24,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -137,6 +138,9 @@ class Comm {
   friend class Request;
   enum class ReduceType : uint8_t { f32, f64, i64 };
   enum class ReduceOp : uint8_t { sum, max };
+  // Starts a non-blocking collective: counts it, then calls start(&mpi_request), or
+  // start(nullptr) without MPI (the one-rank local copy).
+  Request start_request(Coll kind, uint64_t bytes, const std::function<void(void*)>& start);
   // The in-place all-reduce behind the typed public ones.
   void allreduce(void* data, size_t n, ReduceType type, ReduceOp op);
   void* handle_ = nullptr;  // MPI_Comm (heap-held) when MPI is used
