@@ -11,9 +11,12 @@
 //    Pass 1 of the next chunk runs interleaved with pass 2 of the current one.
 //    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
 //    rows fall into the same few cache sets and evict each other.)
-// Full 128-column pieces take the fast path (mx_blocks_avx512.h: four-block horizontal
-// max, codes packed 64 per store); ragged edges take a simpler one with masked loads (zeros
-// do not change amax) and masked stores. Both produce the reference bytes.
+// Full 128-column pieces take the fast path: 16-bit lanes (simd16_avx512.h), four 32-word
+// vectors per piece row, one add + shift per code; FP32 inputs are turned into words once in
+// pass 1 and kept in a per-thread buffer for pass 2. A vector with a lane the words cannot
+// encode (FP8-subnormal results, tiny scales, NaN/Inf blocks) is recomputed by slow16 with
+// the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit path with
+// masked loads (zeros do not change amax) and masked stores. All produce the reference bytes.
 // For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
 // RowWriter (mx_blocks_avx512.h), which realigns each row run to 64-byte lines; the bytes
 // are the same either way.
@@ -22,7 +25,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include <memory>
+
 #include "core/mx_blocks_avx512.h"
+#include "core/simd16_avx512.h"
 
 namespace mxtrain::kern {
 
@@ -31,7 +37,11 @@ namespace {
 using namespace avx512;
 
 // Columns per strip chunk: a 32 x 2048 FP32 chunk is 256 KiB, so pass 2 re-reads it from L2.
+#ifndef MXT_CHUNK
 constexpr int64_t kChunk = 2048;
+#else
+constexpr int64_t kChunk = MXT_CHUNK;
+#endif
 
 enum class Mode { colwise, tile32, dual };
 
@@ -40,31 +50,41 @@ enum class Mode { colwise, tile32, dual };
 // (colwise, dual). Columns are handled in 128-wide pieces; only the last piece of a chunk
 // that ends at a ragged K is partial and takes the masked 16-lane code.
 
-// Scales of a piece's four row blocks as written in pass 1, for pass 2.
-inline Quad quad_from_bytes(const uint8_t* s, __mmask16 zero, __mmask16 nan) {
-  int v;
-  __builtin_memcpy(&v, s, 4);
-  const __m512i b = _mm512_permutexvar_epi32(
-      _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
-      _mm512_cvtepu8_epi32(_mm_cvtsi32_si128(v)));
-  return {inv_scales(b), zero, nan};
-}
-
 // What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc), for pass 2.
+// Full pieces work on 32-column word vectors (index w = 4 * piece + k); the partial piece
+// and slow16 on 16-column FP32-lane vectors (index v).
 struct Chunk {
   int64_t rb, c0, pc;
   int nr, nfull;     // rows; full 128-column pieces
   int64_t ct;        // first column (relative) of the partial piece, = 128 * nfull
   __mmask16 m[8];    // lanes of the partial piece's vectors
-  // Per 16 columns: amax bits during pass 1, then 2^-e bits (colwise / dual).
+  const uint16_t* words;  // FP32 input: the chunk's words from pass 1, row stride kChunk
+  // Full pieces: word amax per column during pass 1; then (colwise / dual) the offsets X,
+  // the slow bounds and the sign masks (0x80, 0 in zero columns).
+  __m512i cw[kChunk / 32], cb[kChunk / 32], csm[kChunk / 32];
+  __mmask32 cwzero[kChunk / 32];
+  bool cwslow;       // a NaN/Inf column in the full pieces: their colwise codes take slow16
+  // Per 16 columns: amax bits of the partial piece during pass 1, then 2^-e bits of every
+  // column (partial piece and slow16; colwise / dual).
   __m512i cm[kChunk / 16];
   __mmask16 czero[kChunk / 16], cnan[kChunk / 16];
-  bool cspecial;
   Quad tq[kChunk / 128];                           // tile32: tile scales per piece
+  int16_t tx[kChunk / 32];                         // tile32: tile offsets X
   uint32_t tab[4];                                 // tile32: partial piece tile amax
-  __mmask16 rzero[32][kChunk / 128], rnan[32][kChunk / 128];  // dual: row-block flags
+  __mmask16 rzero[32][kChunk / 512], rnan[32][kChunk / 512];  // dual: row-block flags, bit
+                                                   // per block of 16 (see row_scales16)
+  int16_t rx[32][kChunk / 32];                     // dual: row-block offsets X
   uint32_t rab[32][4];                             // dual: partial piece row-block amax
 };
+
+// Per-thread word buffers (64-byte aligned) for the two chunks in flight, FP32 inputs only;
+// allocated on a thread's first call, 256 KiB.
+inline uint16_t* word_buffer(int which) {
+  static thread_local std::unique_ptr<uint16_t[]> buf;
+  if (!buf) buf.reset(new uint16_t[2 * 32 * kChunk + 32]);
+  const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63);
+  return reinterpret_cast<uint16_t*>(a) + int64_t(which) * 32 * kChunk;
+}
 
 inline void chunk_begin(Chunk& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
   s.rb = rb;
@@ -74,28 +94,72 @@ inline void chunk_begin(Chunk& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
   s.nfull = int(pc / 128);
   s.ct = int64_t(s.nfull) * 128;
   for (int h = 0; h < 8; ++h) s.m[h] = lanes(pc - s.ct - 16 * h);
-  for (int v = 0; v < 8 * s.nfull + (pc > s.ct ? 8 : 0); ++v) s.cm[v] = _mm512_setzero_si512();
+  for (int w = 0; w < 4 * s.nfull; ++w) s.cw[w] = _mm512_setzero_si512();
+  for (int v = 8 * s.nfull; v < 8 * s.nfull + (pc > s.ct ? 8 : 0); ++v)
+    s.cm[v] = _mm512_setzero_si512();
+}
+
+// Four scale bytes (lanes 0, 4, 8, 12 of b) to out[0..3].
+inline void store_quad(uint8_t* out, __m512i b) {
+  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
+  __builtin_memcpy(out, &v, 4);
+}
+// Four offsets (lanes 0, 4, 8, 12 of d) to out[0..3].
+inline void store_quad16(int16_t* out, __m512i d) {
+  const __m512i g = _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out),
+                   _mm256_castsi256_si128(_mm512_cvtepi32_epi16(g)));
+}
+
+// Block scales from four-way word amax (hmax4_16): bytes to `out`, offsets X to `d`, flags.
+template <Elem E>
+inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* d) {
+  const __m512i b = scale_bytes<E>(ab, rceil);
+  store_quad(out, b);
+  store_quad16(d, offset32<E>(b));
+  return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512()) & 0x1111),
+          __mmask16(_mm512_cmpge_epu32_mask(ab, set1(0x7F800000u)) & 0x1111)};
+}
+
+// Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time) from their
+// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), offsets to rx,
+// zero / NaN flags bit 4 (q - q0) + k for block k of piece q.
+template <Elem E>
+inline void row_scales16(Chunk& s, int i, int q0, int n, const __m512i* zq, bool rceil,
+                         uint8_t* rs) {
+  const __m512i ab = hmax16_16(zq[0], zq[1], zq[2], zq[3]);
+  const __m512i b = scale_bytes<E>(ab, rceil);
+  const __mmask16 valid = lanes(4 * n);
+  _mm512_mask_cvtepi32_storeu_epi8(rs + 4 * q0, valid, b);
+  _mm512_mask_cvtepi32_storeu_epi16(s.rx[i] + 4 * q0, valid, offset32<E>(b));
+  s.rzero[i][q0 / 4] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
+  s.rnan[i][q0 / 4] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
 }
 
 // Pass 1, one row: per-column amax; for dual-axis also the row's block scales.
 template <class T, Elem E, Mode MODE>
-inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row) {
+inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row, uint16_t* wb) {
   const bool rceil = p.rounding == ScaleRounding::rceil;
   const T* xr = x + (s.rb + i) * p.K + s.c0;
+  __m512i zq[4];  // dual: first-stage row-block maxima of up to four pieces
   for (int q = 0; q < s.nfull; ++q) {
-    __m512i a[8];
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h) {
-      a[h] = abs_bits(load_bits(xr + 128 * q + 16 * h));
-      s.cm[8 * q + h] = _mm512_max_epu32(s.cm[8 * q + h], a[h]);
+    __m512i t[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i raw = raw16(xr + 128 * q + 32 * k);
+      if constexpr (sizeof(T) == 4) _mm512_store_si512(wb + i * kChunk + 128 * q + 32 * k, raw);
+      t[k] = abs16(raw);
+      s.cw[4 * q + k] = _mm512_max_epu16(s.cw[4 * q + k], t[k]);
     }
     if constexpr (MODE == Mode::dual) {
-      const Quad rq = quad_scales<E>(
-          _mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3]),
-          _mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7]), rceil,
-          row.scales + (s.rb + i) * row.scale_ld + (s.c0 + 128 * q) / 32);
-      s.rzero[i][q] = rq.zero;
-      s.rnan[i][q] = rq.nan;
+      zq[q & 3] = hmax4_16_lanes(t[0], t[1], t[2], t[3]);
+      if ((q & 3) == 3 || q == s.nfull - 1) {
+        for (int r = (q & 3) + 1; r < 4; ++r) zq[r] = _mm512_setzero_si512();
+        row_scales16<E>(s, i, q & ~3, (q & 3) + 1, zq, rceil,
+                        row.scales + (s.rb + i) * row.scale_ld + s.c0 / 32);
+      }
     }
   }
   const int vt = 8 * s.nfull;
@@ -120,10 +184,8 @@ void chunk_scales(Chunk& s, const QParams& p, QOut row, QOut col) {
   if constexpr (MODE == Mode::tile32) {
     uint8_t* ts = row.scales + (s.rb / 32) * row.scale_ld + s.c0 / 32;
     for (int q = 0; q < s.nfull; ++q) {
-      const __m512i* c = s.cm + 8 * q;
-      s.tq[q] = quad_scales<E>(_mm512_max_epu32(c[0], c[1]), _mm512_max_epu32(c[2], c[3]),
-                               _mm512_max_epu32(c[4], c[5]), _mm512_max_epu32(c[6], c[7]),
-                               rceil, ts + 4 * q);
+      const __m512i* c = s.cw + 4 * q;
+      s.tq[q] = word_quad<E>(hmax4_16(c[0], c[1], c[2], c[3]), rceil, ts + 4 * q, s.tx + 4 * q);
     }
     for (int j = 0; j < 4 && s.m[2 * j]; ++j) {
       s.tab[j] = hmax(s.cm[vt + 2 * j], s.cm[vt + 2 * j + 1]);
@@ -131,21 +193,111 @@ void chunk_scales(Chunk& s, const QParams& p, QOut row, QOut col) {
     }
   } else {
     uint8_t* cs = col.scales + (s.rb / 32) * col.scale_ld + s.c0;
-    s.cspecial = false;
+    s.cwslow = false;
+    for (int w = 0; w < 4 * s.nfull; ++w) {
+      __m512i d[2];
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const int v = 2 * w + h;
+        const __m256i half =
+            h ? _mm512_extracti64x4_epi64(s.cw[w], 1) : _mm512_castsi512_si256(s.cw[w]);
+        const __m512i ab = _mm512_slli_epi32(_mm512_cvtepu16_epi32(half), 16);
+        const __m512i b = scale_bytes<E>(ab, rceil);
+        store_codes(cs + 16 * v, b);
+        s.czero[v] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
+        s.cnan[v] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
+        s.cwslow |= s.cnan[v] != 0;
+        s.cm[v] = _mm512_castps_si512(inv_scales(b));
+        d[h] = offset32<E>(b);
+      }
+      s.cw[w] = words(d[0], d[1]);
+      s.cb[w] = slow_bound<E>(s.cw[w]);
+      s.cwzero[w] = __mmask32(s.czero[2 * w]) | (__mmask32(s.czero[2 * w + 1]) << 16);
+      s.csm[w] = _mm512_maskz_mov_epi16(~s.cwzero[w], set1_16(0x80));
+    }
     const int nvec = int((s.pc + 15) / 16);
-    for (int v = 0; v < nvec; ++v) {
+    for (int v = vt; v < nvec; ++v) {
       const __m512i b = scale_bytes<E>(s.cm[v], rceil);
-      const __mmask16 valid = v < vt ? __mmask16(0xFFFF) : s.m[v - vt];
-      store_codes(cs + 16 * v, b, valid);
+      store_codes(cs + 16 * v, b, s.m[v - vt]);
       s.czero[v] = _mm512_cmpeq_epi32_mask(s.cm[v], _mm512_setzero_si512());
       s.cnan[v] = _mm512_cmpge_epu32_mask(s.cm[v], set1(0x7F800000u));
-      s.cspecial |= ((s.czero[v] | s.cnan[v]) & valid) != 0;
       s.cm[v] = _mm512_castps_si512(inv_scales(b));
     }
   }
 }
 
-// Pass 2, one row: codes, re-reading the row of the chunk from cache.
+// Exact codes of the 32 elements x[0..31] of one word vector with the 32-bit encoder, for
+// the vectors encode16 cannot finish: inv0 / inv1 = 2^-e of elements 0..15 / 16..31; lanes
+// of zero / NaN blocks (bit per element) get 0x00 / the NaN code.
+template <class T, Elem E, bool CLAMP>
+[[gnu::noinline]] __m512i slow16(const T* x, __m512 inv0, __m512 inv1, __mmask32 zero,
+                                 __mmask32 nan) {
+  const __m512i u0 = load_bits(x), u1 = load_bits(x + 16);
+  const __m512i k0 = fix<E>(encode_abs<E, CLAMP>(abs_f(u0), sign_byte(u0), inv0),
+                            __mmask16(zero), __mmask16(nan));
+  const __m512i k1 = fix<E>(encode_abs<E, CLAMP>(abs_f(u1), sign_byte(u1), inv1),
+                            __mmask16(zero >> 16), __mmask16(nan >> 16));
+  return words(k0, k1);
+}
+
+// Pass 2 helpers. The raw words of vector w (32 columns) of row i of the chunk.
+template <class T>
+inline __m512i load_words(const Chunk& s, const T* xr, int i, int w) {
+  if constexpr (sizeof(T) == 4) {
+    return _mm512_load_si512(s.words + i * kChunk + 32 * w);
+  } else {
+    return raw16(xr + 32 * w);
+  }
+}
+
+// Zero / NaN flags of block k of piece q in the row direction (dual: row i) or of tile k.
+template <Mode MODE>
+inline bool row_zero(const Chunk& s, int i, int q, int k) {
+  if constexpr (MODE == Mode::dual) return (s.rzero[i][q / 4] >> (4 * (q & 3) + k)) & 1;
+  else return (s.tq[q].zero >> (4 * k)) & 1;
+}
+template <Mode MODE>
+inline bool row_nan_block(const Chunk& s, int i, int q, int k) {
+  if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3) + k)) & 1;
+  else return (s.tq[q].nan >> (4 * k)) & 1;
+}
+template <Mode MODE>
+inline bool row_nan(const Chunk& s, int i, int q) {
+  if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3))) & 0xF;
+  else return s.tq[q].nan != 0;
+}
+
+// Vectors of piece q with a slow lane (or in NaN columns), colwise: exact codes from slow16.
+template <class T, Elem E, bool CLAMP>
+[[gnu::noinline]] void col_fixup(const Chunk& s, const T* xr, int i, int q, __m512i* cc) {
+  for (int k = 0; k < 4; ++k) {
+    const int w = 4 * q + k;
+    const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
+    if (!s.cwslow && slow_lanes(wd, s.cb[w]) == 0) continue;
+    cc[k] = slow16<T, E, CLAMP>(
+        xr + 32 * w, _mm512_castsi512_ps(s.cm[2 * w]), _mm512_castsi512_ps(s.cm[2 * w + 1]),
+        s.cwzero[w], __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16));
+  }
+}
+
+// The same for the row / tile copy.
+template <class T, Elem E, bool CLAMP, Mode MODE>
+[[gnu::noinline]] void row_fixup(const Chunk& s, const T* xr, int i, int q, const uint8_t* rs,
+                                 __m512i* rc) {
+  for (int k = 0; k < 4; ++k) {
+    const int w = 4 * q + k;
+    const bool zb = row_zero<MODE>(s, i, q, k), nb = row_nan_block<MODE>(s, i, q, k);
+    const __m512i rx = set1_16(MODE == Mode::dual ? s.rx[i][w] : s.tx[w]);
+    if (!nb && slow_lanes(word16<E>(load_words<T>(s, xr, i, w)), slow_bound<E>(rx)) == 0)
+      continue;
+    const __m512 inv = _mm512_set1_ps(inv_scale(rs[w]));
+    rc[k] = slow16<T, E, CLAMP>(xr + 32 * w, inv, inv, zb ? ~__mmask32(0) : 0,
+                                nb ? ~__mmask32(0) : 0);
+  }
+}
+
+// Pass 2, one row: codes. Full pieces re-read the row's words (FP32: the word buffer;
+// BF16: the input, from cache); the partial piece re-reads the input.
 // `pf` (may be null): a row of a later chunk to prefetch into L2, `pf_bytes` long.
 template <class T, Elem E, bool CLAMP, Mode MODE>
 inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut row, QOut col,
@@ -154,36 +306,40 @@ inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut 
   const int64_t off = (s.rb + i) * p.K + s.c0;
   RowWriter rw(row.data + off, nt && MODE != Mode::colwise);
   RowWriter cw(col.data + off, nt && MODE != Mode::tile32);
+  // Row-direction scale bytes of this row's 32-column blocks (dual) or tiles (tile32).
+  const uint8_t* rs = MODE == Mode::dual ? row.scales + (s.rb + i) * row.scale_ld + s.c0 / 32
+                                         : row.scales + (s.rb / 32) * row.scale_ld + s.c0 / 32;
   for (int q = 0; q < s.nfull; ++q) {
     if (pf) {
       for (int64_t b = 128 * q * int64_t(sizeof(T)), e = b + 128 * int64_t(sizeof(T));
            b < e && b < pf_bytes; b += 64)
         _mm_prefetch(pf + b, _MM_HINT_T1);
     }
-    __m512i u[8];
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h) u[h] = load_bits(xr + 128 * q + 16 * h);
-    if constexpr (MODE == Mode::tile32) {
-      encode_quad<E, CLAMP>(u, s.tq[q], rw);
-    } else {
-#pragma GCC unroll 8
-      for (int g = 0; g < 2; ++g) {
-        __m512i k[4];
-#pragma GCC unroll 8
-        for (int h = 0; h < 4; ++h) {
-          const int v = 8 * q + 4 * g + h;
-          k[h] = encode_abs<E, CLAMP>(abs_f(u[4 * g + h]), sign_byte(u[4 * g + h]),
-                                      _mm512_castsi512_ps(s.cm[v]));
-          if (s.cspecial) k[h] = fix<E>(k[h], s.czero[v], s.cnan[v]);
-        }
-        cw.put(pack4(k[0], k[1], k[2], k[3]));
+    __m512i cc[4], rc[4];  // codes: colwise, row / tile copy
+    __m512i cacc = _mm512_setzero_si512(), racc = cacc;  // non-zero: a slow lane
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const int w = 4 * q + k;
+      const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
+      if constexpr (MODE != Mode::tile32)
+        cc[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], s.csm[w], cacc);
+      if constexpr (MODE != Mode::colwise) {
+        const __m512i rx = set1_16(MODE == Mode::dual ? s.rx[i][w] : s.tx[w]);
+        const __m512i sm = row_zero<MODE>(s, i, q, k) ? _mm512_setzero_si512() : set1_16(0x80);
+        rc[k] = encode16<E, CLAMP>(wd, rx, slow_bound<E>(rx), sm, racc);
       }
-      if constexpr (MODE == Mode::dual) {
-        const Quad rq =
-            quad_from_bytes(row.scales + (s.rb + i) * row.scale_ld + (s.c0 + 128 * q) / 32,
-                            s.rzero[i][q], s.rnan[i][q]);
-        encode_quad<E, CLAMP>(u, rq, rw);
-      }
+    }
+    if constexpr (MODE != Mode::tile32) {
+      if (__builtin_expect(_mm512_test_epi16_mask(cacc, cacc) != 0 || s.cwslow, 0))
+        col_fixup<T, E, CLAMP>(s, xr, i, q, cc);
+      cw.put(pack2(cc[0], cc[1]));
+      cw.put(pack2(cc[2], cc[3]));
+    }
+    if constexpr (MODE != Mode::colwise) {
+      if (__builtin_expect(_mm512_test_epi16_mask(racc, racc) != 0 || row_nan<MODE>(s, i, q), 0))
+        row_fixup<T, E, CLAMP, MODE>(s, xr, i, q, rs, rc);
+      rw.put(pack2(rc[0], rc[1]));
+      rw.put(pack2(rc[2], rc[3]));
     }
   }
   rw.finish();
@@ -192,15 +348,13 @@ inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut 
     const __m512i u = load_bits(xr + s.ct + 16 * h, s.m[h]);
     uint8_t* d = row.data + off + s.ct + 16 * h;
     if constexpr (MODE == Mode::tile32) {
-      const uint8_t tb = row.scales[(s.rb / 32) * row.scale_ld + (s.c0 + s.ct) / 32 + h / 2];
-      store_codes(d, block_codes<E>(u, s.tab[h / 2], tb), s.m[h]);
+      store_codes(d, block_codes<E>(u, s.tab[h / 2], rs[s.ct / 32 + h / 2]), s.m[h]);
     } else {
       const int v = 8 * s.nfull + h;
       const __m512i k = encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(s.cm[v])));
       store_codes(col.data + off + s.ct + 16 * h, fix<E>(k, s.czero[v], s.cnan[v]), s.m[h]);
       if constexpr (MODE == Mode::dual) {
-        const uint8_t rbyte = row.scales[(s.rb + i) * row.scale_ld + (s.c0 + s.ct) / 32 + h / 2];
-        store_codes(d, block_codes<E>(u, s.rab[i][h / 2], rbyte), s.m[h]);
+        store_codes(d, block_codes<E>(u, s.rab[i][h / 2], rs[s.ct / 32 + h / 2]), s.m[h]);
       }
     }
   }
@@ -216,8 +370,11 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   if (g.r0 >= g.r1 || g.c0 >= g.c1) return;
   const bool nt = p.M * p.K >= kStreamMin;
   Chunk st[2];
-  auto begin = [&](Chunk& s, int64_t rb, int64_t c0) {
-    chunk_begin(s, rb, int(imin(32, p.M - rb)), c0, imin(kChunk, g.c1 - c0));
+  uint16_t* wb[2] = {nullptr, nullptr};
+  if constexpr (sizeof(T) == 4) wb[0] = word_buffer(0), wb[1] = word_buffer(1);
+  auto begin = [&](int n, int64_t rb, int64_t c0) {
+    chunk_begin(st[n], rb, int(imin(32, p.M - rb)), c0, imin(kChunk, g.c1 - c0));
+    st[n].words = wb[n];
   };
   auto advance = [&](int64_t& rb, int64_t& c0) {
     c0 += kChunk;
@@ -228,8 +385,8 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     return rb < g.r1;
   };
   int64_t rb = g.r0, c0 = g.c0;
-  begin(st[0], rb, c0);
-  for (int i = 0; i < st[0].nr; ++i) pass1_row<T, E, MODE>(st[0], x, p, i, row);
+  begin(0, rb, c0);
+  for (int i = 0; i < st[0].nr; ++i) pass1_row<T, E, MODE>(st[0], x, p, i, row, wb[0]);
   chunk_scales<E, MODE>(st[0], p, row, col);
   for (int cur = 0;; cur ^= 1) {
     int64_t nrb = rb, nc0 = c0;
@@ -240,13 +397,13 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     const int64_t far_bytes = far ? imin(kChunk, g.c1 - fc0) * int64_t(sizeof(T)) : 0;
     Chunk& a = st[cur];
     Chunk& b = st[cur ^ 1];
-    if (more) begin(b, nrb, nc0);
+    if (more) begin(cur ^ 1, nrb, nc0);
     const int rows = more ? (a.nr > b.nr ? a.nr : b.nr) : a.nr;
     for (int i = 0; i < rows; ++i) {
       const char* pf =
           i < far_rows ? reinterpret_cast<const char*>(x + (frb + i) * p.K + fc0) : nullptr;
       if (i < a.nr) pass2_row<T, E, CLAMP, MODE>(a, x, p, i, row, col, pf, far_bytes, nt);
-      if (more && i < b.nr) pass1_row<T, E, MODE>(b, x, p, i, row);
+      if (more && i < b.nr) pass1_row<T, E, MODE>(b, x, p, i, row, wb[cur ^ 1]);
     }
     if (!more) break;
     chunk_scales<E, MODE>(b, p, row, col);
@@ -255,6 +412,7 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   }
   if (nt) _mm_sfence();  // order the streamed lines before the caller's threads join
 }
+
 template <class T, Mode MODE>
 void strip_any(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   const bool fl = p.rounding == ScaleRounding::floor;
