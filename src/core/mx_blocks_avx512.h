@@ -65,11 +65,7 @@ inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
 // (RowWriter), skipping the read of each written line: from 8 Mi codes an output is a
 // quarter of a 32 MiB L3 or more while its 2-4x larger input streams through the caches
 // too. Smaller outputs stay cached for the GEMM that usually reads them next.
-#ifndef MXT_STREAM
 constexpr int64_t kStreamMin = int64_t(1) << 23;
-#else
-constexpr int64_t kStreamMin = int64_t(1) << MXT_STREAM;
-#endif
 
 // Writes one output row run (a contiguous byte range) 64 bytes at a time, in order. With
 // `nt`, and when the run's start is 4-byte aligned, it uses non-temporal stores: the bytes

@@ -3,11 +3,12 @@
 //
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
 //  - rowwise (quantize_rowwise_avx512.cc): 128 columns at a time, all in registers.
-//  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of kChunk
-//    columns. Pass 1 streams the chunk's rows once from memory (long sequential runs, which
-//    the hardware prefetchers follow), keeping per-column amax in an L1 buffer and, for
-//    dual-axis, writing each row block's scale; pass 2 re-reads the chunk from L2 and writes
-//    the codes row by row. So the dual-axis kernel reads the input from memory once.
+//  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of
+//    kChunkCols columns. Pass 1 streams the chunk's rows once from memory (long sequential
+//    runs, which the hardware prefetchers follow), keeping per-column amax in an L1 buffer
+//    and, for dual-axis, writing each row block's scale; pass 2 re-reads the chunk (BF16: the
+//    input; FP32: its 16-bit words, see below) from L2 and writes the codes row by row. So
+//    the dual-axis kernel reads the input from memory once.
 //    Pass 1 of the next chunk runs interleaved with pass 2 of the current one.
 //    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
 //    rows fall into the same few cache sets and evict each other.)
@@ -36,12 +37,11 @@ namespace {
 
 using namespace avx512;
 
-// Columns per strip chunk: a 32 x 2048 FP32 chunk is 256 KiB, so pass 2 re-reads it from L2.
-#ifndef MXT_CHUNK
-constexpr int64_t kChunk = 2048;
-#else
-constexpr int64_t kChunk = MXT_CHUNK;
-#endif
+// Columns per strip chunk: 32 x 4096 BF16 or 32 x 2048 FP32 is 256 KiB read from memory in
+// pass 1, and pass 2 re-reads 256 KiB (BF16) or 128 KiB (FP32 words) from L2. (Measured:
+// FP32 chunks of 4096 columns were slower, BF16 chunks of 2048 slower too.)
+template <class T>
+constexpr int64_t kChunkCols = sizeof(T) == 2 ? 4096 : 2048;
 
 enum class Mode { colwise, tile32, dual };
 
@@ -50,10 +50,12 @@ enum class Mode { colwise, tile32, dual };
 // (colwise, dual). Columns are handled in 128-wide pieces; only the last piece of a chunk
 // that ends at a ragged K is partial and takes the masked 16-lane code.
 
-// What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc), for pass 2.
+// What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc, pc <= kChunk), for
+// pass 2.
 // Full pieces work on 32-column word vectors (index w = 4 * piece + k); the partial piece
 // and slow16 on 16-column FP32-lane vectors (index v).
-struct Chunk {
+template <int64_t kChunk>
+struct ChunkW {
   int64_t rb, c0, pc;
   int nr, nfull;     // rows; full 128-column pieces
   int64_t ct;        // first column (relative) of the partial piece, = 128 * nfull
@@ -76,17 +78,20 @@ struct Chunk {
   int16_t rx[32][kChunk / 32];                     // dual: row-block offsets X
   uint32_t rab[32][4];                             // dual: partial piece row-block amax
 };
+template <class T>
+using Chunk = ChunkW<kChunkCols<T>>;
 
 // Per-thread word buffers (64-byte aligned) for the two chunks in flight, FP32 inputs only;
 // allocated on a thread's first call, 256 KiB.
 inline uint16_t* word_buffer(int which) {
   static thread_local std::unique_ptr<uint16_t[]> buf;
-  if (!buf) buf.reset(new uint16_t[2 * 32 * kChunk + 32]);
+  if (!buf) buf.reset(new uint16_t[2 * 32 * kChunkCols<float> + 32]);
   const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63);
-  return reinterpret_cast<uint16_t*>(a) + int64_t(which) * 32 * kChunk;
+  return reinterpret_cast<uint16_t*>(a) + int64_t(which) * 32 * kChunkCols<float>;
 }
 
-inline void chunk_begin(Chunk& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
+template <class C>
+inline void chunk_begin(C& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
   s.rb = rb;
   s.nr = nr;
   s.c0 = c0;
@@ -126,8 +131,8 @@ inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* d) {
 // Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time) from their
 // hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), offsets to rx,
 // zero / NaN flags bit 4 (q - q0) + k for block k of piece q.
-template <Elem E>
-inline void row_scales16(Chunk& s, int i, int q0, int n, const __m512i* zq, bool rceil,
+template <Elem E, class C>
+inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rceil,
                          uint8_t* rs) {
   const __m512i ab = hmax16_16(zq[0], zq[1], zq[2], zq[3]);
   const __m512i b = scale_bytes<E>(ab, rceil);
@@ -140,7 +145,7 @@ inline void row_scales16(Chunk& s, int i, int q0, int n, const __m512i* zq, bool
 
 // Pass 1, one row: per-column amax; for dual-axis also the row's block scales.
 template <class T, Elem E, Mode MODE>
-inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row, uint16_t* wb) {
+inline void pass1_row(Chunk<T>& s, const T* x, const QParams& p, int i, QOut row, uint16_t* wb) {
   const bool rceil = p.rounding == ScaleRounding::rceil;
   const T* xr = x + (s.rb + i) * p.K + s.c0;
   __m512i zq[4];  // dual: first-stage row-block maxima of up to four pieces
@@ -149,7 +154,7 @@ inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row, u
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512i raw = raw16(xr + 128 * q + 32 * k);
-      if constexpr (sizeof(T) == 4) _mm512_store_si512(wb + i * kChunk + 128 * q + 32 * k, raw);
+      if constexpr (sizeof(T) == 4) _mm512_store_si512(wb + i * kChunkCols<T> + 128 * q + 32 * k, raw);
       t[k] = abs16(raw);
       s.cw[4 * q + k] = _mm512_max_epu16(s.cw[4 * q + k], t[k]);
     }
@@ -177,8 +182,8 @@ inline void pass1_row(Chunk& s, const T* x, const QParams& p, int i, QOut row, u
 }
 
 // Between the passes: column scales (colwise, dual) or tile scales (tile32).
-template <Elem E, Mode MODE>
-void chunk_scales(Chunk& s, const QParams& p, QOut row, QOut col) {
+template <Elem E, Mode MODE, class C>
+void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
   const bool rceil = p.rounding == ScaleRounding::rceil;
   const int vt = 8 * s.nfull;
   if constexpr (MODE == Mode::tile32) {
@@ -242,34 +247,34 @@ template <class T, Elem E, bool CLAMP>
 
 // Pass 2 helpers. The raw words of vector w (32 columns) of row i of the chunk.
 template <class T>
-inline __m512i load_words(const Chunk& s, const T* xr, int i, int w) {
+inline __m512i load_words(const Chunk<T>& s, const T* xr, int i, int w) {
   if constexpr (sizeof(T) == 4) {
-    return _mm512_load_si512(s.words + i * kChunk + 32 * w);
+    return _mm512_load_si512(s.words + i * kChunkCols<T> + 32 * w);
   } else {
     return raw16(xr + 32 * w);
   }
 }
 
 // Zero / NaN flags of block k of piece q in the row direction (dual: row i) or of tile k.
-template <Mode MODE>
-inline bool row_zero(const Chunk& s, int i, int q, int k) {
+template <Mode MODE, class C>
+inline bool row_zero(const C& s, int i, int q, int k) {
   if constexpr (MODE == Mode::dual) return (s.rzero[i][q / 4] >> (4 * (q & 3) + k)) & 1;
   else return (s.tq[q].zero >> (4 * k)) & 1;
 }
-template <Mode MODE>
-inline bool row_nan_block(const Chunk& s, int i, int q, int k) {
+template <Mode MODE, class C>
+inline bool row_nan_block(const C& s, int i, int q, int k) {
   if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3) + k)) & 1;
   else return (s.tq[q].nan >> (4 * k)) & 1;
 }
-template <Mode MODE>
-inline bool row_nan(const Chunk& s, int i, int q) {
+template <Mode MODE, class C>
+inline bool row_nan(const C& s, int i, int q) {
   if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3))) & 0xF;
   else return s.tq[q].nan != 0;
 }
 
 // Vectors of piece q with a slow lane (or in NaN columns), colwise: exact codes from slow16.
 template <class T, Elem E, bool CLAMP>
-[[gnu::noinline]] void col_fixup(const Chunk& s, const T* xr, int i, int q, __m512i* cc) {
+[[gnu::noinline]] void col_fixup(const Chunk<T>& s, const T* xr, int i, int q, __m512i* cc) {
   for (int k = 0; k < 4; ++k) {
     const int w = 4 * q + k;
     const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
@@ -282,7 +287,7 @@ template <class T, Elem E, bool CLAMP>
 
 // The same for the row / tile copy.
 template <class T, Elem E, bool CLAMP, Mode MODE>
-[[gnu::noinline]] void row_fixup(const Chunk& s, const T* xr, int i, int q, const uint8_t* rs,
+[[gnu::noinline]] void row_fixup(const Chunk<T>& s, const T* xr, int i, int q, const uint8_t* rs,
                                  __m512i* rc) {
   for (int k = 0; k < 4; ++k) {
     const int w = 4 * q + k;
@@ -300,7 +305,7 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
 // BF16: the input, from cache); the partial piece re-reads the input.
 // `pf` (may be null): a row of a later chunk to prefetch into L2, `pf_bytes` long.
 template <class T, Elem E, bool CLAMP, Mode MODE>
-inline void pass2_row(const Chunk& s, const T* x, const QParams& p, int i, QOut row, QOut col,
+inline void pass2_row(const Chunk<T>& s, const T* x, const QParams& p, int i, QOut row, QOut col,
                       const char* pf, int64_t pf_bytes, bool nt) {
   const T* xr = x + (s.rb + i) * p.K + s.c0;
   const int64_t off = (s.rb + i) * p.K + s.c0;
@@ -369,15 +374,15 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
 void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   if (g.r0 >= g.r1 || g.c0 >= g.c1) return;
   const bool nt = p.M * p.K >= kStreamMin;
-  Chunk st[2];
+  Chunk<T> st[2];
   uint16_t* wb[2] = {nullptr, nullptr};
   if constexpr (sizeof(T) == 4) wb[0] = word_buffer(0), wb[1] = word_buffer(1);
   auto begin = [&](int n, int64_t rb, int64_t c0) {
-    chunk_begin(st[n], rb, int(imin(32, p.M - rb)), c0, imin(kChunk, g.c1 - c0));
+    chunk_begin(st[n], rb, int(imin(32, p.M - rb)), c0, imin(kChunkCols<T>, g.c1 - c0));
     st[n].words = wb[n];
   };
   auto advance = [&](int64_t& rb, int64_t& c0) {
-    c0 += kChunk;
+    c0 += kChunkCols<T>;
     if (c0 >= g.c1) {
       c0 = g.c0;
       rb += 32;
@@ -394,9 +399,9 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     int64_t frb = nrb, fc0 = nc0;
     const bool far = more && advance(frb, fc0);
     const int far_rows = far ? int(imin(32, p.M - frb)) : 0;
-    const int64_t far_bytes = far ? imin(kChunk, g.c1 - fc0) * int64_t(sizeof(T)) : 0;
-    Chunk& a = st[cur];
-    Chunk& b = st[cur ^ 1];
+    const int64_t far_bytes = far ? imin(kChunkCols<T>, g.c1 - fc0) * int64_t(sizeof(T)) : 0;
+    Chunk<T>& a = st[cur];
+    Chunk<T>& b = st[cur ^ 1];
     if (more) begin(cur ^ 1, nrb, nc0);
     const int rows = more ? (a.nr > b.nr ? a.nr : b.nr) : a.nr;
     for (int i = 0; i < rows; ++i) {
