@@ -15,8 +15,8 @@
 // Full 128-column pieces take the fast path: 16-bit lanes (simd16_avx512.h), four 32-word
 // vectors per piece row, one add + shift per code; FP32 inputs are turned into words once in
 // pass 1 and kept in a per-thread buffer for pass 2. A vector with a lane the words cannot
-// encode (FP8-subnormal results, tiny scales, NaN/Inf blocks) is recomputed by slow16 with
-// the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit path with
+// encode (FP8-subnormal results, FP32-subnormal inputs, NaN/Inf blocks) is recomputed by
+// slow16 with the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit path with
 // masked loads (zeros do not change amax) and masked stores. All produce the reference bytes.
 // For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
 // RowWriter (mx_blocks_avx512.h), which realigns each row run to 64-byte lines; the bytes

@@ -17,9 +17,10 @@
 // (u is shared by the rowwise and colwise copies of a dual-axis pass; the kernels use
 // X = -D and a saturating subtract, see encode16). v >= fast (= 128 + 2^(shift-1) - 1) says
 // y is in that range. Lanes below it are zero (code 0, plus the sign) or rare: y in the FP8
-// subnormal range, FP32-subnormal inputs, or a "tiny" scale (b < tiny_byte, where dropping
-// the low half could matter); the caller recomputes a vector with such a lane with the
-// exact 32-bit encoder (slow16). NaN/Inf blocks are routed there by the caller too.
+// subnormal range, or an FP32-subnormal input (its word lacks the implicit bit; with u <= 128
+// it is always below the slow bound X + fast - 1 >= 134). The caller recomputes a vector
+// with such a lane with the exact 32-bit encoder (slow16), on the original input: that is
+// also where a subnormal's bits below the word matter. NaN/Inf blocks are routed there too.
 #pragma once
 
 #include "core/simd_avx512.h"
@@ -35,8 +36,6 @@ struct Enc16 {
   static constexpr int round = (1 << (shift - 1)) - 1;  // RNE: add round + tie bit, shift
   static constexpr int fast = 128 + round;         // v >= fast <=> y >= 2^emin
   static constexpr int base = round - int((Fp8<E>::emin_field - 1) << 7) + 127 * 128;
-  // Smallest scale byte at which an FP32-subnormal input cannot round above zero.
-  static constexpr int tiny_byte = 129 - int(Fp8<E>::emin_field) + mbits;
   static constexpr int max_code = E == Elem::e4m3 ? 0x7E : 0x7B;
 };
 
@@ -95,14 +94,15 @@ inline __m512i hmax16_16(__m512i z0, __m512i z1, __m512i z2, __m512i z3) {
   return _mm512_slli_epi32(r, 16);
 }
 
-// The offset X = -D per 32-bit lane from scale bytes b. Tiny and NaN scales get 0xFFFF:
-// then every zero lane encodes as 0 and every other lane is slow (see encode16).
+// The offset X = -D = 128 b - base per 32-bit lane from scale bytes b (the kernels keep its
+// low 16 bits). For the smallest bytes (b < 8 for E4M3, < 16 for E5M2) X is negative and its
+// 16 bits (>= 0xF800) exceed every word u (<= 0x7F81): then u - X saturates to 0 and every
+// non-zero lane is below the bound, so zero lanes encode as 0 and all others take the exact
+// path, as they must (such a block holds only tiny values). NaN scales: the caller routes
+// the block to slow16.
 template <Elem E>
 inline __m512i offset32(__m512i b) {
-  const __m512i x = _mm512_sub_epi32(_mm512_slli_epi32(b, 7), set1(uint32_t(Enc16<E>::base)));
-  const __mmask16 odd = _mm512_cmplt_epi32_mask(b, set1(Enc16<E>::tiny_byte)) |
-                        _mm512_cmpeq_epi32_mask(b, set1(0xFFu));
-  return _mm512_mask_mov_epi32(x, odd, set1(0xFFFFu));
+  return _mm512_sub_epi32(_mm512_slli_epi32(b, 7), set1(uint32_t(Enc16<E>::base)));
 }
 
 // The slow-lane bound T = X + fast - 1 (saturating: 0xFFFF stays).
