@@ -61,21 +61,22 @@ struct ChunkW {
   int64_t ct;        // first column (relative) of the partial piece, = 128 * nfull
   __mmask16 m[8];    // lanes of the partial piece's vectors
   const uint16_t* words;  // FP32 input: the chunk's words from pass 1, row stride kChunk
-  // Full pieces: word amax per column during pass 1; then (colwise / dual) the offsets X,
-  // the slow bounds and the sign masks (0x80, 0 in zero columns).
-  __m512i cw[kChunk / 32], cb[kChunk / 32], csm[kChunk / 32];
+  // Full pieces: word amax per column during pass 1; then (colwise / dual) the code offsets
+  // Y (in cw) and the slow bounds TB (cb); zero columns.
+  __m512i cw[kChunk / 32], cb[kChunk / 32];
   __mmask32 cwzero[kChunk / 32];
-  bool cwslow;       // a NaN/Inf column in the full pieces: their colwise codes take slow16
+  bool cwnan;        // a NaN/Inf column in the full pieces: their colwise codes take slow16
+  bool cwodd[kChunk / 128];  // piece has a zero or NaN/Inf column (colwise fix-up)
   // Per 16 columns: amax bits of the partial piece during pass 1, then 2^-e bits of every
   // column (partial piece and slow16; colwise / dual).
   __m512i cm[kChunk / 16];
   __mmask16 czero[kChunk / 16], cnan[kChunk / 16];
   Quad tq[kChunk / 128];                           // tile32: tile scales per piece
-  int16_t tx[kChunk / 32];                         // tile32: tile offsets X
+  int16_t ty[kChunk / 32], ttb[kChunk / 32];      // tile32: tile offsets Y, bounds TB
   uint32_t tab[4];                                 // tile32: partial piece tile amax
   __mmask16 rzero[32][kChunk / 512], rnan[32][kChunk / 512];  // dual: row-block flags, bit
                                                    // per block of 16 (see row_scales16)
-  int16_t rx[32][kChunk / 32];                     // dual: row-block offsets X
+  int16_t ry[32][kChunk / 32], rtb[32][kChunk / 32];  // dual: row-block Y, TB
   uint32_t rab[32][4];                             // dual: partial piece row-block amax
 };
 template <class T>
@@ -110,7 +111,7 @@ inline void store_quad(uint8_t* out, __m512i b) {
   const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
   __builtin_memcpy(out, &v, 4);
 }
-// Four offsets (lanes 0, 4, 8, 12 of d) to out[0..3].
+// Four 16-bit values (lanes 0, 4, 8, 12 of d) to out[0..3].
 inline void store_quad16(int16_t* out, __m512i d) {
   const __m512i g = _mm512_permutexvar_epi32(
       _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d);
@@ -118,18 +119,20 @@ inline void store_quad16(int16_t* out, __m512i d) {
                    _mm256_castsi256_si128(_mm512_cvtepi32_epi16(g)));
 }
 
-// Block scales from four-way word amax (hmax4_16): bytes to `out`, offsets X to `d`, flags.
+// Block scales from four-way word amax (hmax4_16): bytes to `out`, code offsets and slow
+// bounds to y / tb, flags.
 template <Elem E>
-inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* d) {
+inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* y, int16_t* tb) {
   const __m512i b = scale_bytes<E>(ab, rceil);
   store_quad(out, b);
-  store_quad16(d, offset32<E>(b));
+  store_quad16(y, code_offset<E>(b));
+  store_quad16(tb, slow_bound<E>(b));
   return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512()) & 0x1111),
           __mmask16(_mm512_cmpge_epu32_mask(ab, set1(0x7F800000u)) & 0x1111)};
 }
 
 // Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time) from their
-// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), offsets to rx,
+// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), Y and TB to ry / rtb,
 // zero / NaN flags bit 4 (q - q0) + k for block k of piece q.
 template <Elem E, class C>
 inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rceil,
@@ -138,7 +141,8 @@ inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rce
   const __m512i b = scale_bytes<E>(ab, rceil);
   const __mmask16 valid = lanes(4 * n);
   _mm512_mask_cvtepi32_storeu_epi8(rs + 4 * q0, valid, b);
-  _mm512_mask_cvtepi32_storeu_epi16(s.rx[i] + 4 * q0, valid, offset32<E>(b));
+  _mm512_mask_cvtepi32_storeu_epi16(s.ry[i] + 4 * q0, valid, code_offset<E>(b));
+  _mm512_mask_cvtepi32_storeu_epi16(s.rtb[i] + 4 * q0, valid, slow_bound<E>(b));
   s.rzero[i][q0 / 4] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
   s.rnan[i][q0 / 4] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
 }
@@ -190,7 +194,8 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
     uint8_t* ts = row.scales + (s.rb / 32) * row.scale_ld + s.c0 / 32;
     for (int q = 0; q < s.nfull; ++q) {
       const __m512i* c = s.cw + 4 * q;
-      s.tq[q] = word_quad<E>(hmax4_16(c[0], c[1], c[2], c[3]), rceil, ts + 4 * q, s.tx + 4 * q);
+      s.tq[q] = word_quad<E>(hmax4_16(c[0], c[1], c[2], c[3]), rceil, ts + 4 * q, s.ty + 4 * q,
+                             s.ttb + 4 * q);
     }
     for (int j = 0; j < 4 && s.m[2 * j]; ++j) {
       s.tab[j] = hmax(s.cm[vt + 2 * j], s.cm[vt + 2 * j + 1]);
@@ -198,9 +203,10 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
     }
   } else {
     uint8_t* cs = col.scales + (s.rb / 32) * col.scale_ld + s.c0;
-    s.cwslow = false;
+    s.cwnan = false;
+    for (int q = 0; q < s.nfull; ++q) s.cwodd[q] = false;
     for (int w = 0; w < 4 * s.nfull; ++w) {
-      __m512i d[2];
+      __m512i y[2], tb[2];
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const int v = 2 * w + h;
@@ -211,14 +217,15 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
         store_codes(cs + 16 * v, b);
         s.czero[v] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
         s.cnan[v] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
-        s.cwslow |= s.cnan[v] != 0;
+        s.cwnan |= s.cnan[v] != 0;
+        s.cwodd[w / 4] |= (s.czero[v] | s.cnan[v]) != 0;
         s.cm[v] = _mm512_castps_si512(inv_scales(b));
-        d[h] = offset32<E>(b);
+        y[h] = code_offset<E>(b);
+        tb[h] = slow_bound<E>(b);
       }
-      s.cw[w] = words(d[0], d[1]);
-      s.cb[w] = slow_bound<E>(s.cw[w]);
+      s.cw[w] = words(y[0], y[1]);
+      s.cb[w] = words(tb[0], tb[1]);
       s.cwzero[w] = __mmask32(s.czero[2 * w]) | (__mmask32(s.czero[2 * w + 1]) << 16);
-      s.csm[w] = _mm512_maskz_mov_epi16(~s.cwzero[w], set1_16(0x80));
     }
     const int nvec = int((s.pc + 15) / 16);
     for (int v = vt; v < nvec; ++v) {
@@ -255,50 +262,64 @@ inline __m512i load_words(const Chunk<T>& s, const T* xr, int i, int w) {
   }
 }
 
-// Zero / NaN flags of block k of piece q in the row direction (dual: row i) or of tile k.
+// Zero / NaN flags of block k of piece q in the row direction (dual: row i) or of tile k;
+// and whether piece q has any such block.
 template <Mode MODE, class C>
 inline bool row_zero(const C& s, int i, int q, int k) {
   if constexpr (MODE == Mode::dual) return (s.rzero[i][q / 4] >> (4 * (q & 3) + k)) & 1;
   else return (s.tq[q].zero >> (4 * k)) & 1;
 }
 template <Mode MODE, class C>
-inline bool row_nan_block(const C& s, int i, int q, int k) {
+inline bool row_nan(const C& s, int i, int q, int k) {
   if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3) + k)) & 1;
   else return (s.tq[q].nan >> (4 * k)) & 1;
 }
 template <Mode MODE, class C>
-inline bool row_nan(const C& s, int i, int q) {
-  if constexpr (MODE == Mode::dual) return (s.rnan[i][q / 4] >> (4 * (q & 3))) & 0xF;
-  else return s.tq[q].nan != 0;
+inline bool row_odd(const C& s, int i, int q) {
+  if constexpr (MODE == Mode::dual)
+    return ((s.rzero[i][q / 4] | s.rnan[i][q / 4]) >> (4 * (q & 3))) & 0xF;
+  else return (s.tq[q].zero | s.tq[q].nan) != 0;
 }
 
-// Vectors of piece q with a slow lane (or in NaN columns), colwise: exact codes from slow16.
-template <class T, Elem E, bool CLAMP>
-[[gnu::noinline]] void col_fixup(const Chunk<T>& s, const T* xr, int i, int q, __m512i* cc) {
+// Codes of one piece row: colwise (c) and row / tile copy (r).
+struct PieceCodes {
+  __m512i c[4], r[4];
+};
+
+// The rare path for a piece row with a slow lane or a zero / NaN block: every vector again,
+// the fast codes where they hold, 0x00 for zero blocks, slow16 where a lane is slow or the
+// block is NaN/Inf.
+template <class T, Elem E, bool CLAMP, Mode MODE>
+[[gnu::noinline]] PieceCodes fix_piece(const Chunk<T>& s, const T* xr, int i, int q,
+                                       const uint8_t* rs) {
+  PieceCodes out;
   for (int k = 0; k < 4; ++k) {
     const int w = 4 * q + k;
     const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
-    if (!s.cwslow && slow_lanes(wd, s.cb[w]) == 0) continue;
-    cc[k] = slow16<T, E, CLAMP>(
-        xr + 32 * w, _mm512_castsi512_ps(s.cm[2 * w]), _mm512_castsi512_ps(s.cm[2 * w + 1]),
-        s.cwzero[w], __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16));
+    __m512i slow;
+    if constexpr (MODE != Mode::tile32) {
+      out.c[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], slow);
+      out.c[k] = _mm512_mask_mov_epi16(out.c[k], s.cwzero[w], _mm512_setzero_si512());
+      if (s.cwnan || slow_lanes(wd, s.cb[w]) != 0) {
+        out.c[k] = slow16<T, E, CLAMP>(
+            xr + 32 * w, _mm512_castsi512_ps(s.cm[2 * w]), _mm512_castsi512_ps(s.cm[2 * w + 1]),
+            s.cwzero[w], __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16));
+      }
+    }
+    if constexpr (MODE != Mode::colwise) {
+      const bool zb = row_zero<MODE>(s, i, q, k), nb = row_nan<MODE>(s, i, q, k);
+      const __m512i y = set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]);
+      const __m512i tb = set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]);
+      out.r[k] = encode16<E, CLAMP>(wd, y, tb, slow);
+      if (zb) {
+        out.r[k] = _mm512_setzero_si512();
+      } else if (nb || slow_lanes(wd, tb) != 0) {
+        const __m512 inv = _mm512_set1_ps(inv_scale(rs[w]));
+        out.r[k] = slow16<T, E, CLAMP>(xr + 32 * w, inv, inv, 0, nb ? ~__mmask32(0) : 0);
+      }
+    }
   }
-}
-
-// The same for the row / tile copy.
-template <class T, Elem E, bool CLAMP, Mode MODE>
-[[gnu::noinline]] void row_fixup(const Chunk<T>& s, const T* xr, int i, int q, const uint8_t* rs,
-                                 __m512i* rc) {
-  for (int k = 0; k < 4; ++k) {
-    const int w = 4 * q + k;
-    const bool zb = row_zero<MODE>(s, i, q, k), nb = row_nan_block<MODE>(s, i, q, k);
-    const __m512i rx = set1_16(MODE == Mode::dual ? s.rx[i][w] : s.tx[w]);
-    if (!nb && slow_lanes(word16<E>(load_words<T>(s, xr, i, w)), slow_bound<E>(rx)) == 0)
-      continue;
-    const __m512 inv = _mm512_set1_ps(inv_scale(rs[w]));
-    rc[k] = slow16<T, E, CLAMP>(xr + 32 * w, inv, inv, zb ? ~__mmask32(0) : 0,
-                                nb ? ~__mmask32(0) : 0);
-  }
+  return out;
 }
 
 // Pass 2, one row: codes. Full pieces re-read the row's words (FP32: the word buffer;
@@ -321,28 +342,36 @@ inline void pass2_row(const Chunk<T>& s, const T* x, const QParams& p, int i, QO
         _mm_prefetch(pf + b, _MM_HINT_T1);
     }
     __m512i cc[4], rc[4];  // codes: colwise, row / tile copy
-    __m512i cacc = _mm512_setzero_si512(), racc = cacc;  // non-zero: a slow lane
+    __m512i acc = _mm512_setzero_si512();  // non-zero: a slow lane
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const int w = 4 * q + k;
       const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
-      if constexpr (MODE != Mode::tile32)
-        cc[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], s.csm[w], cacc);
+      __m512i sc = _mm512_setzero_si512(), sr = sc;
+      if constexpr (MODE != Mode::tile32) cc[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], sc);
       if constexpr (MODE != Mode::colwise) {
-        const __m512i rx = set1_16(MODE == Mode::dual ? s.rx[i][w] : s.tx[w]);
-        const __m512i sm = row_zero<MODE>(s, i, q, k) ? _mm512_setzero_si512() : set1_16(0x80);
-        rc[k] = encode16<E, CLAMP>(wd, rx, slow_bound<E>(rx), sm, racc);
+        rc[k] = encode16<E, CLAMP>(
+            wd, set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]),
+            set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]), sr);
+      }
+      acc = _mm512_ternarylogic_epi32(acc, sc, sr, 0xFE);  // acc | sc | sr
+    }
+    bool odd = _mm512_test_epi16_mask(acc, acc) != 0;
+    if constexpr (MODE != Mode::tile32) odd |= s.cwodd[q];
+    if constexpr (MODE != Mode::colwise) odd |= row_odd<MODE>(s, i, q);
+    if (__builtin_expect(odd, 0)) {
+      const PieceCodes f = fix_piece<T, E, CLAMP, MODE>(s, xr, i, q, rs);
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        if constexpr (MODE != Mode::tile32) cc[k] = f.c[k];
+        if constexpr (MODE != Mode::colwise) rc[k] = f.r[k];
       }
     }
     if constexpr (MODE != Mode::tile32) {
-      if (__builtin_expect(_mm512_test_epi16_mask(cacc, cacc) != 0 || s.cwslow, 0))
-        col_fixup<T, E, CLAMP>(s, xr, i, q, cc);
       cw.put(pack2(cc[0], cc[1]));
       cw.put(pack2(cc[2], cc[3]));
     }
     if constexpr (MODE != Mode::colwise) {
-      if (__builtin_expect(_mm512_test_epi16_mask(racc, racc) != 0 || row_nan<MODE>(s, i, q), 0))
-        row_fixup<T, E, CLAMP, MODE>(s, xr, i, q, rs, rc);
       rw.put(pack2(rc[0], rc[1]));
       rw.put(pack2(rc[2], rc[3]));
     }

@@ -10,17 +10,18 @@
 // on the FP32 bits (max is monotone; the rceil test "fraction > 0x600000" is
 // "word fraction > 0x60" with the sticky bit; Inf/NaN is word >= 0x7F80).
 //
-// Encoding with scale byte b (e = b - 127): y = |x| * 2^-e has the word t - 128e. Where y is
-// at least the format's smallest normal, the code is RNE(word >> shift) - bias, computed as
-//     v = u + D,  u = t + bit_shift(t) (the tie-to-even bit),  D = base - 128 b
-//     code = v >> shift
-// (u is shared by the rowwise and colwise copies of a dual-axis pass; the kernels use
-// X = -D and a saturating subtract, see encode16). v >= fast (= 128 + 2^(shift-1) - 1) says
-// y is in that range. Lanes below it are zero (code 0, plus the sign) or rare: y in the FP8
-// subnormal range, or an FP32-subnormal input (its word lacks the implicit bit; with u <= 128
-// it is always below the slow bound X + fast - 1 >= 134). The caller recomputes a vector
-// with such a lane with the exact 32-bit encoder (slow16), on the original input: that is
-// also where a subnormal's bits below the word matter. NaN/Inf blocks are routed there too.
+// Encoding with scale byte b (e = b - 127): y = |x| * 2^-e has the word t - 128e, a shift of
+// the exponent field only. Where y is at least the format's smallest normal, its code is
+// RNE(word >> shift) - bias, and since 128e is a multiple of 2^shift this splits into a part
+// per element and a part per block:
+//     u = t + bit_shift(t)  (the tie-to-even bit),  q = (u + round) >> shift
+//     code = q - Y,  Y = (b - 128 + emin_field) << mbits
+// q is shared by the rowwise and colwise copies of a dual-axis pass; each copy then costs
+// one saturating subtract. Lanes with code < 2^mbits are zero (code 0, plus the sign) or
+// rare: y in the FP8 subnormal range, or an FP32-subnormal input (its word lacks the
+// implicit bit; it always falls below the slow bound). The caller recomputes a vector with
+// such a lane with the exact 32-bit encoder (slow16), on the original input: that is also
+// where a subnormal's bits below the word matter. NaN/Inf blocks are routed there too.
 #pragma once
 
 #include "core/simd_avx512.h"
@@ -34,8 +35,6 @@ struct Enc16 {
   static constexpr int mbits = Fp8<E>::mbits;
   static constexpr int shift = 7 - mbits;          // word bits dropped by the code
   static constexpr int round = (1 << (shift - 1)) - 1;  // RNE: add round + tie bit, shift
-  static constexpr int fast = 128 + round;         // v >= fast <=> y >= 2^emin
-  static constexpr int base = round - int((Fp8<E>::emin_field - 1) << 7) + 127 * 128;
   static constexpr int max_code = E == Elem::e4m3 ? 0x7E : 0x7B;
 };
 
@@ -94,26 +93,26 @@ inline __m512i hmax16_16(__m512i z0, __m512i z1, __m512i z2, __m512i z3) {
   return _mm512_slli_epi32(r, 16);
 }
 
-// The offset X = -D = 128 b - base per 32-bit lane from scale bytes b (the kernels keep its
-// low 16 bits). For the smallest bytes (b < 8 for E4M3, < 16 for E5M2) X is negative and its
-// 16 bits (>= 0xF800) exceed every word u (<= 0x7F81): then u - X saturates to 0 and every
-// non-zero lane is below the bound, so zero lanes encode as 0 and all others take the exact
-// path, as they must (such a block holds only tiny values). NaN scales: the caller routes
-// the block to slow16.
+// Per-block constants from scale bytes b, in 32-bit lanes (the kernels keep the low 16 bits):
+//   Y  = (b - 128 + emin_field) << mbits        code = q - Y (see encode16)
+//   TB = 128 (b - 127 + emin_field) - round - 1  a lane is slow when 0 < u <= TB
+// For the smallest bytes (b <= 127 - emin_field) both are negative and their 16 bits
+// (>= 0xF800) exceed every q and u: codes saturate to 0 and every non-zero lane is slow, as
+// it must be (such a block holds only tiny values). NaN scales: the caller routes the block
+// to slow16.
 template <Elem E>
-inline __m512i offset32(__m512i b) {
-  return _mm512_sub_epi32(_mm512_slli_epi32(b, 7), set1(uint32_t(Enc16<E>::base)));
+inline __m512i code_offset(__m512i b) {
+  return _mm512_slli_epi32(_mm512_sub_epi32(b, set1(128 - Fp8<E>::emin_field)), Fp8<E>::mbits);
 }
-
-// The slow-lane bound T = X + fast - 1 (saturating: 0xFFFF stays).
 template <Elem E>
-inline __m512i slow_bound(__m512i x) {
-  return _mm512_adds_epu16(x, set1_16(Enc16<E>::fast - 1));
+inline __m512i slow_bound(__m512i b) {
+  return _mm512_sub_epi32(_mm512_slli_epi32(b, 7),
+                          set1(uint32_t((127 - int(Fp8<E>::emin_field)) * 128 + Enc16<E>::round + 1)));
 }
 
 // The per-element part shared by every copy encoded from one raw word vector.
 struct Word16 {
-  __m512i u;    // |word| + tie-to-even bit
+  __m512i q;    // (u + round) >> shift, u = |word| + tie-to-even bit
   __m512i um1;  // u - 1 (0xFFFF for zero lanes)
   __m512i s8;   // raw >> 8: the sign in bit 7
 };
@@ -122,19 +121,20 @@ inline Word16 word16(__m512i raw) {
   const __m512i t = abs16(raw);
   const __m512i tie = _mm512_and_si512(_mm512_srli_epi16(t, Enc16<E>::shift), set1_16(1));
   const __m512i u = _mm512_add_epi16(t, tie);
-  return {u, _mm512_sub_epi16(u, set1_16(1)), _mm512_srli_epi16(raw, 8)};
+  return {_mm512_srli_epi16(_mm512_add_epi16(u, set1_16(Enc16<E>::round)), Enc16<E>::shift),
+          _mm512_sub_epi16(u, set1_16(1)), _mm512_srli_epi16(raw, 8)};
 }
 
-// Codes (one per word lane) under per-lane offsets x (bounds tb = slow_bound(x)), the sign
-// bit added where sm has 0x80 (the caller clears it for zero blocks: they encode as 0x00).
-// v = u - x saturates to 0, so zero lanes give code 0 without a mask. A lane is slow when
-// 0 < u < x + fast, i.e. u - 1 < tb unsigned; `acc` becomes non-zero if any lane is.
+// Codes (one per word lane) with code offsets y and slow bounds tb, the sign bit added in
+// every lane (the caller fixes zero blocks: they encode as 0x00). q - y saturates to 0, so
+// zero lanes give code 0 without a mask. `slow` gets a non-zero word in every slow lane
+// (0 < u <= tb, i.e. u - 1 < tb unsigned).
 template <Elem E, bool CLAMP>
-inline __m512i encode16(const Word16& w, __m512i x, __m512i tb, __m512i sm, __m512i& acc) {
-  acc = _mm512_or_si512(acc, _mm512_subs_epu16(tb, w.um1));
-  __m512i c = _mm512_srli_epi16(_mm512_subs_epu16(w.u, x), Enc16<E>::shift);
+inline __m512i encode16(const Word16& w, __m512i y, __m512i tb, __m512i& slow) {
+  slow = _mm512_subs_epu16(tb, w.um1);
+  __m512i c = _mm512_subs_epu16(w.q, y);
   if constexpr (CLAMP) c = _mm512_min_epu16(c, set1_16(Enc16<E>::max_code));
-  return _mm512_ternarylogic_epi32(c, w.s8, sm, 0xF8);  // c | (s8 & sm)
+  return _mm512_ternarylogic_epi32(c, w.s8, set1_16(0x80), 0xF8);  // c | (s8 & 0x80)
 }
 
 // The slow lanes of one vector (for the rare fix-up path).
