@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "mxtrain/aligned.h"
 #include "mxtrain/formats.h"
 
 namespace mxtrain {
@@ -40,8 +41,8 @@ struct MXTensor {
   int64_t rows = 0, cols = 0;
   MXLayout layout = MXLayout::rowwise;
   Elem elem = Elem::e4m3;
-  std::vector<uint8_t> data;    // [rows, cols] fp8 codes
-  std::vector<uint8_t> scales;  // [scale_rows(), scale_cols()] E8M0 bytes
+  ByteBuffer data;    // [rows, cols] fp8 codes (64-byte aligned)
+  ByteBuffer scales;  // [scale_rows(), scale_cols()] E8M0 bytes
 
   int64_t scale_rows() const;
   int64_t scale_cols() const;

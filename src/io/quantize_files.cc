@@ -76,7 +76,7 @@ void check_replaceable(const std::string& dir) {
             "directory or remove it");
 }
 
-NpyArray u8_array(const std::vector<uint8_t>& bytes, int64_t rows, int64_t cols) {
+NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
   return npy_from_u8(bytes.data(), {rows, cols});
 }
 
@@ -193,8 +193,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_CHECK(s.shape == want_s, scale_path, ": shape ", shape_str(s.shape), " does not match ",
               shape_str(want_s), " expected for a ", res.rows, "x", res.cols, " ",
               layout_name(c.layout), " scale grid");
-    t.data = d.data;
-    t.scales = s.data;
+    t.data.assign(d.data.begin(), d.data.end());
+    t.scales.assign(s.data.begin(), s.data.end());
     copies.push_back(std::move(t));
   }
   res.source = copies_for(recipe)[0].data_file;

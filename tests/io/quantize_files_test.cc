@@ -43,7 +43,7 @@ std::string write_input(const ScratchDir& d, const std::vector<float>& x, int64_
   return path;
 }
 
-std::vector<uint8_t> u8_npy(const std::vector<uint8_t>& v, int64_t r, int64_t c) {
+std::vector<uint8_t> u8_npy(const ByteBuffer& v, int64_t r, int64_t c) {
   return npy_encode(npy_from_u8(v.data(), {r, c}));
 }
 
