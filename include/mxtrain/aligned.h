@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <new>
 #include <vector>
 
@@ -23,10 +24,22 @@ struct AlignedAllocator {
   struct rebind {
     using other = AlignedAllocator<U, kAlign>;
   };
+  // malloc + manual alignment, not the aligned operator new: glibc serves repeated large
+  // malloc/free pairs from its heap once the first is freed (dynamic mmap threshold), while
+  // its aligned allocations of the same sizes keep going back to mmap (page faults on
+  // every tensor). The malloc'd pointer is kept just before the aligned block.
   T* allocate(size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(kAlign)));
+    if (n > (SIZE_MAX - kAlign - sizeof(void*)) / sizeof(T)) throw std::bad_array_new_length();
+    void* raw = std::malloc(n * sizeof(T) + kAlign + sizeof(void*));
+    if (!raw) throw std::bad_alloc();
+    const uintptr_t a =
+        (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + kAlign - 1) & ~uintptr_t(kAlign - 1);
+    reinterpret_cast<void**>(a)[-1] = raw;
+    return reinterpret_cast<T*>(a);
   }
-  void deallocate(T* p, size_t) noexcept { ::operator delete(p, std::align_val_t(kAlign)); }
+  void deallocate(T* p, size_t) noexcept {
+    if (p) std::free(reinterpret_cast<void**>(p)[-1]);
+  }
   template <class U>
   bool operator==(const AlignedAllocator<U, kAlign>&) const noexcept { return true; }
 };

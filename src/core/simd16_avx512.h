@@ -56,16 +56,12 @@ inline __m512i abs16(__m512i raw) { return _mm512_and_si512(raw, set1_16(0x7FFF)
 // First stage of a horizontal word max over m0..m3: 128-bit lane j of the result holds
 // eight words whose max is the max of m_j.
 inline __m512i hmax4_16_lanes(__m512i m0, __m512i m1, __m512i m2, __m512i m3) {
-  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  const __m512i x = _mm512_max_epu16(_mm512_permutex2var_epi32(m0, lo, m1),
-                                     _mm512_permutex2var_epi32(m0, hi, m1));
-  const __m512i y = _mm512_max_epu16(_mm512_permutex2var_epi32(m2, lo, m3),
-                                     _mm512_permutex2var_epi32(m2, hi, m3));
-  const __m512i lo2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const __m512i hi2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  return _mm512_max_epu16(_mm512_permutex2var_epi32(x, lo2, y),
-                          _mm512_permutex2var_epi32(x, hi2, y));
+  // 128-bit lanes: x = (m0 half-max, m0, m1, m1), y likewise for m2, m3; then one per m_j.
+  const __m512i x = _mm512_max_epu16(_mm512_shuffle_i32x4(m0, m1, 0x44),
+                                     _mm512_shuffle_i32x4(m0, m1, 0xEE));
+  const __m512i y = _mm512_max_epu16(_mm512_shuffle_i32x4(m2, m3, 0x44),
+                                     _mm512_shuffle_i32x4(m2, m3, 0xEE));
+  return _mm512_max_epu16(_mm512_shuffle_i32x4(x, y, 0x88), _mm512_shuffle_i32x4(x, y, 0xDD));
 }
 
 // Horizontal max of the 32 words of each of m0..m3, as FP32 bits (word << 16): lanes

@@ -6,6 +6,7 @@
 // quantize_paths_test.cc then holds every fast path to the scalar bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -263,6 +264,28 @@ TEST(Quantize, LayoutsAndShapes) {
   const MXTensor z = quantize(static_cast<const float*>(nullptr), 0, 5, MXLayout::colwise, {});
   EXPECT_EQ(z.data.size(), 0u);
   EXPECT_EQ(z.scales.size(), 0u);
+}
+
+// MXTensor storage starts on a 64-byte line for every size, and survives copies, growth
+// and moves with its contents and alignment.
+TEST(Quantize, StorageIsCacheLineAligned) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; };
+  for (int64_t n : {1, 31, 64, 1000, 200000, 5000000}) {
+    const MXTensor t = MXTensor::empty(1, n, MXLayout::rowwise, Elem::e4m3);
+    EXPECT_TRUE(aligned(t.data.data())) << n;
+    EXPECT_TRUE(aligned(t.scales.data())) << n;
+  }
+  ByteBuffer b(100);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = uint8_t(i * 7);
+  ByteBuffer c = b;
+  c.resize(300000, 0xAB);
+  EXPECT_TRUE(aligned(c.data()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), c.begin()));
+  EXPECT_EQ(c[299999], 0xAB);
+  const ByteBuffer d = std::move(c);
+  EXPECT_TRUE(aligned(d.data()));
+  EXPECT_EQ(d.size(), 300000u);
+  EXPECT_EQ(d[99], uint8_t(99 * 7));
 }
 
 TEST(Quantize, ApiErrorsAreClear) {

@@ -295,8 +295,9 @@ TEST(LinearMx, CachedWeightExpansionSameBytesMoreMemory) {
       const size_t copies = get_recipe(name).weight_tiled() ? 1 : 2;
       EXPECT_EQ(cached.weight_cache().bytes(),
                 plain.weight_cache().bytes() + copies * size_t(out * in) * 2);
-      if (!defer && copies == 2)  // the colwise expansion is held for backward
+      if (!defer && copies == 2) {  // the colwise expansion is held for backward
         EXPECT_EQ(b.held, a.held + size_t(out * in) * 2);
+      }
     }
 }
 
