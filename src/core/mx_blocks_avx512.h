@@ -1,16 +1,17 @@
 // core/mx_blocks_avx512.h — private: MX block-level AVX-512 helpers shared by the
 // quantize_*_avx512.cc kernels (include only from files compiled with AVX-512 flags).
 //
-// Built on simd_avx512.h: the scales of four 1x32 blocks at once (Quad), codes for a block
-// with one scale, the zero/NaN block fix-ups, encoding a 128-column row piece into two
-// 64-byte vectors, and RowWriter, which stores a row's vectors (non-temporal for big
-// outputs). The fast paths keep eight vectors per row piece in registers; the
-// "#pragma GCC unroll" on their short fixed loops lets -O2 do that instead of spilling the
-// arrays to the stack. Internal linkage: these call the scale helpers of
+// Built on simd_avx512.h and simd16_avx512.h: the scales of four 1x32 blocks at once (Quad),
+// codes for a block with one scale, the zero/NaN block fix-ups, encoding a 128-column row
+// piece into two 64-byte vectors, RowWriter, which stores a row's vectors (non-temporal for
+// big outputs), and slow16, the exact path behind the 16-bit encoder. The fast paths keep a
+// row piece's vectors in registers; the "#pragma GCC unroll" on their short fixed loops lets
+// -O2 do that instead of spilling the arrays to the stack. Internal linkage: these call the scale helpers of
 // quantize_kernels.h, which are internal to each file too.
 #pragma once
 
 #include "core/quantize_kernels.h"
+#include "core/simd16_avx512.h"
 #include "core/simd_avx512.h"
 
 namespace mxtrain::kern::avx512 {
@@ -136,6 +137,34 @@ inline void encode_quad(const __m512i* u, const Quad& q, W& w) {
   }
   w.put(pack4(k[0], k[1], k[2], k[3]));
   w.put(pack4(k[4], k[5], k[6], k[7]));
+}
+
+// Four scale bytes (lanes 0, 4, 8, 12 of b) to out[0..3].
+inline void store_quad(uint8_t* out, __m512i b) {
+  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
+  __builtin_memcpy(out, &v, 4);
+}
+// Four 16-bit values (lanes 0, 4, 8, 12 of d) to out[0..3].
+inline void store_quad16(int16_t* out, __m512i d) {
+  const __m512i g = _mm512_permutexvar_epi32(
+      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out),
+                   _mm256_castsi256_si128(_mm512_cvtepi32_epi16(g)));
+}
+
+// Exact codes of the 32 elements x[0..31] of one word vector with the 32-bit encoder, for
+// the vectors encode16 cannot finish: inv0 / inv1 = 2^-e of elements 0..15 / 16..31; lanes
+// of zero / NaN blocks (bit per element) get 0x00 / the NaN code.
+template <class T, Elem E, bool CLAMP>
+[[gnu::noinline]] __m512i slow16(const T* x, __m512 inv0, __m512 inv1, __mmask32 zero,
+                                 __mmask32 nan) {
+  const __m512i u0 = load_bits(x), u1 = load_bits(x + 16);
+  const __m512i k0 = fix<E>(encode_abs<E, CLAMP>(abs_f(u0), sign_byte(u0), inv0),
+                            __mmask16(zero), __mmask16(nan));
+  const __m512i k1 = fix<E>(encode_abs<E, CLAMP>(abs_f(u1), sign_byte(u1), inv1),
+                            __mmask16(zero >> 16), __mmask16(nan >> 16));
+  return words(k0, k1);
 }
 
 // The same, stored to d[0..127].

@@ -105,20 +105,6 @@ inline void chunk_begin(C& s, int64_t rb, int nr, int64_t c0, int64_t pc) {
     s.cm[v] = _mm512_setzero_si512();
 }
 
-// Four scale bytes (lanes 0, 4, 8, 12 of b) to out[0..3].
-inline void store_quad(uint8_t* out, __m512i b) {
-  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
-  __builtin_memcpy(out, &v, 4);
-}
-// Four 16-bit values (lanes 0, 4, 8, 12 of d) to out[0..3].
-inline void store_quad16(int16_t* out, __m512i d) {
-  const __m512i g = _mm512_permutexvar_epi32(
-      _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), d);
-  _mm_storel_epi64(reinterpret_cast<__m128i*>(out),
-                   _mm256_castsi256_si128(_mm512_cvtepi32_epi16(g)));
-}
-
 // Block scales from four-way word amax (hmax4_16): bytes to `out`, code offsets and slow
 // bounds to y / tb, flags.
 template <Elem E>
@@ -236,20 +222,6 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
       s.cm[v] = _mm512_castps_si512(inv_scales(b));
     }
   }
-}
-
-// Exact codes of the 32 elements x[0..31] of one word vector with the 32-bit encoder, for
-// the vectors encode16 cannot finish: inv0 / inv1 = 2^-e of elements 0..15 / 16..31; lanes
-// of zero / NaN blocks (bit per element) get 0x00 / the NaN code.
-template <class T, Elem E, bool CLAMP>
-[[gnu::noinline]] __m512i slow16(const T* x, __m512 inv0, __m512 inv1, __mmask32 zero,
-                                 __mmask32 nan) {
-  const __m512i u0 = load_bits(x), u1 = load_bits(x + 16);
-  const __m512i k0 = fix<E>(encode_abs<E, CLAMP>(abs_f(u0), sign_byte(u0), inv0),
-                            __mmask16(zero), __mmask16(nan));
-  const __m512i k1 = fix<E>(encode_abs<E, CLAMP>(abs_f(u1), sign_byte(u1), inv1),
-                            __mmask16(zero >> 16), __mmask16(nan >> 16));
-  return words(k0, k1);
 }
 
 // Pass 2 helpers. The raw words of vector w (32 columns) of row i of the chunk.

@@ -1,9 +1,11 @@
 // core/quantize_rowwise_avx512.cc — AVX-512 rowwise (1x32) MX quantization kernels.
 //
-// Same bytes as quantize_mx_rowwise_*__ref. Each row is taken 128 columns (four blocks,
-// eight 16-lane vectors) at a time: one four-way horizontal max gives the four amax values,
-// the scales are computed together, and the codes leave as two 64-byte stores. The row's
-// last, ragged blocks use masked loads (zeros do not change amax) and masked stores.
+// Same bytes as quantize_mx_rowwise_*__ref. Each row is taken 128 columns (four blocks, four
+// 32-word vectors of the 16-bit encoder in simd16_avx512.h) at a time: one four-way
+// horizontal max gives the four amax values, the scales are computed together, each code is
+// one saturating subtract, and the codes leave as two 64-byte stores. Vectors the 16-bit
+// encoder cannot finish go to slow16 (mx_blocks_avx512.h). The row's last, ragged blocks
+// use the 32-bit encoder with masked loads (zeros do not change amax) and masked stores.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -17,18 +19,79 @@ namespace {
 
 using namespace avx512;
 
+// Block k's Y or TB (both words of lanes 4k..4k+3 of v) in every lane.
+template <int K>
+inline __m512i block_words(__m512i v) {
+  return _mm512_shuffle_i32x4(v, v, K * 0x55);
+}
+inline __m512i block_words(__m512i v, int k) {
+  switch (k) {
+    case 0: return block_words<0>(v);
+    case 1: return block_words<1>(v);
+    case 2: return block_words<2>(v);
+  }
+  return block_words<3>(v);
+}
+
+struct RowCodes {
+  __m512i c[4];
+};
+
+// The rare path for a piece: every block again, with slow16 (exact) for the vectors with a
+// lane the 16-bit encoder cannot finish and for NaN/Inf blocks; zero blocks are all 0x00.
+template <class T, Elem E, bool CLAMP>
+[[gnu::noinline]] RowCodes fix_row_piece(const T* x, const uint8_t* scales, __m512i y2,
+                                         __m512i b2, __mmask16 zero, __mmask16 nan) {
+  RowCodes out;
+  for (int k = 0; k < 4; ++k) {
+    const bool zb = (zero >> (4 * k)) & 1, nb = (nan >> (4 * k)) & 1;
+    const Word16 w = word16<E>(raw16(x + 32 * k));
+    const __m512i tb = block_words(b2, k);
+    __m512i slow;
+    out.c[k] = encode16<E, CLAMP>(w, block_words(y2, k), tb, slow);
+    if (zb) {
+      out.c[k] = _mm512_setzero_si512();
+    } else if (nb || slow_lanes(w, tb) != 0) {
+      const __m512 inv = _mm512_set1_ps(inv_scale(scales[k]));
+      out.c[k] = slow16<T, E, CLAMP>(x + 32 * k, inv, inv, 0, nb ? ~__mmask32(0) : 0);
+    }
+  }
+  return out;
+}
+
+// One 128-column piece of a row: four blocks, one 32-word vector each (simd16_avx512.h).
 template <class T, Elem E, bool CLAMP>
 inline void rowwise128(const T* x, uint8_t* d, uint8_t* scales, bool rceil) {
-  __m512i u[8], a[8];
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) {
-    u[h] = load_bits(x + 16 * h);
-    a[h] = abs_bits(u[h]);
+  __m512i raw[4], t[4];
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    raw[k] = raw16(x + 32 * k);
+    t[k] = abs16(raw[k]);
   }
-  const Quad q = quad_scales<E>(_mm512_max_epu32(a[0], a[1]), _mm512_max_epu32(a[2], a[3]),
-                                _mm512_max_epu32(a[4], a[5]), _mm512_max_epu32(a[6], a[7]),
-                                rceil, scales);
-  encode_quad<E, CLAMP>(u, q, d);
+  const __m512i ab = hmax4_16(t[0], t[1], t[2], t[3]);  // lanes 4k..4k+3: block k
+  const __m512i b = scale_bytes<E>(ab, rceil);
+  store_quad(scales, b);
+  // Y and TB of block k in both words of lanes 4k..4k+3, then broadcast per block.
+  const __m512i y = code_offset<E>(b), bound = slow_bound<E>(b);
+  const __m512i y2 = _mm512_or_si512(_mm512_and_si512(y, set1(0xFFFFu)), _mm512_slli_epi32(y, 16));
+  const __m512i b2 =
+      _mm512_or_si512(_mm512_and_si512(bound, set1(0xFFFFu)), _mm512_slli_epi32(bound, 16));
+  __m512i c[4], acc = _mm512_setzero_si512();
+#pragma GCC unroll 4
+  for (int k = 0; k < 4; ++k) {
+    __m512i slow;
+    c[k] = encode16<E, CLAMP>(word16<E>(raw[k]), block_words(y2, k), block_words(b2, k), slow);
+    acc = _mm512_or_si512(acc, slow);
+  }
+  const __mmask16 zero = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512()) & 0x1111;
+  const __mmask16 nan = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u)) & 0x1111;
+  if (__builtin_expect(_mm512_test_epi16_mask(acc, acc) != 0 || (zero | nan) != 0, 0)) {
+    const RowCodes f = fix_row_piece<T, E, CLAMP>(x, scales, y2, b2, zero, nan);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) c[k] = f.c[k];
+  }
+  _mm512_storeu_si512(d, pack2(c[0], c[1]));
+  _mm512_storeu_si512(d + 64, pack2(c[2], c[3]));
 }
 
 template <class T, Elem E, bool CLAMP>
