@@ -6,8 +6,8 @@
 // piece into two 64-byte vectors, RowWriter, which stores a row's vectors (non-temporal for
 // big outputs), and slow16, the exact path behind the 16-bit encoder. The fast paths keep a
 // row piece's vectors in registers; the "#pragma GCC unroll" on their short fixed loops lets
-// -O2 do that instead of spilling the arrays to the stack. Internal linkage: these call the scale helpers of
-// quantize_kernels.h, which are internal to each file too.
+// -O2 do that instead of spilling the arrays to the stack. Internal linkage: these call the
+// scale helpers of quantize_kernels.h, which are internal to each file too.
 #pragma once
 
 #include "core/quantize_kernels.h"

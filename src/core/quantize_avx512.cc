@@ -16,8 +16,9 @@
 // vectors per piece row, one add + shift per code; FP32 inputs are turned into words once in
 // pass 1 and kept in a per-thread buffer for pass 2. A vector with a lane the words cannot
 // encode (FP8-subnormal results, FP32-subnormal inputs, NaN/Inf blocks) is recomputed by
-// slow16 with the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit path with
-// masked loads (zeros do not change amax) and masked stores. All produce the reference bytes.
+// slow16 with the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit
+// path with masked loads (zeros do not change amax) and masked stores. All produce the
+// reference bytes.
 // For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
 // RowWriter (mx_blocks_avx512.h), which realigns each row run to 64-byte lines; the bytes
 // are the same either way.
@@ -144,7 +145,8 @@ inline void pass1_row(Chunk<T>& s, const T* x, const QParams& p, int i, QOut row
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) {
       const __m512i raw = raw16(xr + 128 * q + 32 * k);
-      if constexpr (sizeof(T) == 4) _mm512_store_si512(wb + i * kChunkCols<T> + 128 * q + 32 * k, raw);
+      if constexpr (sizeof(T) == 4)
+        _mm512_store_si512(wb + i * kChunkCols<T> + 128 * q + 32 * k, raw);
       t[k] = abs16(raw);
       s.cw[4 * q + k] = _mm512_max_epu16(s.cw[4 * q + k], t[k]);
     }
@@ -357,7 +359,8 @@ inline void pass2_row(const Chunk<T>& s, const T* x, const QParams& p, int i, QO
       store_codes(d, block_codes<E>(u, s.tab[h / 2], rs[s.ct / 32 + h / 2]), s.m[h]);
     } else {
       const int v = 8 * s.nfull + h;
-      const __m512i k = encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(s.cm[v])));
+      const __m512i k =
+          encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_castsi512_ps(s.cm[v])));
       store_codes(col.data + off + s.ct + 16 * h, fix<E>(k, s.czero[v], s.cnan[v]), s.m[h]);
       if constexpr (MODE == Mode::dual) {
         store_codes(d, block_codes<E>(u, s.rab[i][h / 2], rs[s.ct / 32 + h / 2]), s.m[h]);

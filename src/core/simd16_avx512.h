@@ -102,8 +102,8 @@ inline __m512i code_offset(__m512i b) {
 }
 template <Elem E>
 inline __m512i slow_bound(__m512i b) {
-  return _mm512_sub_epi32(_mm512_slli_epi32(b, 7),
-                          set1(uint32_t((127 - int(Fp8<E>::emin_field)) * 128 + Enc16<E>::round + 1)));
+  constexpr int k = (127 - int(Fp8<E>::emin_field)) * 128 + Enc16<E>::round + 1;
+  return _mm512_sub_epi32(_mm512_slli_epi32(b, 7), set1(uint32_t(k)));
 }
 
 // The per-element part shared by every copy encoded from one raw word vector.
@@ -114,11 +114,16 @@ struct Word16 {
 };
 template <Elem E>
 inline Word16 word16(__m512i raw) {
+  // um1 = t + tie - 1 = t - (1 - tie): (~(raw >> shift)) & 1 is 1 - tie (bit `shift` of raw
+  // is that of t). For a zero lane um1 wraps to 0xFFFF and q = (0xFFFF + 2^(shift-1)) >> shift
+  // wraps to 0.
   const __m512i t = abs16(raw);
-  const __m512i tie = _mm512_and_si512(_mm512_srli_epi16(t, Enc16<E>::shift), set1_16(1));
-  const __m512i u = _mm512_add_epi16(t, tie);
-  return {_mm512_srli_epi16(_mm512_add_epi16(u, set1_16(Enc16<E>::round)), Enc16<E>::shift),
-          _mm512_sub_epi16(u, set1_16(1)), _mm512_srli_epi16(raw, 8)};
+  const __m512i one = set1_16(1);
+  const __m512i not_tie =  // ~a & b
+      _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, Enc16<E>::shift), one, one, 0x0C);
+  const __m512i um1 = _mm512_sub_epi16(t, not_tie);
+  return {_mm512_srli_epi16(_mm512_add_epi16(um1, set1_16(Enc16<E>::round + 1)), Enc16<E>::shift),
+          um1, _mm512_srli_epi16(raw, 8)};
 }
 
 // Codes (one per word lane) with code offsets y and slow bounds tb, the sign bit added in
