@@ -13,8 +13,8 @@
 //    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
 //    rows fall into the same few cache sets and evict each other.)
 // Full 128-column pieces take the fast path: 16-bit lanes (simd16_avx512.h), four 32-word
-// vectors per piece row, one add + shift per code; FP32 inputs are turned into words once in
-// pass 1 and kept in a per-thread buffer for pass 2. A vector with a lane the words cannot
+// vectors per piece row, one saturating subtract per code; FP32 inputs become words once, in
+// pass 1, kept in a per-thread buffer for pass 2. A vector with a lane the words cannot
 // encode (FP8-subnormal results, FP32-subnormal inputs, NaN/Inf blocks) is recomputed by
 // slow16 with the 32-bit encoder on the original input. Ragged edges take a simpler 32-bit
 // path with masked loads (zeros do not change amax) and masked stores. All produce the

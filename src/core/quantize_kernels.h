@@ -1,7 +1,8 @@
 // core/quantize_kernels.h — private: the quantize/dequantize kernel layer and its tables.
 //
 // quantize.cc (API checks + dispatch + OpenMP split) calls kernels through a per-ISA table
-// of function pointers (ggml style). Kernels do no checks and no allocation; each works on
+// of function pointers (ggml style). Kernels do no checks and no allocation (beyond one
+// scratch buffer per thread, made on its first call: quantize_avx512.cc); each works on
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
 // quantize_ref.cc holds the scalar reference; the AVX-512 versions are in
