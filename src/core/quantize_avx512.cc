@@ -66,7 +66,6 @@ struct ChunkW {
   // Y (in cw) and the slow bounds TB (cb); zero columns.
   __m512i cw[kChunk / 32], cb[kChunk / 32];
   __mmask32 cwzero[kChunk / 32];
-  bool cwnan;        // a NaN/Inf column in the full pieces: their colwise codes take slow16
   bool cwodd[kChunk / 128];  // piece has a zero or NaN/Inf column (colwise fix-up)
   // Per 16 columns: amax bits of the partial piece during pass 1, then 2^-e bits of every
   // column (partial piece and slow16; colwise / dual).
@@ -191,7 +190,6 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
     }
   } else {
     uint8_t* cs = col.scales + (s.rb / 32) * col.scale_ld + s.c0;
-    s.cwnan = false;
     for (int q = 0; q < s.nfull; ++q) s.cwodd[q] = false;
     for (int w = 0; w < 4 * s.nfull; ++w) {
       __m512i y[2], tb[2];
@@ -205,7 +203,6 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
         store_codes(cs + 16 * v, b);
         s.czero[v] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
         s.cnan[v] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
-        s.cwnan |= s.cnan[v] != 0;
         s.cwodd[w / 4] |= (s.czero[v] | s.cnan[v]) != 0;
         s.cm[v] = _mm512_castps_si512(inv_scales(b));
         y[h] = code_offset<E>(b);
@@ -274,10 +271,10 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
     if constexpr (MODE != Mode::tile32) {
       out.c[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], slow);
       out.c[k] = _mm512_mask_mov_epi16(out.c[k], s.cwzero[w], _mm512_setzero_si512());
-      if (s.cwnan || slow_lanes(wd, s.cb[w]) != 0) {
-        out.c[k] = slow16<T, E, CLAMP>(
-            xr + 32 * w, _mm512_castsi512_ps(s.cm[2 * w]), _mm512_castsi512_ps(s.cm[2 * w + 1]),
-            s.cwzero[w], __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16));
+      const __mmask32 nan = __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16);
+      if (nan != 0 || slow_lanes(wd, s.cb[w]) != 0) {
+        out.c[k] = slow16<T, E, CLAMP>(xr + 32 * w, _mm512_castsi512_ps(s.cm[2 * w]),
+                                       _mm512_castsi512_ps(s.cm[2 * w + 1]), s.cwzero[w], nan);
       }
     }
     if constexpr (MODE != Mode::colwise) {

@@ -1,5 +1,5 @@
 // core/simd16_avx512.h — private: MX encoding in 16-bit lanes (32 elements per vector), used
-// by the colwise / 32x32 / dual-axis kernels of quantize_avx512.cc (AVX-512 files only).
+// by the AVX-512 quantize kernels for their full 128-column pieces (AVX-512 files only).
 //
 // Why: encoding is what bounds those kernels, and half-width lanes halve its cost. Each
 // element is viewed as a 16-bit word "t": the upper half of its FP32 bits (its BF16
@@ -56,7 +56,8 @@ inline __m512i abs16(__m512i raw) { return _mm512_and_si512(raw, set1_16(0x7FFF)
 // First stage of a horizontal word max over m0..m3: 128-bit lane j of the result holds
 // eight words whose max is the max of m_j.
 inline __m512i hmax4_16_lanes(__m512i m0, __m512i m1, __m512i m2, __m512i m3) {
-  // 128-bit lanes: x = (m0 half-max, m0, m1, m1), y likewise for m2, m3; then one per m_j.
+  // 128-bit lanes 0-1 of x: the max of m0's two halves; lanes 2-3: the same for m1; y
+  // likewise for m2, m3. Then lane j of the result: eight words of m_j's maximum.
   const __m512i x = _mm512_max_epu16(_mm512_shuffle_i32x4(m0, m1, 0x44),
                                      _mm512_shuffle_i32x4(m0, m1, 0xEE));
   const __m512i y = _mm512_max_epu16(_mm512_shuffle_i32x4(m2, m3, 0x44),
@@ -122,8 +123,9 @@ inline Word16 word16(__m512i raw) {
   const __m512i not_tie =  // ~a & b
       _mm512_ternarylogic_epi32(_mm512_srli_epi16(raw, Enc16<E>::shift), one, one, 0x0C);
   const __m512i um1 = _mm512_sub_epi16(t, not_tie);
-  return {_mm512_srli_epi16(_mm512_add_epi16(um1, set1_16(Enc16<E>::round + 1)), Enc16<E>::shift),
-          um1, _mm512_srli_epi16(raw, 8)};
+  const __m512i q =
+      _mm512_srli_epi16(_mm512_add_epi16(um1, set1_16(Enc16<E>::round + 1)), Enc16<E>::shift);
+  return {q, um1, _mm512_srli_epi16(raw, 8)};
 }
 
 // Codes (one per word lane) with code offsets y and slow bounds tb, the sign bit added in
