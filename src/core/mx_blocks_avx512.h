@@ -1,13 +1,13 @@
 // core/mx_blocks_avx512.h — private: MX block-level AVX-512 helpers shared by the
 // quantize_*_avx512.cc kernels (include only from files compiled with AVX-512 flags).
 //
-// Built on simd_avx512.h and simd16_avx512.h: the scales of four 1x32 blocks at once (Quad),
-// codes for a block with one scale, the zero/NaN block fix-ups, encoding a 128-column row
-// piece into two 64-byte vectors, RowWriter, which stores a row's vectors (non-temporal for
-// big outputs), and slow16, the exact path behind the 16-bit encoder. The fast paths keep a
-// row piece's vectors in registers; the "#pragma GCC unroll" on their short fixed loops lets
-// -O2 do that instead of spilling the arrays to the stack. Internal linkage: these call the
-// scale helpers of quantize_kernels.h, which are internal to each file too.
+// Built on simd_avx512.h and simd16_avx512.h: codes for a block with one scale (ragged
+// edges), the scales of four blocks (Quad) and their byte / word stores, the zero/NaN block
+// fix-ups, RowWriter, which stores a row's 64-byte vectors (non-temporal for big outputs),
+// and slow16, the exact path behind the 16-bit encoder. The fast paths keep a row piece's
+// vectors in registers; the "#pragma GCC unroll" on their short fixed loops lets -O2 do that
+// instead of spilling the arrays to the stack. Internal linkage: these call the scale
+// helpers of quantize_kernels.h, which are internal to each file too.
 #pragma once
 
 #include "core/quantize_kernels.h"
@@ -31,30 +31,12 @@ inline __m512i block_codes(__m512i u, uint32_t ab, uint8_t byte) {
   return encode<E>(_mm512_mul_ps(_mm512_castsi512_ps(u), _mm512_set1_ps(inv_scale(byte))));
 }
 
-// Scales of four 1x32 blocks from their per-block lane-wise amax m0..m3: writes the four
-// scale bytes to `out`; returns 2^-e (lanes 4j..4j+3 for block j) and the zero/NaN blocks
-// (bit 4j set for block j).
+// Scales of four blocks (tile32: a piece's four tiles): 2^-e in lanes 4j..4j+3 for block j,
+// and the zero / NaN blocks (bit 4j set for block j).
 struct Quad {
   __m512 inv;
   __mmask16 zero, nan;
 };
-
-template <Elem E>
-inline Quad quad_scales(__m512i m0, __m512i m1, __m512i m2, __m512i m3, bool rceil,
-                        uint8_t* out) {
-  const __m512i z = hmax4(m0, m1, m2, m3);
-  const __m512i b = scale_bytes<E>(z, rceil);
-  const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
-  const int v = _mm_cvtsi128_si32(_mm_shuffle_epi8(_mm512_cvtepi32_epi8(b), sel));
-  __builtin_memcpy(out, &v, 4);
-  return {inv_scales(b), __mmask16(_mm512_cmpeq_epi32_mask(z, _mm512_setzero_si512()) & 0x1111),
-          __mmask16(_mm512_cmpge_epu32_mask(z, set1(0x7F800000u)) & 0x1111)};
-}
-
-// All-lanes mask when block j (bit 4j) is flagged.
-inline __mmask16 block_flag(__mmask16 m, int j) {
-  return ((m >> (4 * j)) & 1) ? __mmask16(0xFFFF) : __mmask16(0);
-}
 
 template <Elem E>
 inline __m512i fix(__m512i k, __mmask16 zero, __mmask16 nan) {
@@ -122,23 +104,6 @@ struct RowWriter {
   }
 };
 
-// Codes of 128 columns (u[0..7]) under four block scales q; two 64-byte vectors to w.
-template <Elem E, bool CLAMP, class W>
-inline void encode_quad(const __m512i* u, const Quad& q, W& w) {
-  const __m512 inv[4] = {lane_group<0>(q.inv), lane_group<1>(q.inv), lane_group<2>(q.inv),
-                         lane_group<3>(q.inv)};
-  __m512i k[8];
-#pragma GCC unroll 8
-  for (int h = 0; h < 8; ++h) k[h] = encode_abs<E, CLAMP>(abs_f(u[h]), sign_byte(u[h]), inv[h / 2]);
-  if (q.zero | q.nan) {
-#pragma GCC unroll 8
-    for (int h = 0; h < 8; ++h)
-      k[h] = fix<E>(k[h], block_flag(q.zero, h / 2), block_flag(q.nan, h / 2));
-  }
-  w.put(pack4(k[0], k[1], k[2], k[3]));
-  w.put(pack4(k[4], k[5], k[6], k[7]));
-}
-
 // Four scale bytes (lanes 0, 4, 8, 12 of b) to out[0..3].
 inline void store_quad(uint8_t* out, __m512i b) {
   const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
@@ -165,13 +130,6 @@ template <class T, Elem E, bool CLAMP>
   const __m512i k1 = fix<E>(encode_abs<E, CLAMP>(abs_f(u1), sign_byte(u1), inv1),
                             __mmask16(zero >> 16), __mmask16(nan >> 16));
   return words(k0, k1);
-}
-
-// The same, stored to d[0..127].
-template <Elem E, bool CLAMP>
-inline void encode_quad(const __m512i* u, const Quad& q, uint8_t* d) {
-  RowWriter w(d, false);
-  encode_quad<E, CLAMP>(u, q, w);
 }
 
 }  // namespace

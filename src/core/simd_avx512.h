@@ -91,36 +91,6 @@ inline __m512i encode(__m512 y) {
   return encode_abs<E, true>(abs_f(u), sign_byte(u), _mm512_set1_ps(1.0f));
 }
 
-// Four vectors of codes (0..255 per 32-bit lane) -> 64 bytes in lane order a, b, c, d.
-// packus works within 128-bit lanes, so a final dword permute restores the order.
-inline __m512i pack4(__m512i a, __m512i b, __m512i c, __m512i d) {
-  const __m512i bytes = _mm512_packus_epi16(_mm512_packus_epi32(a, b), _mm512_packus_epi32(c, d));
-  const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
-  return _mm512_permutexvar_epi32(idx, bytes);
-}
-
-// Horizontal max of four vectors at once: lanes 4j..4j+3 of the result hold max(m_j).
-inline __m512i hmax4(__m512i m0, __m512i m1, __m512i m2, __m512i m3) {
-  const __m512i lo = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31);
-  const __m512i x = _mm512_max_epu32(_mm512_permutex2var_epi32(m0, lo, m1),
-                                     _mm512_permutex2var_epi32(m0, hi, m1));
-  const __m512i y = _mm512_max_epu32(_mm512_permutex2var_epi32(m2, lo, m3),
-                                     _mm512_permutex2var_epi32(m2, hi, m3));
-  const __m512i lo2 = _mm512_setr_epi32(0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27);
-  const __m512i hi2 = _mm512_setr_epi32(4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31);
-  __m512i z = _mm512_max_epu32(_mm512_permutex2var_epi32(x, lo2, y),
-                               _mm512_permutex2var_epi32(x, hi2, y));
-  z = _mm512_max_epu32(z, _mm512_shuffle_epi32(z, _MM_PERM_BADC));
-  return _mm512_max_epu32(z, _mm512_shuffle_epi32(z, _MM_PERM_CDAB));
-}
-
-// Lane 4j of v broadcast to all lanes (j = 0..3).
-template <int J>
-inline __m512 lane_group(__m512 v) {
-  return _mm512_shuffle_f32x4(v, v, J * 0x55);
-}
-
 // SPEC §2 scale bytes of 16 blocks from their amax bits (same rule as scale_exponent() in
 // quantize_kernels.h): e = exp(amax) - 127 - emax (+1 for rceil when the fraction exceeds
 // 0.75), clamped to [-127, 127]; amax < 2^-126 falls below -127 by itself. NaN/Inf -> 0xFF.
