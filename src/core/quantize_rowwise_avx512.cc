@@ -3,7 +3,8 @@
 // Same bytes as quantize_mx_rowwise_*__ref. Each row is taken 128 columns (four blocks, four
 // 32-word vectors of the 16-bit encoder in simd16_avx512.h) at a time: one four-way
 // horizontal max gives the four amax values, the scales are computed together, each code is
-// one saturating subtract, and the codes leave as two 64-byte stores. Vectors the 16-bit
+// one saturating subtract, and the codes leave as two 64-byte stores (non-temporal for big
+// outputs, through RowWriter as in quantize_avx512.cc). Vectors the 16-bit
 // encoder cannot finish go to slow16 (mx_blocks_avx512.h). The row's last, ragged blocks
 // use the 32-bit encoder with masked loads (zeros do not change amax) and masked stores.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
@@ -61,7 +62,7 @@ template <class T, Elem E, bool CLAMP>
 
 // One 128-column piece of a row: four blocks, one 32-word vector each (simd16_avx512.h).
 template <class T, Elem E, bool CLAMP>
-inline void rowwise128(const T* x, uint8_t* d, uint8_t* scales, bool rceil) {
+inline void rowwise128(const T* x, RowWriter& d, uint8_t* scales, bool rceil) {
   __m512i raw[4], t[4];
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
@@ -90,19 +91,22 @@ inline void rowwise128(const T* x, uint8_t* d, uint8_t* scales, bool rceil) {
 #pragma GCC unroll 4
     for (int k = 0; k < 4; ++k) c[k] = f.c[k];
   }
-  _mm512_storeu_si512(d, pack2(c[0], c[1]));
-  _mm512_storeu_si512(d + 64, pack2(c[2], c[3]));
+  d.put(pack2(c[0], c[1]));
+  d.put(pack2(c[2], c[3]));
 }
 
 template <class T, Elem E, bool CLAMP>
 void rowwise_impl(const T* x, const QParams& p, Region g, QOut out) {
+  const bool nt = p.M * p.K >= kStreamMin;
   for (int64_t r = g.r0; r < g.r1; ++r) {
     const T* xr = x + r * p.K;
     uint8_t* dr = out.data + r * p.K;
     uint8_t* sr = out.scales + r * out.scale_ld;
     int64_t c = g.c0;
+    RowWriter w(dr + c, nt);
     for (; c + 128 <= g.c1; c += 128)
-      rowwise128<T, E, CLAMP>(xr + c, dr + c, sr + c / 32, p.rounding == ScaleRounding::rceil);
+      rowwise128<T, E, CLAMP>(xr + c, w, sr + c / 32, p.rounding == ScaleRounding::rceil);
+    w.finish();
     for (; c < g.c1; c += 32) {
       const int64_t n = imin(32, p.K - c);
       if (n == 32) {
@@ -123,6 +127,7 @@ void rowwise_impl(const T* x, const QParams& p, Region g, QOut out) {
       }
     }
   }
+  if (nt) _mm_sfence();  // order the streamed lines before the caller's threads join
 }
 
 
