@@ -4,8 +4,8 @@
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
 //  - rowwise (quantize_rowwise_avx512.cc): 128 columns at a time, all in registers.
 //  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of
-//    kChunkCols columns. Pass 1 streams the chunk's rows once from memory (long sequential
-//    runs, which the hardware prefetchers follow), keeping per-column amax in an L1 buffer
+//    kChunkCols columns. Pass 1 streams the chunk's rows once from memory (prefetched into
+//    L2 two chunks ahead, see strip_impl), keeping per-column amax in an L1 buffer
 //    and, for dual-axis, writing each row block's scale; pass 2 re-reads the chunk (BF16: the
 //    input; FP32: its 16-bit words, see below) from L2 and writes the codes row by row. So
 //    the dual-axis kernel reads the input from memory once.
@@ -20,8 +20,8 @@
 // path with masked loads (zeros do not change amax) and masked stores. All produce the
 // reference bytes.
 // For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
-// RowWriter (mx_blocks_avx512.h), which realigns each row run to 64-byte lines; the bytes
-// are the same either way.
+// RowWriter (mx_blocks_avx512.h), whole 64-byte lines (MXTensor buffers are 64-byte aligned;
+// a row that does not start on a line is realigned); the bytes are the same either way.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
