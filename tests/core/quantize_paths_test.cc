@@ -13,11 +13,18 @@
 #include <utility>
 
 #include "core/mx_test_data.h"
+#include "core/quantize_compare.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
 namespace {
+
+using testdata::AllOutputs;
+using testdata::compare_paths;
+using testdata::expect_same;
+using testdata::PathGuard;
+using testdata::run_all;
 
 using Shape = std::pair<int64_t, int64_t>;
 
@@ -28,64 +35,15 @@ const std::vector<Shape>& shapes() {
   return s;
 }
 
-// Everything one quantization setting produces on the current path.
-struct AllOutputs {
-  MXTensor row, col, tile, dual_row, dual_col;
-};
-
-template <class T>
-AllOutputs run_all(const std::vector<T>& x, int64_t M, int64_t K, QuantConfig cfg) {
-  AllOutputs o;
-  o.row = quantize(x.data(), M, K, MXLayout::rowwise, cfg);
-  o.col = quantize(x.data(), M, K, MXLayout::colwise, cfg);
-  o.tile = quantize(x.data(), M, K, MXLayout::tile32, cfg);
-  quantize_dual(x.data(), M, K, cfg, o.dual_row, o.dual_col);
-  return o;
-}
-
-void expect_same(const MXTensor& got, const MXTensor& want, const std::string& what) {
-  ASSERT_EQ(got.scales.size(), want.scales.size()) << what;
-  ASSERT_EQ(got.data.size(), want.data.size()) << what;
-  if (got.scales == want.scales && got.data == want.data) return;  // fast path; else locate
-  for (size_t i = 0; i < want.scales.size(); ++i)
-    ASSERT_EQ(int(got.scales[i]), int(want.scales[i])) << what << " scale #" << i;
-  for (size_t i = 0; i < want.data.size(); ++i)
-    ASSERT_EQ(int(got.data[i]), int(want.data[i]))
-        << what << " element (" << i / size_t(want.cols) << ", " << i % size_t(want.cols) << ")";
-}
-
-void expect_same(const AllOutputs& got, const AllOutputs& want, const std::string& what) {
-  expect_same(got.row, want.row, what + " rowwise");
-  expect_same(got.col, want.col, what + " colwise");
-  expect_same(got.tile, want.tile, what + " tile32");
-  expect_same(got.dual_row, want.dual_row, what + " dual(rowwise)");
-  expect_same(got.dual_col, want.dual_col, what + " dual(colwise)");
-}
-
-struct PathGuard {
-  ~PathGuard() { clear_isa_override(); }
-};
-
 TEST(QuantizePaths, EveryIsaMatchesScalarReference) {
   PathGuard guard;
   for (auto [M, K] : shapes()) {
     const std::vector<float> x = testdata::awkward_matrix(M, K, uint32_t(M * 7919 + K));
-    const std::vector<uint16_t> xb = testdata::to_bf16(x);
     for (Elem e : {Elem::e4m3, Elem::e5m2})
-      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor}) {
-        const QuantConfig cfg{e, r};
-        set_isa(Isa::scalar);
-        const AllOutputs ref = run_all(x, M, K, cfg), ref_b = run_all(xb, M, K, cfg);
-        for (Isa isa : supported_isas()) {
-          if (isa == Isa::scalar) continue;
-          set_isa(isa);
-          const std::string what = std::string(isa_name(isa)) + " " + std::to_string(M) + "x" +
-                                   std::to_string(K) + " " + elem_name(e) + " " +
-                                   rounding_name(r);
-          expect_same(run_all(x, M, K, cfg), ref, what + " f32");
-          expect_same(run_all(xb, M, K, cfg), ref_b, what + " bf16");
-        }
-      }
+      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
+        compare_paths(x, M, K, {e, r},
+                      std::to_string(M) + "x" + std::to_string(K) + " " + elem_name(e) + " " +
+                          rounding_name(r));
   }
 }
 

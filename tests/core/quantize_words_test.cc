@@ -18,11 +18,15 @@
 #include <vector>
 
 #include "core/mx_test_data.h"
+#include "core/quantize_compare.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
 namespace {
+
+using testdata::compare_paths;
+using testdata::PathGuard;
 
 // A grid point of `e` at or near v's binade and its upper neighbour: their midpoint, moved
 // by -1, 0 or +1 FP32 ulp (so only the bits below the BF16 half decide the rounding).
@@ -75,54 +79,6 @@ std::vector<float> word_edge_matrix(int64_t M, int64_t K, uint32_t seed) {
                         : -std::numeric_limits<float>::infinity();
     }
   return x;
-}
-
-struct Outputs {
-  MXTensor row, col, tile, dual_row, dual_col;
-};
-
-template <class T>
-Outputs run_all(const std::vector<T>& x, int64_t M, int64_t K, QuantConfig cfg) {
-  Outputs o;
-  o.row = quantize(x.data(), M, K, MXLayout::rowwise, cfg);
-  o.col = quantize(x.data(), M, K, MXLayout::colwise, cfg);
-  o.tile = quantize(x.data(), M, K, MXLayout::tile32, cfg);
-  quantize_dual(x.data(), M, K, cfg, o.dual_row, o.dual_col);
-  return o;
-}
-
-void expect_same(const MXTensor& got, const MXTensor& want, const std::string& what) {
-  ASSERT_EQ(got.scales, want.scales) << what << " scales";
-  if (got.data == want.data) return;
-  for (size_t i = 0; i < want.data.size(); ++i)
-    ASSERT_EQ(int(got.data[i]), int(want.data[i]))
-        << what << " element (" << i / size_t(want.cols) << ", " << i % size_t(want.cols) << ")";
-}
-
-void expect_same(const Outputs& got, const Outputs& want, const std::string& what) {
-  expect_same(got.row, want.row, what + " rowwise");
-  expect_same(got.col, want.col, what + " colwise");
-  expect_same(got.tile, want.tile, what + " tile32");
-  expect_same(got.dual_row, want.dual_row, what + " dual(rowwise)");
-  expect_same(got.dual_col, want.dual_col, what + " dual(colwise)");
-}
-
-struct PathGuard {
-  ~PathGuard() { clear_isa_override(); }
-};
-
-void compare_paths(const std::vector<float>& x, int64_t M, int64_t K, QuantConfig cfg,
-                   const std::string& what) {
-  const std::vector<uint16_t> xb = testdata::to_bf16(x);
-  set_isa(Isa::scalar);
-  const Outputs ref = run_all(x, M, K, cfg), ref_b = run_all(xb, M, K, cfg);
-  for (Isa isa : supported_isas()) {
-    if (isa == Isa::scalar) continue;
-    set_isa(isa);
-    const std::string w = std::string(isa_name(isa)) + " " + what;
-    expect_same(run_all(x, M, K, cfg), ref, w + " f32");
-    expect_same(run_all(xb, M, K, cfg), ref_b, w + " bf16");
-  }
 }
 
 TEST(QuantizeWords, EdgeRegimesMatchScalarReference) {
