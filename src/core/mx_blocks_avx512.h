@@ -133,5 +133,21 @@ template <class T, Elem E, bool CLAMP>
   return words(k0, k1);
 }
 
+// Codes of one 32-element block with one scale (a row block or a tile row) on the rare
+// path: 0x00 for a zero block, slow16 for a NaN/Inf block or one with a slow lane, else the
+// 16-bit codes. x: the block's 32 input elements, w: their words, y / tb: the block's code
+// offset and slow bound, byte: its scale byte.
+template <class T, Elem E, bool CLAMP>
+inline __m512i block_codes16(const T* x, const Word16& w, __m512i y, __m512i tb, bool zero,
+                             bool nan, uint8_t byte) {
+  if (zero) return _mm512_setzero_si512();
+  if (nan || slow_lanes(w, tb) != 0) {
+    const __m512 inv = _mm512_set1_ps(inv_scale(byte));
+    return slow16<T, E, CLAMP>(x, inv, inv, 0, nan ? ~__mmask32(0) : 0);
+  }
+  __m512i slow;
+  return encode16<E, CLAMP>(w, y, tb, slow);
+}
+
 }  // namespace
 }  // namespace mxtrain::kern::avx512

@@ -267,8 +267,8 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
   for (int k = 0; k < 4; ++k) {
     const int w = 4 * q + k;
     const Word16 wd = word16<E>(load_words<T>(s, xr, i, w));
-    __m512i slow;
     if constexpr (MODE != Mode::tile32) {
+      __m512i slow;
       out.c[k] = encode16<E, CLAMP>(wd, s.cw[w], s.cb[w], slow);
       out.c[k] = _mm512_mask_mov_epi16(out.c[k], s.cwzero[w], _mm512_setzero_si512());
       const __mmask32 nan = __mmask32(s.cnan[2 * w]) | (__mmask32(s.cnan[2 * w + 1]) << 16);
@@ -278,16 +278,10 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
       }
     }
     if constexpr (MODE != Mode::colwise) {
-      const bool zb = row_zero<MODE>(s, i, q, k), nb = row_nan<MODE>(s, i, q, k);
-      const __m512i y = set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]);
-      const __m512i tb = set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]);
-      out.r[k] = encode16<E, CLAMP>(wd, y, tb, slow);
-      if (zb) {
-        out.r[k] = _mm512_setzero_si512();
-      } else if (nb || slow_lanes(wd, tb) != 0) {
-        const __m512 inv = _mm512_set1_ps(inv_scale(rs[w]));
-        out.r[k] = slow16<T, E, CLAMP>(xr + 32 * w, inv, inv, 0, nb ? ~__mmask32(0) : 0);
-      }
+      out.r[k] = block_codes16<T, E, CLAMP>(
+          xr + 32 * w, wd, set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]),
+          set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]), row_zero<MODE>(s, i, q, k),
+          row_nan<MODE>(s, i, q, k), rs[w]);
     }
   }
   return out;

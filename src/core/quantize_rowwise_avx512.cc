@@ -45,17 +45,10 @@ template <class T, Elem E, bool CLAMP>
                                          __m512i b2, __mmask16 zero, __mmask16 nan) {
   RowCodes out;
   for (int k = 0; k < 4; ++k) {
-    const bool zb = (zero >> (4 * k)) & 1, nb = (nan >> (4 * k)) & 1;
-    const Word16 w = word16<E>(raw16(x + 32 * k));
-    const __m512i tb = block_words(b2, k);
-    __m512i slow;
-    out.c[k] = encode16<E, CLAMP>(w, block_words(y2, k), tb, slow);
-    if (zb) {
-      out.c[k] = _mm512_setzero_si512();
-    } else if (nb || slow_lanes(w, tb) != 0) {
-      const __m512 inv = _mm512_set1_ps(inv_scale(scales[k]));
-      out.c[k] = slow16<T, E, CLAMP>(x + 32 * k, inv, inv, 0, nb ? ~__mmask32(0) : 0);
-    }
+    out.c[k] = block_codes16<T, E, CLAMP>(x + 32 * k, word16<E>(raw16(x + 32 * k)),
+                                          block_words(y2, k), block_words(b2, k),
+                                          (zero >> (4 * k)) & 1, (nan >> (4 * k)) & 1,
+                                          scales[k]);
   }
   return out;
 }
