@@ -66,10 +66,10 @@ inline void rowwise128(const T* x, RowWriter& d, uint8_t* scales, bool rceil) {
   const __m512i b = scale_bytes<E>(ab, rceil);
   store_quad(scales, b);
   // Y and TB of block k in both words of lanes 4k..4k+3, then broadcast per block.
-  const __m512i y = code_offset<E>(b), bound = slow_bound<E>(b);
-  const __m512i y2 = _mm512_or_si512(_mm512_and_si512(y, set1(0xFFFFu)), _mm512_slli_epi32(y, 16));
-  const __m512i b2 =
-      _mm512_or_si512(_mm512_and_si512(bound, set1(0xFFFFu)), _mm512_slli_epi32(bound, 16));
+  const auto both_words = [](__m512i v) {
+    return _mm512_or_si512(_mm512_and_si512(v, set1(0xFFFFu)), _mm512_slli_epi32(v, 16));
+  };
+  const __m512i y2 = both_words(code_offset<E>(b)), b2 = both_words(slow_bound<E>(b));
   __m512i c[4], acc = _mm512_setzero_si512();
 #pragma GCC unroll 4
   for (int k = 0; k < 4; ++k) {
