@@ -6,7 +6,8 @@
 // scales). Each row also carries memcpy_gb_per_s: a memcpy moving the same traffic — it
 // copies (read + written) / 2 bytes, i.e. reads and writes that many — timed in the same
 // run, alternating with the quantizer, with the same thread count, as the bandwidth
-// yardstick. Figures use the best of the
+// yardstick. Before every timed run the caches are settled (see CacheSettler), so that
+// neither contender pays for the other's dirty lines. Figures use the best of the
 // timed runs (the median is reported too). --json prints one JSON array of row objects
 // (name, input, op, elem, threads, isa, rows, cols, ms, median_ms, bytes_read,
 // bytes_written, gb_per_s, memcpy_gb_per_s, fraction_of_memcpy and, on fast-path rows,
@@ -39,6 +40,45 @@ struct BenchQuantOptions {
   int iters = 10;
   int scalar_iters = 3;
   bool scalar = true;
+  bool settle = true;
+};
+
+// Brings the caches to the same state before every timed run: it reads, untimed and
+// split over the current OpenMP threads, a buffer twice the size of the last-level cache.
+// Without it the yardstick biases the comparison: a 32 MiB memcpy leaves up to an L3 of
+// dirty destination lines (glibc copies through the cache below its non-temporal
+// threshold), and the quantizer that runs next pays for writing them back; the quantizer's
+// own large outputs are streamed and leave nothing behind for the copy. After a settle,
+// both start with caches full of clean lines that hold none of their data.
+class CacheSettler {
+ public:
+  CacheSettler() : buf_(bytes(), 1) {}
+  void settle() const {
+    const size_t n = buf_.size();
+    uint64_t acc = 0;
+#pragma omp parallel reduction(+ : acc)
+    {
+      const size_t nt = size_t(omp_get_num_threads()), t = size_t(omp_get_thread_num());
+      for (size_t i = n * t / nt; i < n * (t + 1) / nt; i += 64) acc += buf_[i];
+    }
+    sink_ = acc;
+  }
+  size_t size() const { return buf_.size(); }
+
+ private:
+  // 2x the L3 (sysfs, which reports the cache a core really shares; some VMs report
+  // the host's in sysconf), within [64, 512] MiB.
+  static size_t bytes() {
+    size_t l3 = 32u << 20;
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      unsigned long kib = 0;
+      if (std::fscanf(f, "%luK", &kib) == 1 && kib > 0) l3 = size_t(kib) << 10;
+      std::fclose(f);
+    }
+    return std::clamp<size_t>(2 * l3, size_t(64) << 20, size_t(512) << 20);
+  }
+  std::vector<uint8_t> buf_;
+  mutable volatile uint64_t sink_ = 0;
 };
 
 struct Timing {
@@ -58,16 +98,20 @@ Timing summarize(std::vector<double> t) {
 }
 
 // Wall-clock times of fn() and of the yardstick copy(), alternating, over `iters` runs
-// after one warm-up run of each (page faults, caches, OpenMP team). Alternating exposes
-// both to the same disturbances; the best run of each is the figure reported (on a shared
-// machine it is the least disturbed one), the median is kept beside it.
+// after one warm-up run of each (page faults, caches, OpenMP team), each timed run after a
+// cache settle (when `settler` is given). Alternating exposes both to the same
+// disturbances; the best run of each is the figure reported (on a shared machine it is the
+// least disturbed one), the median is kept beside it.
 template <class Fn, class Copy>
-std::pair<Timing, Timing> time_pair(int iters, Fn&& fn, Copy&& copy) {
+std::pair<Timing, Timing> time_pair(int iters, const CacheSettler* settler, Fn&& fn,
+                                    Copy&& copy) {
   fn();
   copy();
   std::vector<double> tf, tc;
   for (int i = 0; i < iters; ++i) {
+    if (settler) settler->settle();
     tc.push_back(seconds(copy));
+    if (settler) settler->settle();
     tf.push_back(seconds(fn));
   }
   return {summarize(tf), summarize(tc)};
@@ -108,6 +152,8 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   std::vector<Isa> isas = {fast};
   if (o.scalar && fast != Isa::scalar) isas.push_back(Isa::scalar);
 
+  std::unique_ptr<CacheSettler> settler;
+  if (o.settle) settler = std::make_unique<CacheSettler>();
   const int saved_threads = omp_get_max_threads();
   nlohmann::json rows = nlohmann::json::array();
   std::vector<uint8_t> msrc, mdst;
@@ -142,7 +188,7 @@ int run_bench_quantize(const BenchQuantOptions& o) {
         for (Isa isa : isas) {
           set_isa(isa);
           const auto [tm, t_copy] =
-              time_pair(isa == Isa::scalar ? o.scalar_iters : o.iters, run, copy);
+              time_pair(isa == Isa::scalar ? o.scalar_iters : o.iters, settler.get(), run, copy);
           clear_isa_override();
           const double memcpy_gbs = double(2 * copy_n) / t_copy.best / 1e9;
           const double t = tm.best;
@@ -161,7 +207,8 @@ int run_bench_quantize(const BenchQuantOptions& o) {
                               {"bytes_written", written},
                               {"gb_per_s", gbs},
                               {"memcpy_gb_per_s", memcpy_gbs},
-                              {"fraction_of_memcpy", gbs / memcpy_gbs}};
+                              {"fraction_of_memcpy", gbs / memcpy_gbs},
+                              {"cache_settle_bytes", settler ? settler->size() : 0}};
           if (isa == fast) fast_seconds = t;
           else if (!rows.empty()) rows.back()["speedup_vs_scalar"] = t / fast_seconds;
           rows.push_back(r);
@@ -215,5 +262,7 @@ MXT_REGISTER_COMMAND("bench quantize", [](CLI::App& app) {
                   "Timed iterations of the (slow) scalar path (default 3)")
       ->check(CLI::PositiveNumber);
   sub->add_flag("!--no-scalar", opts->scalar, "Skip the scalar-path comparison rows");
+  sub->add_flag("!--no-settle", opts->settle,
+                "Do not settle the caches (read 2x the L3, untimed) before each timed run");
   sub->callback([opts] { mxtrain::cli::exit_code() = run_bench_quantize(*opts); });
 });

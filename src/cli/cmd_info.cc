@@ -26,16 +26,19 @@ struct OpPath {
 
 std::vector<OpPath> op_paths() {
   const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  // The avx512vbmi table has VBMI builds of the strip kernels only; the rest are avx512's.
   const std::string isa = isa_name(k.isa);
+  const std::string base = k.isa == Isa::avx512vbmi ? isa_name(Isa::avx512) : isa;
   const std::string sfx = k.isa == Isa::scalar ? "__ref" : "__" + isa;
+  const std::string bsfx = k.isa == Isa::scalar ? "__ref" : "__" + base;
   return {
-      {"quantize rowwise 1x32", isa, "quantize_mx_rowwise_{f32,bf16}" + sfx},
+      {"quantize rowwise 1x32", base, "quantize_mx_rowwise_{f32,bf16}" + bsfx},
       {"quantize colwise 32x1", isa, "quantize_mx_colwise_{f32,bf16}" + sfx},
       {"quantize dual-axis (one read)", isa, "quantize_mx_dual_{f32,bf16}" + sfx},
       {"quantize 32x32 tiles", isa, "quantize_mx_tile32_{f32,bf16}" + sfx},
-      {"dequantize (to fp32 / bf16)", isa, "dequantize_mx_{f32,bf16}" + sfx},
-      {"fp32 <-> bf16 arrays", isa, "convert_{f32_to_bf16,bf16_to_f32}" + sfx},
-      {"non-finite scan", isa, "has_nonfinite_f32" + sfx},
+      {"dequantize (to fp32 / bf16)", base, "dequantize_mx_{f32,bf16}" + bsfx},
+      {"fp32 <-> bf16 arrays", base, "convert_{f32_to_bf16,bf16_to_f32}" + bsfx},
+      {"non-finite scan", base, "has_nonfinite_f32" + bsfx},
       {"GEMM (bf16 and MX-scaled)", "oneDNN", "oneDNN matmul; oneDNN picks its own ISA "
                                               "(see ONEDNN_VERBOSE=1)"},
   };
@@ -46,7 +49,7 @@ int run_info(bool json) {
   const std::vector<std::pair<const char*, bool>> feats = {
       {"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
       {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
-      {"avx512dq", f.avx512dq}, {"avx512_bf16", f.avx512_bf16},
+      {"avx512dq", f.avx512dq}, {"avx512vbmi", f.avx512vbmi}, {"avx512_bf16", f.avx512_bf16},
       {"amx_tile", f.amx_tile}, {"amx_bf16", f.amx_bf16}};
   std::vector<std::string> supported;
   for (Isa i : supported_isas()) supported.push_back(isa_name(i));
@@ -70,11 +73,11 @@ int run_info(bool json) {
   std::cout << "\nkernel paths supported:";
   for (const std::string& s : supported) std::cout << " " << s;
   std::cout << "\nactive path: " << isa_name(active_isa()) << " (best " << isa_name(best_isa())
-            << "; override with --isa or MXTRAIN_ISA=scalar|avx2|avx512)\n";
+            << "; override with --isa or MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi)\n";
   std::cout << "OpenMP threads: " << omp_get_max_threads() << "\n\n";
   for (const OpPath& o : ops)
     std::cout << "  " << o.op << std::string(o.op.size() < 32 ? 32 - o.op.size() : 1, ' ')
-              << o.path << "  " << o.kernel << "\n";
+              << o.path << std::string(o.path.size() < 12 ? 12 - o.path.size() : 1, ' ') << o.kernel << "\n";
   if (active_isa() == Isa::avx2)
     std::cout << "  (quantization has no AVX2 kernels: the avx2 path uses the scalar ones)\n";
   return 0;

@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   std::string isa;
-  app.add_option("--isa", isa, "Force a kernel path: scalar, avx2 or avx512 (default: best "
-                               "the CPU supports; also MXTRAIN_ISA)");
+  app.add_option("--isa", isa, "Force a kernel path: scalar, avx2, avx512 or avx512vbmi (default: "
+                               "the best the CPU supports; also MXTRAIN_ISA)");
   app.parse_complete_callback([&] {
     if (!isa.empty()) set_isa(parse_isa(isa));
   });

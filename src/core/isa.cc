@@ -57,6 +57,7 @@ CpuFeatures probe() {
     f.avx512dq = f.avx512f && ((l7.b >> 17) & 1);
     f.avx512bw = f.avx512f && ((l7.b >> 30) & 1);
     f.avx512vl = f.avx512f && ((l7.b >> 31) & 1);
+    f.avx512vbmi = f.avx512f && ((l7.c >> 1) & 1);
     f.amx_bf16 = os_amx && ((l7.d >> 22) & 1);
     f.amx_tile = os_amx && ((l7.d >> 24) & 1);
     if (l7.a >= 1) f.avx512_bf16 = f.avx512f && ((cpuid(7, 1).a >> 5) & 1);
@@ -125,19 +126,21 @@ bool isa_supported(Isa isa) {
     case Isa::avx2: return f.avx2 && f.fma && f.f16c;
     case Isa::avx512:
       return f.avx2 && f.fma && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+    case Isa::avx512vbmi: return isa_supported(Isa::avx512) && f.avx512vbmi;
   }
   return false;
 }
 
 std::vector<Isa> supported_isas() {
   std::vector<Isa> out;
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vbmi})
     if (isa_supported(i)) out.push_back(i);
   return out;
 }
 
 Isa best_isa() {
   static const Isa best = [] {
+    if (isa_supported(Isa::avx512vbmi)) return Isa::avx512vbmi;
     if (isa_supported(Isa::avx512)) return Isa::avx512;
     if (isa_supported(Isa::avx2)) return Isa::avx2;
     return Isa::scalar;
@@ -168,6 +171,7 @@ const char* isa_name(Isa isa) {
     case Isa::scalar: return "scalar";
     case Isa::avx2: return "avx2";
     case Isa::avx512: return "avx512";
+    case Isa::avx512vbmi: return "avx512vbmi";
   }
   return "?";
 }
@@ -176,7 +180,8 @@ Isa parse_isa(const std::string& name) {
   if (name == "scalar") return Isa::scalar;
   if (name == "avx2") return Isa::avx2;
   if (name == "avx512") return Isa::avx512;
-  MXT_FAIL("unknown kernel path '", name, "'; valid names: scalar, avx2, avx512");
+  if (name == "avx512vbmi") return Isa::avx512vbmi;
+  MXT_FAIL("unknown kernel path '", name, "'; valid names: scalar, avx2, avx512, avx512vbmi");
 }
 
 }  // namespace mxtrain

@@ -21,6 +21,7 @@ using kern::Region;
 
 namespace kern {
 const QuantKernels& quant_kernels(Isa isa) {
+  if (isa == Isa::avx512vbmi) return quant_kernels_avx512vbmi();
   if (isa == Isa::avx512) return quant_kernels_avx512();
   return quant_kernels_ref();  // avx2 has no quantize kernels of its own
 }

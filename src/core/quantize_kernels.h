@@ -2,12 +2,14 @@
 //
 // quantize.cc (API checks + dispatch + OpenMP split) calls kernels through a per-ISA table
 // of function pointers (ggml style). Kernels do no checks and no allocation (beyond one
-// scratch buffer per thread, made on its first call: quantize_avx512.cc); each works on
+// scratch buffer per thread, made on its first call: quantize_strip_avx512.h); each works on
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
 // quantize_ref.cc holds the scalar reference; the AVX-512 versions are in
-// quantize_rowwise_avx512.cc, quantize_avx512.cc (colwise, 32x32, dual-axis, and the
-// table) and dequantize_avx512.cc, on top of simd_avx512.h and mx_blocks_avx512.h.
+// quantize_rowwise_avx512.cc, quantize_strip_avx512.h (colwise, 32x32, dual-axis; built
+// by quantize_avx512.cc, which also holds the table) and dequantize_avx512.cc, on top of
+// simd_avx512.h and mx_blocks_avx512.h. The avx512vbmi table (quantize_avx512vbmi.cc) is
+// the avx512 one with the colwise, 32x32 and dual-axis kernels built with VBMI.
 // The scale rule below is shared by every kernel so that all paths agree bit for bit.
 #pragma once
 
@@ -106,6 +108,7 @@ struct QuantKernels {
 
 const QuantKernels& quant_kernels_ref();
 const QuantKernels& quant_kernels_avx512();  // only call when isa_supported(Isa::avx512)
+const QuantKernels& quant_kernels_avx512vbmi();  // only when isa_supported(Isa::avx512vbmi)
 // The table dispatch uses for `isa` (falls back to the reference where no kernel exists).
 const QuantKernels& quant_kernels(Isa isa);
 
@@ -149,5 +152,17 @@ void dequantize_mx_bf16__avx512(const uint8_t* data, const uint8_t* scales, int6
 void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n);
 void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n);
 bool has_nonfinite_f32__avx512(const float* x, int64_t n);
+
+// ---- AVX-512 + VBMI kernels (quantize_avx512vbmi.cc) --------------------------------------
+void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+                                          QOut out);
+void quantize_mx_tile32_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+                                         QOut out);
+void quantize_mx_dual_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
+                                      QOut col);
+void quantize_mx_dual_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
+                                       QOut col);
 
 }  // namespace mxtrain::kern

@@ -27,6 +27,10 @@
 #include "core/simd_avx512.h"
 
 namespace mxtrain::kern::avx512 {
+// Internal linkage: files built with different ISA flags (quantize_avx512.cc and
+// quantize_avx512vbmi.cc) each keep their own copies, so a call from a plain AVX-512 file
+// can never resolve to a copy compiled with VBMI.
+namespace {
 
 inline __m512i set1_16(int v) { return _mm512_set1_epi16(short(v)); }
 
@@ -128,16 +132,28 @@ inline Word16 word16(__m512i raw) {
   return {q, um1, _mm512_srli_epi16(raw, 8)};
 }
 
-// Codes (one per word lane) with code offsets y and slow bounds tb, the sign bit added in
-// every lane (the caller fixes zero blocks: they encode as 0x00). q - y saturates to 0, so
-// zero lanes give code 0 without a mask. `slow` gets a non-zero word in every slow lane
-// (0 < u <= tb, i.e. u - 1 < tb unsigned).
+// Codes (one per word lane) with code offsets y and slow bounds tb, without the sign (the
+// caller fixes zero blocks: they encode as 0x00). q - y saturates to 0, so zero lanes give
+// code 0 without a mask. `slow` gets a non-zero word in every slow lane (0 < u <= tb, i.e.
+// u - 1 < tb unsigned). Codes are at most max_code (rceil scales keep amax in range; floor
+// clamps), so they fit 7 bits and the sign goes in bit 7.
 template <Elem E, bool CLAMP>
-inline __m512i encode16(const Word16& w, __m512i y, __m512i tb, __m512i& slow) {
+inline __m512i encode16u(const Word16& w, __m512i y, __m512i tb, __m512i& slow) {
   slow = _mm512_subs_epu16(tb, w.um1);
   __m512i c = _mm512_subs_epu16(w.q, y);
   if constexpr (CLAMP) c = _mm512_min_epu16(c, set1_16(Enc16<E>::max_code));
-  return _mm512_ternarylogic_epi32(c, w.s8, set1_16(0x80), 0xF8);  // c | (s8 & 0x80)
+  return c;
+}
+
+// c | (s8 & 0x80): the sign (bit 7 of s8 = raw >> 8) added to word codes.
+inline __m512i with_sign16(__m512i c, __m512i s8) {
+  return _mm512_ternarylogic_epi32(c, s8, set1_16(0x80), 0xF8);
+}
+
+// Codes with the sign added in every lane.
+template <Elem E, bool CLAMP>
+inline __m512i encode16(const Word16& w, __m512i y, __m512i tb, __m512i& slow) {
+  return with_sign16(encode16u<E, CLAMP>(w, y, tb, slow), w.s8);
 }
 
 // The slow lanes of one vector (for the rare fix-up path).
@@ -151,10 +167,39 @@ inline __m512i pack2(__m512i a, __m512i b) {
                                   _mm512_packus_epi16(a, b));
 }
 
+#ifdef __AVX512VBMI__
+// Byte indexes 2j + H (j = 0..63) into the 128 bytes of a VBMI two-source permute.
+template <int H>
+struct ByteIdx {
+  alignas(64) uint8_t v[64];
+  constexpr ByteIdx() : v{} {
+    for (int j = 0; j < 64; ++j) v[j] = uint8_t(2 * j + H);
+  }
+};
+inline constexpr ByteIdx<0> kLoBytes{};
+inline constexpr ByteIdx<1> kHiBytes{};
+
+// The low bytes of the 64 words of a, b, in order (64 word codes -> 64 bytes), and their
+// high bytes (the sign bytes of 64 input words): one byte permute each.
+inline __m512i lo_bytes(__m512i a, __m512i b) {
+  return _mm512_permutex2var_epi8(a, _mm512_load_si512(kLoBytes.v), b);
+}
+inline __m512i hi_bytes(__m512i a, __m512i b) {
+  return _mm512_permutex2var_epi8(a, _mm512_load_si512(kHiBytes.v), b);
+}
+
+// c | (s & 0x80) on bytes: the sign bytes s added to byte codes.
+inline __m512i with_sign8(__m512i c, __m512i s) {
+  return _mm512_ternarylogic_epi32(c, s, _mm512_set1_epi8(char(0x80)), 0xF8);
+}
+#endif
+
+
 // 32-bit lanes of codes (lo: elements 0..15, hi: 16..31) -> one word vector.
 inline __m512i words(__m512i lo, __m512i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),
                             _mm512_cvtepi32_epi16(hi), 1);
 }
 
+}  // namespace
 }  // namespace mxtrain::kern::avx512

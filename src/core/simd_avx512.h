@@ -16,6 +16,10 @@
 #include "mxtrain/formats.h"
 
 namespace mxtrain::kern::avx512 {
+// Internal linkage: files built with different ISA flags (quantize_avx512.cc and
+// quantize_avx512vbmi.cc) each keep their own copies, so a call from a plain AVX-512 file
+// can never resolve to a copy compiled with VBMI.
+namespace {
 
 inline __m512i set1(uint32_t v) { return _mm512_set1_epi32(int(v)); }
 
@@ -169,4 +173,5 @@ inline __m512i to_bf16_bits(__m512i u) {
   return _mm512_mask_mov_epi32(r, _mm512_cmpgt_epu32_mask(abs_bits(u), set1(0x7F800000u)), q);
 }
 
+}  // namespace
 }  // namespace mxtrain::kern::avx512

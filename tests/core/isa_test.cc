@@ -10,12 +10,13 @@ namespace mxtrain {
 namespace {
 
 TEST(Isa, NamesRoundTrip) {
-  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512}) EXPECT_EQ(parse_isa(isa_name(i)), i);
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512vbmi})
+    EXPECT_EQ(parse_isa(isa_name(i)), i);
   try {
     parse_isa("sse");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512, avx512vbmi"), std::string::npos) << e.what();
   }
 }
 
@@ -30,8 +31,9 @@ TEST(Isa, SupportedListIsConsistent) {
   // state, which cpu_features() folds into avx512f.
   EXPECT_EQ(isa_supported(Isa::avx512),
             f.avx2 && f.fma && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq);
+  EXPECT_EQ(isa_supported(Isa::avx512vbmi), isa_supported(Isa::avx512) && f.avx512vbmi);
   EXPECT_EQ(isa_supported(Isa::avx2), f.avx2 && f.fma && f.f16c);
-  if (f.avx512bw || f.avx512vl || f.avx512dq || f.avx512_bf16) {
+  if (f.avx512bw || f.avx512vl || f.avx512dq || f.avx512vbmi || f.avx512_bf16) {
     EXPECT_TRUE(f.avx512f);
   }
 }
@@ -46,7 +48,7 @@ TEST(Isa, OverrideAndClear) {
   }
   clear_isa_override();
   EXPECT_EQ(active_isa(), before);
-  for (Isa i : {Isa::avx2, Isa::avx512}) {
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512vbmi}) {
     if (isa_supported(i)) continue;
     try {
       set_isa(i);

@@ -111,6 +111,32 @@ TEST(QuantizeWords, EdgeMatrixHasItsRegimes) {
   EXPECT_GT(nan, 3);
 }
 
+// Ordinary data: normal values at a few magnitudes per row, no zeros, NaNs or subnormals.
+// Nearly every 128-column piece then takes the fast path end to end (its codes packed to
+// bytes with the sign merged in), which the edge matrices above, built to send pieces to
+// the exact path, hardly reach.
+TEST(QuantizeWords, OrdinaryDataMatchesScalarReference) {
+  PathGuard guard;
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 128}, {31, 1023}, {33, 4161}, {64, 1024}, {257, 513}, {96, 8320}};
+  for (auto [M, K] : shapes) {
+    std::mt19937 rng(uint32_t(M * 131 + K));
+    std::normal_distribution<float> normal(0.f, 1.f);
+    std::vector<float> x(size_t(M * K));
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < K; ++j) {
+        float v = normal(rng) * std::ldexp(1.f, int(i % 17) - 8);
+        if (v == 0.f) v = 1.f;  // keep every block non-zero
+        x[size_t(i * K + j)] = v;
+      }
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
+        compare_paths(x, M, K, {e, r},
+                      "ordinary " + std::to_string(M) + "x" + std::to_string(K) + " " +
+                          elem_name(e) + " " + rounding_name(r));
+  }
+}
+
 // >= 8 Mi elements: the large-output path (non-temporal stores, realigned rows).
 TEST(QuantizeWords, LargeTensorMatchesScalarReference) {
   PathGuard guard;

@@ -267,7 +267,8 @@ TEST(ReportKinds, DenseAndGroupedAreDisjointAndListed) {
 TEST(ReportMachine, DescribesThisProcess) {
   Machine m = current_machine();
   EXPECT_GE(m.threads, 1);
-  EXPECT_TRUE(m.isa == "scalar" || m.isa == "avx2" || m.isa == "avx512") << m.isa;
+  EXPECT_TRUE(m.isa == "scalar" || m.isa == "avx2" || m.isa == "avx512" || m.isa == "avx512vbmi")
+      << m.isa;
 }
 
 }  // namespace
