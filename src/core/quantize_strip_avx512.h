@@ -52,6 +52,11 @@ enum class Mode { colwise, tile32, dual };
 // (colwise, dual). Columns are handled in 128-wide pieces; only the last piece of a chunk
 // that ends at a ragged K is partial and takes the masked 16-lane code.
 
+// A block's code offset Y and slow bound TB (see simd16_avx512.h), as 16-bit words.
+struct YTB {
+  int16_t y, tb;
+};
+
 // What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc, pc <= kChunk), for
 // pass 2.
 // Full pieces work on 32-column word vectors (index w = 4 * piece + k); the partial piece
@@ -77,7 +82,8 @@ struct ChunkW {
   uint32_t tab[4];                                 // tile32: partial piece tile amax
   __mmask16 rzero[32][kChunk / 512], rnan[32][kChunk / 512];  // dual: row-block flags, bit
                                                    // per block of 16 (see row_scales16)
-  int16_t ry[32][kChunk / 32], rtb[32][kChunk / 32];  // dual: row-block Y, TB
+  // dual: row-block Y and TB, one 32-bit pair per block (row_scales16 stores 16 at once)
+  alignas(64) YTB ryb[32][kChunk / 32];
   uint32_t rab[32][4];                             // dual: partial piece row-block amax
 };
 template <class T>
@@ -119,7 +125,7 @@ inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* y, int16_t*
 }
 
 // Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time) from their
-// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), Y and TB to ry / rtb,
+// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), Y and TB to ryb,
 // zero / NaN flags bit 4 (q - q0) + k for block k of piece q.
 template <Elem E, class C>
 inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rceil,
@@ -127,9 +133,11 @@ inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rce
   const __m512i ab = hmax16_16(zq[0], zq[1], zq[2], zq[3]);
   const __m512i b = scale_bytes<E>(ab, rceil);
   const __mmask16 valid = lanes(4 * n);
-  _mm512_mask_cvtepi32_storeu_epi8(rs + 4 * q0, valid, b);
-  _mm512_mask_cvtepi32_storeu_epi16(s.ry[i] + 4 * q0, valid, code_offset<E>(b));
-  _mm512_mask_cvtepi32_storeu_epi16(s.rtb[i] + 4 * q0, valid, slow_bound<E>(b));
+  _mm_mask_storeu_epi8(rs + 4 * q0, valid, _mm512_cvtepi32_epi8(b));
+  // Whole vector stores (ryb rows have room for 16 blocks from any q0): Y in the low word of
+  // each lane, TB in the high one.
+  _mm512_store_si512(&s.ryb[i][4 * q0], _mm512_mask_blend_epi16(
+      0xAAAAAAAAu, code_offset<E>(b), _mm512_slli_epi32(slow_bound<E>(b), 16)));
   s.rzero[i][q0 / 4] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
   s.rnan[i][q0 / 4] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
 }
@@ -314,8 +322,8 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
     }
     if constexpr (MODE != Mode::colwise) {
       out.r[k] = block_codes16<T, E, CLAMP>(
-          xr + 32 * w, wd, set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]),
-          set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]), row_zero<MODE>(s, i, q, k),
+          xr + 32 * w, wd, set1_16(MODE == Mode::dual ? s.ryb[i][w].y : s.ty[w]),
+          set1_16(MODE == Mode::dual ? s.ryb[i][w].tb : s.ttb[w]), row_zero<MODE>(s, i, q, k),
           row_nan<MODE>(s, i, q, k), rs[w]);
     }
   }
@@ -386,8 +394,8 @@ inline void pass2_row(const Chunk<T>& s, const T* x, const QParams& p, int i, QO
       if constexpr (MODE != Mode::tile32) cc[k] = encode16u<E, CLAMP>(wd, s.cw[w], s.cb[w], sc);
       if constexpr (MODE != Mode::colwise) {
         rc[k] = encode16u<E, CLAMP>(
-            wd, set1_16(MODE == Mode::dual ? s.ry[i][w] : s.ty[w]),
-            set1_16(MODE == Mode::dual ? s.rtb[i][w] : s.ttb[w]), sr);
+            wd, set1_16(MODE == Mode::dual ? s.ryb[i][w].y : s.ty[w]),
+            set1_16(MODE == Mode::dual ? s.ryb[i][w].tb : s.ttb[w]), sr);
       }
       acc = _mm512_ternarylogic_epi32(acc, sc, sr, 0xFE);  // acc | sc | sr
     }
