@@ -67,7 +67,7 @@ struct ChunkW {
   int nr, nfull;     // rows; full 128-column pieces
   int64_t ct;        // first column (relative) of the partial piece, = 128 * nfull
   __mmask16 m[8];    // lanes of the partial piece's vectors
-  const uint16_t* words;  // FP32 input: the chunk's words from pass 1, row stride kChunk
+  const uint16_t* words;  // FP32 input: the chunk's words from pass 1, row stride kWordLd
   // Full pieces: word amax per column during pass 1; then (colwise / dual) the code offsets
   // Y (in cw) and the slow bounds TB (cb); zero columns.
   __m512i cw[kChunk / 32], cb[kChunk / 32];
@@ -90,12 +90,13 @@ template <class T>
 using Chunk = ChunkW<kChunkCols<T>>;
 
 // Per-thread word buffers (64-byte aligned) for the two chunks in flight, FP32 inputs only;
-// allocated on a thread's first call, 256 KiB.
+// allocated on a thread's first call, 256 KiB. Row stride kWordLd.
+constexpr int64_t kWordLd = kChunkCols<float>;
 inline uint16_t* word_buffer(int which) {
   static thread_local std::unique_ptr<uint16_t[]> buf;
-  if (!buf) buf.reset(new uint16_t[2 * 32 * kChunkCols<float> + 32]);
+  if (!buf) buf.reset(new uint16_t[2 * 32 * kWordLd + 32]);
   const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63);
-  return reinterpret_cast<uint16_t*>(a) + int64_t(which) * 32 * kChunkCols<float>;
+  return reinterpret_cast<uint16_t*>(a) + int64_t(which) * 32 * kWordLd;
 }
 
 template <class C>
@@ -142,11 +143,17 @@ inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rce
   s.rnan[i][q0 / 4] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
 }
 
-// Pass 1 works in units of columns over all rows of the chunk: a unit is up to four full
-// pieces (512 columns; their 16 column-amax vectors stay in registers across the rows) or
-// the partial piece. For dual-axis it also writes each row block's scale.
-template <class C>
-inline int pass1_units(const C& s) {
+// Pass 1 works in units, run interleaved with pass 2 of the previous chunk (strip_impl).
+// A unit is one row of the chunk (FP32 colwise and 32x32), or a band of columns over all
+// rows: up to four full pieces (512 columns, whose 16 column-amax vectors then stay in
+// registers across the rows) or the partial piece. Bands measured faster for dual-axis
+// (both inputs) and BF16 colwise, rows for FP32 colwise and 32x32 (BF16 32x32: even).
+template <class T, Mode MODE>
+constexpr bool kByRows = sizeof(T) == 4 && MODE != Mode::dual;
+
+template <class T, Mode MODE>
+inline int pass1_units(const Chunk<T>& s) {
+  if constexpr (kByRows<T, MODE>) return s.nr;
   return (s.nfull + 3) / 4 + (s.pc > s.ct ? 1 : 0);
 }
 
@@ -173,7 +180,7 @@ inline void pass1_pieces(Chunk<T>& s, const T* x, const QParams& p, int q0, QOut
       for (int k = 0; k < 4; ++k) {
         const __m512i raw = raw16(xr + 128 * qq + 32 * k);
         if constexpr (sizeof(T) == 4)
-          _mm512_store_si512(wb + i * kChunkCols<T> + 128 * (q0 + qq) + 32 * k, raw);
+          _mm512_store_si512(wb + i * kWordLd + 128 * (q0 + qq) + 32 * k, raw);
         t[k] = abs16(raw);
         acc[4 * qq + k] = _mm512_max_epu16(acc[4 * qq + k], t[k]);
       }
@@ -207,11 +214,34 @@ inline void pass1_partial(Chunk<T>& s, const T* x, const QParams& p, QOut row) {
   }
 }
 
-// Pass 1 unit u (0 <= u < pass1_units(s)).
+// Pass 1, one row (colwise / 32x32 by rows): per-column amax.
+template <class T>
+inline void pass1_row(Chunk<T>& s, const T* x, const QParams& p, int i, uint16_t* wb) {
+  const T* xr = x + (s.rb + i) * p.K + s.c0;
+  for (int q = 0; q < s.nfull; ++q) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) {
+      const __m512i raw = raw16(xr + 128 * q + 32 * k);
+      if constexpr (sizeof(T) == 4)
+        _mm512_store_si512(wb + i * kWordLd + 128 * q + 32 * k, raw);
+      s.cw[4 * q + k] = _mm512_max_epu16(s.cw[4 * q + k], abs16(raw));
+    }
+  }
+  const int vt = 8 * s.nfull;
+  for (int j = 0; j < 4 && s.m[2 * j]; ++j) {
+    const __m512i a0 = abs_bits(load_bits(xr + s.ct + 32 * j, s.m[2 * j]));
+    const __m512i a1 = abs_bits(load_bits(xr + s.ct + 32 * j + 16, s.m[2 * j + 1]));
+    s.cm[vt + 2 * j] = _mm512_max_epu32(s.cm[vt + 2 * j], a0);
+    s.cm[vt + 2 * j + 1] = _mm512_max_epu32(s.cm[vt + 2 * j + 1], a1);
+  }
+}
+
+// Pass 1 unit u (0 <= u < pass1_units).
 template <class T, Elem E, Mode MODE>
 inline void pass1_unit(Chunk<T>& s, const T* x, const QParams& p, int u, QOut row,
                        uint16_t* wb) {
-  if (4 * u < s.nfull) pass1_pieces<T, E, MODE>(s, x, p, 4 * u, row, wb);
+  if constexpr (kByRows<T, MODE>) pass1_row<T>(s, x, p, u, wb);
+  else if (4 * u < s.nfull) pass1_pieces<T, E, MODE>(s, x, p, 4 * u, row, wb);
   else pass1_partial<T, E, MODE>(s, x, p, row);
 }
 
@@ -270,7 +300,7 @@ void chunk_scales(C& s, const QParams& p, QOut row, QOut col) {
 template <class T>
 inline __m512i load_words(const Chunk<T>& s, const T* xr, int i, int w) {
   if constexpr (sizeof(T) == 4) {
-    return _mm512_load_si512(s.words + i * kChunkCols<T> + 32 * w);
+    return _mm512_load_si512(s.words + i * kWordLd + 32 * w);
   } else {
     return raw16(xr + 32 * w);
   }
@@ -457,7 +487,7 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
   };
   int64_t rb = g.r0, c0 = g.c0;
   begin(0, rb, c0);
-  for (int u = 0; u < pass1_units(st[0]); ++u)
+  for (int u = 0; u < pass1_units<T, MODE>(st[0]); ++u)
     pass1_unit<T, E, MODE>(st[0], x, p, u, row, wb[0]);
   chunk_scales<E, MODE>(st[0], p, row, col);
   for (int cur = 0;; cur ^= 1) {
@@ -471,7 +501,7 @@ void strip_impl(const T* x, const QParams& p, Region g, QOut row, QOut col) {
     Chunk<T>& b = st[cur ^ 1];
     if (more) begin(cur ^ 1, nrb, nc0);
     const int rows = more ? (a.nr > b.nr ? a.nr : b.nr) : a.nr;
-    const int units = more ? pass1_units(b) : 0;
+    const int units = more ? pass1_units<T, MODE>(b) : 0;
     int done = 0;  // pass 1 units of b run so far: spread evenly over the rows of a
     for (int i = 0; i < rows; ++i) {
       const char* pf =
