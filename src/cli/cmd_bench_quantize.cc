@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
@@ -128,8 +129,8 @@ void parallel_memcpy(uint8_t* dst, const uint8_t* src, size_t n) {
 }
 
 struct Inputs {
-  std::vector<float> f32;
-  std::vector<uint16_t> bf16;
+  std::vector<float, AlignedAllocator<float>> f32;
+  std::vector<uint16_t, AlignedAllocator<uint16_t>> bf16;
 };
 
 int run_bench_quantize(const BenchQuantOptions& o) {
@@ -156,7 +157,7 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   if (o.settle) settler = std::make_unique<CacheSettler>();
   const int saved_threads = omp_get_max_threads();
   nlohmann::json rows = nlohmann::json::array();
-  std::vector<uint8_t> msrc, mdst;
+  ByteBuffer msrc, mdst;
   for (const char* input : {"f32", "bf16"}) {
     const bool is_f32 = std::string(input) == "f32";
     const size_t in_bytes = size_t(M * K) * (is_f32 ? 4 : 2);
