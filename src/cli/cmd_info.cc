@@ -26,13 +26,13 @@ struct OpPath {
 
 std::vector<OpPath> op_paths() {
   const kern::QuantKernels& k = kern::quant_kernels(active_isa());
-  // The avx512vbmi table has VBMI builds of the strip kernels only; the rest are avx512's.
+  // The avx512vbmi table has VBMI builds of the quantizers only; the rest are avx512's.
   const std::string isa = isa_name(k.isa);
   const std::string base = k.isa == Isa::avx512vbmi ? isa_name(Isa::avx512) : isa;
   const std::string sfx = k.isa == Isa::scalar ? "__ref" : "__" + isa;
   const std::string bsfx = k.isa == Isa::scalar ? "__ref" : "__" + base;
   return {
-      {"quantize rowwise 1x32", base, "quantize_mx_rowwise_{f32,bf16}" + bsfx},
+      {"quantize rowwise 1x32", isa, "quantize_mx_rowwise_{f32,bf16}" + sfx},
       {"quantize colwise 32x1", isa, "quantize_mx_colwise_{f32,bf16}" + sfx},
       {"quantize dual-axis (one read)", isa, "quantize_mx_dual_{f32,bf16}" + sfx},
       {"quantize 32x32 tiles", isa, "quantize_mx_tile32_{f32,bf16}" + sfx},

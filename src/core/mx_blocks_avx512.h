@@ -105,6 +105,60 @@ struct RowWriter {
   }
 };
 
+// Writing a piece row's four word vectors of codes as 128 bytes. The fast path's codes
+// lack the sign, which Signs supplies from the input words: with VBMI as sign bytes picked
+// once (shared by the copies of a dual-axis pass), else as raw >> 8 per vector.
+struct Signs {
+#ifdef __AVX512VBMI__
+  __m512i b[2];
+  explicit Signs(const __m512i* raw) : b{hi_bytes(raw[0], raw[1]), hi_bytes(raw[2], raw[3])} {}
+#else
+  __m512i s8[4];
+  explicit Signs(const __m512i* raw)
+      : s8{_mm512_srli_epi16(raw[0], 8), _mm512_srli_epi16(raw[1], 8),
+           _mm512_srli_epi16(raw[2], 8), _mm512_srli_epi16(raw[3], 8)} {}
+#endif
+};
+inline void put_codes(RowWriter& w, const __m512i* c, const Signs& sg) {
+#ifdef __AVX512VBMI__
+  w.put(with_sign8(lo_bytes(c[0], c[1]), sg.b[0]));
+  w.put(with_sign8(lo_bytes(c[2], c[3]), sg.b[1]));
+#else
+  w.put(pack2(with_sign16(c[0], sg.s8[0]), with_sign16(c[1], sg.s8[1])));
+  w.put(pack2(with_sign16(c[2], sg.s8[2]), with_sign16(c[3], sg.s8[3])));
+#endif
+}
+// Codes that already carry their sign (the rare path).
+inline void put_codes(RowWriter& w, const __m512i* c) {
+#ifdef __AVX512VBMI__
+  w.put(lo_bytes(c[0], c[1]));
+  w.put(lo_bytes(c[2], c[3]));
+#else
+  w.put(pack2(c[0], c[1]));
+  w.put(pack2(c[2], c[3]));
+#endif
+}
+
+// A block's code offset Y and slow bound TB (simd16_avx512.h) as one pair of 16-bit words.
+struct YTB {
+  int16_t y, tb;
+};
+
+// Scales of 16 blocks from four hmax4_16_lanes results (zq[p] for blocks 4p..4p+3), of
+// which the first 4n are real: their bytes to rs[0..4n), Y / TB pairs to ytb[0..16) (one
+// whole vector store, so ytb needs room for 16), zero / NaN blocks as mask bits.
+template <Elem E>
+inline void scales16(const __m512i* zq, int n, bool rceil, uint8_t* rs, YTB* ytb,
+                     __mmask16& zero, __mmask16& nan) {
+  const __m512i ab = hmax16_16(zq[0], zq[1], zq[2], zq[3]);
+  const __m512i b = scale_bytes<E>(ab, rceil);
+  _mm_mask_storeu_epi8(rs, lanes(4 * n), _mm512_cvtepi32_epi8(b));
+  _mm512_storeu_si512(ytb, _mm512_mask_blend_epi16(0xAAAAAAAAu, code_offset<E>(b),
+                                                   _mm512_slli_epi32(slow_bound<E>(b), 16)));
+  zero = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
+  nan = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
+}
+
 // Four scale bytes (lanes 0, 4, 8, 12 of b) to out[0..3].
 inline void store_quad(uint8_t* out, __m512i b) {
   const __m128i sel = _mm_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);

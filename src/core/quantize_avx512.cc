@@ -1,15 +1,23 @@
-// core/quantize_avx512.cc — AVX-512 colwise, 32x32 and dual-axis MX quantization kernels
-// (quantize_strip_avx512.h, without VBMI) and the AVX-512 kernel table (compiled with
-// AVX-512 F/BW/VL/DQ flags).
+// core/quantize_avx512.cc — the AVX-512 MX quantization kernels built without VBMI
+// (rowwise: quantize_rowwise_avx512.h; colwise, 32x32 and dual-axis:
+// quantize_strip_avx512.h) and the avx512 kernel table (compiled with AVX-512 F/BW/VL/DQ
+// flags).
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include "core/quantize_rowwise_avx512.h"
 #include "core/quantize_strip_avx512.h"
 
 namespace mxtrain::kern {
 
+void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
+  rowwise_any(x, p, g, out);
+}
+void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
+  rowwise_any(x, p, g, out);
+}
 void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::colwise>(x, p, g, out, out);
 }

@@ -1,12 +1,13 @@
-// core/quantize_avx512vbmi.cc — the colwise, 32x32 and dual-axis kernels of
-// quantize_strip_avx512.h built with AVX-512 VBMI (byte permutes pack the codes and pick
+// core/quantize_avx512vbmi.cc — the MX quantization kernels of quantize_rowwise_avx512.h
+// and quantize_strip_avx512.h built with AVX-512 VBMI (byte permutes pack the codes and pick
 // the sign bytes; compiled with the AVX-512 flags plus -mavx512vbmi), and the avx512vbmi
-// kernel table: these six kernels, the avx512 ones for every other operation.
+// kernel table: these eight kernels, the avx512 ones for every other operation.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
+#include "core/quantize_rowwise_avx512.h"
 #include "core/quantize_strip_avx512.h"
 
 #ifndef __AVX512VBMI__
@@ -15,6 +16,13 @@
 
 namespace mxtrain::kern {
 
+void quantize_mx_rowwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
+  rowwise_any(x, p, g, out);
+}
+void quantize_mx_rowwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+                                          QOut out) {
+  rowwise_any(x, p, g, out);
+}
 void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::colwise>(x, p, g, out, out);
 }
@@ -42,6 +50,8 @@ const QuantKernels& quant_kernels_avx512vbmi() {
   static const QuantKernels k = [] {
     QuantKernels t = quant_kernels_avx512();
     t.isa = Isa::avx512vbmi;
+    t.rowwise_f32 = quantize_mx_rowwise_f32__avx512vbmi;
+    t.rowwise_bf16 = quantize_mx_rowwise_bf16__avx512vbmi;
     t.colwise_f32 = quantize_mx_colwise_f32__avx512vbmi;
     t.colwise_bf16 = quantize_mx_colwise_bf16__avx512vbmi;
     t.tile32_f32 = quantize_mx_tile32_f32__avx512vbmi;

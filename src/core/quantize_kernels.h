@@ -6,10 +6,10 @@
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
 // quantize_ref.cc holds the scalar reference; the AVX-512 versions are in
-// quantize_rowwise_avx512.cc, quantize_strip_avx512.h (colwise, 32x32, dual-axis; built
-// by quantize_avx512.cc, which also holds the table) and dequantize_avx512.cc, on top of
+// quantize_rowwise_avx512.h and quantize_strip_avx512.h (colwise, 32x32, dual-axis), built
+// by quantize_avx512.cc (which also holds the table), and dequantize_avx512.cc, on top of
 // simd_avx512.h and mx_blocks_avx512.h. The avx512vbmi table (quantize_avx512vbmi.cc) is
-// the avx512 one with the colwise, 32x32 and dual-axis kernels built with VBMI.
+// the avx512 one with the quantize kernels built again with VBMI.
 // The scale rule below is shared by every kernel so that all paths agree bit for bit.
 #pragma once
 
@@ -132,7 +132,7 @@ void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n);
 void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n);
 bool has_nonfinite_f32__ref(const float* x, int64_t n);
 
-// ---- AVX-512 kernels (*_avx512.cc) --------------------------------------------------------
+// ---- AVX-512 kernels (quantize_avx512.cc, dequantize_avx512.cc) ---------------------------
 void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
 void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
 void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
@@ -154,6 +154,9 @@ void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n);
 bool has_nonfinite_f32__avx512(const float* x, int64_t n);
 
 // ---- AVX-512 + VBMI kernels (quantize_avx512vbmi.cc) --------------------------------------
+void quantize_mx_rowwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+                                          QOut out);
 void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
 void quantize_mx_colwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out);

@@ -3,7 +3,7 @@
 // quantize_avx512vbmi.cc (VBMI = true), each compiled with its own flags.
 //
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
-//  - rowwise (quantize_rowwise_avx512.cc): 128 columns at a time, all in registers.
+//  - rowwise (quantize_rowwise_avx512.h): a row at a time, in bands of 512 columns.
 //  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of
 //    kChunkCols columns. Pass 1 streams the chunk's rows once from memory (prefetched into
 //    L2 two chunks ahead, see strip_impl), keeping per-column amax in an L1 buffer
@@ -51,11 +51,6 @@ enum class Mode { colwise, tile32, dual };
 // `row` receives the rowwise copy (dual) or the tile copy (tile32); `col` the colwise copy
 // (colwise, dual). Columns are handled in 128-wide pieces; only the last piece of a chunk
 // that ends at a ragged K is partial and takes the masked 16-lane code.
-
-// A block's code offset Y and slow bound TB (see simd16_avx512.h), as 16-bit words.
-struct YTB {
-  int16_t y, tb;
-};
 
 // What pass 1 learns about one chunk (rows rb..rb+nr, columns c0..c0+pc, pc <= kChunk), for
 // pass 2.
@@ -125,22 +120,14 @@ inline Quad word_quad(__m512i ab, bool rceil, uint8_t* out, int16_t* y, int16_t*
           __mmask16(_mm512_cmpge_epu32_mask(ab, set1(0x7F800000u)) & 0x1111)};
 }
 
-// Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time) from their
-// hmax4_16_lanes results: bytes to rs (the row's scales for the chunk), Y and TB to ryb,
-// zero / NaN flags bit 4 (q - q0) + k for block k of piece q.
+// Dual-axis row scales of n <= 4 pieces q0.. of row i (16 blocks at a time, scales16):
+// bytes to rs (the row's scales for the chunk), Y and TB to ryb, zero / NaN flags bit
+// 4 (q - q0) + k for block k of piece q.
 template <Elem E, class C>
 inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rceil,
                          uint8_t* rs) {
-  const __m512i ab = hmax16_16(zq[0], zq[1], zq[2], zq[3]);
-  const __m512i b = scale_bytes<E>(ab, rceil);
-  const __mmask16 valid = lanes(4 * n);
-  _mm_mask_storeu_epi8(rs + 4 * q0, valid, _mm512_cvtepi32_epi8(b));
-  // Whole vector stores (ryb rows have room for 16 blocks from any q0): Y in the low word of
-  // each lane, TB in the high one.
-  _mm512_store_si512(&s.ryb[i][4 * q0], _mm512_mask_blend_epi16(
-      0xAAAAAAAAu, code_offset<E>(b), _mm512_slli_epi32(slow_bound<E>(b), 16)));
-  s.rzero[i][q0 / 4] = _mm512_cmpeq_epi32_mask(ab, _mm512_setzero_si512());
-  s.rnan[i][q0 / 4] = _mm512_cmpge_epu32_mask(ab, set1(0x7F800000u));
+  scales16<E>(zq, n, rceil, rs + 4 * q0, &s.ryb[i][4 * q0], s.rzero[i][q0 / 4],
+              s.rnan[i][q0 / 4]);
 }
 
 // Pass 1 works in units, run interleaved with pass 2 of the previous chunk (strip_impl).
@@ -358,40 +345,6 @@ template <class T, Elem E, bool CLAMP, Mode MODE>
     }
   }
   return out;
-}
-
-// Writing a piece row's four word vectors of codes as 128 bytes. The fast path's codes
-// lack the sign, which Signs supplies from the input words: with VBMI as sign bytes picked
-// once (shared by the copies of a dual-axis pass), else as raw >> 8 per vector.
-struct Signs {
-#ifdef __AVX512VBMI__
-  __m512i b[2];
-  explicit Signs(const __m512i* raw) : b{hi_bytes(raw[0], raw[1]), hi_bytes(raw[2], raw[3])} {}
-#else
-  __m512i s8[4];
-  explicit Signs(const __m512i* raw)
-      : s8{_mm512_srli_epi16(raw[0], 8), _mm512_srli_epi16(raw[1], 8),
-           _mm512_srli_epi16(raw[2], 8), _mm512_srli_epi16(raw[3], 8)} {}
-#endif
-};
-inline void put_codes(RowWriter& w, const __m512i* c, const Signs& sg) {
-#ifdef __AVX512VBMI__
-  w.put(with_sign8(lo_bytes(c[0], c[1]), sg.b[0]));
-  w.put(with_sign8(lo_bytes(c[2], c[3]), sg.b[1]));
-#else
-  w.put(pack2(with_sign16(c[0], sg.s8[0]), with_sign16(c[1], sg.s8[1])));
-  w.put(pack2(with_sign16(c[2], sg.s8[2]), with_sign16(c[3], sg.s8[3])));
-#endif
-}
-// Codes that already carry their sign (the rare path).
-inline void put_codes(RowWriter& w, const __m512i* c) {
-#ifdef __AVX512VBMI__
-  w.put(lo_bytes(c[0], c[1]));
-  w.put(lo_bytes(c[2], c[3]));
-#else
-  w.put(pack2(c[0], c[1]));
-  w.put(pack2(c[2], c[3]));
-#endif
 }
 
 // Pass 2, one row: codes. Full pieces re-read the row's words (FP32: the word buffer;
