@@ -8,13 +8,15 @@
 // Blocks of kHugeMin bytes and more start on a 2 MiB boundary and are advised to Linux as
 // huge-page candidates (madvise MADV_HUGEPAGE; without effect where transparent huge pages
 // are off). The quantizers walk big tensors in 32-row strips, many rows at a time: with 4 KiB
-// pages that is a TLB miss per page and row, which measured 20-25% of the single-thread time
+// pages that is a TLB miss per page and row, which measured 20-30% of the single-thread time
 // of dual-axis quantization on a virtual machine (docs/results/quantize.md).
+// MXTRAIN_HUGE_PAGES=0 in the environment turns the advice off (the 2 MiB placement stays).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 #include <vector>
 
@@ -26,6 +28,15 @@ namespace mxtrain {
 
 // Blocks from this size on get the huge-page placement and advice.
 inline constexpr size_t kHugeMin = size_t(2) << 20;
+
+// Whether large blocks are advised as huge pages: unless MXTRAIN_HUGE_PAGES=0 (read once).
+inline bool huge_page_advice() {
+  static const bool on = [] {
+    const char* e = std::getenv("MXTRAIN_HUGE_PAGES");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
 
 template <class T, size_t kAlign = 64>
 struct AlignedAllocator {
@@ -52,7 +63,7 @@ struct AlignedAllocator {
     reinterpret_cast<void**>(a)[-1] = raw;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     // Whole 2 MiB pages of the block only; advice, so a failure changes nothing.
-    if (bytes >= kHugeMin)
+    if (bytes >= kHugeMin && huge_page_advice())
       madvise(reinterpret_cast<void*>(a), bytes & ~(kHugeMin - 1), MADV_HUGEPAGE);
 #endif
     return reinterpret_cast<T*>(a);

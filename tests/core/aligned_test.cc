@@ -55,6 +55,7 @@ TEST(AlignedAllocator, LargeBlocksCarryTheHugePageAdvice) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (!std::ifstream("/sys/kernel/mm/transparent_hugepage/enabled"))
     GTEST_SKIP() << "kernel without transparent huge pages";
+  if (!huge_page_advice()) GTEST_SKIP() << "MXTRAIN_HUGE_PAGES=0";
   std::vector<uint8_t, AlignedAllocator<uint8_t>> big(4 * kHugeMin + 100, 1);
   const std::string flags = vm_flags_of(addr(big.data()));
   ASSERT_FALSE(flags.empty()) << "mapping not found in /proc/self/smaps";
