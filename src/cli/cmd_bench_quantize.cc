@@ -7,11 +7,13 @@
 // copies (read + written) / 2 bytes, i.e. reads and writes that many — timed in the same
 // run, alternating with the quantizer, with the same thread count, as the bandwidth
 // yardstick. Before every timed run the caches are settled (see CacheSettler), so that
-// neither contender pays for the other's dirty lines. Figures use the best of the
+// neither contender pays for the other's dirty lines. Inputs, outputs and the memcpy buffers
+// all come from AlignedAllocator (huge-page advice for large blocks, aligned.h), so both
+// work on the same kind of memory. Figures use the best of the
 // timed runs (the median is reported too). --json prints one JSON array of row objects
 // (name, input, op, elem, threads, isa, rows, cols, ms, median_ms, bytes_read,
-// bytes_written, gb_per_s, memcpy_gb_per_s, fraction_of_memcpy and, on fast-path rows,
-// speedup_vs_scalar).
+// bytes_written, gb_per_s, memcpy_gb_per_s, fraction_of_memcpy, cache_settle_bytes (0 with
+// --no-settle) and, on fast-path rows, speedup_vs_scalar).
 #include <omp.h>
 
 #include <algorithm>

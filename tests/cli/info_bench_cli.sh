@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/cli/info_bench_cli.sh — the `mxtrain info` and `mxtrain bench quantize` contract:
+# kernel-path selection (--isa, MXTRAIN_ISA), the JSON fields other tools read, and a clear
+# error for an unknown path.
+# Usage: info_bench_cli.sh /path/to/mxtrain   (run by CTest as `cli_info_bench`)
+set -u
+MXTRAIN=$(realpath "${1:?usage: info_bench_cli.sh /path/to/mxtrain}") || exit 1
+[ -x "$MXTRAIN" ] || { echo "not an executable: $MXTRAIN"; exit 1; }
+FAILS=0
+fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+has() { grep -q -- "$2" <<<"$1" || fail "$3: no '$2' in output"; }
+
+out=$("$MXTRAIN" info --json) || fail "info --json exited $?"
+for key in '"supported_isas"' '"best_isa"' '"active_isa"' '"kernels"' '"avx512vbmi"'; do
+  has "$out" "$key" "info --json"
+done
+
+out=$(MXTRAIN_ISA=scalar "$MXTRAIN" info) || fail "MXTRAIN_ISA=scalar info exited $?"
+has "$out" "active path: scalar" "MXTRAIN_ISA=scalar info"
+out=$("$MXTRAIN" --isa scalar info) || fail "--isa scalar info exited $?"
+has "$out" "quantize_mx_dual_{f32,bf16}__ref" "--isa scalar info"
+
+if out=$("$MXTRAIN" --isa sse9 info 2>&1); then fail "--isa sse9 was accepted"; fi
+has "$out" "valid names: scalar, avx2, avx512, avx512vbmi" "--isa sse9"
+
+out=$("$MXTRAIN" bench quantize --rows 64 --cols 96 --iters 1 --scalar-iters 1 --json) ||
+  fail "bench quantize exited $?"
+rows=$(grep -c '"name"' <<<"$out")
+[ "$rows" -ge 12 ] || fail "bench quantize printed $rows rows, want >= 12"
+for key in '"threads"' '"gb_per_s"' '"memcpy_gb_per_s"' '"fraction_of_memcpy"' \
+           '"cache_settle_bytes"' '"quantize_dual_bf16"' '"quantize_tile32_f32"'; do
+  has "$out" "$key" "bench quantize --json"
+done
+[ "$(grep -c '"name"' <<<"$("$MXTRAIN" bench quantize --rows 33 --cols 40 --iters 1 \
+  --no-scalar --no-settle --json)")" -eq 12 ] || fail "--no-scalar: want 12 rows"
+
+[ "$FAILS" -eq 0 ] && echo "cli_info_bench: all checks passed"
+exit $(( FAILS > 0 ))
