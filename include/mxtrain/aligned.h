@@ -8,7 +8,7 @@
 // Blocks of kHugeMin bytes and more start on a 2 MiB boundary and are advised to Linux as
 // huge-page candidates (madvise MADV_HUGEPAGE; without effect where transparent huge pages
 // are off). The quantizers walk big tensors in 32-row strips, many rows at a time: with 4 KiB
-// pages that is a TLB miss per page and row, which measured 20-30% of the single-thread time
+// pages that is a TLB miss per page and row, which measured 20-35% of the single-thread time
 // of dual-axis quantization on a virtual machine (docs/results/quantize.md).
 // MXTRAIN_HUGE_PAGES=0 in the environment turns the advice off (the 2 MiB placement stays).
 #pragma once

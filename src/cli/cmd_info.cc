@@ -77,7 +77,8 @@ int run_info(bool json) {
   std::cout << "OpenMP threads: " << omp_get_max_threads() << "\n\n";
   for (const OpPath& o : ops)
     std::cout << "  " << o.op << std::string(o.op.size() < 32 ? 32 - o.op.size() : 1, ' ')
-              << o.path << std::string(o.path.size() < 12 ? 12 - o.path.size() : 1, ' ') << o.kernel << "\n";
+              << o.path << std::string(o.path.size() < 12 ? 12 - o.path.size() : 1, ' ')
+              << o.kernel << "\n";
   if (active_isa() == Isa::avx2)
     std::cout << "  (quantization has no AVX2 kernels: the avx2 path uses the scalar ones)\n";
   return 0;

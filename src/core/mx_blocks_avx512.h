@@ -56,8 +56,9 @@ constexpr int64_t kStreamMin = int64_t(1) << 23;
 // each vector as it comes. Otherwise the bytes up to the first 64-byte boundary go out with
 // a masked ordinary store, each later line is assembled from two consecutive input vectors
 // (a dword permute) and streamed to its aligned address, and the bytes after the last
-// boundary go out with a masked ordinary store in finish(). Non-temporal stores skip the read-for-ownership of each written line;
-// the kernel issues _mm_sfence() before returning. Otherwise: plain unaligned stores.
+// boundary go out with a masked ordinary store in finish(). Non-temporal stores skip the
+// read-for-ownership of each written line; the kernel issues _mm_sfence() before returning.
+// Otherwise: plain unaligned stores.
 struct RowWriter {
   uint8_t* d;        // next destination (plain), or the first 64-byte boundary (stream)
   bool stream;

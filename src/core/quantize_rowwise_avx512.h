@@ -7,11 +7,11 @@
 // the 16 block amax values (four-way horizontal maxima, then one 16-way step) and computes
 // the 16 scales together (scales16); a second sweep re-reads the band from L1 (FP32: and
 // makes its words again, which measured faster for large inputs than keeping them) and
-// encodes it 128 columns (four blocks) at a time, one saturating subtract per code. The codes leave as 64-byte stores (non-temporal for big
-// outputs, through RowWriter as in the strip kernels). A 128-column piece with a lane the
-// 16-bit encoder cannot finish, or with a zero / NaN block, is redone by fix_row_piece. The
-// row's last, ragged blocks use the 32-bit encoder with masked loads (zeros do not change
-// amax) and masked stores.
+// encodes it 128 columns (four blocks) at a time, one saturating subtract per code. The
+// codes leave as 64-byte stores (non-temporal for big outputs, through RowWriter as in the
+// strip kernels). A 128-column piece with a lane the 16-bit encoder cannot finish, or with a
+// zero / NaN block, is redone by fix_row_piece. The row's last, ragged blocks use the 32-bit
+// encoder with masked loads (zeros do not change amax) and masked stores.
 #pragma once
 
 #include "core/mx_blocks_avx512.h"

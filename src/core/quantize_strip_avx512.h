@@ -1,15 +1,15 @@
 // core/quantize_strip_avx512.h — private: the AVX-512 colwise, 32x32 and dual-axis MX
-// quantization kernels (strip_any), included by quantize_avx512.cc (VBMI = false) and
-// quantize_avx512vbmi.cc (VBMI = true), each compiled with its own flags.
+// quantization kernels (strip_any), included by quantize_avx512.cc (without VBMI) and
+// quantize_avx512vbmi.cc (with), each compiled with its own flags.
 //
 // Same contract and same bytes as quantize_ref.cc. Layout of the work:
 //  - rowwise (quantize_rowwise_avx512.h): a row at a time, in bands of 512 columns.
 //  - colwise, 32x32 tiles and dual-axis: a 32-row strip is processed in chunks of
-//    kChunkCols columns. Pass 1 streams the chunk's rows once from memory (prefetched into
-//    L2 two chunks ahead, see strip_impl), keeping per-column amax in an L1 buffer
-//    and, for dual-axis, writing each row block's scale; pass 2 re-reads the chunk (BF16: the
-//    input; FP32: its 16-bit words, see below) from L2 and writes the codes row by row. So
-//    the dual-axis kernel reads the input from memory once.
+//    kChunkCols columns. Pass 1 reads the chunk once from memory (prefetched into L2 two
+//    chunks ahead, see strip_impl), by rows or by 512-column bands (see pass1_units),
+//    finding per-column amax and, for dual-axis, each row block's scale; pass 2 re-reads the
+//    chunk (BF16: the input; FP32: its 16-bit words, see below) from L2 and writes the codes
+//    row by row. So the dual-axis kernel reads the input from memory once.
 //    Pass 1 of the next chunk runs interleaved with pass 2 of the current one.
 //    (Narrow 32-row panels would be L1-sized but, with a power-of-two row pitch, all their
 //    rows fall into the same few cache sets and evict each other.)
@@ -134,7 +134,7 @@ inline void row_scales16(C& s, int i, int q0, int n, const __m512i* zq, bool rce
 // A unit is one row of the chunk (FP32 colwise and 32x32), or a band of columns over all
 // rows: up to four full pieces (512 columns, whose 16 column-amax vectors then stay in
 // registers across the rows) or the partial piece. Bands measured faster for dual-axis
-// (both inputs) and BF16 colwise, rows for FP32 colwise and 32x32 (BF16 32x32: even).
+// (both inputs) and BF16 colwise, rows for FP32 colwise and 32x32 (BF16 32x32: the same).
 template <class T, Mode MODE>
 constexpr bool kByRows = sizeof(T) == 4 && MODE != Mode::dual;
 

@@ -194,7 +194,6 @@ inline __m512i with_sign8(__m512i c, __m512i s) {
 }
 #endif
 
-
 // 32-bit lanes of codes (lo: elements 0..15, hi: 16..31) -> one word vector.
 inline __m512i words(__m512i lo, __m512i hi) {
   return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(lo)),

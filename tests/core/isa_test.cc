@@ -16,7 +16,8 @@ TEST(Isa, NamesRoundTrip) {
     parse_isa("sse");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512, avx512vbmi"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("scalar, avx2, avx512, avx512vbmi"), std::string::npos)
+        << e.what();
   }
 }
 
