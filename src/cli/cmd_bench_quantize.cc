@@ -230,13 +230,13 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   }
   std::printf("MX quantize %lldx%lld, E4M3 rceil; GB/s = (bytes read + written) / best time\n",
               (long long)M, (long long)K);
-  std::printf("%-24s %7s %-7s %9s %9s %11s %9s %9s\n", "name", "threads", "isa", "ms", "GB/s",
+  std::printf("%-24s %7s %-10s %9s %9s %11s %9s %9s\n", "name", "threads", "isa", "ms", "GB/s",
               "memcpyGB/s", "of memcpy", "vs scalar");
   for (const auto& r : rows) {
     char speed[32] = "";
     if (r.contains("speedup_vs_scalar"))
       std::snprintf(speed, sizeof speed, "%.1fx", r["speedup_vs_scalar"].get<double>());
-    std::printf("%-24s %7d %-7s %9.3f %9.2f %11.2f %8.0f%% %9s\n",
+    std::printf("%-24s %7d %-10s %9.3f %9.2f %11.2f %8.0f%% %9s\n",
                 r["name"].get<std::string>().c_str(), r["threads"].get<int>(),
                 r["isa"].get<std::string>().c_str(), r["ms"].get<double>(),
                 r["gb_per_s"].get<double>(), r["memcpy_gb_per_s"].get<double>(),
