@@ -13,8 +13,7 @@
 namespace mxtrain {
 
 // avx512: F, BW, VL, DQ (Skylake-SP and later); avx512vbmi: those plus VBMI (Ice Lake,
-// Sapphire Rapids, Zen 4 and later), whose byte permutes the colwise / 32x32 / dual-axis
-// quantizers use.
+// Sapphire Rapids, Zen 4 and later), whose byte permutes the MX quantizers use.
 enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512vbmi = 3 };
 
 struct CpuFeatures {
