@@ -17,6 +17,14 @@
 
 namespace mxtrain::testing_nn {
 
+// Step and tolerance of the op-level gradient checks. The ops run in FP32 and the objective
+// is a weighted sum of O(100) FP32 outputs accumulated in double, so each f() carries about
+// 1e-6 relative rounding noise; with h = 1e-3 that is ~1e-3 absolute noise in a difference
+// quotient, on gradients of size O(0.1..1). The truncation error of central differences is
+// O(h^2 f''') ~ 1e-6. Hence rtol 1e-2 plus atol 2e-3.
+constexpr float kH = 1e-3f;
+constexpr double kRtol = 1e-2, kAtol = 2e-3;
+
 inline std::vector<float> random_vector(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(lo, hi);

@@ -1,5 +1,6 @@
-// tests/nn/layer_test_util.h — small helpers for the Linear / GroupedLinear tests: random
-// data, FP64 reference products on BF16-rounded operands, byte comparison, cosine similarity.
+// tests/nn/layer_test_util.h — small helpers for the nn tests: random data, FP64 reference
+// products on BF16-rounded operands (Linear / GroupedLinear), byte comparison, cosine
+// similarity.
 #pragma once
 
 #include <cmath>

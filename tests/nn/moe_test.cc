@@ -2,8 +2,7 @@
 // permutation, the load-balancing loss on a hand case, gradients of the routing chain against
 // finite differences, thread-count independence, and the MoE block with real experts.
 //
-// Finite-difference tolerance as in ops_test.cc: FP32 computation, objective summed in double,
-// h = 1e-3 -> ~1e-3 absolute noise per quotient on O(0.1..1) gradients: rtol 1e-2, atol 2e-3.
+// Finite-difference step and tolerance as for the ops (kH, kRtol, kAtol in finite_diff.h).
 // Routing is piecewise constant in the logits; the tests pick inputs whose top-k choice has a
 // margin far above h and assert that no perturbation changed it.
 #include <gtest/gtest.h>
@@ -17,20 +16,18 @@
 #include "mxtrain/common.h"
 #include "mxtrain/nn/moe.h"
 #include "nn/finite_diff.h"
+#include "nn/layer_test_util.h"
 
 namespace mxtrain {
 namespace {
 
 using testing_nn::dot_f64;
 using testing_nn::expect_fd_close;
+using testing_nn::kAtol;
+using testing_nn::kH;
+using testing_nn::kRtol;
 using testing_nn::random_vector;
-
-constexpr float kH = 1e-3f;
-constexpr double kRtol = 1e-2, kAtol = 2e-3;
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
+using layer_test::same_bytes;
 
 // Smallest gap between the k-th and (k+1)-th largest logit over all tokens.
 float topk_margin(const std::vector<float>& logits, int64_t N, int64_t E, int64_t k) {

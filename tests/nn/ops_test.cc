@@ -2,11 +2,7 @@
 // references or hand values, backward against central finite differences, thread-count
 // independence, and argument errors.
 //
-// Finite-difference tolerance: the ops run in FP32 and the objective is a weighted sum of
-// O(100) FP32 outputs accumulated in double, so each f() carries about 1e-6 relative rounding
-// noise; with h = 1e-3 that is ~1e-3 absolute noise in a difference quotient, on gradients of
-// size O(0.1..1). The truncation error of central differences is O(h^2 f''') ~ 1e-6. Hence
-// rtol 1e-2 plus atol 2e-3.
+// Finite-difference step and tolerance: kH, kRtol, kAtol in finite_diff.h.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -17,16 +13,18 @@
 #include "mxtrain/common.h"
 #include "mxtrain/nn/ops.h"
 #include "nn/finite_diff.h"
+#include "nn/layer_test_util.h"
 
 namespace mxtrain {
 namespace {
 
 using testing_nn::dot_f64;
 using testing_nn::expect_fd_close;
+using testing_nn::kAtol;
+using testing_nn::kH;
+using testing_nn::kRtol;
 using testing_nn::random_vector;
-
-constexpr float kH = 1e-3f;
-constexpr double kRtol = 1e-2, kAtol = 2e-3;
+using layer_test::same_bytes;
 
 // Runs fn with the given OpenMP thread count and restores the previous one.
 template <class Fn>
@@ -35,10 +33,6 @@ void with_threads(int n, Fn fn) {
   omp_set_num_threads(n);
   fn();
   omp_set_num_threads(prev);
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // ---- embedding ------------------------------------------------------------------------------

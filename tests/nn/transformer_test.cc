@@ -16,9 +16,13 @@
 #include "mxtrain/nn/moe.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/quantize.h"
+#include "nn/layer_test_util.h"
 
 namespace mxtrain {
 namespace {
+
+using layer_test::cosine;
+using layer_test::same_bytes;
 
 ModelConfig tiny(bool moe) {
   ModelConfig c;
@@ -62,10 +66,6 @@ std::vector<float> all_grads(GPT& m) {
   std::vector<float> g;
   for (Parameter* p : m.parameters()) g.insert(g.end(), p->grad.begin(), p->grad.end());
   return g;
-}
-
-bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // ---- config and description ----------------------------------------------------------------
@@ -263,16 +263,6 @@ void fp32_gradient_check(bool moe) {
 
 TEST(GPT, DenseGradientsMatchFiniteDifferencesFp32) { fp32_gradient_check(false); }
 TEST(GPT, MoEGradientsMatchFiniteDifferencesFp32) { fp32_gradient_check(true); }
-
-double cosine(const std::vector<float>& a, const std::vector<float>& b) {
-  double ab = 0, aa = 0, bb = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ab += double(a[i]) * b[i];
-    aa += double(a[i]) * a[i];
-    bb += double(b[i]) * b[i];
-  }
-  return ab / std::sqrt(aa * bb);
-}
 
 // The real (recipe) path against the FP32 reference of the same model and batch: per parameter
 // tensor, the gradients must point the same way. Measured minimum cosine over all tensors
