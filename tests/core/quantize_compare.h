@@ -70,4 +70,14 @@ inline void compare_paths(const std::vector<float>& x, int64_t M, int64_t K, Qua
   }
 }
 
+// compare_paths for every element format and scale rounding; `what` prefixes the case names.
+inline void compare_paths_all_settings(const std::vector<float>& x, int64_t M, int64_t K,
+                                       const std::string& what = "") {
+  for (Elem e : {Elem::e4m3, Elem::e5m2})
+    for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
+      compare_paths(x, M, K, {e, r},
+                    what + std::to_string(M) + "x" + std::to_string(K) + " " + elem_name(e) +
+                        " " + rounding_name(r));
+}
+
 }  // namespace mxtrain::testdata

@@ -21,7 +21,7 @@ namespace mxtrain {
 namespace {
 
 using testdata::AllOutputs;
-using testdata::compare_paths;
+using testdata::compare_paths_all_settings;
 using testdata::expect_same;
 using testdata::PathGuard;
 using testdata::run_all;
@@ -39,11 +39,7 @@ TEST(QuantizePaths, EveryIsaMatchesScalarReference) {
   PathGuard guard;
   for (auto [M, K] : shapes()) {
     const std::vector<float> x = testdata::awkward_matrix(M, K, uint32_t(M * 7919 + K));
-    for (Elem e : {Elem::e4m3, Elem::e5m2})
-      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
-        compare_paths(x, M, K, {e, r},
-                      std::to_string(M) + "x" + std::to_string(K) + " " + elem_name(e) + " " +
-                          rounding_name(r));
+    compare_paths_all_settings(x, M, K);
   }
 }
 

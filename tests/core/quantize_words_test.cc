@@ -26,6 +26,7 @@ namespace mxtrain {
 namespace {
 
 using testdata::compare_paths;
+using testdata::compare_paths_all_settings;
 using testdata::PathGuard;
 
 // A grid point of `e` at or near v's binade and its upper neighbour: their midpoint, moved
@@ -85,11 +86,7 @@ TEST(QuantizeWords, EdgeRegimesMatchScalarReference) {
   PathGuard guard;
   for (auto [M, K] : {std::pair<int64_t, int64_t>{64, 4256}, {33, 4097}}) {
     const std::vector<float> x = word_edge_matrix(M, K, uint32_t(M * 131 + K));
-    for (Elem e : {Elem::e4m3, Elem::e5m2})
-      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
-        compare_paths(x, M, K, {e, r},
-                      std::to_string(M) + "x" + std::to_string(K) + " " + elem_name(e) + " " +
-                          rounding_name(r));
+    compare_paths_all_settings(x, M, K);
   }
 }
 
@@ -129,11 +126,7 @@ TEST(QuantizeWords, OrdinaryDataMatchesScalarReference) {
         if (v == 0.f) v = 1.f;  // keep every block non-zero
         x[size_t(i * K + j)] = v;
       }
-    for (Elem e : {Elem::e4m3, Elem::e5m2})
-      for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor})
-        compare_paths(x, M, K, {e, r},
-                      "ordinary " + std::to_string(M) + "x" + std::to_string(K) + " " +
-                          elem_name(e) + " " + rounding_name(r));
+    compare_paths_all_settings(x, M, K, "ordinary ");
   }
 }
 
