@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages mxtrain needs to build, test and train (idempotent).
 set -euo pipefail
+# ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake calls
+# find_package(OpenCL) and fails without it, so it is listed here by name.
 PKGS=(build-essential cmake ninja-build pkg-config
-      libdnnl-dev libopenmpi-dev openmpi-bin
+      libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       fortunes python3)
