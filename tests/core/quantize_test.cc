@@ -76,7 +76,7 @@ MXTensor spec_quantize(const std::vector<float>& x, int64_t M, int64_t K, MXLayo
   return t;
 }
 
-TEST(Quantize, SpecSanityVectorsE4M3) {
+TEST(Quantize, SanityVectorsE4M3) {
   ScalarPath scalar;
   const QuantConfig fl{Elem::e4m3, ScaleRounding::floor}, rc{Elem::e4m3, ScaleRounding::rceil};
   const float fmax = std::numeric_limits<float>::max();

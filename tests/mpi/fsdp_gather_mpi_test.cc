@@ -193,7 +193,7 @@ TEST(FsdpGather, LayerOutputsMatchUnshardedLayerBitForBit) {
 // SPEC §6 bytes per step, for weights whose `in` is a multiple of 32. N = Σ padded element
 // counts (rows padded to a multiple of 32·world; equal to out·in for these shapes when
 // out is a multiple of 32·world).
-TEST(FsdpGather, BytesPerStepMatchSpecFormulas) {
+TEST(FsdpGather, BytesPerStepMatchFormulas) {
   const int W = world().size();
   const std::vector<std::vector<int64_t>> shapes = {{64, 64}, {96, 128}, {256, 32}, {33, 96}};
   for (const GatherSetup& s : kSetups) {
