@@ -1,4 +1,5 @@
-// nn/grouped_linear.cc — MoE expert projections (SPEC §5, mxtrain/nn/grouped_linear.h).
+// nn/grouped_linear.cc — MoE expert projections (docs/numerics.md, "Grouped Linear";
+// mxtrain/nn/grouped_linear.h).
 //
 // Expert g owns rows offsets[g]..offsets[g+1] of the permuted tokens and computes
 // y[rows g] = x[rows g] · W[g]^T with exactly the quantization and GEMM calls a Linear of the

@@ -1,4 +1,5 @@
-// nn/linear.cc — the quantized Linear layer (SPEC §4, mxtrain/nn/linear.h).
+// nn/linear.cc — the quantized Linear layer (docs/numerics.md, "Quantized Linear";
+// mxtrain/nn/linear.h).
 //
 // y[T,out] = x[T,in] · W[out,in]^T + b. Per recipe:
 //   bf16        : x, dy and W converted to BF16 (RNE); oneDNN BF16 GEMMs, FP32 accumulation.

@@ -1,5 +1,5 @@
-// mxtrain/nn/grouped_linear.h — MoE expert projections (SPEC §5): one Linear per expert over
-// contiguous, already-permuted token rows.
+// mxtrain/nn/grouped_linear.h — MoE expert projections (docs/numerics.md, "Grouped Linear"):
+// one Linear per expert over contiguous, already-permuted token rows.
 //
 // y[rows g] = x[rows g] · W[g]^T for each expert g, where the rows of expert g are given by
 // a GroupList (counts or cumulative offsets). Forward, dgrad and wgrad follow nn/linear.h per

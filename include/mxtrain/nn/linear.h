@@ -1,4 +1,5 @@
-// mxtrain/nn/linear.h — the quantized Linear layer (SPEC §4): y[T,out] = x[T,in] · W[out,in]^T + b.
+// mxtrain/nn/linear.h — the quantized Linear layer (docs/numerics.md, "Quantized Linear"):
+// y[T,out] = x[T,in] · W[out,in]^T + b.
 //
 // Forward, dgrad and wgrad each run in the layer's precision (a recipe: bf16, mxfp8,
 // mxfp8-32x32). forward() fills a LinearSaved with what backward needs; backward() returns dx

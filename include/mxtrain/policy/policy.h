@@ -1,5 +1,5 @@
 // mxtrain/policy/policy.h — the adaptive-FP8 policy: file format, merge, per-module decision
-// (SPEC §7; the pipeline is described in docs/adaptive.md).
+// (the pipeline is described in docs/adaptive.md).
 //
 //   bench-layers -> Report (policy/report.h) -> merge_reports -> Policy file -> decide()
 //
