@@ -3,7 +3,8 @@
 //
 //   bench-layers -> Report (policy/report.h) -> merge_reports -> Policy file -> decide()
 //
-// Policy file, version 1 (the seed's schema plus optional `max_tokens` and `recipe`):
+// Policy file, version 1 (the schema of the original selective-FP8 implementation, see
+// docs/adaptive.md, plus optional `max_tokens` and `recipe`):
 //   {"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8",          // recipe optional
 //    "rules": {
 //      "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 16384, "measured_speedup": 1.03}]},
