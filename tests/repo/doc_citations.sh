@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/repo/doc_citations.sh — the sources cite only documents that are in the repository.
 #
-# 1. No file cites the old external specification by section number (the pattern is built
-#    from two pieces so that this script does not match itself).
+# 1. No file cites a specification outside the repository by section number ("SP" "EC §N";
+#    the pattern is built from two pieces so that this script does not match itself).
 # 2. Every single-line citation of a doc section, `docs/NAME.md, "Heading"` or
 #    `docs/adaptive.md §N`, names a heading that exists in that file (a heading that starts
 #    with the cited text).
@@ -16,7 +16,7 @@ DIRS=(include src tests docs scripts tools bench configs CMakeLists.txt README.m
 
 piece=SP
 if hits=$(grep -rn -- "${piece}EC §" "${DIRS[@]}" 2>/dev/null); then
-  fail "citations of the external specification:"
+  fail "citations of a specification that is not in the repository:"
   echo "$hits"
 fi
 
