@@ -1,4 +1,5 @@
-// nn/linear.cc — the quantized Linear layer (mxtrain/nn/linear.h): the one-group case of the
+// nn/linear.cc — the quantized Linear layer (docs/numerics.md, "Quantized Linear";
+// mxtrain/nn/linear.h): the one-group case of the
 // recipe sequence in nn/linear_core.cc, plus the bias.
 //
 // Weight reuse: copies live in the QuantizedWeight cache tagged with Parameter::version and

@@ -1,7 +1,7 @@
 // nn/linear_core.h — the recipe sequence of a (grouped) linear layer, written once (internal
 // to src/nn). Linear runs it with one row group, GroupedLinear with one group per expert.
 //
-// Per recipe (docs/numerics.md, "Quantized layers"; element formats and scale rounding from
+// Per recipe (docs/numerics.md, "Quantized Linear"; element formats and scale rounding from
 // the recipe's input_cfg (x), weight_cfg (W) and grad_cfg (dy)):
 //   bf16        : x, dy converted to BF16 (RNE); W's BF16 copy; oneDNN BF16 products.
 //   mxfp8       : forward x rowwise · W rowwise^T; dgrad dy rowwise · W colwise;

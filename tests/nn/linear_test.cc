@@ -1,4 +1,5 @@
-// tests/nn/linear_test.cc — the quantized Linear layer (nn/linear.h, SPEC §4).
+// tests/nn/linear_test.cc — the quantized Linear layer (nn/linear.h, docs/numerics.md,
+// "Quantized Linear").
 //
 // Tolerances:
 // - kU32 = 2^-24 (FP32 unit roundoff): a length-K FP32 dot product of exact inputs is within

@@ -1,7 +1,7 @@
 // mxtrain/nn/linear.h — the quantized Linear layer: y[T,out] = x[T,in] · W[out,in]^T + b.
 //
 // Forward, dgrad and wgrad each run in the layer's precision (a recipe: bf16, mxfp8,
-// mxfp8-32x32; docs/numerics.md, "Quantized layers"). forward() fills a LinearSaved with what
+// mxfp8-32x32; docs/numerics.md, "Quantized Linear"). forward() fills a LinearSaved with what
 // backward needs; backward() returns dx and accumulates dW, db into the parameters' grads.
 // Activations are FP32 at the layer's boundary; products accumulate in FP32. A Linear is the
 // one-group case of the code GroupedLinear runs (src/nn/linear_core.cc): the recipe's sequence
