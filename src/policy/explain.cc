@@ -206,6 +206,11 @@ std::string explain_reports(const std::vector<LoadedReport>& reports, double thr
       os << " (FP8 num_tokens padded)\n";
     }
   }
+  if (given)
+    for (const auto& [key, rules] : rules_by_key(*given))
+      if (!seen.count(key))
+        os << "\n" << key << "\n  rule: " << rules_text(rules) << " in " << given_source
+           << "; no paired measurement of this key in these reports\n";
   for (const auto& [key, rules] : lf_rules)
     if (!seen.count(key))
       os << "\n" << key << "\n  no paired measurement in these reports; LoongForge's merge "

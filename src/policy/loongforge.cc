@@ -113,7 +113,6 @@ Report loongforge_to_report(const LoongForgeReport& lf) {
   Report r;
   r.source = src;
   r.format = "loongforge";
-  r.machine = {"", "", 1, ""};
   // (model_name, case_name) -> record index per precision, in order of first appearance.
   std::vector<std::pair<std::string, std::string>> order;
   std::map<std::pair<std::string, std::string>, std::pair<long, long>> sides;
@@ -189,7 +188,8 @@ Report loongforge_to_report(const LoongForgeReport& lf) {
     p.padded_tokens = f.num_tokens;
     p.bf16 = Timing{b.total_ms, 0.0};
     p.fp8 = Timing{f.total_ms, 0.0};
-    const std::string base_model = std::regex_replace(b.model_name, std::regex("_s[0-9]+_b[0-9]+$"), "");
+    static const std::regex sweep_suffix("_s[0-9]+_b[0-9]+$");
+    const std::string base_model = std::regex_replace(b.model_name, sweep_suffix, "");
     if (std::find(models.begin(), models.end(), base_model) == models.end())
       models.push_back(base_model);
     r.points.push_back(std::move(p));

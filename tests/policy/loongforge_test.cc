@@ -315,6 +315,7 @@ TEST(LoongForge, ExplainAGivenPolicy) {
   r.tp = 1;
   r.min_tokens = 4096;
   given.dense["row"]["proj"].push_back(r);
+  given.dense["row"]["fc2"].push_back(r);  // a key these reports did not measure
   const std::string text =
       explain_reports({loaded(run2, "b.json"), loaded(run1, "a.json")}, 1.0, &given, "p.json");
   for (const std::string line :
@@ -324,7 +325,10 @@ TEST(LoongForge, ExplainAGivenPolicy) {
         "  LoongForge's merge: no rule (BF16); differs at 1 size:",
         "    4096: LoongForge BF16, here FP8; FP8 at 0.900x (a.json "
         "m_s4096_b1/llm_self_attention_proj, worst of 2): BF16 changes the time by -10.0% "
-        "(1.0000 -> 0.9000 ms)"})
+        "(1.0000 -> 0.9000 ms)",
+        "row/fc2 tp=1",
+        "  rule: FP8 for tokens [4096, inf) in p.json; no paired measurement of this key in "
+        "these reports"})
     EXPECT_NE(text.find(line + "\n"), std::string::npos) << "missing: " << line << "\nin:\n"
                                                          << text;
 }
