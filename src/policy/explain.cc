@@ -136,7 +136,7 @@ std::string explain_reports(const std::vector<LoadedReport>& reports, double thr
        << "\n";
   }
   MergeSummary sum;
-  Policy merged = merge_reports(rs, threshold, &sum);
+  merge_reports(rs, threshold, &sum);  // the summary holds the rules and measurements
   os << "rules: " << (given ? "from " + given_source : std::string("merged from these reports"))
      << "\n";
   for (const auto& n : sum.notes) os << "note: " << n << "\n";
