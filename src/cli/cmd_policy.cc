@@ -1,19 +1,26 @@
-// cli/cmd_policy.cc — `mxtrain policy merge|show|decide`: the adaptive-FP8 policy from the
-// command line (policy/policy.h, docs/adaptive.md).
+// cli/cmd_policy.cc — `mxtrain policy merge|explain|show|decide`: the adaptive-FP8 policy
+// from the command line (policy/policy.h, docs/adaptive.md).
 //
 //   policy merge --reports A.json [B.json ...] --output P.json [--speedup-threshold 1.0]
-//       merges benchmark reports into a policy file and prints what each key became;
+//       merges benchmark reports (mxtrain's or LoongForge's, detected per file) into a policy
+//       file and prints what each key became;
+//   policy explain --reports A.json [B.json ...] [--policy P.json] [--speedup-threshold T]
+//       prints per key the measured points, the chosen range and why, and where LoongForge's
+//       own merge would choose differently and what that would cost;
 //   policy show P.json [--json]   validates and prints the rules (or the canonical JSON);
 //   policy decide P.json --kind row --name proj --tokens 4096 [--tp N]
 //                 [--expert --etp N --num-gemms N --top-k N]
 //       prints the decision the trainer would make for one module.
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "mxtrain/common.h"
+#include "mxtrain/policy/explain.h"
+#include "mxtrain/policy/loongforge.h"
 #include "mxtrain/policy/policy.h"
 
 namespace mxtrain::cli {
@@ -27,14 +34,34 @@ struct MergeOptions {
 
 int run_merge(const MergeOptions& o) {
   std::vector<policy::Report> reports;
-  for (const auto& path : o.reports) reports.push_back(policy::load_report(path));
+  for (const auto& path : o.reports) reports.push_back(policy::load_any_report(path).report);
   policy::MergeSummary summary;
   policy::Policy p = policy::merge_reports(reports, o.threshold, &summary);
   policy::save_policy(p, o.output);
   std::printf("merged %zu report%s (recipe %s, speedup threshold %g): ", reports.size(),
-              reports.size() == 1 ? "" : "s", p.recipe.c_str(), o.threshold);
+              reports.size() == 1 ? "" : "s",
+              p.recipe.empty() ? "not recorded" : p.recipe.c_str(), o.threshold);
   std::fputs(summary.to_string().c_str(), stdout);
   std::printf("wrote %s\n", o.output.c_str());
+  return 0;
+}
+
+struct ExplainOptions {
+  std::vector<std::string> reports;
+  std::string policy;
+  double threshold = 0;  // 0 = not given
+};
+
+int run_explain(const ExplainOptions& o) {
+  std::vector<policy::LoadedReport> reports;
+  for (const auto& path : o.reports) reports.push_back(policy::load_any_report(path));
+  std::optional<policy::Policy> given;
+  if (!o.policy.empty()) given = policy::load_policy(o.policy);
+  // The threshold: --speedup-threshold, else the given policy's, else 1.0.
+  const double threshold = o.threshold > 0 ? o.threshold : given ? given->speedup_threshold : 1.0;
+  std::fputs(policy::explain_reports(reports, threshold, given ? &*given : nullptr, o.policy)
+                 .c_str(),
+             stdout);
   return 0;
 }
 
@@ -73,7 +100,8 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
   auto mo = std::make_shared<MergeOptions>();
   CLI::App* merge = group->add_subcommand(
       "merge",
-      "Merge `mxtrain bench-layers` reports into a policy file. A token count is an FP8 win "
+      "Merge `mxtrain bench-layers` reports (or LoongForge's benchmark reports, detected per "
+      "file) into a policy file. A token count is an FP8 win "
       "when speedup - spread > threshold in every report that measured it; each key gets the "
       "longest run of winning sizes as its rule (see docs/adaptive.md)");
   merge->add_option("--reports", mo->reports, "Benchmark report files (JSON)")
@@ -86,6 +114,23 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
                     "(default 1.0)")
       ->check(CLI::PositiveNumber);
   merge->callback([mo] { exit_code() = run_merge(*mo); });
+
+  auto eo = std::make_shared<ExplainOptions>();
+  CLI::App* explain = group->add_subcommand(
+      "explain",
+      "Print, per key, the measured points, the chosen token range and why; with LoongForge "
+      "reports, also where LoongForge's own merge would choose differently and its cost");
+  explain->add_option("--reports", eo->reports, "Benchmark report files (JSON, either format)")
+      ->required()
+      ->expected(1, -1)
+      ->check(CLI::ExistingFile);
+  explain->add_option("--policy", eo->policy,
+                      "Explain this policy file's rules instead of a fresh merge")
+      ->check(CLI::ExistingFile);
+  explain->add_option("--speedup-threshold", eo->threshold,
+                      "Threshold (default: the --policy file's, else 1.0)")
+      ->check(CLI::PositiveNumber);
+  explain->callback([eo] { exit_code() = run_explain(*eo); });
 
   auto so = std::make_shared<ShowOptions>();
   CLI::App* show = group->add_subcommand("show", "Validate a policy file and print its rules");

@@ -1,10 +1,11 @@
 // policy/merge.cc — benchmark reports -> policy (docs/adaptive.md §5 "Merge"; rules in
 // policy/policy.h and docs/adaptive.md §4).
 //
-// Three steps: pair each report's BF16 and FP8 timings by unpadded token count; combine every
-// measurement of a (key, tokens) across reports into one outcome (win only if all win,
-// minimum speedup); turn each key's sorted outcomes into at most one rule — the longest
-// run of winning sizes, open-ended when it reaches the largest measured size.
+// Three steps: pair each report's BF16 and FP8 timings by unpadded token count (reports
+// converted from LoongForge's format arrive paired); combine every measurement of a
+// (key, tokens) across reports into one outcome (win only if all win, minimum speedup);
+// turn each key's sorted outcomes into at most one rule — the longest run of winning sizes,
+// open-ended when it reaches the largest measured size.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -94,18 +95,51 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
   auto source_of = [&](size_t i) {
     return reports[i].source.empty() ? "reports[" + std::to_string(i) + "]" : reports[i].source;
   };
+  // The recipe: every report that records one must name the same (LoongForge's reports
+  // do not record it).
+  long recipe_from = -1;
   for (size_t i = 0; i < reports.size(); ++i) {
-    validate_report(reports[i], source_of(i));
-    MXT_CHECK(reports[i].recipe == reports[0].recipe, "policy merge: ", source_of(i),
-              " measured recipe ", reports[i].recipe, " but ", source_of(0), " measured ",
-              reports[0].recipe, "; merge reports of one FP8 recipe into one policy");
+    const bool lf = reports[i].format == "loongforge";
+    MXT_CHECK(lf || reports[i].format.empty(), "policy merge: ", source_of(i),
+              ": unknown report format \"", reports[i].format, "\"");
+    if (lf) {
+      for (const Point& p : reports[i].points)
+        MXT_CHECK(p.paired() && p.tokens > 0, "policy merge: ", source_of(i), ": ",
+                  point_id(p), " is not a paired point with tokens > 0");
+    } else {
+      validate_report(reports[i], source_of(i));
+    }
+    if (reports[i].recipe.empty()) continue;
+    if (recipe_from < 0) recipe_from = long(i);
+    MXT_CHECK(reports[i].recipe == reports[recipe_from].recipe, "policy merge: ", source_of(i),
+              " measured recipe ", reports[i].recipe, " but ", source_of(recipe_from),
+              " measured ", reports[recipe_from].recipe,
+              "; merge reports of one FP8 recipe into one policy");
   }
 
-  // Shape of every point identity, across reports.
+  // Shape of every point identity, across mxtrain's reports.
   std::map<std::string, std::tuple<int64_t, int64_t, size_t>> shapes;
   std::map<Key, std::map<int64_t, Outcome>> outcomes;
+  std::map<Key, std::vector<Measurement>> measured;
+  auto add = [&](size_t ri, const Point& p) {
+    Outcome& o = outcomes[policy_key(p)][p.tokens];
+    const double s = p.speedup(), sp = p.spread();
+    const bool win = s - sp > threshold;
+    o.win = o.win && win;
+    o.outright_loss = o.outright_loss || s <= threshold;
+    o.min_speedup = std::min(o.min_speedup, s);
+    ++o.measurements;
+    measured[policy_key(p)].push_back({source_of(ri), p.origin, p.tokens,
+                                       p.padded_tokens ? p.padded_tokens : p.tokens, p.bf16->ms,
+                                       p.fp8->ms, s, sp, win});
+  };
   for (size_t ri = 0; ri < reports.size(); ++ri) {
     const Report& r = reports[ri];
+    for (const auto& n : r.notes) sum.notes.push_back(source_of(ri) + ": " + n);
+    if (r.format == "loongforge") {  // paired at conversion, shapes may differ per model
+      for (const Point& p : r.points) add(ri, p);
+      continue;
+    }
     // Pair sides within the report by (identity, unpadded tokens).
     std::map<std::pair<std::string, int64_t>, Point> paired;
     for (const Point& p : r.points) {
@@ -119,6 +153,7 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
       if (first) continue;
       if (p.bf16) it->second.bf16 = p.bf16;
       if (p.fp8) it->second.fp8 = p.fp8;
+      it->second.padded_tokens = std::max(it->second.padded_tokens, p.padded_tokens);
     }
     for (const auto& [idk, p] : paired) {
       if (!p.paired()) {
@@ -127,22 +162,21 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
                             (p.bf16 ? "bf16" : "fp8") + " timing; not used");
         continue;
       }
-      Outcome& o = outcomes[policy_key(p)][p.tokens];
-      const double s = p.speedup(), sp = p.spread();
-      const bool win = s - sp > threshold;
-      o.win = o.win && win;
-      o.outright_loss = o.outright_loss || s <= threshold;
-      o.min_speedup = std::min(o.min_speedup, s);
-      ++o.measurements;
+      add(ri, p);
     }
   }
 
   Policy pol;
   pol.speedup_threshold = threshold;
-  pol.recipe = reports[0].recipe;
+  if (recipe_from >= 0) pol.recipe = reports[recipe_from].recipe;
   for (const auto& [key, by_tokens] : outcomes) {
     KeySummary ks;
     ks.key = key.text();
+    ks.kind = key.kind;
+    ks.name = key.name;
+    ks.measurements = measured[key];
+    std::stable_sort(ks.measurements.begin(), ks.measurements.end(),
+                     [](const Measurement& a, const Measurement& b) { return a.tokens < b.tokens; });
     std::vector<int64_t> t;
     std::vector<const Outcome*> o;
     for (const auto& [tokens, oc] : by_tokens) {

@@ -32,6 +32,12 @@ std::string rule_range(const Rule& r) {
   return s + (r.max_tokens ? std::to_string(*r.max_tokens) + "]" : std::string("inf)"));
 }
 
+std::string rule_key(const std::string& kind, const std::string& name, const Rule& r) {
+  if (is_grouped_kind(kind))
+    return kind + " etp=" + std::to_string(r.etp) + " num_gemms=" + std::to_string(r.num_gemms);
+  return kind + "/" + name + " tp=" + std::to_string(r.tp);
+}
+
 namespace {
 
 Rule parse_rule(const json& v, bool grouped, const std::string& source, const std::string& path) {

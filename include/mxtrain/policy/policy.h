@@ -75,6 +75,9 @@ void save_policy(const Policy& p, const std::string& path);
 std::string describe_policy(const Policy& p);
 // "[4096, inf)" or "[512, 8192]".
 std::string rule_range(const Rule& r);
+// The key a rule of `kind` (and module `name`, dense kinds) belongs to, as the merge summary
+// writes it: "row/proj tp=1" or "column_grouped etp=1 num_gemms=8".
+std::string rule_key(const std::string& kind, const std::string& name, const Rule& r);
 
 // --- merge (docs/adaptive.md "Merge") ---------------------------------------------------
 //
@@ -93,14 +96,29 @@ std::string rule_range(const Rule& r);
 //     measured size, and a max_tokens rule is not extrapolated between its last win and the
 //     next (losing) measured size;
 //   * measured_speedup = the minimum speedup over the rule's range, rounded to 4 decimals.
-// Reports must name the same FP8 recipe; a key measured at different GEMM shapes in
-// different reports is an error (reports of different models).
+// Reports must name the same FP8 recipe (a report with an empty recipe, converted from
+// LoongForge's format, matches any); a key measured at different GEMM shapes in different
+// mxtrain reports is an error (reports of different models). Reports converted from
+// LoongForge (Report::format "loongforge") hold already-paired points; their keys may have
+// several shapes (LoongForge's key has no shape: a vision encoder's and an LLM's qkv share
+// one), and every measurement of (key, t) counts, whatever its shape.
+
+// One paired measurement of a key at one token count, as the merge used it.
+struct Measurement {
+  std::string source;         // the report it came from
+  std::string origin;         // Point::origin (LoongForge "model/case"), empty for mxtrain's
+  int64_t tokens = 0, padded_tokens = 0;
+  double bf16_ms = 0, fp8_ms = 0, speedup = 0, spread = 0;
+  bool win = false;           // speedup - spread > threshold
+};
 
 struct KeySummary {
   std::string key;                 // "row/proj tp=1" or "column_grouped etp=1 num_gemms=8"
+  std::string kind, name;          // name empty for grouped kinds
   std::string outcomes;            // "512:1.02- 1024:1.10+ ..." (+ win, - loss)
   std::optional<Rule> rule;        // the rule emitted, if any
   std::vector<std::string> notes;  // runs not emitted, unpaired sides, ...
+  std::vector<Measurement> measurements;  // sorted by tokens, then report order
 };
 
 struct MergeSummary {

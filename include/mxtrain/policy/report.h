@@ -87,6 +87,8 @@ struct Point {
   int64_t tokens = 0;
   int64_t padded_tokens = 0;     // 0 on a Point built in code = same as tokens
   std::optional<Timing> bf16, fp8;
+  std::string origin;            // not serialized: where a converted point came from
+                                 // (LoongForge: "model_name/case_name"), for explanations
 
   bool paired() const { return bf16.has_value() && fp8.has_value(); }
   double speedup() const;        // requires paired()
@@ -102,6 +104,11 @@ struct Report {
   int warmup = 0, iters = 0;     // 0 = not recorded
   std::vector<Point> points;
   std::string source;            // where it was loaded from (not serialized), for messages
+  // Not serialized. "" = mxtrain's own report; "loongforge" = converted from LoongForge's
+  // record list (policy/loongforge.h): every point is paired, the recipe is not recorded
+  // (empty) and a key may hold several GEMM shapes (one per benchmarked model).
+  std::string format;
+  std::vector<std::string> notes;  // not serialized: conversion notes for the merge summary
 };
 
 // Median (mean of the two middle values for an even count) and (max - min) / median of
