@@ -4,10 +4,16 @@
 //
 // The pass reads top to bottom like llm.c's: every activation the backward needs lives in a
 // per-layer buffer that is reused across micro-batches (grown when B·T grows, never shrunk);
-// the backward walks the layers in reverse with one set of shared scratch gradients. Inputs
-// of every Linear stay untouched until that layer's backward, as Linear requires when it keeps
-// a reference to x. GEMMs go through Linear/GroupedLinear in the precision the resolver chose;
-// everything else is FP32 (nn/ops.h, nn/moe.h).
+// the backward walks the layers in reverse with one set of shared scratch gradients.
+//
+// What is saved between forward and backward (docs/design.md, "Saved for backward"): the
+// inputs of the Linears (ln1, atty, ln2, h, lnf) are needed only by those Linears' wgrad — no
+// elementwise backward reads them — so when a Linear keeps its own copy (bf16: BF16;
+// mxfp8 with defer_backward_quant off: FP8 colwise) the FP32 input is written into one shared
+// scratch buffer and overwritten by the next one. Only a Linear with defer on (which keeps a
+// reference and quantizes at backward), the FP32 reference path, and an MoE block (its router
+// backward reads its input) get a per-layer FP32 input. GEMMs go through Linear/GroupedLinear
+// in the precision the resolver chose; everything else is FP32 (nn/ops.h, nn/moe.h).
 #include "mxtrain/nn/transformer.h"
 
 #include <cmath>
@@ -210,6 +216,18 @@ void GPT::set_fp32_reference(bool on) {
     if (L->experts) L->experts->set_fp32_reference(on);
 }
 
+// The buffer a Linear's FP32 input goes to: the layer's own (kept until backward) when the
+// Linear does not keep a copy of it or the FP32 reference needs it, else the shared scratch.
+float* GPT::linear_input(const Linear& l, std::vector<float>& own, int64_t n) {
+  if (fp32_ref_ || !l.keeps_input_copy()) {
+    own.resize(size_t(n));
+    return own.data();
+  }
+  own = std::vector<float>();
+  if (lin_in_.size() < size_t(n)) lin_in_.resize(size_t(n));
+  return lin_in_.data();
+}
+
 size_t GPT::activation_bytes() const {
   size_t n = 0;
   for (const auto& r : resid_) n += r.size();
@@ -228,20 +246,14 @@ void GPT::ensure_buffers(int B, int T) {
   resid_.resize(layers_.size() + 1);
   for (auto& r : resid_) r.resize(N * D);
   for (auto& L : layers_) {
-    L->ln1.resize(N * D);
     L->rstd1.resize(N);
     L->qkv_out.resize(N * 3 * D);
     L->probs.resize(int64_t(B) * H * T * T);
-    L->atty.resize(N * D);
     L->resid_mid.resize(N * D);
-    L->ln2.resize(N * D);
+    if (L->moe) L->ln2.resize(N * D);  // the router's backward reads it
     L->rstd2.resize(N);
-    if (!L->moe) {
-      L->fc1_out.resize(N * 2 * cfg_.d_ff);
-      L->h.resize(N * cfg_.d_ff);
-    }
+    if (!L->moe) L->fc1_out.resize(N * 2 * cfg_.d_ff);
   }
-  lnf_.resize(N * D);
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
@@ -261,34 +273,40 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = *layers_[l];
     const float* x = resid_[l].data();
-    rmsnorm_forward(L.ln1.data(), L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
-    linear_forward(fp32_ref_, L.qkv, L.ln1.data(), N, L.qkv_out.data(), L.s_qkv);
+    float* ln1 = linear_input(L.qkv, L.ln1, N * D);
+    rmsnorm_forward(ln1, L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
+    linear_forward(fp32_ref_, L.qkv, ln1, N, L.qkv_out.data(), L.s_qkv);
     after(L.qkv.name(), WeightUse::forward);
-    attention_forward(L.atty.data(), L.probs.data(), L.qkv_out.data(), B, T, D, H);
-    linear_forward(fp32_ref_, L.proj, L.atty.data(), N, branch_.data(), L.s_proj);
+    float* atty = linear_input(L.proj, L.atty, N * D);
+    attention_forward(atty, L.probs.data(), L.qkv_out.data(), B, T, D, H);
+    linear_forward(fp32_ref_, L.proj, atty, N, branch_.data(), L.s_proj);
     after(L.proj.name(), WeightUse::forward);
     residual_forward(L.resid_mid.data(), x, branch_.data(), N * D);
-    rmsnorm_forward(L.ln2.data(), L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(),
-                    N, D, eps);
     if (L.moe) {
+      rmsnorm_forward(L.ln2.data(), L.rstd2.data(), L.resid_mid.data(),
+                      L.mlp_norm.value.data(), N, D, eps);
       aux += L.experts->forward(L.ln2.data(), N, branch_.data());
       after(L.experts->fc1.name(), WeightUse::forward);
       after(L.experts->fc2.name(), WeightUse::forward);
       held += L.experts->held_bytes();
     } else {
-      linear_forward(fp32_ref_, L.fc1, L.ln2.data(), N, L.fc1_out.data(), L.s_fc1);
+      float* ln2 = linear_input(L.fc1, L.ln2, N * D);
+      rmsnorm_forward(ln2, L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(), N, D,
+                      eps);
+      linear_forward(fp32_ref_, L.fc1, ln2, N, L.fc1_out.data(), L.s_fc1);
       after(L.fc1.name(), WeightUse::forward);
-      swiglu_forward(L.h.data(), L.fc1_out.data(), N, cfg_.d_ff);
-      linear_forward(fp32_ref_, L.fc2, L.h.data(), N, branch_.data(), L.s_fc2);
+      float* h = linear_input(L.fc2, L.h, N * cfg_.d_ff);
+      swiglu_forward(h, L.fc1_out.data(), N, cfg_.d_ff);
+      linear_forward(fp32_ref_, L.fc2, h, N, branch_.data(), L.s_fc2);
       after(L.fc2.name(), WeightUse::forward);
       held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
     }
     held += L.s_qkv.held_bytes() + L.s_proj.held_bytes();
     residual_forward(resid_[l + 1].data(), L.resid_mid.data(), branch_.data(), N * D);
   }
-  rmsnorm_forward(lnf_.data(), rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N,
-                  D, eps);
-  linear_forward(fp32_ref_, lm_head_, lnf_.data(), N, logits_.data(), lm_saved_);
+  float* lnf = linear_input(lm_head_, lnf_, N * D);
+  rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N, D, eps);
+  linear_forward(fp32_ref_, lm_head_, lnf, N, logits_.data(), lm_saved_);
   after(lm_head_.name(), WeightUse::forward);
   held += lm_saved_.held_bytes();
   // Softmax in place: logits_ holds the probabilities from here on.
@@ -296,7 +314,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
       crossentropy_forward(logits_.data(), nullptr, logits_.data(), targets, N, V);
   last_aux_ = float(aux);
   last_loss_ = loss;
-  last_held_ = held;
+  last_held_ = held + activation_bytes();
   return float(loss);
 }
 

@@ -198,7 +198,8 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
       nlohmann::json row = {{"step", step + 1}, {"loss", loss}, {"aux_loss", aux},
                             {"lr", h.lr}, {"grad_norm", gnorm},
                             {"tokens_per_s", double(tokens_per_step) / step_s},
-                            {"step_ms", step_s * 1e3}, {"held_bytes", held}};
+                            {"step_ms", step_s * 1e3}, {"held_bytes", held},
+                            {"peak_rss_bytes", peak_rss_bytes()}};
       if (W > 1) {
         row["allgather_bytes"] = cc.allgather_bytes;
         row["allgather_ms"] = cc.allgather_ms;

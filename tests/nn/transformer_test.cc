@@ -392,6 +392,37 @@ TEST(GPT, DeferBackwardQuantGivesSameNumbersAndHoldsLess) {
   }
 }
 
+// What the whole model saves between forward and backward, to the byte. Every recipe keeps
+// the same FP32 activations for its elementwise ops; the Linears' inputs differ:
+//   bf16: a BF16 copy; mxfp8 (defer off): the FP8 colwise copy plus the weight's colwise copy;
+//   mxfp8 (defer on): the FP32 input itself and nothing quantized.
+// An extra copy of any Linear input (an FP32 buffer kept next to the FP8 one, say) breaks the
+// differences below.
+TEST(GPT, HeldBytesAreExactlyTheRecipesSavedCopies) {
+  const int B = 4, T = 8;
+  const int64_t N = int64_t(B) * T;
+  Batch b = make_batch(B, T, 29);
+  GPT bf(tiny(false), recipe_resolver("bf16"), 3);
+  GPT off(tiny(false), recipe_resolver("mxfp8", false), 3);
+  GPT on(tiny(false), recipe_resolver("mxfp8", true), 3);
+  bf.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+  off.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+  on.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+  int64_t bf_minus_off = 0, on_minus_off = 0;
+  for (const ModuleInfo& m : bf.quantizable_modules()) {
+    const Linear* l = bf.linear(m.module);
+    ASSERT_NE(l, nullptr) << m.module;
+    const int64_t in = l->in_features(), out = l->out_features();
+    const int64_t x_col = N * in + ceil_div(N, 32) * in;      // FP8 codes + E8M0 scales
+    const int64_t w_col = out * in + ceil_div(out, 32) * in;  // backward-only weight copy
+    bf_minus_off += 2 * N * in - x_col - w_col;
+    on_minus_off += 4 * N * in - x_col - w_col;  // defer: no colwise weight yet at forward
+  }
+  EXPECT_EQ(int64_t(bf.last_held_bytes()) - int64_t(off.last_held_bytes()), bf_minus_off);
+  EXPECT_EQ(int64_t(on.last_held_bytes()) - int64_t(off.last_held_bytes()), on_minus_off);
+  EXPECT_EQ(bf.activation_bytes(), off.activation_bytes());  // no FP32 Linear inputs kept
+}
+
 TEST(GPT, ForwardLossLeavesGradientsAlone) {
   GPT m(tiny(true), recipe_resolver("bf16"), 8);
   Batch b = make_batch(2, 8, 23);

@@ -120,9 +120,12 @@ class GPT {
   // Σ over MoE layers of the load-balancing loss of the last forward (0 for dense models);
   // the objective adds aux_loss_coef times this.
   float last_aux_loss() const { return last_aux_; }
-  // Bytes the Linear/GroupedLinear layers held for backward after the last forward.
+  // Bytes saved between the last forward and its backward, for the whole model: the model's
+  // own activation buffers (activation_bytes) plus what every Linear/GroupedLinear keeps (its
+  // input copy and backward-only weight copies). Workspaces reused within a pass are not
+  // counted.
   size_t last_held_bytes() const { return last_held_; }
-  // Bytes of the model's own activation buffers (FP32 activations kept for backward).
+  // Bytes of the model's own activation buffers kept for backward (FP32).
   size_t activation_bytes() const;
 
   // Called after each quantizable module's forward (phase forward) and backward (phase
@@ -147,6 +150,7 @@ class GPT {
   void after(const std::string& module, WeightUse phase);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
+  float* linear_input(const Linear& l, std::vector<float>& own, int64_t n);
 
   ModelConfig cfg_;
   Parameter embed_, final_norm_;
@@ -157,6 +161,7 @@ class GPT {
   std::vector<std::vector<float>> resid_;
   std::vector<float> lnf_, rstdf_, logits_;
   std::vector<float> branch_;  // forward scratch: a branch output before the residual add
+  std::vector<float> lin_in_;  // forward scratch: a Linear's input when it keeps its own copy
   // Backward scratch shared by all layers.
   std::vector<float> dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
   std::map<std::string, Linear*> linears_;
