@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "gemm/mx_gemm.h"
+#include "mxtrain/gemm.h"
 #include "core/quantize_kernels.h"
 #include "mxtrain/isa.h"
 
@@ -23,6 +25,23 @@ using namespace mxtrain;
 struct OpPath {
   std::string op, path, kernel;
 };
+
+// The MX product's kernels on the active path (gemm.h, gemm_path()).
+OpPath mx_gemm_path() {
+  const GemmPath p = gemm_path();
+  std::string kernel;
+  switch (p) {
+    case GemmPath::scalar: kernel = "mx_gemm_ref"; break;
+    case GemmPath::onednn: kernel = "dequantize_bf16 + oneDNN matmul (operands expanded)"; break;
+    case GemmPath::avx512bf16:
+      kernel = "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64)";
+      if (active_isa() == Isa::avx512vbmi)
+        kernel += "; forward with m <= " + std::to_string(gemm_detail::kGemvMaxRows) +
+                  ": mx_gemv_nt_avx512vbmi";
+      break;
+  }
+  return {"GEMM MX (mxfp8 recipes)", gemm_path_name(p), kernel};
+}
 
 std::vector<OpPath> op_paths() {
   const kern::QuantKernels& k = kern::quant_kernels(active_isa());
@@ -39,8 +58,9 @@ std::vector<OpPath> op_paths() {
       {"dequantize (to fp32 / bf16)", base, "dequantize_mx_{f32,bf16}" + bsfx},
       {"fp32 <-> bf16 arrays", base, "convert_{f32_to_bf16,bf16_to_f32}" + bsfx},
       {"non-finite scan", base, "has_nonfinite_f32" + bsfx},
-      {"GEMM (bf16 and MX-scaled)", "oneDNN", "oneDNN matmul; oneDNN picks its own ISA "
-                                              "(see ONEDNN_VERBOSE=1)"},
+      {"GEMM bf16 (bf16 recipe)", "oneDNN", "oneDNN matmul; oneDNN picks its own ISA "
+                                            "(see ONEDNN_VERBOSE=1)"},
+      mx_gemm_path(),
   };
 }
 
@@ -62,6 +82,7 @@ int run_info(bool json) {
     j["best_isa"] = isa_name(best_isa());
     j["active_isa"] = isa_name(active_isa());
     j["omp_max_threads"] = omp_get_max_threads();
+    j["gemm_path"] = gemm_path_name(gemm_path());
     for (const OpPath& o : ops) j["kernels"].push_back({{"op", o.op}, {"path", o.path},
                                                         {"kernel", o.kernel}});
     std::cout << j.dump(1) << std::endl;
@@ -74,7 +95,8 @@ int run_info(bool json) {
   for (const std::string& s : supported) std::cout << " " << s;
   std::cout << "\nactive path: " << isa_name(active_isa()) << " (best " << isa_name(best_isa())
             << "; override with --isa or MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi)\n";
-  std::cout << "OpenMP threads: " << omp_get_max_threads() << "\n\n";
+  std::cout << "OpenMP threads: " << omp_get_max_threads() << "\n";
+  std::cout << "MX GEMM path: " << gemm_path_name(gemm_path()) << "\n\n";
   for (const OpPath& o : ops)
     std::cout << "  " << o.op << std::string(o.op.size() < 32 ? 32 - o.op.size() : 1, ' ')
               << o.path << std::string(o.path.size() < 12 ? 12 - o.path.size() : 1, ' ')

@@ -16,9 +16,11 @@
 // zero, and the reference does the same so that both compute one defined product. A scale of
 // 0xFF makes every element of its block NaN. Products accumulate in FP32.
 //
-// Kernels: mx_gemm_ref (scalar, FP32 accumulation in K order) and mx_gemm_avx512bf16
+// Kernels: mx_gemm_ref (scalar, FP32 accumulation in K order), mx_gemm_avx512bf16
 // (mx_gemm_avx512.cc: operands decoded panel by panel into cache-resident BF16 blocks with the
-// scales folded in, then a 6x64 VDPBF16PS micro-kernel). Callers check shapes and layouts.
+// scales folded in, then a 6x64 VDPBF16PS micro-kernel) and, for forward products with few
+// rows on CPUs with VBMI, mx_gemv_nt_avx512vbmi (W streamed once, decoded in registers).
+// Callers check shapes and layouts.
 #pragma once
 
 #include <cstdint>
@@ -58,5 +60,12 @@ void mx_gemm_ref(Orient o, const MXOperand& A, const MXOperand& B, float* C, int
 // Same product, AVX512-BF16 kernels; needs a CPU with AVX512-BF16 (and F/BW/VL/DQ).
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate);
+
+// Forward (nt) products with few rows, streaming W once (mx_gemv_avx512vbmi.cc); needs
+// AVX512-BF16 and VBMI, and operands whose E4M3 scales are below 247 (see mx_gemm_avx512.cc).
+void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
+                           bool accumulate);
+// Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi).
+constexpr int64_t kGemvMaxRows = 16;
 
 }  // namespace mxtrain::gemm_detail

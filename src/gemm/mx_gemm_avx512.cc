@@ -11,14 +11,11 @@
 // 64-column panels (M by MC blocks when N has too few panels); each output element is written
 // by one thread, in a fixed order, so results do not depend on the thread count.
 //
-// Decoding 32 codes: zero-extend to 16 bits, move the code into FP16 bit positions (E5M2 is
-// the upper byte of an FP16; E4M3's exponent and mantissa fit FP16's fields and give the
-// value times 2^-8, subnormals included; its NaN code is patched to an FP16 NaN), convert to
-// FP32, multiply by the block's power-of-two multiplier (2^(s-127), times 2^8 for E4M3, NaN
-// for s = 0xFF) and round to BF16 (exact: at most four significant bits). Values below
-// 2^-126 become BF16 subnormals or zero, which VDPBF16PS reads as zero — the flush that
+// Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
 // operand holding one (only blocks with amax > 2^127 do) is routed to the scalar reference.
+// Small-M forward products take the streaming kernel of mx_gemv_avx512vbmi.cc instead
+// (gemm_mx.cc decides).
 //
 // Operand sources (see gemm/mx_gemm.h for the orientations):
 //   A rows   (nt, nn): A stored [M, K] with blocks along K  -> Ap[m][KC/2] (row of pairs)
@@ -36,8 +33,10 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/aligned.h"
+#include "mxtrain/isa.h"
 
 namespace mxtrain::gemm_detail {
 namespace {
@@ -48,47 +47,7 @@ constexpr int64_t KC = 256;     // K chunk (even)
 constexpr int64_t KP = KC / 2;  // pairs per chunk
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
 
-// ---- multipliers and decoding ------------------------------------------------------------
-
-// mult[s]: the FP32 factor that turns a decoded code (times 2^-8 for E4M3) into its value.
-struct Multipliers {
-  alignas(64) float v[256];
-  explicit Multipliers(Elem e) {
-    const int bias = e == Elem::e4m3 ? 119 : 127;
-    for (int s = 0; s < 256; ++s) v[s] = s == 0xFF ? NAN : std::ldexp(1.f, std::min(s - bias, 127));
-  }
-};
-
-const Multipliers& multipliers(Elem e) {
-  static const Multipliers m4(Elem::e4m3), m5(Elem::e5m2);
-  return e == Elem::e4m3 ? m4 : m5;
-}
-
-// 32 codes -> 32 BF16 values (one vector), multipliers for elements 0-15 and 16-31.
-inline __m512i decode32(__m256i codes, __m512 m_lo, __m512 m_hi, bool e4m3) {
-  const __m512i w = _mm512_cvtepu8_epi16(codes);
-  __m512i h;
-  if (e4m3) {
-    const __m512i a = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(0x3F80));
-    h = _mm512_ternarylogic_epi32(a, _mm512_slli_epi16(w, 8),
-                                  _mm512_set1_epi16(int16_t(0x8000)), 0xF8);  // a | (b & c)
-    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)),
-                                                  _mm512_set1_epi16(0x7F));
-    h = _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7E00));
-  } else {
-    h = _mm512_slli_epi16(w, 8);
-  }
-  const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), m_lo);
-  const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), m_hi);
-  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
-}
-
-// Codes [p, p + n) (n <= 32; the rest read as zero).
-inline __m256i load_codes(const uint8_t* p, int64_t n) {
-  if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if (n <= 0) return _mm256_setzero_si256();
-  return _mm256_maskz_loadu_epi8(__mmask32((1ull << n) - 1), p);
-}
+// ---- multipliers ---------------------------------------------------------------------------
 
 // Multipliers of 16 consecutive columns c0.. of stored row r whose scales vary per column
 // (colwise), or per 32 columns (tile32); columns past `cols` get multiplier 0.
@@ -296,6 +255,8 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
   if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
+  if (o == Orient::nt && M <= kGemvMaxRows && active_isa() == Isa::avx512vbmi)
+    return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
   const int64_t panels = ceil_div(N, NR), mblocks = ceil_div(M, MC);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), panels * mblocks));
   // Split N by panels when there are enough of them, else M by blocks.

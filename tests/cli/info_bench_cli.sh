@@ -15,8 +15,20 @@ for key in '"supported_isas"' '"best_isa"' '"active_isa"' '"kernels"' '"avx512vb
   has "$out" "$key" "info --json"
 done
 
+has "$out" '"gemm_path"' "info --json"
+
 out=$(MXTRAIN_ISA=scalar "$MXTRAIN" info) || fail "MXTRAIN_ISA=scalar info exited $?"
 has "$out" "active path: scalar" "MXTRAIN_ISA=scalar info"
+has "$out" "MX GEMM path: scalar" "MXTRAIN_ISA=scalar info"
+out=$(MXTRAIN_ISA=avx2 "$MXTRAIN" info 2>/dev/null) &&
+  has "$out" "MX GEMM path: onednn" "MXTRAIN_ISA=avx2 info"
+
+out=$("$MXTRAIN" bench gemm --m 3 --k 70 --n 33 --iters 1 --warmup 0 --json) ||
+  fail "bench gemm exited $?"
+[ "$(grep -c '"op"' <<<"$out")" -eq 9 ] || fail "bench gemm: want 9 rows (3 recipes x 3 ops)"
+for key in '"recipe"' '"op"' '"m"' '"k"' '"n"' '"ms"' '"bf16_ms"' '"wgrad"'; do
+  has "$out" "$key" "bench gemm --json"
+done
 out=$("$MXTRAIN" --isa scalar info) || fail "--isa scalar info exited $?"
 has "$out" "quantize_mx_dual_{f32,bf16}__ref" "--isa scalar info"
 

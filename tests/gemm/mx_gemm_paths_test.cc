@@ -46,7 +46,8 @@ double value(const MXTensor& t, int64_t r, int64_t c) {
 std::vector<Isa> path_isas() {
   std::vector<Isa> out{Isa::scalar};
   if (isa_supported(Isa::avx2)) out.push_back(Isa::avx2);  // onednn expansion path
-  if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);
+  if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);  // panels only
+  if (isa_supported(Isa::avx512vbmi)) out.push_back(Isa::avx512vbmi);  // + streaming forward
   return out;
 }
 
@@ -139,13 +140,17 @@ TEST(MxGemmPaths, WgradAllLayoutsAndFormats) {
 
 // Blocks whose values fall below 2^-126 (flushed) next to ordinary ones; E5M2 scale 0 too.
 TEST(MxGemmPaths, TinyScalesFlushTheSameWayOnEveryPath) {
-  std::vector<float> x = randn(40 * 70, 8), w = randn(50 * 70, 9);
-  for (int64_t r = 0; r < 40; ++r)
-    for (int64_t c = 0; c < 32; ++c) x[size_t(r * 70 + c)] *= 0x1p-120f;  // first K block tiny
-  for (float& v : w) v *= 0x1p-10f;
-  for (Elem e : {Elem::e4m3, Elem::e5m2}) {
-    const MXTensor xq = q(x, 40, 70, MXLayout::rowwise, e), wq = q(w, 50, 70, MXLayout::rowwise, e);
-    check_all_paths(false, xq, true, wq, false, "tiny scales");
+  for (int64_t rows : {40, 3}) {  // panels, and the streaming forward
+    std::vector<float> x = randn(rows * 70, 8), w = randn(50 * 70, 9);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < 32; ++c) x[size_t(r * 70 + c)] *= 0x1p-120f;  // first block tiny
+    for (int64_t c = 0; c < 32; ++c) w[size_t(5 * 70 + c)] *= 0x1p-125f;     // and one of W's
+    for (float& v : w) v *= 0x1p-10f;
+    for (Elem e : {Elem::e4m3, Elem::e5m2}) {
+      const MXTensor xq = q(x, rows, 70, MXLayout::rowwise, e);
+      const MXTensor wq = q(w, 50, 70, MXLayout::rowwise, e);
+      check_all_paths(false, xq, true, wq, false, "tiny scales");
+    }
   }
 }
 

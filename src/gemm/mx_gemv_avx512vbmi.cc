@@ -1,0 +1,198 @@
+// gemm/mx_gemv_avx512vbmi.cc — forward products with few rows, y[M, N] = x[M, K] · W[N, K]^T
+// for small M (a few tokens: decoding, small micro-batches), streaming W's FP8 codes once.
+//
+// With few rows the product is bound by reading W, so FP8 (one byte per element) is where MX
+// pays: the kernel reads each W row once, decodes 64 codes at a time in registers and feeds
+// VDPBF16PS dot products against x, which is decoded once into BF16 (scale folded in, flushed
+// like every MX path, docs/numerics.md "MX products"). Accumulators hold 16 FP32 partial sums
+// per (row of x, row of W); each is reduced once at the end. Threads split N; every output is
+// summed by one thread in a fixed order.
+//
+// Decoding 64 codes with VBMI: two byte permutes look the magnitude (7 bits) up in 128-entry
+// tables of the BF16 high and low bytes of the unscaled value, the sign bit is merged into the
+// high byte, and unpacking the two byte vectors gives two vectors of 32 BF16 words — in the
+// lane order of the unpack (words 8L..8L+7 of the first vector are codes 16L..16L+7, of the
+// second codes 16L+8..16L+15, L = 0..3). x is stored in the same order, so the products pair
+// up. The block scale is folded in exactly by adding (s - 127) to the BF16 exponent of every
+// non-zero word; that stays exact while every result is a normal BF16 number, i.e. for scale
+// bytes 10..246 (E4M3) and 17..239 (E5M2) and codes that are not NaN/Inf. A 64-code piece
+// outside that takes the general decoder (mx_decode_avx512.h) and is reordered to match.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "gemm/mx_decode_avx512.h"
+#include "gemm/mx_gemm.h"
+#include "mxtrain/aligned.h"
+
+namespace mxtrain::gemm_detail {
+namespace {
+
+constexpr int NB = 4;  // rows of W per pass
+
+struct Tables {
+  alignas(64) uint8_t hi[128], lo[128];
+  int s_min, s_max;    // scale bytes that fold exactly
+  uint8_t bad_mag;     // magnitudes from here up are NaN/Inf codes
+  explicit Tables(Elem e) {
+    for (int c = 0; c < 128; ++c) {
+      const float v = fp8_to_f32(uint8_t(c), e);
+      const uint16_t b = std::isnan(v) ? 0 : f32_to_bf16(v);  // exact for finite codes
+      hi[c] = uint8_t(b >> 8);
+      lo[c] = uint8_t(b & 0xFF);
+    }
+    const bool e4 = e == Elem::e4m3;
+    s_min = e4 ? 10 : 17;
+    s_max = e4 ? 246 : 239;
+    bad_mag = e4 ? 0x7F : 0x7C;
+  }
+};
+
+const Tables& tables(Elem e) {
+  static const Tables t4(Elem::e4m3), t5(Elem::e5m2);
+  return e == Elem::e4m3 ? t4 : t5;
+}
+
+// Natural order (a = codes 0-31, b = 32-63) -> the unpack order described at the top.
+inline void to_unpack_order(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
+  alignas(64) static const uint16_t ilo[32] = {0,  1,  2,  3,  4,  5,  6,  7,  16, 17, 18,
+                                               19, 20, 21, 22, 23, 32, 33, 34, 35, 36, 37,
+                                               38, 39, 48, 49, 50, 51, 52, 53, 54, 55};
+  alignas(64) static const uint16_t ihi[32] = {8,  9,  10, 11, 12, 13, 14, 15, 24, 25, 26,
+                                               27, 28, 29, 30, 31, 40, 41, 42, 43, 44, 45,
+                                               46, 47, 56, 57, 58, 59, 60, 61, 62, 63};
+  lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(ilo), b);
+  hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
+}
+
+// 64 codes of one row at p (n valid, the rest zero) with block scales s0 (codes 0-31) and
+// s1 (32-63) -> 64 BF16 values in unpack order.
+inline void decode64(const uint8_t* p, int64_t n, uint8_t s0, uint8_t s1, Elem e,
+                     const Tables& t, __m512i& lo, __m512i& hi) {
+  const __m512i c = n >= 64 ? _mm512_loadu_si512(p)
+                            : _mm512_maskz_loadu_epi8(__mmask64((1ull << n) - 1), p);
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
+  const bool fold = s0 >= t.s_min && s0 <= t.s_max && s1 >= t.s_min && s1 <= t.s_max &&
+                    !_mm512_cmpge_epu8_mask(mag, _mm512_set1_epi8(char(t.bad_mag)));
+  if (fold) {
+    __m512i h = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), mag,
+                                         _mm512_load_si512(t.hi + 64));
+    const __m512i l = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), mag,
+                                               _mm512_load_si512(t.lo + 64));
+    h = _mm512_ternarylogic_epi32(h, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // h | (c & 0x80)
+    const __m512i w0 = _mm512_unpacklo_epi8(l, h), w1 = _mm512_unpackhi_epi8(l, h);
+    const __m512i d = _mm512_inserti64x4(_mm512_set1_epi16(int16_t((int(s0) - 127) * 128)),
+                                         _mm256_set1_epi16(int16_t((int(s1) - 127) * 128)), 1);
+    const __m512i m15 = _mm512_set1_epi16(0x7FFF);
+    lo = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w0, m15), w0, d);
+    hi = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w1, m15), w1, d);
+    return;
+  }
+  const float* mult = multipliers(e).v;
+  const bool e4m3 = e == Elem::e4m3;
+  const __m512 f0 = _mm512_set1_ps(mult[s0]), f1 = _mm512_set1_ps(mult[s1]);
+  const __m512i a = decode32(load_codes(p, n), f0, f0, e4m3);
+  const __m512i b = decode32(load_codes(p + 32, n - 32), f1, f1, e4m3);
+  to_unpack_order(a, b, lo, hi);
+}
+
+// Scale bytes of the 64-code piece at column k of row r (the second block may lie past K).
+inline void piece_scales(const MXOperand& t, int64_t r, int64_t k, uint8_t& s0, uint8_t& s1) {
+  s0 = t.scale(r, k);
+  s1 = k + 32 < t.cols ? t.scale(r, k + 32) : s0;
+}
+
+// x rows [M, Kp] in unpack order, scale folded in (Kp = K rounded up to 64, zero padded).
+void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
+  const float* mult = multipliers(x.elem).v;
+  const bool e4m3 = x.elem == Elem::e4m3;
+  for (int64_t m = 0; m < x.rows; ++m)
+    for (int64_t k = 0; k < Kp; k += 64) {
+      uint8_t s0 = 0, s1 = 0;
+      if (k < x.cols) piece_scales(x, m, k, s0, s1);
+      const uint8_t* p = x.codes + m * x.cols + k;
+      const int64_t n = x.cols - k;
+      const __m512 f0 = _mm512_set1_ps(mult[s0]), f1 = _mm512_set1_ps(mult[s1]);
+      const __m512i a = decode32(load_codes(p, n), f0, f0, e4m3);
+      const __m512i b = decode32(load_codes(p + 32, n - 32), f1, f1, e4m3);
+      __m512i lo, hi;
+      to_unpack_order(a, b, lo, hi);
+      _mm512_storeu_si512(xs + m * Kp + k, lo);
+      _mm512_storeu_si512(xs + m * Kp + k + 32, hi);
+    }
+}
+
+// C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T.
+template <int MB, int NBV>
+void gemv_tile(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, const Tables& t,
+               float* C, int64_t ldc, bool load) {
+  __m512 acc[MB][NBV];
+  for (int m = 0; m < MB; ++m)
+    for (int j = 0; j < NBV; ++j) acc[m][j] = _mm512_setzero_ps();
+  const int64_t K = W.cols;
+  for (int64_t k = 0; k < Kp; k += 64) {
+    __m512i wl[NBV], wh[NBV];
+    for (int j = 0; j < NBV; ++j) {
+      uint8_t s0, s1;
+      piece_scales(W, n0 + j, k, s0, s1);
+      decode64(W.codes + (n0 + j) * K + k, K - k, s0, s1, W.elem, t, wl[j], wh[j]);
+    }
+    for (int m = 0; m < MB; ++m) {
+      const __m512bh xl = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k);
+      const __m512bh xh = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k + 32);
+      for (int j = 0; j < NBV; ++j) {
+        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xl, (__m512bh)wl[j]);
+        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xh, (__m512bh)wh[j]);
+      }
+    }
+  }
+  for (int m = 0; m < MB; ++m)
+    for (int j = 0; j < NBV; ++j) {
+      float& c = C[m * ldc + n0 + j];
+      c = (load ? c : 0.f) + _mm512_reduce_add_ps(acc[m][j]);
+    }
+}
+
+template <int MB>
+void gemv_rows(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, int64_t n1,
+               const Tables& t, float* C, int64_t ldc, bool load) {
+  int64_t n = n0;
+  for (; n + NB <= n1; n += NB) gemv_tile<MB, NB>(W, xs, Kp, n, t, C, ldc, load);
+  for (; n < n1; ++n) gemv_tile<MB, 1>(W, xs, Kp, n, t, C, ldc, load);
+}
+
+}  // namespace
+
+void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
+                           bool accumulate) {
+  const int64_t M = X.rows, N = W.rows, K = X.cols;
+  const int64_t Kp = ceil_div(K, 64) * 64;
+  thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> xs;
+  xs.resize(size_t(M * Kp));
+  prepare_x(X, Kp, xs.data());
+  const Tables& t = tables(W.elem);
+  const int64_t units = ceil_div(N, NB);
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), units));
+  const uint16_t* xp = xs.data();
+#pragma omp parallel num_threads(threads)
+  {
+    const int id = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t n0 = std::min(N, units * id / T * NB);
+    const int64_t n1 = std::min(N, units * (id + 1) / T * NB);
+    for (int64_t m = 0; m < M; m += 4) {
+      const uint16_t* x = xp + m * Kp;
+      float* c = C + m * ldc;
+      switch (std::min<int64_t>(4, M - m)) {
+        case 4: gemv_rows<4>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        case 3: gemv_rows<3>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        case 2: gemv_rows<2>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        default: gemv_rows<1>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+      }
+    }
+  }
+}
+
+}  // namespace mxtrain::gemm_detail
