@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
 
 namespace mxtrain {
 
@@ -34,5 +35,11 @@ struct QTensor {
   // Marks every copy absent and frees the storage.
   void release();
 };
+
+// The copies recipe `r` makes of a matrix x [M, K] it quantizes with `cfg`: 1x32 recipes
+// quantize both axes from one read (quantize_dual: rowwise + colwise), 32x32 recipes make the
+// tile copy, and bf16 converts to BF16.
+QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r,
+                         const QuantConfig& cfg);
 
 }  // namespace mxtrain

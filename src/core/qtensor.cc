@@ -24,4 +24,22 @@ void QTensor::release() {
   has_rowwise = has_colwise = has_tile = false;
 }
 
+QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r,
+                         const QuantConfig& cfg) {
+  QTensor t;
+  t.rows = M;
+  t.cols = K;
+  if (!r.quantized()) {
+    t.bf16.resize(size_t(M * K));
+    f32_to_bf16_array(x, t.bf16.data(), M * K);
+  } else if (r.weight_tiled()) {
+    t.tile = quantize(x, M, K, MXLayout::tile32, cfg);
+    t.has_tile = true;
+  } else {
+    quantize_dual(x, M, K, cfg, t.rowwise, t.colwise);
+    t.has_rowwise = t.has_colwise = true;
+  }
+  return t;
+}
+
 }  // namespace mxtrain

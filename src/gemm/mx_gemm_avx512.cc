@@ -191,11 +191,14 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
                   float* C, int64_t ldc, int ncols, bool load) {
   __m512 acc[ROWS][4];
   __mmask16 mask[4];
+  #pragma GCC unroll 8
   for (int v = 0; v < 4; ++v) {
     const int n = std::clamp(ncols - 16 * v, 0, 16);
     mask[v] = __mmask16((1u << n) - 1);
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < ROWS; ++m)
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v)
       acc[m][v] = load ? _mm512_maskz_loadu_ps(mask[v], C + m * ldc + 16 * v) : _mm512_setzero_ps();
   for (int64_t p = 0; p < kp; ++p) {
@@ -203,6 +206,7 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
     const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
     const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
     const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
+    #pragma GCC unroll 8
     for (int m = 0; m < ROWS; ++m) {
       const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
       acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
@@ -211,7 +215,9 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
       acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < ROWS; ++m)
+    #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v)
       if (mask[v]) _mm512_mask_storeu_ps(C + m * ldc + 16 * v, mask[v], acc[m][v]);
 }

@@ -130,26 +130,33 @@ template <int MB, int NBV>
 void gemv_tile(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, const Tables& t,
                float* C, int64_t ldc, bool load) {
   __m512 acc[MB][NBV];
+  #pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
+    #pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t K = W.cols;
   for (int64_t k = 0; k < Kp; k += 64) {
     __m512i wl[NBV], wh[NBV];
+    #pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) {
       uint8_t s0, s1;
       piece_scales(W, n0 + j, k, s0, s1);
       decode64(W.codes + (n0 + j) * K + k, K - k, s0, s1, W.elem, t, wl[j], wh[j]);
     }
+    #pragma GCC unroll 8
     for (int m = 0; m < MB; ++m) {
       const __m512bh xl = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k);
       const __m512bh xh = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k + 32);
+      #pragma GCC unroll 8
       for (int j = 0; j < NBV; ++j) {
         acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xl, (__m512bh)wl[j]);
         acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xh, (__m512bh)wh[j]);
       }
     }
   }
+  #pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
+    #pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) {
       float& c = C[m * ldc + n0 + j];
       c = (load ? c : 0.f) + _mm512_reduce_add_ps(acc[m][j]);
