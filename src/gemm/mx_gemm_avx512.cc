@@ -1,7 +1,7 @@
 // gemm/mx_gemm_avx512.cc — MX products on AVX512-BF16: FP8 panels decoded into cache-resident
 // BF16 blocks (scales folded in), multiplied by a 6x64 VDPBF16PS micro-kernel.
 //
-// Blocking (Goto style): K is cut into chunks of KC = 256. For each chunk a thread decodes its
+// Blocking (Goto style): K is cut into chunks of KC = 1024. For each chunk a thread decodes its
 // share of op(B) — all of its N columns — into VNNI panels Bp[panel][KC/2][64] (one dword = the
 // BF16 pair (k, k+1) of one column), then walks M in blocks of MC = 96 rows: it decodes that
 // block of op(A) into Ap (pairs along K) and runs the micro-kernel over every (6-row, 64-col)
@@ -43,7 +43,7 @@ namespace {
 
 constexpr int MR = 6;           // micro-tile rows
 constexpr int NR = 64;          // micro-tile columns (4 vectors of 16 FP32)
-constexpr int64_t KC = 256;     // K chunk (even)
+constexpr int64_t KC = 1024;    // K chunk (even)
 constexpr int64_t KP = KC / 2;  // pairs per chunk
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
 
