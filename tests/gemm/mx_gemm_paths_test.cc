@@ -7,8 +7,9 @@
 //   |C - C_exact| <= (K + 1) · u · (Σ_k |a_k||b_k| + |C0|),  u = 2^-24,
 // plus K · 2^-126 for products the AVX512-BF16 kernel flushes below FP32's normal range (it
 // treats subnormal results as zero). The paths' shapes cross every blocking edge of the
-// AVX-512 kernel: K odd (half pairs), K > 256 (several chunks), M > 96 (several row blocks),
-// N not a multiple of 64 (masked columns), M % 6 != 0 (short micro-tiles).
+// AVX-512 kernels: K odd (half pairs), K > 1024 (two chunks), M > 96 (several row blocks),
+// N not a multiple of 64 (masked columns), M % 6 != 0 (short micro-tiles), M <= 16 (the
+// streaming forward) with N % 4 != 0 and K % 64 != 0.
 #include <gtest/gtest.h>
 #include <omp.h>
 
