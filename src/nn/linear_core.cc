@@ -117,10 +117,13 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
                   LinearSaved& saved) {
   const Recipe& r = p.recipe;
   const int64_t E = groups.num_groups();
-  saved = LinearSaved{};
+  // Reuse the storage of the previous step's copies: no fresh pages every step.
   saved.tokens = groups.offsets.back();
   saved.groups = groups;
+  saved.x = nullptr;
+  saved.weight_bytes_for_backward = 0;
   saved.xs.resize(size_t(E));
+  for (QTensor& t : saved.xs) t.invalidate();
   std::vector<QTensor>& xq = r.quantized() ? scratch(0, E) : saved.xs;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t n = groups.count(g);
@@ -189,7 +192,12 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
     grouped_dgrad(groups, dyq.data(), wp.data(), dx, in);
   }
   grouped_wgrad(groups, dyq.data(), xd.data(), dw, true);
-  saved = LinearSaved{};  // release what forward kept
+  // Consumed: a second backward is refused; the copies' storage stays for the next forward.
+  saved.tokens = 0;
+  saved.groups = GroupList{};
+  saved.x = nullptr;
+  saved.weight_bytes_for_backward = 0;
+  for (QTensor& t : saved.xs) t.invalidate();
 }
 
 void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
