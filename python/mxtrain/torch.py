@@ -23,12 +23,13 @@ from . import _mxtrain
 __all__ = ["mx_linear", "MXLinear"]
 
 
-def _f32_numpy(t, what):
+def _f32(t, what):
+    """t as a contiguous float32 CPU tensor (t itself, detached, when it already is one)."""
     if t.device.type != "cpu":
         raise ValueError(f"{what} must be on the CPU, got device {t.device}")
     if not t.is_floating_point():
         raise TypeError(f"{what} must be a floating-point tensor, got {t.dtype}")
-    return t.detach().to(_torch.float32).contiguous().numpy()
+    return t.detach().to(_torch.float32).contiguous()
 
 
 class _MXLinearFunction(_torch.autograd.Function):
@@ -37,23 +38,26 @@ class _MXLinearFunction(_torch.autograd.Function):
         if x.dim() < 1 or x.shape[-1] != layer.in_features:
             raise ValueError(f"x has shape {tuple(x.shape)}, the layer takes [..., "
                              f"{layer.in_features}]")
-        layer.set_weight(_f32_numpy(weight, "weight"))
+        layer.set_weight(_f32(weight, "weight").numpy())
         if bias is not None:
-            layer.set_bias(_f32_numpy(bias, "bias"))
-        x2 = _f32_numpy(x.reshape(-1, layer.in_features), "x")
-        y, state = layer.forward(x2)
+            layer.set_bias(_f32(bias, "bias").numpy())
+        x2 = _f32(x.reshape(-1, layer.in_features), "x")
+        y, state = layer.forward(x2.numpy())
         ctx.layer, ctx.state, ctx.x_shape, ctx.x_dtype = layer, state, x.shape, x.dtype
-        ctx.save_for_backward(weight, bias)
+        # With defer_backward_quant the engine reads x2 again in backward: saving it lets torch
+        # refuse a backward after x was modified in place (x2 shares x's version counter when
+        # it is a view of x).
+        ctx.save_for_backward(weight, bias, x2 if layer.defer_backward_quant else None)
         return _torch.from_numpy(y).reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
 
     @staticmethod
     def backward(ctx, dy):
-        weight, bias = ctx.saved_tensors
+        weight, bias, _ = ctx.saved_tensors  # raises if any was modified in place
         layer = ctx.layer
-        # The same values as at forward (torch refuses saved tensors modified in place), so this
-        # only compares; it restores the layer if another call changed its weight meanwhile.
-        layer.set_weight(_f32_numpy(weight, "weight"))
-        dy2 = _f32_numpy(dy.reshape(-1, layer.out_features), "dy")
+        # Unchanged since forward (torch checked), so this only compares; if the layer's
+        # weight were another one now, backward would raise mxtrain.Error.
+        layer.set_weight(_f32(weight, "weight").numpy())
+        dy2 = _f32(dy.reshape(-1, layer.out_features), "dy").numpy()
         dx, dw, db = layer.backward(ctx.state, dy2, bool(ctx.needs_input_grad[0]))
         ctx.state = None
         gx = _torch.from_numpy(dx).reshape(ctx.x_shape).to(ctx.x_dtype) if dx is not None else None

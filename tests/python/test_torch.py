@@ -147,6 +147,18 @@ def test_weight_reuse_and_updates():
     (2 * mxt.mx_linear(x2, w2)).sum().backward()
     check(torch.equal(xa.grad, x1.grad + x2.grad), "interleaved calls: dx differs")
     check(torch.equal(w1.grad, w2.grad / 2), "dW = dyᵀ·x (dy doubled for w2)")
+    # defer_backward_quant reads x again in backward: changing x in place is refused.
+    xd = torch.randn(16, 64, requires_grad=True)
+    xv = xd * 1.0
+    y = mxt.mx_linear(xv, w1, defer_backward_quant=True)
+    with torch.no_grad():
+        xv.add_(1.0)
+    try:
+        y.sum().backward()
+    except RuntimeError as e:
+        check("modified by an inplace operation" in str(e), str(e))
+    else:
+        raise AssertionError("backward after an in-place change of x was accepted")
 
 
 if __name__ == "__main__":
