@@ -26,13 +26,12 @@ PYBIND11_MODULE(_mxtrain, m) {
   m.def("_recipes_json", [] { return recipes_json(1); },
         "The JSON text `mxtrain recipes --json` prints");
   m.def("set_isa",
-        [](const py::object& name) {
-          if (name.is_none()) {
+        [](const std::optional<std::string>& name) {
+          if (!name) {
             clear_isa_override();
             return;
           }
-          const std::string s = py::cast<std::string>(name);
-          const Isa isa = as_value_error([&] { return parse_isa(s); });
+          const Isa isa = as_value_error([&] { return parse_isa(*name); });
           set_isa(isa);  // mxtrain.Error if the CPU lacks it
         },
         py::arg("name"),

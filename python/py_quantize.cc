@@ -49,7 +49,8 @@ void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) 
 }
 
 py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
-                     const py::object& elem, const py::object& rounding) {
+                     const std::optional<std::string>& elem,
+                     const std::optional<std::string>& rounding) {
   const Recipe r = quantized_recipe_arg(recipe_name, "quantize");
   const QuantConfig cfg{elem_arg(elem, r.weight_elem), rounding_arg(rounding, r.rounding)};
   const Input x = input_arg(x_obj, "x");
@@ -102,15 +103,15 @@ MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* s
 }
 
 py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
-                        const py::object& elem_obj, const py::object& layout_obj) {
+                        const std::optional<std::string>& elem_obj,
+                        const std::optional<std::string>& layout_obj) {
   const Recipe r = quantized_recipe_arg(recipe_name, "dequantize");
   const Elem elem = elem_arg(elem_obj, r.weight_elem);
   if (!py::isinstance<py::dict>(q_obj))
     throw py::type_error("q must be a dict of uint8 arrays as returned by quantize(), got " +
                          py::str(py::type::of(q_obj).attr("__name__")).cast<std::string>());
   const py::dict q = py::reinterpret_borrow<py::dict>(q_obj);
-  const std::string layout =
-      layout_obj.is_none() ? (r.weight_tiled() ? "tile" : "rowwise") : py::cast<std::string>(layout_obj);
+  const std::string layout = layout_obj.value_or(r.weight_tiled() ? "tile" : "rowwise");
   MXTensor t;
   if (r.weight_tiled() && layout == "tile")
     t = tensor_from_dict(q, "data", "scale", MXLayout::tile32, elem);
@@ -130,8 +131,8 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
 }
 
 py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
-                    const std::string& recipe_name, const py::object& elem,
-                    const py::object& rounding) {
+                    const std::string& recipe_name, const std::optional<std::string>& elem,
+                    const std::optional<std::string>& rounding) {
   const Recipe r = recipe_arg(recipe_name);
   const py::array_t<float> x = f32_matrix_arg(x_obj, "x");
   const py::array_t<float> w = f32_matrix_arg(w_obj, "w");
@@ -141,7 +142,7 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
                           ": w must be [N, K] with the K of x (the product is x·wᵀ)");
   std::vector<float> y(size_t(M * N));
   if (!r.quantized()) {
-    if (!elem.is_none() || !rounding.is_none())
+    if (elem || rounding)
       throw py::value_error("recipe '" + r.name + "' does not quantize: elem and "
                             "scale_rounding do not apply");
     py::gil_scoped_release nogil;

@@ -9,9 +9,11 @@
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -49,16 +51,15 @@ inline Recipe quantized_recipe_arg(const std::string& name, const char* what) {
   }
   return r;
 }
-// None -> fallback; otherwise parsed (ValueError listing the choices).
-inline Elem elem_arg(const py::object& o, Elem fallback) {
-  if (o.is_none()) return fallback;
-  const std::string s = py::cast<std::string>(o);
-  return as_value_error([&] { return parse_elem(s.c_str()); });
+// None -> fallback; otherwise parsed (ValueError listing the choices). Optional names are
+// std::optional<std::string> parameters, so pybind11 itself refuses a non-str with TypeError.
+inline Elem elem_arg(const std::optional<std::string>& o, Elem fallback) {
+  if (!o) return fallback;
+  return as_value_error([&] { return parse_elem(o->c_str()); });
 }
-inline ScaleRounding rounding_arg(const py::object& o, ScaleRounding fallback) {
-  if (o.is_none()) return fallback;
-  const std::string s = py::cast<std::string>(o);
-  return as_value_error([&] { return parse_rounding(s.c_str()); });
+inline ScaleRounding rounding_arg(const std::optional<std::string>& o, ScaleRounding fallback) {
+  if (!o) return fallback;
+  return as_value_error([&] { return parse_rounding(o->c_str()); });
 }
 
 inline std::string shape_of(const py::array& a) {

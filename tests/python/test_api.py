@@ -69,6 +69,8 @@ def test_errors(tmp):
     raises(TypeError, mxtrain.quantize, x.astype(np.int32), contains="got int32")
     raises(TypeError, mxtrain.quantize, x.astype(">f4"), contains="float32")
     raises(TypeError, mxtrain.quantize, [[1.0, 2.0]], contains="numpy.ndarray, got list")
+    raises(TypeError, mxtrain.quantize, x, elem=3)
+    raises(TypeError, mxtrain.quantize, x, recipe=None)
     raises(ValueError, mxtrain.quantize, np.ones((2, 3, 4), np.float32), contains="2-D")
     raises(ValueError, mxtrain.quantize, np.ones(5, np.float32), contains="2-D")
     raises(ValueError, mxtrain.quantize, np.ones((0, 4), np.float32), contains="empty")
