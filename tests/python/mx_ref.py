@@ -77,9 +77,9 @@ def decode(data, scale, elem, layout):
 
 
 def gamma(n):
-    """γ_n = n·u / (1 − n·u), u = 2^-24: any order of summing n FP32 terms (each product
-    exact) is within γ_n · Σ|a_i b_i| of the exact sum (Higham, Accuracy and Stability of
-    Numerical Algorithms, §3.1)."""
+    """γ_n = n·u / (1 − n·u), u = 2^-24: the standard bound for summing n exact FP32 products
+    in any order (each of the at most n additions rounds once, relative error ≤ u), so the
+    result is within γ_n · Σ|a_i b_i| of the exact sum."""
     u = 2.0 ** -24
     return n * u / (1 - n * u)
 
