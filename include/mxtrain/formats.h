@@ -1,6 +1,7 @@
 // mxtrain/formats.h — exact scalar encode/decode of the MX element and scale formats.
 //
-// E4M3 (e4m3fn), E5M2, E8M0 and BF16 as in SPEC §1 (OCP MX v1.0 / OFP8). Conversions to the
+// E4M3 (e4m3fn), E5M2, E8M0 and BF16 as in OCP MX v1.0 / OFP8 (docs/numerics.md, "Formats").
+// Conversions to the
 // 8-bit element formats round to nearest, ties to even, then saturate finite values to
 // ±max ("satfinite"); NaN stays NaN. ±Inf input becomes NaN for E4M3 (it has no Inf) and
 // stays ±Inf for E5M2; the quantizer never feeds Inf here (a block holding Inf is all NaN).

@@ -6,15 +6,14 @@
 // CPU has them). The MX GEMM requires both operands' 32-blocks to run along K:
 //   op(A) = A   -> A rowwise or tile32;  op(A) = A^T -> A colwise or tile32
 //   op(B) = B   -> B colwise or tile32;  op(B) = B^T -> B rowwise or tile32
-// and computes Σ over K-blocks of scale_a · scale_b · Σ a·b. This first implementation
-// expands each operand to BF16 with its power-of-two scale folded in (exact while
-// fp8 · 2^e is inside BF16's normal range) and calls the BF16 GEMM; a fused kernel can
-// replace gemm_mx without changing callers.
+// and computes Σ over K-blocks of scale_a · scale_b · Σ a·b, reading the FP8 codes directly
+// (gemm_path() says which kernels; docs/numerics.md, "MX products", defines the result).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "mxtrain/qtensor.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
@@ -34,6 +33,15 @@ void gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   const float* A, int64_t lda, const float* B, int64_t ldb, double* C,
                   int64_t ldc);
 
+// Kernel path of gemm_mx, chosen per call from the active ISA path (isa.h) and the CPU:
+//   avx512bf16 — ISA path avx512 or better on a CPU with AVX512-BF16: FP8 panels decoded into
+//                cache-resident BF16 blocks, VDPBF16PS micro-kernel;
+//   onednn     — other CPUs and --isa avx2: operands expanded to BF16, oneDNN matmul;
+//   scalar     — --isa scalar: the reference kernel.
+enum class GemmPath { scalar, onednn, avx512bf16 };
+GemmPath gemm_path();
+const char* gemm_path_name(GemmPath p);
+
 // MX-scaled GEMM. A, B are whole quantized matrices; M, N, K follow from their shapes.
 void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,
              int64_t ldc, bool accumulate);
@@ -48,5 +56,22 @@ struct GroupList {
   static GroupList from_counts(const std::vector<int64_t>& counts, int64_t rows);
   static GroupList from_cumulative(const std::vector<int64_t>& cumsum, int64_t rows);
 };
+
+// ---- the products of a linear layer ----------------------------------------------------------
+// For a layer y[M,N] = x[M,K] · W[N,K]^T over row groups (experts; a plain Linear is one group).
+// Group g owns rows offsets[g]..offsets[g+1] of x, dy, y and dx, and has its own QTensors
+// x[g], dy[g] (quantized per group: token-axis blocks restart at each group) and weight w[g].
+// Groups with no rows are skipped. The QTensors decide the precision: a weight with a BF16 copy
+// runs oneDNN's BF16 products on the activations' BF16 copies; otherwise gemm_mx on MX copies:
+//   forward  y  = x.rowwise · (w.tile | w.rowwise)^T
+//   dgrad    dx = dy.rowwise · (w.tile | w.colwise)
+//   wgrad    dW += dy.colwise^T · x.colwise            (dw[g]: [N, K], FP32)
+// A copy the product needs but the QTensor lacks is an error naming it.
+void grouped_forward(const GroupList& groups, const QTensor* x, const QTensor* const* w,
+                     float* y, int64_t N);                       // y: [rows, N]
+void grouped_dgrad(const GroupList& groups, const QTensor* dy, const QTensor* const* w,
+                   float* dx, int64_t K);                        // dx: [rows, K]
+void grouped_wgrad(const GroupList& groups, const QTensor* dy, const QTensor* x,
+                   float* const* dw, bool accumulate);            // dw[g]: [N, K]
 
 }  // namespace mxtrain

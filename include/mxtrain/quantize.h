@@ -1,4 +1,5 @@
-// mxtrain/quantize.h — MX block quantization (SPEC §2): the public entry points.
+// mxtrain/quantize.h — MX block quantization (docs/numerics.md, "MX block scaling" and
+// "Layouts"): the public entry points.
 //
 // A 2-D row-major tensor X[M,K] (FP32 or BF16) is cut into blocks of 32 elements along one
 // axis (rowwise 1x32 along K, colwise 32x1 along M) or into 32x32 tiles. Each block gets one
@@ -53,7 +54,8 @@ struct MXTensor {
   static MXTensor empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem);
 };
 
-// Scale exponent rule of SPEC §2 for one block's amax (finite, >= 0). Returns the E8M0 byte.
+// Scale exponent rule (docs/numerics.md, "The scale exponent") for one block's amax (finite,
+// >= 0). Returns the E8M0 byte.
 uint8_t mx_scale_byte(float amax, const QuantConfig& cfg);
 
 // ---- quantize -----------------------------------------------------------------------------

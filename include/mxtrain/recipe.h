@@ -1,4 +1,5 @@
-// mxtrain/recipe.h — scaling granularity, recipes and the named registry (SPEC §3).
+// mxtrain/recipe.h — scaling granularity, recipes and the named registry (docs/numerics.md,
+// "Recipes").
 //
 // A recipe says how a quantized layer treats each tensor role: the element format of
 // inputs, weight and grads, the scale rounding rule, and the weight layout (two 1x32

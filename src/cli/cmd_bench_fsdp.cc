@@ -1,11 +1,12 @@
 // cli/cmd_bench_fsdp.cc — `mxtrain bench fsdp`: FSDP weight all-gather bytes and time per
-// training step for each recipe and gather mode (SPEC §6), run under mpirun.
+// training step for each recipe and gather mode (docs/design.md, "FSDP"), run under mpirun.
 //
 // The weights are a synthetic transformer's: per layer qkv [3d, d], proj [d, d], fc1 [f, d],
 // fc2 [d, f] (f = 4d unless --ffn). Each step gathers them as training would (forward in
 // order, backward in reverse, resharding per mode) through dist::bench_weight_gathers, with no
 // GEMMs in between; the configurations take turns step by step and every gather starts after
-// a barrier (see bench_weight_gathers). Bytes are exact (what the SPEC §6 table counts);
+// a barrier (see bench_weight_gathers). Bytes are exact (what the table in docs/design.md,
+// "Bytes per step" counts);
 // times are medians over steps, averaged over ranks. Ratios are against bf16 without
 // resharding (2N bytes per step), the cheaper BF16 configuration. Rank 0 prints.
 #include <cstdio>

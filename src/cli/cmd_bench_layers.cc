@@ -1,5 +1,5 @@
-// cli/cmd_bench_layers.cc — `mxtrain bench-layers`: stage 1 of adaptive FP8 (SPEC §7,
-// docs/adaptive.md). Times forward+backward of every layer kind of a model at the per-rank
+// cli/cmd_bench_layers.cc — `mxtrain bench-layers`: stage 1 of adaptive FP8
+// (docs/adaptive.md §2). Times forward+backward of every layer kind of a model at the per-rank
 // shapes TP/EP/ETP imply, over a token sweep, in BF16 and the FP8 recipe back to back, and
 // writes the report `mxtrain policy merge` reads.
 //

@@ -27,7 +27,6 @@ struct BenchLinearOptions {
   int64_t in = 4096, out = 4096;
   int64_t experts = 0, topk = 1;
   int warmup = 1, iters = 3, micro_batches = 1;
-  bool cache_weight_expansion = false;
   std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
 };
 
@@ -57,7 +56,6 @@ int run_bench_linear(const BenchLinearOptions& o) {
         LinearPrecision p;
         p.recipe = rc;
         p.defer_backward_quant = defer;
-        p.cache_weight_expansion = o.cache_weight_expansion;
         precs.push_back(p);
         names.push_back(name);
       }
@@ -86,8 +84,7 @@ int run_bench_linear(const BenchLinearOptions& o) {
                             {"rows", r.rows},
                             {"warmup", o.warmup},
                             {"iters", o.iters},
-                            {"micro_batches", o.micro_batches},
-                            {"cache_weight_expansion", precs[k].cache_weight_expansion}};
+                            {"micro_batches", o.micro_batches}};
       if (o.experts > 0) {
         row["experts"] = o.experts;
         row["topk"] = o.topk;
@@ -118,7 +115,7 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
       "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "
       "rows: recipe, tokens, in, out, defer_backward_quant, fwd_bwd_ms (median), min_ms, "
       "mean_ms, max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, bf16_mean_ms, "
-      "speedup_vs_bf16, rows, warmup, iters, micro_batches, cache_weight_expansion, and "
+      "speedup_vs_bf16, rows, warmup, iters, micro_batches, and "
       "experts/topk when grouped");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
@@ -140,9 +137,6 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
                   "Iterations per weight version; 1 (default) quantizes the weight every "
                   "iteration, k amortizes it over k micro-batches like gradient accumulation")
       ->check(CLI::PositiveNumber);
-  sub->add_flag("--cache-weight-expansion", opts->cache_weight_expansion,
-                "Keep the MX weight copies' BF16 expansions for the whole step (more memory, "
-                "less work per micro-batch)");
   sub->add_option("--recipes", opts->recipes, "Recipes to time (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
   sub->callback([opts] { exit_code() = run_bench_linear(*opts); });

@@ -1,4 +1,5 @@
-// core/formats.cc — exact scalar encode/decode of E4M3, E5M2, E8M0 and BF16 (SPEC §1).
+// core/formats.cc — exact scalar encode/decode of E4M3, E5M2, E8M0 and BF16
+// (docs/numerics.md, "Formats").
 //
 // These are the reference conversions: every vectorised quantize kernel is tested byte for
 // byte against them. Encoding works on the FP32 bit pattern with integer arithmetic only

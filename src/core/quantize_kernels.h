@@ -40,7 +40,8 @@ struct QOut {
   int64_t scale_ld;  // row stride of the scale grid (= MXTensor::scale_cols())
 };
 
-// ---- the scale rule (SPEC §2), exact integer arithmetic on the bits of amax -------------
+// ---- the scale rule (docs/numerics.md, "The scale exponent") -------------------------------
+// Exact integer arithmetic on the bits of amax.
 // `ab` is the FP32 bit pattern of amax with the sign cleared (max over |x| bits: ordering of
 // non-negative floats equals ordering of their bits, so amax is an integer max).
 //   floor: e = floor(log2 amax) - emax_elem

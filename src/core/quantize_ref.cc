@@ -1,4 +1,5 @@
-// core/quantize_ref.cc — scalar reference kernels for MX quantize/dequantize (SPEC §2).
+// core/quantize_ref.cc — scalar reference kernels for MX quantize/dequantize
+// (docs/numerics.md, "MX block scaling").
 //
 // Written for clarity, not speed: every fast kernel must produce the same bytes as these.
 // Each element is encoded with the exact scalar converters of formats.h after an exact

@@ -1,4 +1,5 @@
-// core/recipe.cc — scaling granularity validation and the named recipe registry (SPEC §3).
+// core/recipe.cc — scaling granularity validation and the named recipe registry
+// (docs/numerics.md, "Recipes").
 //
 // The registry is a fixed table built on first use. Layers (nn/), FSDP (dist/) and the
 // trainer look recipes up by name; a config that spells the block size instead goes through

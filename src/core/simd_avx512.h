@@ -5,7 +5,8 @@
 //   load_bits  FP32 or BF16 input -> FP32 bit patterns (BF16 widening is exact)
 //   encode     scaled FP32 -> FP8 code per lane: RNE + satfinite through a float "magic
 //              add" (a different mechanism from the integer rounding in formats.cc)
-//   scale_bytes / inv_scales  the SPEC §2 scale rule on 16 amax values at once
+//   scale_bytes / inv_scales  the scale rule (docs/numerics.md, "The scale exponent") on 16
+//                             amax values at once
 //   decode     FP8 code -> FP32 value
 #pragma once
 
@@ -95,7 +96,8 @@ inline __m512i encode(__m512 y) {
   return encode_abs<E, true>(abs_f(u), sign_byte(u), _mm512_set1_ps(1.0f));
 }
 
-// SPEC §2 scale bytes of 16 blocks from their amax bits (same rule as scale_exponent() in
+// Scale bytes (docs/numerics.md, "The scale exponent") of 16 blocks from their amax bits
+// (same rule as scale_exponent() in
 // quantize_kernels.h): e = exp(amax) - 127 - emax (+1 for rceil when the fraction exceeds
 // 0.75), clamped to [-127, 127]; amax < 2^-126 falls below -127 by itself. NaN/Inf -> 0xFF.
 template <Elem E>

@@ -1,23 +1,21 @@
-// gemm/gemm_mx.cc — MX-scaled GEMM: orientation checks, then expand-to-BF16 and oneDNN.
+// gemm/gemm_mx.cc — the MX product: checks, then the kernel path chosen for this CPU.
 //
 // gemm_mx (mxtrain/gemm.h) takes two whole quantized matrices whose 32-blocks must run along
-// the reduction axis K (see the table in gemm.h). This first implementation is the seam for a
-// future fused kernel: each operand is expanded to BF16 with its power-of-two block scale
-// folded in (dequantize_bf16, OpenMP-parallel in core) and the product runs through
-// gemm_bf16, accumulating in FP32. Callers never see the expansion, so a kernel that works
-// on the FP8 codes directly can replace this file without changing them.
-//
-// Range edge: fp8 · 2^e is exact in BF16 while it stays inside BF16's normal range
-// [2^-126, ~2^128). Scales come from finite FP32 data, so the top end is never reached
-// (rceil gives e <= 120, floor e <= 119 for E4M3). At the bottom, a block whose scale is
-// near 2^-127 holds elements down to 2^-136 (E4M3 subnormal · 2^-127): below 2^-126 they
-// become BF16 subnormals and below 2^-133 they round, so such products can differ from the
-// exact MX product by those tiny amounts. A NaN block (scale 0xFF) expands to NaN and
-// propagates into every output it touches.
+// the reduction axis K (see the table in gemm.h), checks them once, and dispatches:
+//   avx512bf16 — gemm/mx_gemm_avx512.cc: FP8 panels decoded into cache-resident BF16 blocks
+//                with the scales folded in, VDPBF16PS micro-kernel. No full-size copy.
+//   onednn     — CPUs without AVX512-BF16 (and --isa avx2): each operand is expanded whole to
+//                BF16 with its scales folded in (dequantize_bf16), then oneDNN's BF16 matmul.
+//   scalar     — gemm/mx_gemm_ref.cc, the reference (--isa scalar).
+// All three form the same element values (docs/numerics.md, "MX products"); they differ in
+// FP32 summation order, and the expansion path keeps BF16 subnormals where the others flush
+// them to zero (values below 2^-126, which only blocks with scales near 2^-127 hold).
 #include <vector>
 
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/isa.h"
+#include "gemm/mx_gemm.h"
 
 namespace mxtrain {
 namespace {
@@ -42,15 +40,36 @@ void check_tensor(const char* what, const MXTensor& t) {
             t.scale_rows() * t.scale_cols(), " for layout ", layout_name(t.layout));
 }
 
-// Reused expansion buffers, one pair per calling thread: a training step calls gemm_mx with
-// the same few shapes over and over, and fresh multi-megabyte allocations would be paid in
-// page faults each time.
-std::vector<uint16_t>& scratch(int which) {
-  thread_local std::vector<uint16_t> buf[2];
-  return buf[which];
+// Expansion path: both operands whole in BF16 (per-thread buffers reused across calls, so a
+// training step's repeated shapes do not fault in fresh pages), then oneDNN.
+void gemm_mx_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                      int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+  thread_local std::vector<uint16_t> a16, b16;
+  a16.resize(A.data.size());
+  b16.resize(B.data.size());
+  dequantize_bf16(A, a16.data());
+  dequantize_bf16(B, b16.data());
+  gemm_bf16(trans_a, trans_b, M, N, K, a16.data(), A.cols, b16.data(), B.cols, C, ldc,
+            accumulate);
 }
 
 }  // namespace
+
+GemmPath gemm_path() {
+  const Isa isa = active_isa();
+  if (isa == Isa::scalar) return GemmPath::scalar;
+  if (isa >= Isa::avx512 && cpu_features().avx512_bf16) return GemmPath::avx512bf16;
+  return GemmPath::onednn;
+}
+
+const char* gemm_path_name(GemmPath p) {
+  switch (p) {
+    case GemmPath::scalar: return "scalar";
+    case GemmPath::onednn: return "onednn";
+    case GemmPath::avx512bf16: return "avx512bf16";
+  }
+  return "?";
+}
 
 // C: [M, N] (row stride ldc) = op(A) · op(B); A stored [M,K] or [K,M] (trans_a), B stored
 // [K,N] or [N,K] (trans_b).
@@ -78,14 +97,24 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
     return;
   }
-  std::vector<uint16_t>& a16 = scratch(0);
-  std::vector<uint16_t>& b16 = scratch(1);
-  a16.resize(A.data.size());
-  b16.resize(B.data.size());
-  dequantize_bf16(A, a16.data());
-  dequantize_bf16(B, b16.data());
-  gemm_bf16(trans_a, trans_b, M, N, K, a16.data(), A.cols, b16.data(), B.cols, C, ldc,
-            accumulate);
+  using namespace gemm_detail;
+  const GemmPath path = gemm_path();
+  if (trans_a && trans_b) {  // A^T · B^T: no layer needs it; the expansion path serves it
+    gemm_mx_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+    return;
+  }
+  const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
+  switch (path) {
+    case GemmPath::scalar:
+      mx_gemm_ref(o, MXOperand::of(A), MXOperand::of(B), C, ldc, accumulate);
+      return;
+    case GemmPath::avx512bf16:
+      mx_gemm_avx512bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, accumulate);
+      return;
+    case GemmPath::onednn:
+      gemm_mx_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+      return;
+  }
 }
 
 }  // namespace mxtrain

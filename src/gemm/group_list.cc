@@ -1,4 +1,5 @@
-// gemm/group_list.cc — GroupList: which contiguous rows belong to which expert (SPEC §5).
+// gemm/group_list.cc — GroupList: which contiguous rows belong to which expert
+// (docs/numerics.md, "Grouped Linear").
 //
 // The MoE layer hands the grouped GEMMs either per-expert row counts or cumulative end
 // offsets (the two forms the field uses). Both are turned into offsets[0..E] here, once, with

@@ -1,4 +1,4 @@
-// policy/decide.cc — the per-module decision at model build (SPEC §7, docs/adaptive.md):
+// policy/decide.cc — the per-module decision at model build (docs/adaptive.md §6):
 // look up the module's key in the policy and use FP8 when a rule covers its token count.
 //
 // Dense modules: key (kind, name, tp). Expert modules: promoted to the grouped kind, key

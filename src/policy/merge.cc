@@ -1,5 +1,5 @@
-// policy/merge.cc — benchmark reports -> policy (SPEC §7 "Merge"; rules in policy/policy.h
-// and docs/adaptive.md).
+// policy/merge.cc — benchmark reports -> policy (docs/adaptive.md §5 "Merge"; rules in
+// policy/policy.h and docs/adaptive.md §4).
 //
 // Three steps: pair each report's BF16 and FP8 timings by unpadded token count; combine every
 // measurement of a (key, tokens) across reports into one outcome (win only if all win,

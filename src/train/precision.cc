@@ -10,7 +10,8 @@
 
 namespace mxtrain {
 
-// Expert modules are promoted to the grouped kind of their dense counterpart (SPEC §7).
+// Expert modules are promoted to the grouped kind of their dense counterpart
+// (docs/adaptive.md §6).
 std::string grouped_kind(const std::string& kind) {
   return kind == "row" ? "row_grouped" : "column_grouped";
 }

@@ -110,7 +110,7 @@ TEST(Formats, E4M3AllCodesDecodeAndReencode) {
     EXPECT_EQ(double(v), expect) << b;
     EXPECT_EQ(std::signbit(v), (b & 0x80) != 0) << b;
     EXPECT_EQ(f32_to_e4m3(v), uint8_t(b)) << b;
-    // Exactly representable in BF16 as well (SPEC §1).
+    // Exactly representable in BF16 as well (docs/numerics.md, "Formats").
     EXPECT_EQ(bf16_to_f32(f32_to_bf16(v)), v) << b;
   }
 }

@@ -1,8 +1,9 @@
-// tests/core/quantize_test.cc — MX block quantization semantics (SPEC §2), on the scalar path.
+// tests/core/quantize_test.cc — MX block quantization semantics (docs/numerics.md, "MX block
+// scaling"), on the scalar path.
 //
-// The library's quantizer is checked against a direct transcription of SPEC §2 written here
+// The library's quantizer is checked against a direct transcription of those rules written here
 // (scale exponent found by searching powers of two in double precision, elements divided in
-// double), against the SPEC sanity vectors, and for the block rules (zero, NaN/Inf, ragged).
+// double), against the sanity vectors, and for the block rules (zero, NaN/Inf, ragged).
 // quantize_paths_test.cc then holds every fast path to the scalar bytes.
 #include <gtest/gtest.h>
 
@@ -28,7 +29,8 @@ struct ScalarPath {
   ~ScalarPath() { clear_isa_override(); }
 };
 
-// SPEC §2 by definition: floor -> floor(log2 amax) - emax; rceil -> the smallest e with
+// The scale exponent by definition (docs/numerics.md, "The scale exponent"):
+// floor -> floor(log2 amax) - emax; rceil -> the smallest e with
 // max_elem * 2^e >= amax. Both clamped to [-127, 127].
 int spec_exponent(double amax, Elem elem, ScaleRounding r) {
   const ElemInfo& info = elem_info(elem);
@@ -76,7 +78,7 @@ MXTensor spec_quantize(const std::vector<float>& x, int64_t M, int64_t K, MXLayo
   return t;
 }
 
-TEST(Quantize, SpecSanityVectorsE4M3) {
+TEST(Quantize, SanityVectorsE4M3) {
   ScalarPath scalar;
   const QuantConfig fl{Elem::e4m3, ScaleRounding::floor}, rc{Elem::e4m3, ScaleRounding::rceil};
   const float fmax = std::numeric_limits<float>::max();
@@ -214,7 +216,7 @@ TEST(Quantize, DequantizeIsCodeTimesScale) {
 // for |y| in the normal range (2^-4 for E4M3, 2^-3 for E5M2), and at most half the smallest
 // subnormal (2^-10 resp. 2^-17, times 2^e) absolutely below it. rceil never saturates, so
 // this bounds every finite element — except at the very top of FP32: an element within a
-// rounding step of FLT_MAX rounds up to 2^128 in the scaled domain (e.g. the SPEC sanity
+// rounding step of FLT_MAX rounds up to 2^128 in the scaled domain (e.g. the sanity
 // vector FLT_MAX -> 0x78 * 2^120), which dequantizes to Inf in FP32.
 TEST(Quantize, RoundTripErrorWithinFormatBound) {
   ScalarPath scalar;

@@ -1,4 +1,5 @@
-// tests/core/recipe_test.cc — granularity validation and the recipe registry (SPEC §3).
+// tests/core/recipe_test.cc — granularity validation and the recipe registry
+// (docs/numerics.md, "Recipes").
 #include <gtest/gtest.h>
 
 #include "mxtrain/common.h"
@@ -35,7 +36,7 @@ TEST(Recipe, Settings) {
   EXPECT_FALSE(mx.weight_tiled());
   EXPECT_EQ(mx.granularity.block_size, (std::array<int, 3>{1, 1, 32}));
   EXPECT_EQ(mx.strategy, "dynamic");
-  // E4M3 for every role and rceil scales by default (SPEC §3).
+  // E4M3 for every role and rceil scales by default (docs/numerics.md, "Registered recipes").
   EXPECT_EQ(mx.input_elem, Elem::e4m3);
   EXPECT_EQ(mx.weight_elem, Elem::e4m3);
   EXPECT_EQ(mx.grad_elem, Elem::e4m3);

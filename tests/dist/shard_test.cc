@@ -193,10 +193,11 @@ TEST(ShardPack, NonFiniteBlocksPropagateIdentically) {
     }
 }
 
-// SPEC §6: with N = padded element count and `in` a multiple of 32, the bytes gathered per
+// docs/design.md, "Bytes per step": with N = padded element count and `in` a multiple of 32,
+// the bytes gathered per
 // weight are exactly 2N (bf16), N + N/32 (rowwise or colwise), 2N + 2N/32 (both), N + N/1024
 // (32x32 tiles).
-TEST(ShardPack, PackedBytesMatchSpecTableFormulas) {
+TEST(ShardPack, PackedBytesMatchTableFormulas) {
   for (const std::vector<int64_t>& s : std::vector<std::vector<int64_t>>{
            {64, 64}, {100, 96}, {1, 32}, {3, 33, 128}, {512, 256}})
     for (int W : kWorlds) {

@@ -108,7 +108,8 @@ TEST(QuantizeFiles, ElemAndRoundingOptionsReachTheBytes) {
   const int64_t M = 33, K = 40;
   ScratchDir d;
   std::vector<float> x = make_input(M, K, 5);
-  // SPEC §2 sanity vector: a block whose amax is 480 -> scale 127 / data 0x7E under floor.
+  // Sanity vector (docs/numerics.md, "The scale exponent"): a block whose amax is 480 ->
+  // scale 127 / data 0x7E under floor.
   for (int k = 0; k < 32; ++k) x[size_t(k)] = 1.0f;
   x[0] = 480.0f;
   const std::string in = write_input(d, x, M, K);

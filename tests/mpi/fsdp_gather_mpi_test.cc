@@ -4,7 +4,7 @@
 // byte-identical to quantizing the whole tensor on one process — on shapes whose rows are not
 // a multiple of 32 x world and on expert (3-D) weights — and a layer's forward/backward under
 // FSDP gives bit-identical outputs to the same layer without FSDP. Bytes per step equal the
-// SPEC §6 formulas exactly.
+// formulas of docs/design.md, "Bytes per step" exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -190,10 +190,11 @@ TEST(FsdpGather, LayerOutputsMatchUnshardedLayerBitForBit) {
   }
 }
 
-// SPEC §6 bytes per step, for weights whose `in` is a multiple of 32. N = Σ padded element
+// Bytes per step (docs/design.md, "Bytes per step"), for weights whose `in` is a multiple
+// of 32. N = Σ padded element
 // counts (rows padded to a multiple of 32·world; equal to out·in for these shapes when
 // out is a multiple of 32·world).
-TEST(FsdpGather, BytesPerStepMatchSpecFormulas) {
+TEST(FsdpGather, BytesPerStepMatchFormulas) {
   const int W = world().size();
   const std::vector<std::vector<int64_t>> shapes = {{64, 64}, {96, 128}, {256, 32}, {33, 96}};
   for (const GatherSetup& s : kSetups) {

@@ -1,4 +1,5 @@
-// tests/nn/grouped_linear_test.cc — MoE expert projections (nn/grouped_linear.h, SPEC §5).
+// tests/nn/grouped_linear_test.cc — MoE expert projections (nn/grouped_linear.h,
+// docs/numerics.md, "Grouped Linear").
 //
 // The central property: each expert of a GroupedLinear is byte-identical to a Linear of the
 // same precision run on that expert's rows alone (same quantization per group, same GEMM

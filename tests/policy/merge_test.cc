@@ -132,7 +132,8 @@ TEST(Merge, NonMonotoneWinLoseWinKeepsOnlyTheRangeAtTheLargestSize) {
 }
 
 TEST(Merge, LossAtTheLargestSizeBoundsTheRange) {
-  // The seed took the first winning size as an open-ended threshold; here the loss at 8192
+  // The original implementation took the first winning size as an open-ended threshold
+  // (docs/adaptive.md §5); here the loss at 8192
   // bounds the range instead.
   Policy p = merge_reports({sweep({{512, 0.9}, {1024, 1.1}, {2048, 1.2}, {4096, 1.3},
                                    {8192, 0.95}})});

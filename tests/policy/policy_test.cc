@@ -1,4 +1,4 @@
-// tests/policy/policy_test.cc — the policy file (seed schema + max_tokens), its canonical
+// tests/policy/policy_test.cc — the policy file (original schema + max_tokens), its canonical
 // byte-stable form, errors naming file and JSON path, and the per-module decision table.
 #include "mxtrain/policy/policy.h"
 
@@ -15,7 +15,7 @@ using io::testing::ScratchDir;
 using io::testing::list_dir;
 using nlohmann::json;
 
-// The seed's example policy, verbatim.
+// The example policy of the original selective-FP8 implementation (docs/adaptive.md), verbatim.
 const char* kSeedPolicy = R"({
   "version": 1,
   "speedup_threshold": 1.0,

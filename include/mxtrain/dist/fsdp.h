@@ -1,5 +1,5 @@
 // mxtrain/dist/fsdp.h — fully sharded data parallel training with quantized all-gather
-// (SPEC §6), over the communication layer of dist/comm.h.
+// (docs/design.md, "FSDP"), over the communication layer of dist/comm.h.
 //
 // An Fsdp object wraps the model's Linear and GroupedLinear layers ("modules", added in
 // forward order). For each it keeps the FP32 master shard and AdamW moments of this rank's
@@ -97,7 +97,8 @@ struct ShardView {
 
 // Per-step counters (reset_stats() at the start of a step). Bytes are what this rank sent
 // (dist/comm.h): an all-gather of a P-byte pack sends (W-1)·P. allgather_payload_bytes is the
-// size of the gathered weights, W·P per gather: the SPEC §6 "bytes per step" quantity.
+// size of the gathered weights, W·P per gather: the "bytes per step" quantity of
+// docs/design.md.
 // With one process nothing is gathered and all byte counts are 0.
 struct FsdpStats {
   uint64_t allgather_bytes = 0;
@@ -213,7 +214,7 @@ struct FsdpBenchConfig {
 struct FsdpBenchRow {
   FsdpBenchConfig config;
   int world = 1;
-  uint64_t payload_bytes_per_step = 0;  // gathered weights, SPEC §6 quantity
+  uint64_t payload_bytes_per_step = 0;  // gathered weights (docs/design.md, "Bytes per step")
   uint64_t sent_bytes_per_step = 0;     // this rank
   int64_t gathers_per_step = 0;
   double allgather_ms_per_step = 0;     // time in the all-gathers, median over steps

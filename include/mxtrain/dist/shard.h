@@ -1,6 +1,6 @@
 // mxtrain/dist/shard.h — how FSDP cuts a weight into 32-row-aligned shards, and the packed
-// all-gather buffers (SPEC §6): quantize a shard ("pre all-gather"), rebuild the full
-// quantized weight from every rank's packed shard ("post all-gather").
+// all-gather buffers (docs/design.md, "FSDP"): quantize a shard ("pre all-gather"), rebuild
+// the full quantized weight from every rank's packed shard ("post all-gather").
 //
 // Row space. A weight [out, in] is one group of `out` rows; an expert weight [E, out, in] is
 // E groups. Each group's rows are padded to a multiple of 32 (group_rows_padded) and the
@@ -22,8 +22,8 @@
 //   dual    : rowwise pack, then colwise pack                        sum of both
 //   tile32  : fp8 data [R, K], then tile scales [R/32, Kb]           R·K + R/32·Kb
 // The gathered buffer is the world's packs in rank order. With N = world·R·K (the padded
-// element count) and K a multiple of 32 these are the SPEC §6 figures exactly: 2N, N + N/32,
-// N + N/32, 2N + 2N/32, N + N/1024 bytes.
+// element count) and K a multiple of 32 these are the figures of docs/design.md, "Bytes per
+// step" exactly: 2N, N + N/32, N + N/32, 2N + 2N/32, N + N/1024 bytes.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,7 @@ struct ShardLayout {
   int64_t virtual_rows() const { return groups * group_rows_padded; }
   int64_t padded_rows() const { return int64_t(world) * rows_per_rank; }
   int64_t shard_numel() const { return rows_per_rank * cols; }          // per rank, padded
-  int64_t padded_numel() const { return padded_rows() * cols; }         // "N" of SPEC §6
+  int64_t padded_numel() const { return padded_rows() * cols; }         // "N" of FSDP bytes
   int64_t numel() const { return groups * rows * cols; }                // unpadded
   int64_t valid_rows(int rank) const;                                   // rows that are data
   std::vector<ShardPiece> pieces(int rank) const;

@@ -2,7 +2,7 @@
 // back: the logic behind `mxtrain quantize` / `mxtrain dequantize`.
 //
 // Input X.npy is a 2-D little-endian float32 array [M, K]. The output directory holds
-// uint8 .npy files (FP8 codes and E8M0 scale bytes, SPEC §2 layouts) and meta.json:
+// uint8 .npy files (FP8 codes and E8M0 scale bytes, layouts of docs/numerics.md) and meta.json:
 //   mxfp8 (and other 1x32 recipes), dual-axis from one read of X:
 //     rowwise.npy [M, K], rowwise_scale.npy [M, ceil(K/32)],
 //     colwise.npy [M, K], colwise_scale.npy [ceil(M/32), K]

@@ -1,4 +1,4 @@
-// mxtrain/nn/grouped_linear.h — MoE expert projections (SPEC §5): one Linear per expert over
+// mxtrain/nn/grouped_linear.h — MoE expert projections: one Linear per expert over
 // contiguous, already-permuted token rows.
 //
 // y[rows g] = x[rows g] · W[g]^T for each expert g, where the rows of expert g are given by
@@ -18,15 +18,8 @@
 
 namespace mxtrain {
 
-struct GroupedLinearSaved {
-  int64_t tokens = 0;
-  GroupList groups;
-  const float* x = nullptr;                 // reference to caller's x (bf16 and defer on)
-  std::vector<uint16_t> x_bf16;             // bf16 recipe
-  std::vector<MXTensor> x_colwise;          // per expert, defer off
-  size_t weight_bytes_for_backward = 0;
-  size_t held_bytes() const;
-};
+// The grouped layer keeps exactly what a Linear keeps, per expert group.
+using GroupedLinearSaved = LinearSaved;
 
 class GroupedLinear {
  public:
@@ -49,6 +42,7 @@ class GroupedLinear {
   // dy: [T, out]; dx: [T, in] (nullptr: not needed). Accumulates weight.grad.
   void backward(GroupedLinearSaved& saved, const float* dy, float* dx);
 
+  bool keeps_input_copy() const { return !prec_.defer_backward_quant; }
   int64_t weight_quantizations() const { return weight_quantizations_; }
   // Per-expert caches (E entries) — FSDP may fill them through the provider.
   std::vector<QuantizedWeight>& weight_caches() { return wcache_; }

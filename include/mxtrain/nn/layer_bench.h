@@ -1,6 +1,7 @@
 // mxtrain/nn/layer_bench.h — timing forward+backward of one Linear or GroupedLinear.
 //
-// The measurement behind `mxtrain bench linear` and the adaptive-FP8 benchmark (SPEC §7):
+// The measurement behind `mxtrain bench linear` and the adaptive-FP8 benchmark
+// (docs/adaptive.md §2):
 // build a layer of the given shape and precision on random normal data, run `warmup`
 // untimed iterations, then `iters` timed ones, and report the median (plus min/max) wall time
 // of forward + backward (dgrad and wgrad) per iteration, with the bytes the layer holds

@@ -1,16 +1,22 @@
-// mxtrain/nn/linear.h — the quantized Linear layer (SPEC §4): y[T,out] = x[T,in] · W[out,in]^T + b.
+// mxtrain/nn/linear.h — the quantized Linear layer: y[T,out] = x[T,in] · W[out,in]^T + b.
 //
 // Forward, dgrad and wgrad each run in the layer's precision (a recipe: bf16, mxfp8,
-// mxfp8-32x32). forward() fills a LinearSaved with what backward needs; backward() returns dx
-// and accumulates dW, db into the parameters' grads. Activations are FP32 at the layer's
-// boundary; products accumulate in FP32.
+// mxfp8-32x32; docs/numerics.md, "Quantized Linear"). forward() fills a LinearSaved with what
+// backward needs; backward() returns dx and accumulates dW, db into the parameters' grads.
+// Activations are FP32 at the layer's boundary; products accumulate in FP32. A Linear is the
+// one-group case of the code GroupedLinear runs (src/nn/linear_core.cc): the recipe's sequence
+// of quantizations and products (gemm.h) is written once.
 //
-// Weight reuse: the quantized weight copies live in a QuantizedWeight cache keyed by the
-// parameter's version, so k micro-batches within one optimizer step quantize W once.
-// defer_backward_quant: off -> forward quantizes x and W on both axes in one pass and keeps
-// the colwise copies; on -> forward quantizes only what it uses, keeps a reference to the
-// high-precision x (the caller keeps x alive until backward) and backward quantizes then.
-// Both states give byte-identical results.
+// What forward keeps for backward (and nothing else — the caller may overwrite x after
+// forward unless defer_backward_quant is on):
+//   bf16                 x in BF16 (2 bytes per element);
+//   mxfp8*, defer off    x quantized along T (colwise), the copy wgrad reads (1 byte + scales);
+//   mxfp8*, defer on     nothing quantized: a reference to the caller's x, which the caller
+//                        keeps alive and unchanged until backward, which quantizes it then.
+// Both defer states give byte-identical results.
+//
+// Weight reuse: the weight copies live in a QuantizedWeight cache keyed by the parameter's
+// version, so k micro-batches within one optimizer step quantize W once.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +25,9 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/gemm.h"
 #include "mxtrain/nn/parameter.h"
-#include "mxtrain/quantize.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -28,33 +35,22 @@ namespace mxtrain {
 struct LinearPrecision {
   Recipe recipe = get_recipe("bf16");
   bool defer_backward_quant = false;
-  // Keep the BF16 expansions of the MX weight copies in the weight cache for the whole
-  // optimizer step (saves re-expanding W in every micro-batch's forward and dgrad, costs
-  // 2 bytes per weight element per copy: 4 for mxfp8, 2 for mxfp8-32x32). Off: W is expanded
-  // into per-thread scratch for each GEMM, and the cache holds only the FP8 copies.
-  bool cache_weight_expansion = false;
   // Throws for combinations that make no sense (defer_backward_quant with bf16).
   void validate() const;
 };
 
-// Copies of one weight matrix [out, in] made for the GEMMs, tagged with the parameter
+// Copies of one weight matrix [out, in] made for the products, tagged with the parameter
 // version they came from. Which members are filled depends on the recipe:
 //   bf16        -> bf16
 //   mxfp8       -> rowwise (forward), colwise (dgrad)
 //   mxfp8-32x32 -> tile (forward and dgrad)
-struct QuantizedWeight {
+struct QuantizedWeight : QTensor {
   static constexpr uint64_t kNoVersion = ~uint64_t(0);
   uint64_t version = kNoVersion;
-  std::vector<uint16_t> bf16;
-  MXTensor rowwise, colwise, tile;
-  bool has_rowwise = false, has_colwise = false, has_tile = false;
-  // BF16 expansions of the MX copies with the block scale folded in: what the current GEMM
-  // path (gemm.h) multiplies. Kept only with LinearPrecision::cache_weight_expansion; derived
-  // data, rebuilt by the layer whenever the MX copies are (re)filled and emptied by clear();
-  // a provider never fills them. Counted in bytes().
-  std::vector<uint16_t> rowwise_bf16, colwise_bf16, tile_bf16;
-  void clear();
-  size_t bytes() const;
+  void clear() {
+    release();
+    version = kNoVersion;
+  }
 };
 
 // What a weight is needed for; passed to a WeightProvider (FSDP gathers on demand).
@@ -64,13 +60,12 @@ enum class WeightUse : uint8_t { forward, backward };
 // quantizing Parameter::value itself (FSDP: all-gather of pre-quantized shards).
 using WeightProvider = std::function<void(WeightUse use, QuantizedWeight& cache)>;
 
-// What forward keeps for backward.
+// What forward keeps for backward, per row group (one group for a Linear).
 struct LinearSaved {
   int64_t tokens = 0;
-  const float* x = nullptr;         // reference to the caller's x (bf16 recipe, defer on)
-  std::vector<uint16_t> x_bf16;     // bf16 recipe: x in BF16
-  MXTensor x_colwise;               // mxfp8*, defer off: x quantized along T for wgrad
-  bool has_x_colwise = false;
+  GroupList groups;
+  const float* x = nullptr;     // defer on: reference to the caller's x [tokens, in]
+  std::vector<QTensor> xs;      // per group: x in BF16 (bf16) or colwise (mxfp8*, defer off)
   size_t weight_bytes_for_backward = 0;  // weight copies made at forward only for backward
   // Bytes this layer allocated and holds between forward and backward (x copies + weight
   // copies made only for backward). References to caller memory are not counted.
@@ -96,6 +91,10 @@ class Linear {
   // dy: [T, out] FP32; dx: [T, in] FP32 (nullptr: not needed). Accumulates weight.grad
   // and bias.grad.
   void backward(LinearSaved& saved, const float* dy, float* dx);
+
+  // True when forward keeps its own copy of x for backward (every recipe unless
+  // defer_backward_quant): the caller may then reuse x's memory right after forward.
+  bool keeps_input_copy() const { return !prec_.defer_backward_quant; }
 
   // Number of times this layer quantized (or converted) its weight — one per optimizer step
   // and use when weight reuse works.

@@ -1,4 +1,4 @@
-// mxtrain/policy/bench_layers.h — the adaptive-FP8 benchmark (SPEC §7 stage 1) as a plan and
+// mxtrain/policy/bench_layers.h — the adaptive-FP8 benchmark (docs/adaptive.md §2) as a plan and
 // a driver; `mxtrain bench-layers` (src/cli/cmd_bench_layers.cc) supplies the model's modules
 // and the function that times one layer.
 //

@@ -1,9 +1,10 @@
 // mxtrain/policy/policy.h — the adaptive-FP8 policy: file format, merge, per-module decision
-// (SPEC §7; the pipeline is described in docs/adaptive.md).
+// (the pipeline is described in docs/adaptive.md).
 //
 //   bench-layers -> Report (policy/report.h) -> merge_reports -> Policy file -> decide()
 //
-// Policy file, version 1 (the seed's schema plus optional `max_tokens` and `recipe`):
+// Policy file, version 1 (the schema of the original selective-FP8 implementation, see
+// docs/adaptive.md, plus optional `max_tokens` and `recipe`):
 //   {"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8",          // recipe optional
 //    "rules": {
 //      "layernorm_column": {"qkv": [{"tp": 1, "min_tokens": 16384, "measured_speedup": 1.03}]},

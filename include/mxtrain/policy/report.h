@@ -1,4 +1,4 @@
-// mxtrain/policy/report.h — the layer benchmark report (adaptive FP8, SPEC §7 stage 1).
+// mxtrain/policy/report.h — the layer benchmark report (adaptive FP8, docs/adaptive.md §3).
 //
 // `mxtrain bench-layers` times forward+backward of each layer kind of a model in BF16 and in
 // an FP8 recipe over a sweep of token counts and writes one Report; `mxtrain policy merge`

@@ -1,6 +1,6 @@
-// nn/linear_common.cc — weight cache policy, BF16 expansion, workspace and bias helpers shared
-// by Linear and GroupedLinear (see linear_common.h).
-#include "nn/linear_common.h"
+// nn/linear_core.cc — the recipe sequence of Linear and GroupedLinear, the weight cache policy,
+// workspaces and bias helpers (see linear_core.h).
+#include "nn/linear_core.h"
 
 #include <algorithm>
 #include <string>
@@ -24,27 +24,9 @@ WeightSet weight_needs(const Recipe& r, WeightUse use) {
 
 namespace {
 
-// Marks every member stale but keeps the storage: the rebuild that follows for the new
-// version reuses it instead of faulting in fresh pages.
-void invalidate(QuantizedWeight& c) {
-  c.version = QuantizedWeight::kNoVersion;
-  c.bf16.clear();
-  c.has_rowwise = c.has_colwise = c.has_tile = false;
-  c.rowwise_bf16.clear();
-  c.colwise_bf16.clear();
-  c.tile_bf16.clear();
-}
-
 bool has_all(const QuantizedWeight& c, const WeightSet& need) {
   return (!need.bf16 || !c.bf16.empty()) && (!need.rowwise || c.has_rowwise) &&
          (!need.colwise || c.has_colwise) && (!need.tile || c.has_tile);
-}
-
-// Expansions of the needed MX members that are missing.
-void ensure_expansions(QuantizedWeight& c, const WeightSet& need) {
-  if (need.rowwise && c.rowwise_bf16.empty()) expand_bf16(c.rowwise, c.rowwise_bf16);
-  if (need.colwise && c.colwise_bf16.empty()) expand_bf16(c.colwise, c.colwise_bf16);
-  if (need.tile && c.tile_bf16.empty()) expand_bf16(c.tile, c.tile_bf16);
 }
 
 void check_member(bool ok, const MXTensor& t, int64_t out, int64_t in, const char* what,
@@ -58,10 +40,10 @@ void check_member(bool ok, const MXTensor& t, int64_t out, int64_t in, const cha
 }  // namespace
 
 bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, WeightUse use,
-                   bool dual, bool keep_expansions, const float* value, int64_t out, int64_t in,
+                   bool dual, const float* value, int64_t out, int64_t in,
                    const std::function<void(WeightUse, QuantizedWeight&)>& provider,
                    const std::string& layer) {
-  if (c.version != version) invalidate(c);
+  if (c.version != version) c.invalidate();
   WeightSet need = weight_needs(r, use);
   if (dual && !provider) {
     WeightSet b = weight_needs(r, WeightUse::backward);
@@ -70,15 +52,8 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
     need.colwise |= b.colwise;
     need.tile |= b.tile;
   }
-  if (has_all(c, need)) {
-    if (keep_expansions) ensure_expansions(c, need);
-    return false;
-  }
+  if (has_all(c, need)) return false;
   if (provider) {
-    // The provider may replace any member; derived expansions are rebuilt from what it gives.
-    c.rowwise_bf16.clear();
-    c.colwise_bf16.clear();
-    c.tile_bf16.clear();
     provider(use, c);
     if (need.bf16)
       MXT_CHECK(c.bf16.size() == size_t(out * in), "layer '", layer,
@@ -100,46 +75,121 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Weight
     } else if (col) {
       quantize_reuse(value, out, in, MXLayout::colwise, cfg, c.colwise);
     }
-    if (row) c.has_rowwise = true, c.rowwise_bf16.clear();
-    if (col) c.has_colwise = true, c.colwise_bf16.clear();
+    if (row) c.has_rowwise = true;
+    if (col) c.has_colwise = true;
     if (need.tile && !c.has_tile) {
       quantize_reuse(value, out, in, MXLayout::tile32, cfg, c.tile);
       c.has_tile = true;
-      c.tile_bf16.clear();
     }
   }
+  c.rows = out;
+  c.cols = in;
   c.version = version;
-  if (keep_expansions) ensure_expansions(c, need);
   return true;
-}
-
-const uint16_t* weight_operand(const QuantizedWeight& c, const Recipe& r, WeightUse use) {
-  if (!r.quantized()) return c.bf16.data();
-  const MXTensor& q = r.weight_tiled() ? c.tile : use == WeightUse::forward ? c.rowwise : c.colwise;
-  const std::vector<uint16_t>& cached = r.weight_tiled()              ? c.tile_bf16
-                                        : use == WeightUse::forward ? c.rowwise_bf16
-                                                                    : c.colwise_bf16;
-  if (!cached.empty()) return cached.data();
-  std::vector<uint16_t>& buf = scratch_u16(3);
-  expand_bf16(q, buf);
-  return buf.data();
 }
 
 size_t backward_only_weight_bytes(const QuantizedWeight& c, const Recipe& r) {
   if (!r.quantized() || r.weight_tiled() || !c.has_colwise) return 0;
-  return c.colwise.bytes() + c.colwise_bf16.size() * sizeof(uint16_t);
+  return c.colwise.bytes();
 }
 
-std::vector<uint16_t>& scratch_u16(int slot) {
-  thread_local std::vector<uint16_t> buf[4];
-  MXT_DCHECK(slot >= 0 && slot < 4);
-  return buf[slot];
+namespace {
+
+// Per-thread QTensors, one per row group, reused across calls (slot 0: forward's x,
+// 1: backward's dy, 2: backward's deferred x colwise).
+std::vector<QTensor>& scratch(int slot, int64_t groups) {
+  thread_local std::vector<QTensor> buf[3];
+  std::vector<QTensor>& v = buf[slot];
+  if (v.size() < size_t(groups)) v.resize(size_t(groups));
+  for (int64_t g = 0; g < groups; ++g) v[size_t(g)].invalidate();
+  return v;
 }
 
-MXTensor& scratch_mx(int slot) {
-  thread_local MXTensor buf[4];
-  MXT_DCHECK(slot >= 0 && slot < 4);
-  return buf[slot];
+void set_shape(QTensor& t, int64_t rows, int64_t cols) {
+  t.rows = rows;
+  t.cols = cols;
+}
+
+}  // namespace
+
+void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
+                  const GroupList& groups, QuantizedWeight* const* w, float* y,
+                  LinearSaved& saved) {
+  const Recipe& r = p.recipe;
+  const int64_t E = groups.num_groups();
+  saved = LinearSaved{};
+  saved.tokens = groups.offsets.back();
+  saved.groups = groups;
+  saved.xs.resize(size_t(E));
+  std::vector<QTensor>& xq = r.quantized() ? scratch(0, E) : saved.xs;
+  for (int64_t g = 0; g < E; ++g) {
+    const int64_t n = groups.count(g);
+    if (n == 0) continue;
+    const float* xg = x + groups.offsets[g] * in;
+    QTensor& keep = saved.xs[size_t(g)];
+    set_shape(xq[size_t(g)], n, in);
+    set_shape(keep, n, in);
+    if (!r.quantized()) {
+      to_bf16(xg, n * in, keep.bf16);
+    } else if (p.defer_backward_quant) {
+      quantize_reuse(xg, n, in, MXLayout::rowwise, r.input_cfg(), xq[size_t(g)].rowwise);
+      xq[size_t(g)].has_rowwise = true;
+    } else {
+      quantize_dual(xg, n, in, r.input_cfg(), xq[size_t(g)].rowwise, keep.colwise);
+      xq[size_t(g)].has_rowwise = keep.has_colwise = true;
+    }
+  }
+  if (r.quantized() && p.defer_backward_quant) saved.x = x;
+  std::vector<const QTensor*> wp(w, w + E);
+  grouped_forward(groups, xq.data(), wp.data(), y, out);
+}
+
+void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
+                   QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
+                   const std::string& layer) {
+  const Recipe& r = p.recipe;
+  const GroupList& groups = saved.groups;
+  const int64_t E = groups.num_groups();
+  const bool deferred = r.quantized() && p.defer_backward_quant;
+  MXT_CHECK(saved.xs.size() == size_t(E) && (!deferred || saved.x != nullptr || saved.tokens == 0),
+            "layer '", layer, "': backward called without a matching forward (or twice for one "
+            "forward)");
+  std::vector<QTensor>& dyq = scratch(1, E);
+  std::vector<QTensor>& xd = deferred ? scratch(2, E) : saved.xs;
+  for (int64_t g = 0; g < E; ++g) {
+    const int64_t n = groups.count(g), r0 = groups.offsets[g];
+    if (n == 0) continue;
+    const float* dyg = dy + r0 * out;
+    QTensor& d = dyq[size_t(g)];
+    set_shape(d, n, out);
+    const QTensor& xs = saved.xs[size_t(g)];
+    MXT_CHECK(r.quantized() ? (deferred || xs.has_colwise) : xs.has_bf16(), "layer '", layer,
+              "': the saved forward state does not match the layer's precision (was it changed "
+              "between forward and backward?)");
+    if (!r.quantized()) {
+      to_bf16(dyg, n * out, d.bf16);
+      continue;
+    }
+    if (dx) {
+      quantize_dual(dyg, n, out, r.grad_cfg(), d.rowwise, d.colwise);
+      d.has_rowwise = true;
+    } else {
+      quantize_reuse(dyg, n, out, MXLayout::colwise, r.grad_cfg(), d.colwise);
+    }
+    d.has_colwise = true;
+    if (deferred) {  // quantize this group's x along T now
+      set_shape(xd[size_t(g)], n, in);
+      quantize_reuse(saved.x + r0 * in, n, in, MXLayout::colwise, r.input_cfg(),
+                     xd[size_t(g)].colwise);
+      xd[size_t(g)].has_colwise = true;
+    }
+  }
+  if (dx) {
+    std::vector<const QTensor*> wp(w, w + E);
+    grouped_dgrad(groups, dyq.data(), wp.data(), dx, in);
+  }
+  grouped_wgrad(groups, dyq.data(), xd.data(), dw, true);
+  saved = LinearSaved{};  // release what forward kept
 }
 
 void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
@@ -151,11 +201,6 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
   out.data.resize(size_t(M * K));
   out.scales.resize(size_t(out.scale_rows() * out.scale_cols()));
   quantize_into(x, M, K, cfg, out);
-}
-
-void expand_bf16(const MXTensor& q, std::vector<uint16_t>& out) {
-  out.resize(q.data.size());
-  dequantize_bf16(q, out.data());
 }
 
 void to_bf16(const float* x, int64_t n, std::vector<uint16_t>& out) {

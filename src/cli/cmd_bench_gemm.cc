@@ -1,0 +1,189 @@
+// cli/cmd_bench_gemm.cc — `mxtrain bench gemm`: the three products of a Linear layer per
+// recipe, as a training step runs them, against the BF16 product of the same shape.
+//
+// For x [m, k], W [n, k] (a Linear with k inputs and n outputs over m tokens):
+//   fwd   y  = x · W^T      timed: convert/quantize x (rowwise), then the product
+//   dgrad dx = dy · W       timed: convert/quantize dy (rowwise), then the product
+//   wgrad dW += dy^T · x    timed: convert/quantize dy (colwise), then the product; x's copy
+//                           (BF16, or MX colwise) is the one forward saved, made untimed
+// The weight copies are made before timing (BF16: converted; mxfp8: rowwise for fwd, colwise
+// for dgrad; mxfp8-32x32: one tile32 copy for both), as they are inside a step that reuses
+// them. Every (recipe, op) is timed once per iteration in turn, so load on a shared machine
+// hits all alike; the median over --iters is reported next to the BF16 median of that op.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
+
+namespace mxtrain::cli {
+namespace {
+
+struct BenchGemmOptions {
+  bool json = false;
+  std::vector<int64_t> m{4};
+  int64_t k = 4096, n = 4096;
+  int warmup = 2, iters = 9;
+  std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
+  std::vector<std::string> ops{"fwd", "dgrad", "wgrad"};
+};
+
+double now_ms() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+std::vector<float> randn(int64_t n, uint32_t seed, float sigma) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+// One recipe's operands for one m, made untimed, and its three timed products.
+struct Case {
+  Recipe r;
+  int64_t M, K, N;
+  const std::vector<float>*x, *dy;
+  std::vector<uint16_t> w16, x16, a16;  // bf16: weight, saved x, activation scratch
+  MXTensor w_fwd, w_bwd, x_col, a;      // MX: weight copies, saved x colwise, activation
+  std::vector<float> out;
+
+  Case(const Recipe& rc, int64_t m, int64_t k, int64_t n, const std::vector<float>& w,
+       const std::vector<float>& xv, const std::vector<float>& dyv)
+      : r(rc), M(m), K(k), N(n), x(&xv), dy(&dyv) {
+    if (!r.quantized()) {
+      w16.resize(w.size());
+      f32_to_bf16_array(w.data(), w16.data(), int64_t(w.size()));
+      x16.resize(xv.size());
+      f32_to_bf16_array(xv.data(), x16.data(), int64_t(xv.size()));
+      a16.resize(size_t(std::max(M * K, M * N)));
+    } else {
+      const MXLayout fl = r.weight_tiled() ? MXLayout::tile32 : MXLayout::rowwise;
+      w_fwd = quantize(w.data(), N, K, fl, r.weight_cfg());
+      if (!r.weight_tiled()) w_bwd = quantize(w.data(), N, K, MXLayout::colwise, r.weight_cfg());
+      x_col = quantize(xv.data(), M, K, MXLayout::colwise, r.input_cfg());
+    }
+    out.resize(size_t(std::max(M * N, N * K)));
+  }
+
+  void run(const std::string& op) {
+    const bool bf = !r.quantized();
+    if (op == "fwd") {
+      if (bf) {
+        f32_to_bf16_array(x->data(), a16.data(), M * K);
+        gemm_bf16(false, true, M, N, K, a16.data(), K, w16.data(), K, out.data(), N, false);
+      } else {
+        a = quantize(x->data(), M, K, MXLayout::rowwise, r.input_cfg());
+        gemm_mx(false, a, true, w_fwd, out.data(), N, false);
+      }
+    } else if (op == "dgrad") {
+      if (bf) {
+        f32_to_bf16_array(dy->data(), a16.data(), M * N);
+        gemm_bf16(false, false, M, K, N, a16.data(), N, w16.data(), K, out.data(), K, false);
+      } else {
+        a = quantize(dy->data(), M, N, MXLayout::rowwise, r.grad_cfg());
+        gemm_mx(false, a, false, r.weight_tiled() ? w_fwd : w_bwd, out.data(), K, false);
+      }
+    } else {
+      if (bf) {
+        f32_to_bf16_array(dy->data(), a16.data(), M * N);
+        gemm_bf16(true, false, N, K, M, a16.data(), N, x16.data(), K, out.data(), K, true);
+      } else {
+        a = quantize(dy->data(), M, N, MXLayout::colwise, r.grad_cfg());
+        gemm_mx(true, a, false, x_col, out.data(), K, true);
+      }
+    }
+  }
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+int run_bench_gemm(const BenchGemmOptions& o) {
+  for (const std::string& op : o.ops)
+    MXT_CHECK(op == "fwd" || op == "dgrad" || op == "wgrad", "--ops: unknown op '", op,
+              "'; valid: fwd, dgrad, wgrad");
+  std::vector<std::string> recipes{"bf16"};  // the baseline is always measured
+  for (const std::string& n : o.recipes)
+    if (n != "bf16") recipes.push_back(get_recipe(n).name);
+  const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
+  const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
+  nlohmann::json rows = nlohmann::json::array();
+  if (!o.json)
+    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", gemm_path_name(gemm_path()),
+                "recipe", "op", "m", "k", "n", "ms", "bf16_ms", "vs_bf16");
+  for (int64_t M : o.m) {
+    const std::vector<float> x = randn(M * o.k, 2, 1.f), dy = randn(M * o.n, 3, 1e-3f);
+    std::vector<std::unique_ptr<Case>> cases;
+    for (const std::string& name : recipes)
+      cases.push_back(std::make_unique<Case>(get_recipe(name), M, o.k, o.n, w, x, dy));
+    std::map<std::pair<size_t, std::string>, std::vector<double>> times;
+    for (int it = 0; it < o.warmup + o.iters; ++it)
+      for (const std::string& op : o.ops)
+        for (size_t c = 0; c < cases.size(); ++c) {
+          const double t0 = now_ms();
+          cases[c]->run(op);
+          if (it >= o.warmup) times[{c, op}].push_back(now_ms() - t0);
+        }
+    for (const std::string& op : o.ops)
+      for (size_t c = show_bf16 ? 0 : 1; c < cases.size(); ++c) {
+        const double ms = median(times[{c, op}]), base = median(times[{0, op}]);
+        nlohmann::json row = {{"recipe", recipes[c]}, {"op", op},       {"m", M},
+                              {"k", o.k},             {"n", o.n},       {"ms", ms},
+                              {"bf16_ms", base},      {"vs_bf16", ms / base},
+                              {"gemm_path", gemm_path_name(gemm_path())}, {"iters", o.iters}};
+        if (o.json)
+          rows.push_back(row);
+        else
+          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n", recipes[c].c_str(),
+                      op.c_str(), (long long)M, (long long)o.k, (long long)o.n, ms, base,
+                      ms / base);
+      }
+  }
+  if (o.json) std::cout << rows.dump(1) << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
+  auto opts = std::make_shared<BenchGemmOptions>();
+  CLI::App* sub = mxtrain::cli::group(app, "bench", "Benchmarks")->add_subcommand(
+      "gemm",
+      "Time a Linear's products (fwd, dgrad, wgrad) per recipe for x [m, k] and W [n, k], the "
+      "weight already converted/quantized and the activation's conversion/quantization timed, "
+      "against BF16 in the same run. JSON rows: recipe, op, m, k, n, ms (median), bf16_ms, "
+      "vs_bf16, gemm_path, iters");
+  sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
+  sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--k", opts->k, "Input features (default 4096)")->check(CLI::PositiveNumber);
+  sub->add_option("--n", opts->n, "Output features (default 4096)")->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", opts->warmup, "Untimed rounds first (default 2)")
+      ->check(CLI::NonNegativeNumber);
+  sub->add_option("--iters", opts->iters, "Timed rounds; the median is reported (default 9)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--recipes", opts->recipes, "Recipes (default bf16,mxfp8,mxfp8-32x32)")
+      ->delimiter(',');
+  sub->add_option("--ops", opts->ops, "Products to time (default fwd,dgrad,wgrad)")
+      ->delimiter(',');
+  sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
+});
+
+}  // namespace mxtrain::cli

@@ -1,0 +1,62 @@
+// gemm/mx_gemm.h — the MX product kernels that read FP8 codes directly (internal to src/gemm).
+//
+// An MX operand is a stored matrix of FP8 codes [rows, cols] plus its E8M0 scale grid. The
+// kernels multiply two of them with every 32-block running along the reduction axis K, in one
+// of three orientations (C row-major [M, N], row stride ldc):
+//   nt: C = A · B^T   A stored [M, K], B stored [N, K]   (blocks along stored columns: rowwise
+//                                                         or tile32)            — forward
+//   nn: C = A · B     A stored [M, K] (rowwise/tile32), B stored [K, N] (colwise/tile32)
+//                                                                                — dgrad
+//   tn: C = A^T · B   A stored [K, M], B stored [K, N] (both colwise/tile32)    — wgrad
+//
+// Element semantics (docs/numerics.md, "MX products"): each element enters the product as
+// the BF16 value v = fp8(code) · 2^(scale - 127), exact because an FP8 value has at most four
+// significant bits and the scale is a power of two, except that |v| < 2^-126 (below BF16's
+// normal range) counts as ±0 — the AVX512-BF16 dot product treats BF16 subnormal inputs as
+// zero, and the reference does the same so that both compute one defined product. A scale of
+// 0xFF makes every element of its block NaN. Products accumulate in FP32.
+//
+// Kernels: mx_gemm_ref (scalar, FP32 accumulation in K order) and mx_gemm_avx512bf16
+// (mx_gemm_avx512.cc: operands decoded panel by panel into cache-resident BF16 blocks with the
+// scales folded in, then a 6x64 VDPBF16PS micro-kernel). Callers check shapes and layouts.
+#pragma once
+
+#include <cstdint>
+
+#include "mxtrain/formats.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain::gemm_detail {
+
+enum class Orient : uint8_t { nt, nn, tn };
+
+// A read-only view of one quantized matrix.
+struct MXOperand {
+  const uint8_t* codes = nullptr;   // [rows, cols] row-major
+  const uint8_t* scales = nullptr;  // [scale_rows, scale_ld]
+  int64_t rows = 0, cols = 0, scale_ld = 0;
+  MXLayout layout = MXLayout::rowwise;
+  Elem elem = Elem::e4m3;
+
+  static MXOperand of(const MXTensor& t) {
+    return MXOperand{t.data.data(), t.scales.data(), t.rows, t.cols, t.scale_cols(), t.layout,
+                     t.elem};
+  }
+  uint8_t scale(int64_t r, int64_t c) const {
+    const int64_t sr = layout == MXLayout::rowwise ? r : r / kMXBlock;
+    const int64_t sc = layout == MXLayout::colwise ? c : c / kMXBlock;
+    return scales[sr * scale_ld + sc];
+  }
+};
+
+// The element value the kernels multiply, as a float (exactly a BF16 value).
+float mx_operand_value(uint8_t code, uint8_t scale, Elem e);
+
+// C = op(A) · op(B) (+ C when accumulate). M, N, K follow from the orientation and shapes.
+void mx_gemm_ref(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
+                 bool accumulate);
+// Same product, AVX512-BF16 kernels; needs a CPU with AVX512-BF16 (and F/BW/VL/DQ).
+void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                        int64_t ldc, bool accumulate);
+
+}  // namespace mxtrain::gemm_detail

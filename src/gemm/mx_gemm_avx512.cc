@@ -1,0 +1,343 @@
+// gemm/mx_gemm_avx512.cc — MX products on AVX512-BF16: FP8 panels decoded into cache-resident
+// BF16 blocks (scales folded in), multiplied by a 6x64 VDPBF16PS micro-kernel.
+//
+// Blocking (Goto style): K is cut into chunks of KC = 256. For each chunk a thread decodes its
+// share of op(B) — all of its N columns — into VNNI panels Bp[panel][KC/2][64] (one dword = the
+// BF16 pair (k, k+1) of one column), then walks M in blocks of MC = 96 rows: it decodes that
+// block of op(A) into Ap (pairs along K) and runs the micro-kernel over every (6-row, 64-col)
+// tile. The micro-kernel keeps a 6x64 FP32 tile of C in 24 registers and issues one
+// VDPBF16PS per (row, 16 columns) and K pair; C is loaded at the start of every chunk but the
+// first (or the first too when accumulating), so C is FP32 throughout. Threads split N by
+// 64-column panels (M by MC blocks when N has too few panels); each output element is written
+// by one thread, in a fixed order, so results do not depend on the thread count.
+//
+// Decoding 32 codes: zero-extend to 16 bits, move the code into FP16 bit positions (E5M2 is
+// the upper byte of an FP16; E4M3's exponent and mantissa fit FP16's fields and give the
+// value times 2^-8, subnormals included; its NaN code is patched to an FP16 NaN), convert to
+// FP32, multiply by the block's power-of-two multiplier (2^(s-127), times 2^8 for E4M3, NaN
+// for s = 0xFF) and round to BF16 (exact: at most four significant bits). Values below
+// 2^-126 become BF16 subnormals or zero, which VDPBF16PS reads as zero — the flush that
+// mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
+// operand holding one (only blocks with amax > 2^127 do) is routed to the scalar reference.
+//
+// Operand sources (see gemm/mx_gemm.h for the orientations):
+//   A rows   (nt, nn): A stored [M, K] with blocks along K  -> Ap[m][KC/2] (row of pairs)
+//   A pairs  (tn):     A stored [K, M] with blocks along K  -> Ap[KC/2][MC] (pair-major)
+//   B rows   (nn, tn): B stored [K, N]                      -> rows k, k+1 interleaved
+//   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
+// GCC 12 reports the undefined-source operands inside its own AVX-512 conversion intrinsics
+// as maybe-uninitialized; they are not read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gemm/mx_gemm.h"
+#include "mxtrain/aligned.h"
+
+namespace mxtrain::gemm_detail {
+namespace {
+
+constexpr int MR = 6;           // micro-tile rows
+constexpr int NR = 64;          // micro-tile columns (4 vectors of 16 FP32)
+constexpr int64_t KC = 256;     // K chunk (even)
+constexpr int64_t KP = KC / 2;  // pairs per chunk
+constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
+
+// ---- multipliers and decoding ------------------------------------------------------------
+
+// mult[s]: the FP32 factor that turns a decoded code (times 2^-8 for E4M3) into its value.
+struct Multipliers {
+  alignas(64) float v[256];
+  explicit Multipliers(Elem e) {
+    const int bias = e == Elem::e4m3 ? 119 : 127;
+    for (int s = 0; s < 256; ++s) v[s] = s == 0xFF ? NAN : std::ldexp(1.f, std::min(s - bias, 127));
+  }
+};
+
+const Multipliers& multipliers(Elem e) {
+  static const Multipliers m4(Elem::e4m3), m5(Elem::e5m2);
+  return e == Elem::e4m3 ? m4 : m5;
+}
+
+// 32 codes -> 32 BF16 values (one vector), multipliers for elements 0-15 and 16-31.
+inline __m512i decode32(__m256i codes, __m512 m_lo, __m512 m_hi, bool e4m3) {
+  const __m512i w = _mm512_cvtepu8_epi16(codes);
+  __m512i h;
+  if (e4m3) {
+    const __m512i a = _mm512_and_si512(_mm512_slli_epi16(w, 7), _mm512_set1_epi16(0x3F80));
+    h = _mm512_ternarylogic_epi32(a, _mm512_slli_epi16(w, 8),
+                                  _mm512_set1_epi16(int16_t(0x8000)), 0xF8);  // a | (b & c)
+    const __mmask32 nan = _mm512_cmpeq_epi16_mask(_mm512_and_si512(w, _mm512_set1_epi16(0x7F)),
+                                                  _mm512_set1_epi16(0x7F));
+    h = _mm512_mask_mov_epi16(h, nan, _mm512_set1_epi16(0x7E00));
+  } else {
+    h = _mm512_slli_epi16(w, 8);
+  }
+  const __m512 lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), m_lo);
+  const __m512 hi = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1)), m_hi);
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// Codes [p, p + n) (n <= 32; the rest read as zero).
+inline __m256i load_codes(const uint8_t* p, int64_t n) {
+  if (n >= 32) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (n <= 0) return _mm256_setzero_si256();
+  return _mm256_maskz_loadu_epi8(__mmask32((1ull << n) - 1), p);
+}
+
+// Multipliers of 16 consecutive columns c0.. of stored row r whose scales vary per column
+// (colwise), or per 32 columns (tile32); columns past `cols` get multiplier 0.
+inline __m512 col_multipliers(const MXOperand& t, const float* mult, int64_t r, int64_t c0) {
+  const int64_t n = std::min<int64_t>(16, t.cols - c0);
+  if (n <= 0) return _mm512_setzero_ps();
+  const __mmask16 k = __mmask16((1u << n) - 1);
+  if (t.layout == MXLayout::colwise) {
+    const uint8_t* s = t.scales + (r / kMXBlock) * t.scale_ld + c0;
+    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, s));
+    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, mult, 4);
+  }
+  return _mm512_maskz_mov_ps(k, _mm512_set1_ps(mult[t.scale(r, c0)]));  // tile32: 16 | 32
+}
+
+// ---- packing -------------------------------------------------------------------------------
+
+// A rows: Ap[m * KP + p] = pair (k0 + 2p, k0 + 2p + 1) of stored row r0 + m, for m < mc and
+// pairs covering [k0, k0 + kc). A is stored [rows, K] with blocks along K (rowwise/tile32).
+void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
+                 uint32_t* Ap) {
+  const float* mult = multipliers(A.elem).v;
+  const bool e4m3 = A.elem == Elem::e4m3;
+  for (int64_t m = 0; m < mc; ++m) {
+    const int64_t r = r0 + m;
+    const uint8_t* row = A.codes + r * A.cols;
+    for (int64_t j = 0; j * 32 < kc; ++j) {
+      const int64_t k = k0 + j * 32;
+      const __m512 f = _mm512_set1_ps(mult[A.scale(r, k)]);
+      const __m512i v = decode32(load_codes(row + k, A.cols - k), f, f, e4m3);
+      _mm512_storeu_si512(Ap + m * KP + j * 16, v);
+    }
+  }
+}
+
+// Interleaves two rows of 32 BF16 (a = row k, b = row k+1) into 32 pairs: lo gets columns
+// 0-15, hi 16-31.
+inline void interleave(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
+  alignas(64) static const uint16_t ilo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
+                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
+  alignas(64) static const uint16_t ihi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
+                                               24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
+  lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(ilo), b);
+  hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
+}
+
+// Pairs of stored rows k, k+1 (k even, k < K) over columns c0 .. c0 + 32·nv of a matrix stored
+// [K, cols] with blocks along K (colwise/tile32): out[q] (q < 2·nv) = 16 pairs, columns
+// c0 + 16q... Columns past `cols` and a row k+1 = K are zero.
+inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512i* out) {
+  const float* mult = multipliers(S.elem).v;
+  const bool e4m3 = S.elem == Elem::e4m3, has_b = k + 1 < S.rows;
+  const uint8_t* ra = S.codes + k * S.cols;
+  for (int v = 0; v < nv; ++v) {
+    const int64_t c = c0 + 32 * v;
+    if (c >= S.cols) {
+      out[2 * v] = out[2 * v + 1] = _mm512_setzero_si512();
+      continue;
+    }
+    const __m512 m_lo = col_multipliers(S, mult, k, c), m_hi = col_multipliers(S, mult, k, c + 16);
+    const __m512i a = decode32(load_codes(ra + c, S.cols - c), m_lo, m_hi, e4m3);
+    const __m512i b = has_b ? decode32(load_codes(ra + S.cols + c, S.cols - c), m_lo, m_hi, e4m3)
+                            : _mm512_setzero_si512();
+    interleave(a, b, out[2 * v], out[2 * v + 1]);
+  }
+}
+
+// A pairs (tn): Ap[p * MC + m] = (S(k0 + 2p, c0 + m), S(k0 + 2p + 1, c0 + m)) for m < mc.
+void pack_a_pairs(const MXOperand& S, int64_t c0, int64_t mc, int64_t k0, int64_t kc,
+                  uint32_t* Ap) {
+  __m512i v[6];  // MC = 96 = 3 x 32 columns
+  for (int64_t p = 0; 2 * p < kc; ++p) {
+    row_pairs(S, k0 + 2 * p, c0, int((mc + 31) / 32), v);
+    for (int64_t q = 0; q * 16 < mc; ++q) _mm512_storeu_si512(Ap + p * MC + q * 16, v[q]);
+  }
+}
+
+// B rows (nn, tn): panel Bp[p * NR + n] = pairs of stored rows k0 + 2p, +1 at column c0 + n.
+void pack_b_rows(const MXOperand& S, int64_t c0, int64_t k0, int64_t kc, uint32_t* Bp) {
+  __m512i v[4];
+  for (int64_t p = 0; 2 * p < kc; ++p) {
+    row_pairs(S, k0 + 2 * p, c0, 2, v);
+    for (int q = 0; q < 4; ++q) _mm512_storeu_si512(Bp + p * NR + q * 16, v[q]);
+  }
+}
+
+// 16x16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i.
+inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int h = 0; h < 16; h += 8)
+    for (int i = 0; i < 4; ++i) {
+      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
+      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xDD);
+    }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
+  }
+}
+
+// B transposed (nt): B stored [N, K] with blocks along K; panel Bp[p * NR + n] = pair
+// (B(c0 + n, k0 + 2p), B(c0 + n, k0 + 2p + 1)). Rows past N are zero.
+void pack_b_transposed(const MXOperand& B, int64_t c0, int64_t k0, int64_t kc, uint32_t* Bp) {
+  const float* mult = multipliers(B.elem).v;
+  const bool e4m3 = B.elem == Elem::e4m3;
+  for (int g = 0; g < NR / 16; ++g) {
+    for (int64_t j = 0; j * 32 < kc; ++j) {
+      const int64_t k = k0 + j * 32;
+      __m512i r[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t n = c0 + g * 16 + i;
+        if (n >= B.rows) {
+          r[i] = _mm512_setzero_si512();
+          continue;
+        }
+        const __m512 f = _mm512_set1_ps(mult[B.scale(n, k)]);
+        r[i] = decode32(load_codes(B.codes + n * B.cols + k, B.cols - k), f, f, e4m3);
+      }
+      transpose16(r);  // r[q] = pair j*16 + q of the 16 rows
+      for (int q = 0; q < 16; ++q) _mm512_storeu_si512(Bp + (j * 16 + q) * NR + g * 16, r[q]);
+    }
+  }
+}
+
+// ---- micro-kernel ----------------------------------------------------------------------------
+
+// C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs.
+// a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel [kp][64] pairs.
+template <int ROWS>
+void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const uint32_t* b,
+                  float* C, int64_t ldc, int ncols, bool load) {
+  __m512 acc[ROWS][4];
+  __mmask16 mask[4];
+  for (int v = 0; v < 4; ++v) {
+    const int n = std::clamp(ncols - 16 * v, 0, 16);
+    mask[v] = __mmask16((1u << n) - 1);
+  }
+  for (int m = 0; m < ROWS; ++m)
+    for (int v = 0; v < 4; ++v)
+      acc[m][v] = load ? _mm512_maskz_loadu_ps(mask[v], C + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
+    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
+    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
+      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+    }
+  }
+  for (int m = 0; m < ROWS; ++m)
+    for (int v = 0; v < 4; ++v)
+      if (mask[v]) _mm512_mask_storeu_ps(C + m * ldc + 16 * v, mask[v], acc[m][v]);
+}
+
+void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
+              const uint32_t* b, float* C, int64_t ldc, int ncols, bool load) {
+  switch (rows) {
+    case 6: return micro_kernel<6>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 5: return micro_kernel<5>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 4: return micro_kernel<4>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 3: return micro_kernel<3>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 2: return micro_kernel<2>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    default: return micro_kernel<1>(kp, a, sm, sp, b, C, ldc, ncols, load);
+  }
+}
+
+// ---- driver ----------------------------------------------------------------------------------
+
+bool scales_foldable(const MXOperand& t) {
+  if (t.elem != Elem::e4m3) return true;
+  const int64_t n = (t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock)) * t.scale_ld;
+  uint8_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= uint8_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
+  return !bad;
+}
+
+struct Buffers {
+  std::vector<uint32_t, AlignedAllocator<uint32_t>> a, b;
+};
+
+Buffers& thread_buffers() {
+  thread_local Buffers buf;
+  return buf;
+}
+
+}  // namespace
+
+void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                        int64_t ldc, bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows;
+  const int64_t K = o == Orient::tn ? A.rows : A.cols;
+  const int64_t N = o == Orient::nt ? B.rows : B.cols;
+  if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
+  const int64_t panels = ceil_div(N, NR), mblocks = ceil_div(M, MC);
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), panels * mblocks));
+  // Split N by panels when there are enough of them, else M by blocks.
+  const bool split_n = panels >= threads;
+#pragma omp parallel num_threads(threads)
+  {
+    const int t = omp_get_thread_num(), T = omp_get_num_threads();
+    const int64_t p0 = split_n ? panels * t / T : 0, p1 = split_n ? panels * (t + 1) / T : panels;
+    const int64_t b0 = split_n ? 0 : mblocks * t / T, b1 = split_n ? mblocks : mblocks * (t + 1) / T;
+    Buffers& buf = thread_buffers();
+    buf.b.resize(size_t(std::max<int64_t>(p1 - p0, 1) * KP * NR));
+    buf.a.resize(size_t(MC * KP));
+    for (int64_t k0 = 0; k0 < K; k0 += KC) {
+      const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
+      const bool load = accumulate || k0 > 0;
+      for (int64_t p = p0; p < p1; ++p) {
+        uint32_t* Bp = buf.b.data() + (p - p0) * KP * NR;
+        if (o == Orient::nt)
+          pack_b_transposed(B, p * NR, k0, kc, Bp);
+        else
+          pack_b_rows(B, p * NR, k0, kc, Bp);
+      }
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        const int64_t i0 = blk * MC, mc = std::min(MC, M - i0);
+        int64_t sm, sp;
+        if (o == Orient::tn) {
+          pack_a_pairs(A, i0, mc, k0, kc, buf.a.data());
+          sm = 1, sp = MC;
+        } else {
+          pack_a_rows(A, i0, mc, k0, kc, buf.a.data());
+          sm = KP, sp = 1;
+        }
+        for (int64_t p = p0; p < p1; ++p) {
+          const uint32_t* Bp = buf.b.data() + (p - p0) * KP * NR;
+          const int ncols = int(std::min<int64_t>(NR, N - p * NR));
+          for (int64_t i = 0; i < mc; i += MR)
+            run_tile(int(std::min<int64_t>(MR, mc - i)), kp, buf.a.data() + i * sm, sm, sp, Bp,
+                     C + (i0 + i) * ldc + p * NR, ldc, ncols, load);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mxtrain::gemm_detail

@@ -1,0 +1,205 @@
+// tests/gemm/mx_gemm_paths_test.cc — every MX product kernel path against the scalar
+// reference and the exact product, on awkward shapes, all three orientations and layouts.
+//
+// The exact product is formed in FP64 from the defined element values (mx_operand_value:
+// fp8 · 2^(s-127) as BF16, below 2^-126 flushed). Every path may sum in its own FP32 order,
+// so the tolerance is the bound for a length-K FP32 sum in any order,
+//   |C - C_exact| <= (K + 1) · u · (Σ_k |a_k||b_k| + |C0|),  u = 2^-24,
+// plus K · 2^-126 for products the AVX512-BF16 kernel flushes below FP32's normal range (it
+// treats subnormal results as zero). The paths' shapes cross every blocking edge of the
+// AVX-512 kernel: K odd (half pairs), K > 256 (several chunks), M > 96 (several row blocks),
+// N not a multiple of 64 (masked columns), M % 6 != 0 (short micro-tiles).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gemm/mx_gemm.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/isa.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain {
+namespace {
+
+using gemm_detail::mx_operand_value;
+
+constexpr double kU32 = 1.0 / (1 << 24);
+
+std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, sigma);
+  std::vector<float> v(size_t(std::max<int64_t>(n, 1)));
+  for (float& x : v) x = nd(rng);
+  return v;
+}
+
+// The value the kernels multiply at stored (r, c).
+double value(const MXTensor& t, int64_t r, int64_t c) {
+  return mx_operand_value(t.data[size_t(r * t.cols + c)], t.scale_at(r, c), t.elem);
+}
+
+// Paths this CPU can run, with the ISA path that selects each.
+std::vector<Isa> path_isas() {
+  std::vector<Isa> out{Isa::scalar};
+  if (isa_supported(Isa::avx2)) out.push_back(Isa::avx2);  // onednn expansion path
+  if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);
+  return out;
+}
+
+struct IsaGuard {
+  ~IsaGuard() { clear_isa_override(); }
+};
+
+// op(A) · op(B) for stored A, B as gemm_mx sees them; checks every available path.
+void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, bool acc,
+                     const char* what) {
+  const int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
+  const int64_t N = tb ? B.rows : B.cols;
+  std::vector<double> exact(size_t(M * N)), mag(size_t(M * N));
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double a = ta ? value(A, k, i) : value(A, i, k);
+        const double b = tb ? value(B, j, k) : value(B, k, j);
+        s += a * b;
+        m += std::fabs(a * b);
+      }
+      exact[size_t(i * N + j)] = s;
+      mag[size_t(i * N + j)] = m;
+    }
+  const std::vector<float> c0 = randn(M * N, 7);
+  IsaGuard guard;
+  for (Isa isa : path_isas()) {
+    set_isa(isa);
+    SCOPED_TRACE(std::string(what) + " on path " + gemm_path_name(gemm_path()) + ", M=" +
+                 std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    std::vector<float> c(c0.begin(), c0.begin() + M * N);
+    gemm_mx(ta, A, tb, B, c.data(), N, acc);
+    int bad = 0;
+    for (int64_t i = 0; i < M * N; ++i) {
+      const double base = acc ? c0[size_t(i)] : 0.0;
+      const double want = exact[size_t(i)] + base;
+      const double tol =
+          double(K + 1) * kU32 * (mag[size_t(i)] + std::fabs(base)) + double(K) * 0x1p-126;
+      if (!(std::fabs(c[size_t(i)] - want) <= tol) && bad++ < 5)
+        ADD_FAILURE() << "C[" << i / N << "," << i % N << "] = " << c[size_t(i)] << ", want "
+                      << want << " +- " << tol;
+    }
+  }
+}
+
+struct Shape {
+  int64_t M, N, K;
+};
+const Shape kShapes[] = {{1, 1, 1},     {1, 64, 32},   {4, 65, 33},  {31, 33, 63},
+                         {6, 128, 256}, {7, 129, 257}, {33, 31, 511}, {97, 70, 300},
+                         {193, 17, 65}, {2, 200, 1025}};
+
+MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
+           ScaleRounding rnd = ScaleRounding::rceil) {
+  return quantize(x.data(), r, c, l, QuantConfig{e, rnd});
+}
+
+TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
+  for (const Shape& s : kShapes)
+    for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile32}) {
+      const auto x = randn(s.M * s.K, 1), w = randn(s.N * s.K, 2, 0.05f);
+      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const MXTensor wq = q(w, s.N, s.K, wl, Elem::e4m3, ScaleRounding::floor);
+      check_all_paths(false, xq, true, wq, false, "forward");
+    }
+}
+
+TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
+  for (const Shape& s : kShapes)
+    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile32}) {
+      // dx[M, N] = dy[M, K] · W[K, N]: dy E5M2 rowwise, W stored [K, N].
+      const auto dy = randn(s.M * s.K, 3, 1e-3f), w = randn(s.K * s.N, 4, 0.05f);
+      const MXTensor dq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e5m2);
+      const MXTensor wq = q(w, s.K, s.N, wl, Elem::e4m3);
+      check_all_paths(false, dq, false, wq, true, "dgrad");
+    }
+}
+
+TEST(MxGemmPaths, WgradAllLayoutsAndFormats) {
+  for (const Shape& s : kShapes)
+    for (MXLayout al : {MXLayout::colwise, MXLayout::tile32}) {
+      // dW[M, N] += dy^T · x with dy stored [K, M], x stored [K, N] (K = tokens).
+      const auto dy = randn(s.K * s.M, 5, 1e-2f), x = randn(s.K * s.N, 6);
+      const MXTensor dq = q(dy, s.K, s.M, al, Elem::e5m2);
+      const MXTensor xq = q(x, s.K, s.N, MXLayout::colwise, Elem::e4m3);
+      check_all_paths(true, dq, false, xq, true, "wgrad");
+    }
+}
+
+// Blocks whose values fall below 2^-126 (flushed) next to ordinary ones; E5M2 scale 0 too.
+TEST(MxGemmPaths, TinyScalesFlushTheSameWayOnEveryPath) {
+  std::vector<float> x = randn(40 * 70, 8), w = randn(50 * 70, 9);
+  for (int64_t r = 0; r < 40; ++r)
+    for (int64_t c = 0; c < 32; ++c) x[size_t(r * 70 + c)] *= 0x1p-120f;  // first K block tiny
+  for (float& v : w) v *= 0x1p-10f;
+  for (Elem e : {Elem::e4m3, Elem::e5m2}) {
+    const MXTensor xq = q(x, 40, 70, MXLayout::rowwise, e), wq = q(w, 50, 70, MXLayout::rowwise, e);
+    check_all_paths(false, xq, true, wq, false, "tiny scales");
+  }
+}
+
+// An E4M3 scale of 247 or more (amax above 2^127) cannot be folded into the AVX-512
+// multiplier; such operands take the reference kernel, and the result is exact to it.
+TEST(MxGemmPaths, HugeE4M3ScalesGiveTheReferenceBytes) {
+  std::vector<float> x = randn(9 * 64, 10), w = randn(12 * 64, 11, 1e-30f);
+  x[5] = 3e38f;
+  const MXTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
+  const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
+  ASSERT_GE(xq.scale_at(0, 5), 247);
+  check_all_paths(false, xq, true, wq, false, "huge scale");
+  if (!isa_supported(Isa::avx512)) return;
+  IsaGuard guard;
+  std::vector<float> ref(9 * 12), fast(9 * 12);
+  set_isa(Isa::scalar);
+  gemm_mx(false, xq, true, wq, ref.data(), 12, false);
+  set_isa(Isa::avx512);
+  gemm_mx(false, xq, true, wq, fast.data(), 12, false);
+  EXPECT_EQ(0, std::memcmp(ref.data(), fast.data(), ref.size() * sizeof(float)));
+}
+
+// A NaN in x makes its block's scale 0xFF: exactly the outputs that read that block are NaN.
+TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
+  std::vector<float> x = randn(10 * 96, 12), w = randn(70 * 96, 13);
+  x[3 * 96 + 40] = NAN;  // row 3, K block 1
+  const MXTensor xq = q(x, 10, 96, MXLayout::rowwise, Elem::e4m3);
+  const MXTensor wq = q(w, 70, 96, MXLayout::rowwise, Elem::e4m3);
+  IsaGuard guard;
+  for (Isa isa : path_isas()) {
+    set_isa(isa);
+    std::vector<float> c(10 * 70);
+    gemm_mx(false, xq, true, wq, c.data(), 70, false);
+    for (int64_t i = 0; i < 10; ++i)
+      for (int64_t j = 0; j < 70; ++j)
+        EXPECT_EQ(std::isnan(c[size_t(i * 70 + j)]), i == 3)
+            << gemm_path_name(gemm_path()) << " C[" << i << "," << j << "]";
+  }
+}
+
+// Each output element is summed by one thread in a fixed order: 1 and 2 threads agree bytewise.
+TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
+  const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
+  const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
+  const MXTensor wq = q(w, 130, 300, MXLayout::rowwise, Elem::e4m3);
+  const int saved = omp_get_max_threads();
+  std::vector<float> c1(100 * 130), c2(100 * 130);
+  omp_set_num_threads(1);
+  gemm_mx(false, xq, true, wq, c1.data(), 130, false);
+  omp_set_num_threads(2);
+  gemm_mx(false, xq, true, wq, c2.data(), 130, false);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace mxtrain
