@@ -1,0 +1,191 @@
+// python/py_quantize.cc — mxtrain.quantize / dequantize / matmul: MX quantization and the
+// MX GEMM on NumPy arrays.
+//
+// quantize() returns the same arrays `mxtrain quantize` writes as .npy files (the same core
+// calls: quantize_dual for 1x32 recipes, quantize(tile32) for mxfp8-32x32), so the bytes are
+// identical; the output arrays own the engine's buffers (no copy). dequantize() takes such a
+// dict back. matmul() quantizes x and w as the quantized Linear's forward does and returns
+// x·wᵀ from gemm_mx in FP32. The GIL is released while kernels run.
+#include <cstring>
+
+#include "mxtrain/gemm.h"
+#include "py_util.h"
+
+namespace mxtrain::py_detail {
+namespace {
+
+// x as FP32 or BF16 bits: exactly one of f32 / bf16 is set.
+struct Input {
+  py::array keep;
+  const float* f32 = nullptr;
+  const uint16_t* bf16 = nullptr;
+  int64_t rows = 0, cols = 0;
+};
+Input input_arg(const py::handle& h, const char* name) {
+  Input in;
+  in.keep = matrix_arg(h, name);
+  in.rows = in.keep.shape(0);
+  in.cols = in.keep.shape(1);
+  if (has_dtype<float>(in.keep))
+    in.f32 = static_cast<const float*>(in.keep.data());
+  else if (has_dtype<uint16_t>(in.keep))
+    in.bf16 = static_cast<const uint16_t*>(in.keep.data());
+  else
+    throw py::type_error(std::string(name) + " must have dtype float32, or uint16 holding "
+                         "BF16 bit patterns; got " + dtype_of(in.keep));
+  return in;
+}
+
+MXTensor quantize_one(const Input& x, MXLayout layout, const QuantConfig& cfg) {
+  py::gil_scoped_release nogil;
+  return x.f32 ? quantize(x.f32, x.rows, x.cols, layout, cfg)
+               : quantize(x.bf16, x.rows, x.cols, layout, cfg);
+}
+
+void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
+  const int64_t sr = t.scale_rows(), sc = t.scale_cols();
+  d[data_key] = owning_array(std::move(t.data), t.rows, t.cols);
+  d[scale_key] = owning_array(std::move(t.scales), sr, sc);
+}
+
+py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
+                     const std::optional<std::string>& elem,
+                     const std::optional<std::string>& rounding) {
+  const Recipe r = quantized_recipe_arg(recipe_name, "quantize");
+  const QuantConfig cfg{elem_arg(elem, r.weight_elem), rounding_arg(rounding, r.rounding)};
+  const Input x = input_arg(x_obj, "x");
+  py::dict out;
+  if (r.weight_tiled()) {
+    MXTensor t = quantize_one(x, MXLayout::tile32, cfg);
+    put(out, "data", "scale", t);
+    return out;
+  }
+  MXTensor row, col;
+  {
+    py::gil_scoped_release nogil;
+    if (x.f32)
+      quantize_dual(x.f32, x.rows, x.cols, cfg, row, col);
+    else
+      quantize_dual(x.bf16, x.rows, x.cols, cfg, row, col);
+  }
+  put(out, "rowwise", "rowwise_scale", row);
+  put(out, "colwise", "colwise_scale", col);
+  return out;
+}
+
+// An MXTensor rebuilt from q[data_key], q[scale_key], checked against each other.
+MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
+                          MXLayout layout, Elem elem) {
+  for (const char* k : {data_key, scale_key})
+    if (!q.contains(k)) {
+      std::string keys;
+      for (auto item : q) keys += (keys.empty() ? "" : ", ") + py::str(item.first).cast<std::string>();
+      throw py::value_error(std::string("q has no '") + k + "' array (its keys: " + keys +
+                            "); pass the dict quantize() returned for this recipe");
+    }
+  const std::string dname = std::string("q['") + data_key + "']";
+  const std::string sname = std::string("q['") + scale_key + "']";
+  py::array d = matrix_arg(q[data_key], dname.c_str());
+  py::array s = matrix_arg(q[scale_key], sname.c_str());
+  for (const auto& [a, n] : {std::pair{&d, &dname}, std::pair{&s, &sname}})
+    if (!has_dtype<uint8_t>(*a))
+      throw py::type_error(*n + " must have dtype uint8, got " + dtype_of(*a));
+  MXTensor t = MXTensor::empty(d.shape(0), d.shape(1), layout, elem);
+  if (s.shape(0) != t.scale_rows() || s.shape(1) != t.scale_cols())
+    throw py::value_error(sname + " has shape " + shape_of(s) + ", but a " +
+                          std::to_string(t.rows) + "x" + std::to_string(t.cols) + " " +
+                          layout_name(layout) + " tensor has a (" +
+                          std::to_string(t.scale_rows()) + ", " +
+                          std::to_string(t.scale_cols()) + ") scale grid");
+  std::memcpy(t.data.data(), d.data(), t.data.size());
+  std::memcpy(t.scales.data(), s.data(), t.scales.size());
+  return t;
+}
+
+py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
+                        const std::optional<std::string>& elem_obj,
+                        const std::optional<std::string>& layout_obj) {
+  const Recipe r = quantized_recipe_arg(recipe_name, "dequantize");
+  const Elem elem = elem_arg(elem_obj, r.weight_elem);
+  if (!py::isinstance<py::dict>(q_obj))
+    throw py::type_error("q must be a dict of uint8 arrays as returned by quantize(), got " +
+                         py::str(py::type::of(q_obj).attr("__name__")).cast<std::string>());
+  const py::dict q = py::reinterpret_borrow<py::dict>(q_obj);
+  const std::string layout = layout_obj.value_or(r.weight_tiled() ? "tile" : "rowwise");
+  MXTensor t;
+  if (r.weight_tiled() && layout == "tile")
+    t = tensor_from_dict(q, "data", "scale", MXLayout::tile32, elem);
+  else if (!r.weight_tiled() && layout == "rowwise")
+    t = tensor_from_dict(q, "rowwise", "rowwise_scale", MXLayout::rowwise, elem);
+  else if (!r.weight_tiled() && layout == "colwise")
+    t = tensor_from_dict(q, "colwise", "colwise_scale", MXLayout::colwise, elem);
+  else
+    throw py::value_error("layout '" + layout + "' does not exist for recipe '" + r.name +
+                          "'; valid: " + (r.weight_tiled() ? "tile" : "rowwise, colwise"));
+  std::vector<float> y(size_t(t.rows * t.cols));
+  {
+    py::gil_scoped_release nogil;
+    dequantize(t, y.data());
+  }
+  return owning_array(std::move(y), t.rows, t.cols);
+}
+
+py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
+                    const std::string& recipe_name, const std::optional<std::string>& elem,
+                    const std::optional<std::string>& rounding) {
+  const Recipe r = recipe_arg(recipe_name);
+  const py::array_t<float> x = f32_matrix_arg(x_obj, "x");
+  const py::array_t<float> w = f32_matrix_arg(w_obj, "w");
+  const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
+  if (w.shape(1) != K)
+    throw py::value_error("x is " + shape_of(x) + " and w is " + shape_of(w) +
+                          ": w must be [N, K] with the K of x (the product is x·wᵀ)");
+  std::vector<float> y(size_t(M * N));
+  if (!r.quantized()) {
+    if (elem || rounding)
+      throw py::value_error("recipe '" + r.name + "' does not quantize: elem and "
+                            "scale_rounding do not apply");
+    py::gil_scoped_release nogil;
+    std::vector<uint16_t> xb(size_t(M * K)), wb(size_t(N * K));
+    f32_to_bf16_array(x.data(), xb.data(), M * K);
+    f32_to_bf16_array(w.data(), wb.data(), N * K);
+    gemm_bf16(false, true, M, N, K, xb.data(), K, wb.data(), K, y.data(), N, false);
+    return owning_array(std::move(y), M, N);
+  }
+  const QuantConfig xcfg{elem_arg(elem, r.input_elem), rounding_arg(rounding, r.rounding)};
+  const QuantConfig wcfg{elem_arg(elem, r.weight_elem), rounding_arg(rounding, r.rounding)};
+  {
+    py::gil_scoped_release nogil;
+    const MXTensor xq = quantize(x.data(), M, K, MXLayout::rowwise, xcfg);
+    const MXTensor wq = quantize(w.data(), N, K, r.weight_tiled() ? MXLayout::tile32
+                                                                  : MXLayout::rowwise, wcfg);
+    gemm_mx(false, xq, true, wq, y.data(), N, false);
+  }
+  return owning_array(std::move(y), M, N);
+}
+
+}  // namespace
+
+void bind_quantize(py::module_& m) {
+  m.def("quantize", &quantize_py, py::arg("x"), py::arg("recipe") = "mxfp8",
+        py::arg("elem") = py::none(), py::arg("scale_rounding") = py::none(),
+        "MX-quantize a 2-D C-contiguous array [M, K] (float32, or uint16 holding BF16 bits).\n"
+        "Returns a dict of uint8 arrays named like `mxtrain quantize`'s files: for 1x32 "
+        "recipes rowwise [M,K], rowwise_scale [M,ceil(K/32)], colwise [M,K], colwise_scale "
+        "[ceil(M/32),K]; for mxfp8-32x32 data [M,K], scale [ceil(M/32),ceil(K/32)].\n"
+        "elem ('e4m3'|'e5m2') and scale_rounding ('rceil'|'floor') default to the recipe's "
+        "weight element and rounding (e4m3, rceil).");
+  m.def("dequantize", &dequantize_py, py::arg("q"), py::arg("recipe") = "mxfp8",
+        py::arg("elem") = py::none(), py::arg("layout") = py::none(),
+        "float32 [M, K] from a dict returned by quantize(): code * 2^(scale-127), NaN for a "
+        "0xFF scale. layout: 'rowwise' (default) or 'colwise' for 1x32 recipes, 'tile' for "
+        "mxfp8-32x32. elem must be the one used to quantize (default the recipe's, e4m3).");
+  m.def("matmul", &matmul_py, py::arg("x"), py::arg("w"), py::arg("recipe") = "mxfp8",
+        py::arg("elem") = py::none(), py::arg("scale_rounding") = py::none(),
+        "x·wᵀ in FP32 for float32 x [M, K] and w [N, K], with both operands in the recipe's "
+        "precision as the quantized Linear's forward has them: x rowwise (input element), w "
+        "rowwise or as 32x32 tiles (weight element), through gemm_mx; 'bf16' rounds both to "
+        "BF16. elem / scale_rounding override both operands' settings.");
+}
+
+}  // namespace mxtrain::py_detail
