@@ -31,7 +31,6 @@
 namespace mxtrain::gemm_detail {
 namespace {
 
-constexpr int NB = 4;  // rows of W per pass
 
 struct Tables {
   alignas(64) uint8_t hi[128], lo[128];
@@ -68,29 +67,10 @@ inline void to_unpack_order(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
   hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
 }
 
-// 64 codes of one row at p (n valid, the rest zero) with block scales s0 (codes 0-31) and
-// s1 (32-63) -> 64 BF16 values in unpack order.
-inline void decode64(const uint8_t* p, int64_t n, uint8_t s0, uint8_t s1, Elem e,
-                     const Tables& t, __m512i& lo, __m512i& hi) {
-  const __m512i c = n >= 64 ? _mm512_loadu_si512(p)
-                            : _mm512_maskz_loadu_epi8(__mmask64((1ull << n) - 1), p);
-  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
-  const bool fold = s0 >= t.s_min && s0 <= t.s_max && s1 >= t.s_min && s1 <= t.s_max &&
-                    !_mm512_cmpge_epu8_mask(mag, _mm512_set1_epi8(char(t.bad_mag)));
-  if (fold) {
-    __m512i h = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), mag,
-                                         _mm512_load_si512(t.hi + 64));
-    const __m512i l = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), mag,
-                                               _mm512_load_si512(t.lo + 64));
-    h = _mm512_ternarylogic_epi32(h, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // h | (c & 0x80)
-    const __m512i w0 = _mm512_unpacklo_epi8(l, h), w1 = _mm512_unpackhi_epi8(l, h);
-    const __m512i d = _mm512_inserti64x4(_mm512_set1_epi16(int16_t((int(s0) - 127) * 128)),
-                                         _mm256_set1_epi16(int16_t((int(s1) - 127) * 128)), 1);
-    const __m512i m15 = _mm512_set1_epi16(0x7FFF);
-    lo = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w0, m15), w0, d);
-    hi = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w1, m15), w1, d);
-    return;
-  }
+// The general decoder for a 64-code piece the table path cannot fold exactly.
+__attribute__((always_inline)) inline void decode64_general(const uint8_t* p, int64_t n,
+                                                           uint8_t s0,
+                                                uint8_t s1, Elem e, __m512i& lo, __m512i& hi) {
   const float* mult = multipliers(e).v;
   const bool e4m3 = e == Elem::e4m3;
   const __m512 f0 = _mm512_set1_ps(mult[s0]), f1 = _mm512_set1_ps(mult[s1]);
@@ -99,10 +79,43 @@ inline void decode64(const uint8_t* p, int64_t n, uint8_t s0, uint8_t s1, Elem e
   to_unpack_order(a, b, lo, hi);
 }
 
-// Scale bytes of the 64-code piece at column k of row r (the second block may lie past K).
-inline void piece_scales(const MXOperand& t, int64_t r, int64_t k, uint8_t& s0, uint8_t& s1) {
-  s0 = t.scale(r, k);
-  s1 = k + 32 < t.cols ? t.scale(r, k + 32) : s0;
+// 64 codes of one row at p (n valid, the rest zero) with block scales s0 (codes 0-31) and
+// s1 (32-63) -> 64 BF16 values in unpack order, by the table path. Returns true when the
+// piece cannot be folded exactly (scale out of range, NaN/Inf code); the values are then
+// wrong and the caller redoes the piece's tile with decode64_general. Branch-free, so the
+// caller's accumulators stay in registers.
+__attribute__((always_inline)) inline bool decode64(const uint8_t* p, int64_t n, uint8_t s0,
+                                                    uint8_t s1, const Tables& t, __m512i& lo,
+                                                    __m512i& hi) {
+  const __m512i c = n >= 64 ? _mm512_loadu_si512(p)
+                            : _mm512_maskz_loadu_epi8(__mmask64((1ull << n) - 1), p);
+  const __m512i mag = _mm512_and_si512(c, _mm512_set1_epi8(0x7F));
+  const unsigned range = unsigned(t.s_max - t.s_min);
+  const bool bad = (unsigned(s0 - t.s_min) > range) | (unsigned(s1 - t.s_min) > range) |
+                   (_mm512_cmpge_epu8_mask(mag, _mm512_set1_epi8(char(t.bad_mag))) != 0);
+  __m512i h = _mm512_permutex2var_epi8(_mm512_load_si512(t.hi), mag,
+                                       _mm512_load_si512(t.hi + 64));
+  const __m512i l = _mm512_permutex2var_epi8(_mm512_load_si512(t.lo), mag,
+                                             _mm512_load_si512(t.lo + 64));
+  h = _mm512_ternarylogic_epi32(h, c, _mm512_set1_epi8(char(0x80)), 0xF8);  // h | (c & 0x80)
+  const __m512i w0 = _mm512_unpacklo_epi8(l, h), w1 = _mm512_unpackhi_epi8(l, h);
+  const __m512i d = _mm512_inserti64x4(_mm512_set1_epi16(int16_t((int(s0) - 127) * 128)),
+                                       _mm256_set1_epi16(int16_t((int(s1) - 127) * 128)), 1);
+  const __m512i m15 = _mm512_set1_epi16(0x7FFF);
+  lo = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w0, m15), w0, d);
+  hi = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w1, m15), w1, d);
+  return bad;
+}
+
+// Scale row of stored row r of a rowwise or tile32 operand (one byte per 32 columns).
+inline const uint8_t* scale_row(const MXOperand& t, int64_t r) {
+  return t.scales + (t.layout == MXLayout::rowwise ? r : r / kMXBlock) * t.scale_ld;
+}
+
+// Scale bytes of the 64-code piece at column k of a row (the second block may lie past K).
+inline void piece_scales(const uint8_t* srow, int64_t k, int64_t K, uint8_t& s0, uint8_t& s1) {
+  s0 = srow[k / 32];
+  s1 = k + 32 < K ? srow[k / 32 + 1] : s0;
 }
 
 // x rows [M, Kp] in unpack order, scale folded in (Kp = K rounded up to 64, zero padded).
@@ -112,7 +125,7 @@ void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
   for (int64_t m = 0; m < x.rows; ++m)
     for (int64_t k = 0; k < Kp; k += 64) {
       uint8_t s0 = 0, s1 = 0;
-      if (k < x.cols) piece_scales(x, m, k, s0, s1);
+      if (k < x.cols) piece_scales(scale_row(x, m), k, x.cols, s0, s1);
       const uint8_t* p = x.codes + m * x.cols + k;
       const int64_t n = x.cols - k;
       const __m512 f0 = _mm512_set1_ps(mult[s0]), f1 = _mm512_set1_ps(mult[s1]);
@@ -126,48 +139,72 @@ void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
 }
 
 // C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T.
-template <int MB, int NBV>
-void gemv_tile(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, const Tables& t,
-               float* C, int64_t ldc, bool load) {
+// C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T, every W piece
+// through `Decode` (the table path, or the general decoder when `general`).
+template <int MB, int NBV, bool general>
+bool gemv_tile_pass(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0,
+                    const Tables& t, float* C, int64_t ldc, bool load) {
   __m512 acc[MB][NBV];
-  #pragma GCC unroll 8
+#pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t K = W.cols;
+  const uint8_t* srow[NBV];
+  const uint8_t* wrow[NBV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NBV; ++j) {
+    srow[j] = scale_row(W, n0 + j);
+    wrow[j] = W.codes + (n0 + j) * K;
+  }
+  bool bad = false;
   for (int64_t k = 0; k < Kp; k += 64) {
-    __m512i wl[NBV], wh[NBV];
-    #pragma GCC unroll 8
+    // One W row at a time: its 64 decoded values meet every x row, so only the accumulators
+    // and two vectors of W stay live (x is re-read from L1).
+#pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) {
       uint8_t s0, s1;
-      piece_scales(W, n0 + j, k, s0, s1);
-      decode64(W.codes + (n0 + j) * K + k, K - k, s0, s1, W.elem, t, wl[j], wh[j]);
-    }
-    #pragma GCC unroll 8
-    for (int m = 0; m < MB; ++m) {
-      const __m512bh xl = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k);
-      const __m512bh xh = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k + 32);
-      #pragma GCC unroll 8
-      for (int j = 0; j < NBV; ++j) {
-        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xl, (__m512bh)wl[j]);
-        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xh, (__m512bh)wh[j]);
+      piece_scales(srow[j], k, K, s0, s1);
+      __m512i wl, wh;
+      if (general)
+        decode64_general(wrow[j] + k, K - k, s0, s1, W.elem, wl, wh);
+      else
+        bad |= decode64(wrow[j] + k, K - k, s0, s1, t, wl, wh);
+#pragma GCC unroll 8
+      for (int m = 0; m < MB; ++m) {
+        const __m512bh xl = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k);
+        const __m512bh xh = (__m512bh)_mm512_loadu_si512(xs + m * Kp + k + 32);
+        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xl, (__m512bh)wl);
+        acc[m][j] = _mm512_dpbf16_ps(acc[m][j], xh, (__m512bh)wh);
       }
     }
   }
-  #pragma GCC unroll 8
+  if (bad) return false;  // nothing written; the caller redoes the tile
+#pragma GCC unroll 8
   for (int m = 0; m < MB; ++m)
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) {
       float& c = C[m * ldc + n0 + j];
       c = (load ? c : 0.f) + _mm512_reduce_add_ps(acc[m][j]);
     }
+  return true;
 }
 
+template <int MB, int NBV>
+void gemv_tile(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, const Tables& t,
+               float* C, int64_t ldc, bool load) {
+  if (!gemv_tile_pass<MB, NBV, false>(W, xs, Kp, n0, t, C, ldc, load))
+    gemv_tile_pass<MB, NBV, true>(W, xs, Kp, n0, t, C, ldc, load);
+}
+
+// Rows of x in passes of up to 8: up to 4 rows meet 4 rows of W at a time, 5 to 8 rows meet
+// 2 (16 accumulators either way); W is decoded once per pass.
 template <int MB>
 void gemv_rows(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, int64_t n1,
                const Tables& t, float* C, int64_t ldc, bool load) {
+  constexpr int nb = MB <= 4 ? 4 : 2;
   int64_t n = n0;
-  for (; n + NB <= n1; n += NB) gemv_tile<MB, NB>(W, xs, Kp, n, t, C, ldc, load);
+  for (; n + nb <= n1; n += nb) gemv_tile<MB, nb>(W, xs, Kp, n, t, C, ldc, load);
   for (; n < n1; ++n) gemv_tile<MB, 1>(W, xs, Kp, n, t, C, ldc, load);
 }
 
@@ -181,6 +218,7 @@ void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int
   xs.resize(size_t(M * Kp));
   prepare_x(X, Kp, xs.data());
   const Tables& t = tables(W.elem);
+  constexpr int64_t NB = 4;  // threads split N in multiples of this
   const int64_t units = ceil_div(N, NB);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), units));
   const uint16_t* xp = xs.data();
@@ -189,10 +227,14 @@ void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int
     const int id = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t n0 = std::min(N, units * id / T * NB);
     const int64_t n1 = std::min(N, units * (id + 1) / T * NB);
-    for (int64_t m = 0; m < M; m += 4) {
+    for (int64_t m = 0; m < M; m += 8) {
       const uint16_t* x = xp + m * Kp;
       float* c = C + m * ldc;
-      switch (std::min<int64_t>(4, M - m)) {
+      switch (std::min<int64_t>(8, M - m)) {
+        case 8: gemv_rows<8>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        case 7: gemv_rows<7>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        case 6: gemv_rows<6>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
+        case 5: gemv_rows<5>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
         case 4: gemv_rows<4>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
         case 3: gemv_rows<3>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
         case 2: gemv_rows<2>(W, x, Kp, n0, n1, t, c, ldc, accumulate); break;
