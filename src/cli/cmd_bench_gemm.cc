@@ -76,7 +76,7 @@ struct Case {
       if (!r.weight_tiled()) w_bwd = quantize(w.data(), N, K, MXLayout::colwise, r.weight_cfg());
       x_col = quantize(xv.data(), M, K, MXLayout::colwise, r.input_cfg());
     }
-    out.resize(size_t(std::max(M * N, N * K)));
+    out.resize(size_t(std::max({M * N, M * K, N * K})));  // y, dx, dW
   }
 
   void run(const std::string& op) {
