@@ -3,11 +3,15 @@
 set -euo pipefail
 # ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake calls
 # find_package(OpenCL) and fails without it, so it is listed here by name.
+# The fuzz build (scripts/fuzz.sh) uses clang-14 with libFuzzer; libomp-14-dev (OpenMP for
+# clang) and llvm-14 (llvm-symbolizer, for readable sanitizer stacks) are only Recommends
+# of clang-14, so they are listed by name too.
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      fortunes python3)
+      fortunes python3
+      clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev llvm-14)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -90,7 +90,7 @@ json parse_json_strict(const std::string& text, const std::string& source) {
   json j;
   try {
     j = json::parse(text, cb);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     fail_at(source, "", std::string("not valid JSON: ") + e.what());
   }
   if (!duplicate.empty())
