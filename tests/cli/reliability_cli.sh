@@ -51,6 +51,8 @@ expect_error "metrics under a file" 5 "--metrics-out afile/m.jsonl: afile is a f
   "$MXTRAIN" train --quiet --config ok.yaml --metrics-out afile/m.jsonl
 expect_error "decisions into a directory" 5 "--decisions-out $WORK: is a directory" \
   "$MXTRAIN" train --quiet --config ok.yaml --decisions-out "$WORK"
+expect_error "bench-layers report under a file" 5 "--report afile/r.json: afile is a file, not a directory" \
+  "$MXTRAIN" bench-layers --config ok.yaml --report afile/r.json
 if [ -w /dev/full ]; then
   expect_error "metrics on a full device" 30 "cannot write /dev/full: No space left on device" \
     "$MXTRAIN" train --quiet --config ok.yaml --metrics-out /dev/full
