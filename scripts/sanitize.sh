@@ -16,9 +16,13 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DMXTRAIN_BU
   -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" > /dev/null
 cmake --build build-asan -j "$(nproc)"
 
-export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1
+# fast_unwind_on_malloc=0: OpenMPI's dlopen'ed components have no frame pointers, so the
+# fast unwinder stops inside them and the suppressions (which match library names anywhere
+# in the allocation stack) never see libopen-pal / libmpi; the slow unwinder gets the whole
+# stack.
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1:strict_string_checks=1:check_initialization_order=1:fast_unwind_on_malloc=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan_openmpi.supp:print_suppressions=0
+export LSAN_OPTIONS=suppressions=$PWD/scripts/lsan_openmpi.supp:print_suppressions=0:fast_unwind_on_malloc=0
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # 4-rank and 1-rank MPI variants repeat the 2-rank code paths; cli_fsdp_train trains every
 # recipe at 1, 2 and 4 ranks (the 2-rank FSDP path is covered by fsdp_train_mpi_test_np2);
