@@ -3,9 +3,9 @@
 set -euo pipefail
 # ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake calls
 # find_package(OpenCL) and fails without it, so it is listed here by name.
-# The fuzz build (scripts/fuzz.sh) uses clang-14 with libFuzzer; libomp-14-dev (OpenMP for
-# clang) and llvm-14 (llvm-symbolizer, for readable sanitizer stacks) are only Recommends
-# of clang-14, so they are listed by name too.
+# The fuzz build (scripts/fuzz.sh) uses clang-14 with libFuzzer. clang-14 does not pull in
+# libomp-14-dev (OpenMP for clang), and llvm-14 (llvm-symbolizer, for readable sanitizer
+# stacks) comes only through its Recommends llvm-14-dev, so both are listed by name.
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
