@@ -23,7 +23,7 @@ for t in "${targets[@]}"; do
   rc=0
   ./build-fuzz/fuzz_$t -max_total_time="$secs" -max_len=65536 -rss_limit_mb=4096 \
     -artifact_prefix=build-fuzz/ -print_final_stats=1 "$work" > "build-fuzz/fuzz_$t.log" 2>&1 || rc=$?
-  grep -E "^(#[0-9]+ +DONE|stat::number_of_executed_units|MISMATCH|SUMMARY)" "build-fuzz/fuzz_$t.log" || true
+  grep -E "^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|MISMATCH|SUMMARY)" "build-fuzz/fuzz_$t.log" || true
   [ "$rc" -eq 0 ] || tail -n 40 "build-fuzz/fuzz_$t.log"
   rm -rf "$work"
   [ "$rc" -eq 0 ] || { echo "fuzz_$t failed (exit $rc); input in build-fuzz/"; exit 1; }
