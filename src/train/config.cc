@@ -50,7 +50,6 @@ class Section {
     if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
     return node_[key];
   }
-  bool present() const { return node_ && !node_.IsNull(); }
   std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   const std::string& origin() const { return origin_; }
 
