@@ -5,12 +5,16 @@
 set -euo pipefail
 # ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake calls
 # find_package(OpenCL) and fails without it, so it is listed here by name.
+# The fuzz build (scripts/fuzz.sh) uses clang-14 with libFuzzer. clang-14 does not pull in
+# libomp-14-dev (OpenMP for clang), and llvm-14 (llvm-symbolizer, for readable sanitizer
+# stacks) comes only through its Recommends llvm-14-dev, so both are listed by name.
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       fortunes python3
-      python3-dev pybind11-dev python3-numpy)
+      python3-dev pybind11-dev python3-numpy
+      clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev llvm-14)
 # pybind11-dev does not depend on python3-dev (Python.h), so both are listed.
 if [ "${MXTRAIN_WITH_TORCH:-0}" = 1 ]; then PKGS+=(python3-torch); fi
 missing=()

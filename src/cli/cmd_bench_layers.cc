@@ -23,6 +23,7 @@
 #include "cli/commands.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/transformer.h"
@@ -127,6 +128,7 @@ struct BenchLayersCli {
 };
 
 int run_bench_layers_cli(const BenchLayersCli& o) {
+  io::check_output_file(o.report, "--report");  // before minutes of measuring
   const TrainConfig cfg = load_config(o.config);
   policy::BenchLayersOptions bo;
   bo.par = {o.tp, o.ep, o.etp};

@@ -18,7 +18,7 @@ struct TrainArgs {
   int64_t steps = 0, stop_after = 0;
   int seq_len = 0, micro_batch_size = 0, grad_accum = 0;
   uint64_t seed = 0;
-  bool resume = false, dry_run = false, fsdp = false, quiet = false;
+  bool resume = false, dry_run = false, fsdp = false, quiet = false, ignore_memory_check = false;
 };
 
 int run_train(const TrainArgs& a, CLI::App* sub) {
@@ -51,6 +51,7 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.stop_after = a.stop_after;
   opt.dry_run = a.dry_run;
   opt.decisions_out = a.decisions_out;
+  opt.ignore_memory_check = a.ignore_memory_check;
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
   const TrainSummary s = run_training(cfg, opt);
@@ -84,6 +85,8 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--fp8-policy", a->fp8_policy,
                   "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
+  sub->add_flag("--ignore-memory-check", a->ignore_memory_check,
+                "Train even when the start-up estimate says the model does not fit in memory");
   sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");
   sub->callback([a, sub] { exit_code() = run_train(*a, sub); });
 });

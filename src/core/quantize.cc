@@ -63,12 +63,18 @@ uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
 MXTensor MXTensor::empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem) {
   MXT_CHECK(rows >= 0 && cols >= 0, "MXTensor shape must be non-negative, got ", rows, "x",
             cols);
+  // rows * cols must fit in a signed 64-bit product and in memory addressing; checked
+  // before anything is multiplied or allocated.
+  int64_t n = 0;
+  MXT_CHECK(!__builtin_mul_overflow(rows, cols, &n) && n <= (int64_t(1) << 48),
+            "MXTensor shape ", rows, "x", cols, " is too large (", rows, " * ", cols,
+            " elements exceed 2^48)");
   MXTensor t;
   t.rows = rows;
   t.cols = cols;
   t.layout = layout;
   t.elem = elem;
-  t.data.resize(size_t(rows * cols));
+  t.data.resize(size_t(n));
   t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
   return t;
 }

@@ -83,8 +83,12 @@ std::vector<uint8_t> read_file(const std::string& path) {
     ::close(fd);
     MXT_FAIL(path, " is a directory, expected a file");
   }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    MXT_FAIL(path, " is not a regular file (a device, pipe or socket cannot be read as input)");
+  }
   std::vector<uint8_t> out;
-  if (S_ISREG(st.st_mode)) out.reserve(size_t(st.st_size));
+  out.reserve(size_t(st.st_size));
   uint8_t buf[1 << 16];
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -146,6 +150,17 @@ void write_file_atomic(const std::string& path,
                        const std::vector<std::span<const uint8_t>>& parts) {
   MXT_CHECK(!path.empty(), "cannot write a file with an empty path");
   MXT_CHECK(!is_directory(path), "cannot write ", path, ": it is a directory");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // A device or pipe (/dev/stdout, /dev/full): renaming over it would replace the device,
+    // so it is written in place; every write and the close are still checked.
+    int fd = ::open(path.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) MXT_FAIL("cannot write ", path, ": ", errno_text(errno));
+    int err = write_all(fd, parts);
+    if (::close(fd) != 0 && err == 0) err = errno;
+    if (err != 0) MXT_FAIL("cannot write ", path, ": ", errno_text(err));
+    return;
+  }
   std::string tmp = temp_sibling(path);
   create_write_sync(tmp, parts, path);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {

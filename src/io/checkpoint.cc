@@ -13,6 +13,7 @@
 #include <set>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/checksum.h"
 #include "mxtrain/io/npy.h"
@@ -240,6 +241,9 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
   const std::string state_path = ck.dir + "/" + kStateFile;
   MXT_CHECK(path_exists(state_path), state_path, ": file not found (incomplete checkpoint)");
   const std::string text = read_text_file(state_path);
+  // Depth is bounded before parsing, so the canonical re-serialization for the checksum
+  // below cannot recurse deeply.
+  check_json_depth(text, state_path);
   json state;
   try {
     state = json::parse(text);

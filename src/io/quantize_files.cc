@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/npy.h"
 #include "mxtrain/recipe.h"
@@ -61,7 +62,9 @@ void check_replaceable(const std::string& dir) {
   bool ours = false;
   if (path_exists(meta)) {
     try {
-      ours = json::parse(read_text_file(meta)).value("format", "") == kFormat;
+      const std::string text = read_text_file(meta);
+      check_json_depth(text, meta);
+      ours = json::parse(text).value("format", "") == kFormat;
     } catch (const std::exception&) {
       ours = false;
     }
@@ -146,7 +149,9 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
             " was not written by `mxtrain quantize`)");
   json meta;
   try {
-    meta = json::parse(read_text_file(meta_path));
+    const std::string text = read_text_file(meta_path);
+    check_json_depth(text, meta_path);
+    meta = json::parse(text);
   } catch (const json::exception& e) {
     MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
   }
@@ -155,7 +160,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_CHECK(meta.is_object() && meta.value("format", "") == kFormat, meta_path,
               ": not written by `mxtrain quantize`");
     MXT_CHECK(meta.at("version").get<int>() == kVersion, meta_path, ": unsupported version ",
-              meta.at("version").dump());
+              json_summary(meta.at("version")));
     const std::string rec = meta.at("recipe").get<std::string>();
     MXT_CHECK(rec == recipe.name, in_dir, " was quantized with recipe '", rec,
               "', but --recipe is '", recipe.name, "'");
@@ -168,7 +173,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&
                   shape[1].is_number_integer() && shape[0].get<int64_t>() > 0 &&
                   shape[1].get<int64_t>() > 0,
-              meta_path, ": 'shape' must be [M, K] with M, K > 0, got ", shape.dump());
+              meta_path, ": 'shape' must be [M, K] with M, K > 0, got ", json_summary(shape));
     res.rows = shape[0].get<int64_t>();
     res.cols = shape[1].get<int64_t>();
   } catch (const json::exception& e) {
@@ -179,7 +184,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
   // error even for the copy that is not used).
   std::vector<MXTensor> copies;
   for (const Copy& c : copies_for(recipe)) {
-    MXTensor t = MXTensor::empty(res.rows, res.cols, c.layout, res.elem);
+    // The data files are read (their size is what they hold) and checked against meta.json
+    // before the tensor meta.json describes is allocated.
     const std::string data_path = in_dir + "/" + c.data_file;
     const std::string scale_path = in_dir + "/" + c.scale_file;
     const NpyArray d = read_npy(data_path);
@@ -187,6 +193,9 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     npy_require(d, "|u1", 2, data_path);
     npy_require(s, "|u1", 2, scale_path);
     const std::vector<int64_t> want_d = {res.rows, res.cols};
+    MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
+              shape_str(want_d), " recorded in ", kMetaFile);
+    MXTensor t = MXTensor::empty(res.rows, res.cols, c.layout, res.elem);
     const std::vector<int64_t> want_s = {t.scale_rows(), t.scale_cols()};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);

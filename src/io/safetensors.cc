@@ -12,6 +12,7 @@
 #include <set>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/npy.h"
 
@@ -169,6 +170,8 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
       duplicate = parsed.get<std::string>();
     return true;
   };
+  check_json_depth(std::string_view(reinterpret_cast<const char*>(bytes) + 8, size_t(n)),
+                   what + ": safetensors header");
   json header;
   try {
     header = json::parse(bytes + 8, bytes + 8 + n, cb);
@@ -211,13 +214,13 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
     MXT_CHECK(v["shape"].is_array(), where, ": 'shape' is not an array");
     for (const json& d : v["shape"]) {
       MXT_CHECK(d.is_number_unsigned() && d.get<uint64_t>() <= uint64_t(INT64_MAX), where,
-                ": 'shape' entries must be non-negative integers, got ", v["shape"].dump());
+                ": 'shape' entries must be non-negative integers, got ", json_summary(v["shape"]));
       t.shape.push_back(d.get<int64_t>());
     }
     const json& off = v["data_offsets"];
     MXT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
                   off[1].is_number_unsigned(),
-              where, ": 'data_offsets' must be [begin, end], got ", off.dump());
+              where, ": 'data_offsets' must be [begin, end], got ", json_summary(off));
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     MXT_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
     MXT_CHECK(end <= data_size, where, ": data_offsets [", begin, ", ", end,

@@ -8,6 +8,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/json_input.h"
 
 namespace mxtrain::policy::detail {
 
@@ -25,9 +26,8 @@ void fail_at(const std::string& source, const std::string& path, const std::stri
 }
 
 std::string describe_value(const json& v) {
-  std::string text = v.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
-  return std::string(v.type_name()) + " " + text;
+  if (v.is_array() || v.is_object()) return io::json_summary(v);
+  return std::string(v.type_name()) + " " + io::json_summary(v);
 }
 
 std::string flat_object(const ordered_json& o) {
@@ -86,10 +86,11 @@ json parse_json_strict(const std::string& text, const std::string& source) {
     }
     return true;
   };
+  io::check_json_depth(text, source);
   json j;
   try {
     j = json::parse(text, cb);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
     fail_at(source, "", std::string("not valid JSON: ") + e.what());
   }
   if (!duplicate.empty())
@@ -130,7 +131,7 @@ int64_t as_integer(const json& v, int64_t min_value, const std::string& source,
   int64_t x;
   if (v.is_number_unsigned()) {
     uint64_t u = v.get<uint64_t>();
-    if (u > uint64_t(INT64_MAX)) fail_at(source, path, "integer too large: " + v.dump());
+    if (u > uint64_t(INT64_MAX)) fail_at(source, path, "integer too large: " + io::json_summary(v));
     x = int64_t(u);
   } else {
     x = v.get<int64_t>();
@@ -155,7 +156,7 @@ double Object::number(const std::string& key, double exclusive_min) {
   double x = v.get<double>();
   if (!std::isfinite(x) || !(x > exclusive_min)) {
     std::ostringstream os;
-    os << "must be a finite number > " << exclusive_min << ", got " << v.dump();
+    os << "must be a finite number > " << exclusive_min << ", got " << io::json_summary(v);
     fail_at(source_, key_path(key), os.str());
   }
   return x;
@@ -166,7 +167,7 @@ double Object::number_nonneg(const std::string& key) {
   if (!v.is_number()) fail_at(source_, key_path(key), "must be a number, got " + describe_value(v));
   double x = v.get<double>();
   if (!std::isfinite(x) || x < 0)
-    fail_at(source_, key_path(key), "must be a finite number >= 0, got " + v.dump());
+    fail_at(source_, key_path(key), "must be a finite number >= 0, got " + io::json_summary(v));
   return x;
 }
 

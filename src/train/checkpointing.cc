@@ -51,6 +51,10 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
     std::fprintf(stderr, "warning: resuming with seed %llu, checkpoint used %llu: the data "
                  "order differs from the original run\n",
                  (unsigned long long)cfg.training.seed, (unsigned long long)saved.training.seed);
+  // Anything else that differs (recipe, learning rate, schedule, ...) is allowed but said.
+  for (const std::string& change : config_changes(saved, cfg))
+    if (change.rfind("training.seed:", 0) != 0)
+      std::fprintf(stderr, "note: resuming with a changed setting: %s\n", change.c_str());
   auto copy = [&](const io::NamedTensor& t, const Parameter& p, std::vector<float>& dst) {
     MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
     dst = t.data;

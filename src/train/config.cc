@@ -7,11 +7,15 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <set>
+#include <type_traits>
 #include <sstream>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/atomic_file.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -36,10 +40,14 @@ class Section {
     } catch (const YAML::Exception&) {
       MXT_FAIL(origin_, ": `", full(key), "` has the wrong type (got `", dump(v), "`)");
     }
+    if constexpr (std::is_floating_point_v<T>)
+      MXT_CHECK(std::isfinite(out), origin_, ": `", full(key), "` must be a finite number, got `",
+                dump(v), "`");
   }
+  // The value under `key`; an undefined node (false in a boolean test) when absent.
   YAML::Node child(const std::string& key) {
     known_.insert(key);
-    if (!node_ || node_.IsNull()) return YAML::Node();
+    if (!node_ || node_.IsNull()) return YAML::Node(YAML::NodeType::Undefined);
     return node_[key];
   }
   std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
@@ -59,10 +67,13 @@ class Section {
   }
 
  private:
+  // The value as YAML text, cut to 40 characters (input nesting is bounded by
+  // check_structure, so emitting it is safe).
   static std::string dump(const YAML::Node& v) {
     std::stringstream ss;
     ss << v;
-    return ss.str();
+    std::string s = ss.str();
+    return s.size() > 40 ? s.substr(0, 37) + "..." : s;
   }
   YAML::Node node_;
   std::string path_, origin_;
@@ -246,6 +257,35 @@ void parse_fsdp(Section s, FsdpConfig& f) {
             s.full("mxfp8_gather"), "` must be `on-demand` or `all`, got `", f.mxfp8_gather, "`");
 }
 
+// Walks the document before it is interpreted: bounded depth (aliases can make a cycle)
+// and node count (aliases can multiply a small file), and no key twice in one mapping
+// (yaml-cpp keeps both and the first would silently win).
+constexpr int kMaxYamlDepth = 32;
+constexpr int64_t kMaxYamlNodes = 100000;
+
+void check_structure(const YAML::Node& n, const std::string& path, int depth, int64_t& count,
+                     const std::string& origin) {
+  MXT_CHECK(depth <= kMaxYamlDepth, origin, ": nested deeper than ", kMaxYamlDepth,
+            " levels at `", path, "`");
+  MXT_CHECK(++count <= kMaxYamlNodes, origin, ": more than ", kMaxYamlNodes,
+            " YAML nodes (aliases expanding?)");
+  if (n.IsSequence()) {
+    for (size_t i = 0; i < n.size(); ++i)
+      check_structure(n[i], path + "[" + std::to_string(i) + "]", depth + 1, count, origin);
+  } else if (n.IsMap()) {
+    std::set<std::string> seen;
+    for (const auto& kv : n) {
+      MXT_CHECK(kv.first.IsScalar(), origin, ": `", path.empty() ? "(top level)" : path,
+                "` has a key that is not a plain scalar");
+      const std::string k = kv.first.Scalar();
+      const std::string full = path.empty() ? k : path + "." + k;
+      MXT_CHECK(seen.insert(k).second, origin, ": duplicate key `", full,
+                "` (each key may appear once)");
+      check_structure(kv.second, full, depth + 1, count, origin);
+    }
+  }
+}
+
 }  // namespace
 
 void TrainConfig::validate() const {
@@ -254,6 +294,10 @@ void TrainConfig::validate() const {
   model.validate();
 }
 
+namespace {
+TrainConfig parse_document(const YAML::Node& root, const std::string& origin);
+}  // namespace
+
 TrainConfig parse_config(const std::string& yaml_text, const std::string& origin) {
   YAML::Node root;
   try {
@@ -261,11 +305,29 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& origin
   } catch (const YAML::Exception& e) {
     MXT_FAIL(origin, ": not valid YAML: ", e.what());
   }
+  try {
+    return parse_document(root, origin);
+  } catch (const YAML::Exception& e) {  // a value of the wrong kind inside a map or list
+    MXT_FAIL(origin, ": unexpected YAML value: ", e.msg);
+  }
+}
+
+namespace {
+
+TrainConfig parse_document(const YAML::Node& root, const std::string& origin) {
+  int64_t nodes = 0;
+  check_structure(root, "", 0, nodes, origin);
   TrainConfig c;
   Section top(root, "", origin);
+  auto require_section = [&](const char* name, const char* hint) {
+    const YAML::Node n = top.child(name);
+    MXT_CHECK(n && !n.IsNull(), origin, ": missing required section `", name, ":` (", hint, ")");
+  };
+  require_section("model", "the model's shape: d_model, n_layers, n_heads, d_ff, max_seq_len");
   parse_model(Section(top.child("model"), "model", origin), c.model);
   parse_training(Section(top.child("training"), "training", origin), c.training);
   parse_data(Section(top.child("data"), "data", origin), c.data);
+  require_section("precision", "at least `recipe:`");
   parse_precision(Section(top.child("precision"), "precision", origin), c.precision);
   parse_fsdp(Section(top.child("fsdp"), "fsdp", origin), c.fsdp);
   top.finish();
@@ -274,12 +336,11 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& origin
   return c;
 }
 
+}  // namespace
+
 TrainConfig load_config(const std::string& path) {
-  std::ifstream f(path);
-  MXT_CHECK(f.good(), "cannot open config file `", path, "`");
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_config(ss.str(), path);
+  // read_text_file refuses devices and pipes (a config of /dev/zero is not read forever).
+  return parse_config(io::read_text_file(path), path);
 }
 
 std::string config_to_yaml(const TrainConfig& config) {
@@ -312,6 +373,47 @@ std::string config_to_yaml(const TrainConfig& config) {
   fsdp_fields(c.fsdp, put);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+namespace {
+
+// "section.key" -> value as text, for every setting outside the model section.
+std::map<std::string, std::string> flat_settings(const TrainConfig& config) {
+  TrainConfig c = config;  // the field lists take mutable references
+  std::map<std::string, std::string> out;
+  std::vector<std::string> order;
+  auto add = [&](const std::string& section) {
+    return [&out, section](const char* k, const auto& v) {
+      std::ostringstream os;
+      os << v;
+      out[section + "." + k] = os.str();
+    };
+  };
+  training_fields(c.training, add("training"));
+  data_fields(c.data, add("data"));
+  precision_fields(c.precision, add("precision"));
+  out["precision.scale_rounding"] = rounding_name(c.precision.scale_rounding);
+  std::string ov;
+  for (const auto& [k, v] : c.precision.overrides) ov += (ov.empty() ? "" : ", ") + k + ": " + v;
+  out["precision.overrides"] = "{" + ov + "}";
+  std::string nt;
+  for (const auto& [k, v] : c.precision.fp8_dynamic_num_tokens)
+    nt += (nt.empty() ? "" : ", ") + k + ": " + std::to_string(v);
+  out["precision.fp8_dynamic_num_tokens"] = "{" + nt + "}";
+  fsdp_fields(c.fsdp, add("fsdp"));
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> config_changes(const TrainConfig& before, const TrainConfig& after) {
+  const auto a = flat_settings(before), b = flat_settings(after);
+  std::vector<std::string> lines;
+  for (const auto& [k, v] : a) {
+    const std::string& w = b.at(k);
+    if (v != w) lines.push_back(k + ": " + v + " -> " + w);
+  }
+  return lines;
 }
 
 bool glob_match(const std::string& pattern, const std::string& text) {

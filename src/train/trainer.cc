@@ -16,9 +16,11 @@
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
+#include "mxtrain/train/memory_check.h"
 #include "mxtrain/train/optim.h"
 #include "mxtrain/train/policy_oracle.h"
 #include "mxtrain/train/precision.h"
@@ -39,26 +41,22 @@ int64_t peak_rss_bytes() {
   return int64_t(ru.ru_maxrss) * 1024;
 }
 
-// Appends one JSON object per line and flushes, so a crash keeps what was written.
+// Appends one JSON object per line and flushes, so a crash keeps what was written; a
+// failed write (full disk) stops the run with the path.
 class MetricsWriter {
  public:
   MetricsWriter(const std::string& path, bool append) {
-    if (path.empty()) return;
-    f_ = std::fopen(path.c_str(), append ? "a" : "w");
-    MXT_CHECK(f_, "cannot open metrics file `", path, "` for writing");
-  }
-  ~MetricsWriter() {
-    if (f_) std::fclose(f_);
+    if (!path.empty()) out_ = std::make_unique<io::LineWriter>(path, append);
   }
   void write(const nlohmann::json& j) {
-    if (!f_) return;
-    const std::string s = j.dump() + "\n";
-    std::fwrite(s.data(), 1, s.size(), f_);
-    std::fflush(f_);
+    if (out_) out_->write(j.dump() + "\n");
+  }
+  void close() {
+    if (out_) out_->close();
   }
 
  private:
-  std::FILE* f_ = nullptr;
+  std::unique_ptr<io::LineWriter> out_;
 };
 
 // Mean loss over `n_batches` validation micro-batches.
@@ -84,6 +82,24 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
   const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
 
+  // ---- memory: a model that cannot fit is refused before anything is allocated.
+  if (!opt.dry_run && !opt.ignore_memory_check) check_training_memory(cfg, machine_memory_limit());
+
+  // ---- outputs: every path is checked before any work, so a run that cannot save is
+  // refused now rather than after its last step.
+  if (lead) {
+    io::check_output_file(opt.decisions_out, "--decisions-out");
+    if (!opt.dry_run) {
+      io::check_output_file(opt.metrics_out, "--metrics-out");
+      if (!opt.checkpoint_dir.empty() && !opt.resume)
+        io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
+    }
+  }
+  if (opt.resume && !opt.dry_run) {
+    MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+    if (lead) io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
+  }
+
   // ---- build: policy -> precision decisions -> model --------------------------------------
   PolicyOracle oracle;
   if (cfg.precision.selective_fp8) oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
@@ -95,11 +111,11 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   if (!opt.dry_run)
     model = std::make_unique<GPT>(cfg.model, [&](const ModuleInfo& m) { return resolver(m); },
                                   tc.seed);
+  if (!opt.decisions_out.empty() && lead)
+    io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
   if ((opt.print_decisions || opt.dry_run) && lead)
     std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
-  if (!opt.decisions_out.empty() && lead)
-    io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
   TrainSummary sum;
   if (opt.dry_run) return sum;
 
@@ -249,6 +265,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
                  {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms}, {"skipped_steps", st.skipped},
                  {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
                  {"parameters", model->num_parameters()}, {"world_size", W}});
+  metrics.close();
   return sum;
 }
 

@@ -27,8 +27,10 @@ inline std::vector<float> round_bf16(const std::vector<float>& v) {
   return r;
 }
 
+// Empty vectors may have null data(), which memcmp must not be given even for 0 bytes.
 inline bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {

@@ -20,13 +20,15 @@
 namespace mxtrain::io {
 
 // Whole file contents. Throws "file not found: PATH", "cannot read PATH: <reason>", or
-// "PATH is a directory, expected a file".
+// "PATH is a directory, expected a file", or "PATH is not a regular file" (inputs are
+// regular files, so a device such as /dev/zero is refused instead of read forever).
 std::vector<uint8_t> read_file(const std::string& path);
 std::string read_text_file(const std::string& path);
 
 // Atomically replaces `path` with the given bytes (temp file in the same directory, fsync,
 // rename, fsync of the directory). The directory must exist. On failure the target is
-// untouched and no temporary file remains.
+// untouched and no temporary file remains. An existing device or pipe (/dev/stdout) is
+// written in place, every write checked.
 void write_file_atomic(const std::string& path, const void* data, size_t size);
 void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
 void write_file_atomic(const std::string& path, const std::string& text);

@@ -79,6 +79,10 @@ TrainConfig load_config(const std::string& path);
 // Canonical YAML of a config (used for checkpoints and consistency checks across ranks).
 std::string config_to_yaml(const TrainConfig& c);
 
+// Settings of `training`, `data`, `precision` and `fsdp` that differ between two configs,
+// one "key: old -> new" line each, in field order (resuming prints these).
+std::vector<std::string> config_changes(const TrainConfig& before, const TrainConfig& after);
+
 // Glob match with '*' (any run of characters, including dots) and '?'.
 bool glob_match(const std::string& pattern, const std::string& text);
 

@@ -24,6 +24,8 @@ struct TrainOptions {
   std::string decisions_out;   // JSON array of per-module decisions
   bool progress = true;        // progress line on stderr
   bool print_decisions = true;
+  // Skip the start-up check that the model fits in memory (train/memory_check.h).
+  bool ignore_memory_check = false;
   int64_t stop_after = 0;      // stop after this many steps in this run (0: run to the end);
                                // the schedule still spans training.steps (preemption)
   // Testing aid: these (0-based) steps get a NaN gradient, to exercise the skip path.
