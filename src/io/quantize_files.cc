@@ -11,6 +11,7 @@
 #include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/npy.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
 using json = nlohmann::json;
@@ -104,13 +105,9 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   check_replaceable(out_dir);
   AtomicDir out(out_dir);
   const int64_t M = res.rows, K = res.cols;
-  std::vector<MXTensor> q;
-  if (recipe.weight_tiled()) {
-    q.push_back(quantize(values.data(), M, K, MXLayout::tile32, res.cfg));
-  } else {
-    q.resize(2);
-    quantize_dual(values.data(), M, K, res.cfg, q[0], q[1]);
-  }
+  // The recipe's copies of X, as the layers make them (1x32: both axes from one read; 32x32:
+  // the tile copy).
+  const QTensor q = quantize_qtensor(values.data(), M, K, recipe, res.cfg);
   const std::vector<Copy> copies = copies_for(recipe);
   json meta = {{"format", kFormat},
                {"version", kVersion},
@@ -121,7 +118,12 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
                {"shape", {M, K}},
                {"block", kMXBlock}};
   for (size_t i = 0; i < copies.size(); ++i) {
-    const MXTensor& t = q[i];
+    const MXLayout l = copies[i].layout;
+    const bool present = l == MXLayout::tile32 ? q.has_tile
+                         : l == MXLayout::rowwise ? q.has_rowwise : q.has_colwise;
+    MXT_CHECK(present, "internal error: the recipe made no ", layout_name(l), " copy");
+    const MXTensor& t = l == MXLayout::tile32 ? q.tile : l == MXLayout::rowwise ? q.rowwise
+                                                                              : q.colwise;
     MXT_CHECK(t.layout == copies[i].layout && t.rows == M && t.cols == K,
               "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
               t.cols, " tensor");
