@@ -1,16 +1,22 @@
-// fuzz/fuzz_report.cc — the layer-benchmark report parser on arbitrary text: a report or an
-// mxtrain::Error, never a crash. A parsed report must serialize and parse back to the same
-// text.
+// fuzz/fuzz_report.cc — both layer-benchmark report formats on arbitrary text: mxtrain's own
+// report parser and LoongForge's record lists (with their conversion to paired points), each
+// giving a result or an mxtrain::Error, never a crash. A parsed mxtrain report must serialize
+// and parse back to the same text.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 
 #include "mxtrain/common.h"
+#include "mxtrain/policy/loongforge.h"
 #include "mxtrain/policy/report.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace mxtrain::policy;
   const std::string text(reinterpret_cast<const char*>(data), size);
+  try {
+    (void)loongforge_to_report(parse_loongforge_report(text, "fuzz.json"));
+  } catch (const mxtrain::Error&) {
+  }
   Report r;
   try {
     r = parse_report(text, "fuzz.json");

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 mkdir -p runs/demo
+# Every output is checked writable before training starts (the trainer checks its own).
+python3 tools/plot_losses.py --check --out runs/demo/loss.svg
 ./build/mxtrain train --config configs/tiny.yaml --recipe mxfp8 \
   --metrics-out runs/demo/metrics.jsonl --checkpoint-dir runs/demo/ckpt "$@"
 python3 tools/plot_losses.py --out runs/demo/loss.svg --title "tiny GPT, mxfp8" \

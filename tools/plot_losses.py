@@ -11,6 +11,9 @@ the Python standard library, so it runs anywhere the project builds.
 import argparse
 import json
 import math
+import os
+import sys
+import tempfile
 
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
@@ -37,12 +40,44 @@ def smooth(points, window=10):
     return out
 
 
+def check_writable(out):
+    """Fails (exit 1, one line) unless a file can be created next to `out`."""
+    d = os.path.dirname(os.path.abspath(out))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".plot-check-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        sys.exit(f"error: cannot write the plot {out}: {e.strerror}")
+
+
+def write_atomic(out, text):
+    """Temp file in the same directory, fsync, rename: a failure leaves no partial plot."""
+    d = os.path.dirname(os.path.abspath(out))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=d, prefix=".plot-")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except OSError as e:
+        sys.exit(f"error: cannot write the plot {out}: {e.strerror}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--title", default="loss")
-    ap.add_argument("runs", nargs="+", help="LABEL=metrics.jsonl")
+    ap.add_argument("--check", action="store_true",
+                    help="only check that --out can be written (run before training)")
+    ap.add_argument("runs", nargs="*", help="LABEL=metrics.jsonl")
     a = ap.parse_args()
+    check_writable(a.out)
+    if a.check:
+        return
+    if not a.runs:
+        ap.error("no LABEL=metrics.jsonl given")
     runs = []
     for r in a.runs:
         label, path = r.split("=", 1)
@@ -90,8 +125,7 @@ def main():
                  f'stroke-width="2.5" stroke-dasharray="6,3"/>')
         s.append(f'<text x="{W-R+42}" y="{ly+20}">{label} val</text>')
     s.append("</svg>")
-    with open(a.out, "w") as f:
-        f.write("\n".join(s) + "\n")
+    write_atomic(a.out, "\n".join(s) + "\n")
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@
 # deeply nested JSON, a meta.json shape larger than its data, models that cannot fit in
 # memory, config sections missing, duplicate keys, non-finite values; and resuming with a
 # changed recipe or learning rate says what changed.
-# Usage: reliability_cli.sh /path/to/mxtrain   (run by CTest as `cli_reliability`)
+# Usage: reliability_cli.sh /path/to/mxtrain /path/to/source   (CTest `cli_reliability`)
 set -u
-MXTRAIN=$(realpath "${1:?usage: reliability_cli.sh /path/to/mxtrain}") || exit 1
+MXTRAIN=$(realpath "${1:?usage: reliability_cli.sh /path/to/mxtrain /path/to/source}") || exit 1
+SRC=$(realpath "${2:?usage: reliability_cli.sh /path/to/mxtrain /path/to/source}") || exit 1
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/mxt_cli_reliability_XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 cd "$WORK" || exit 1
@@ -128,6 +129,18 @@ grep -qF "note: resuming with a changed setting: precision.recipe: mxfp8 -> bf16
   fail "resume did not report the recipe change: $(cat err.txt)"
 grep -qF "note: resuming with a changed setting: training.lr: 0.003 -> 0.01" err.txt ||
   fail "resume did not report the lr change: $(cat err.txt)"
+
+# The loss plot (tools/plot_losses.py, run by the demo after training) is checked before
+# training starts, and an unwritable one is one error line; a good one leaves no temp file.
+PLOT="$SRC/tools/plot_losses.py"
+if [ -f "$PLOT" ]; then
+  expect_error "plot under a file" 5 "cannot write the plot corpus.txt/loss.svg" \
+    python3 "$PLOT" --check --out corpus.txt/loss.svg
+  python3 "$PLOT" --check --out ok_plot.svg || fail "plot --check on a writable path"
+  [ -z "$(ls -A . | grep plot)" ] || fail "plot --check left files: $(ls -A | grep plot)"
+else
+  fail "$PLOT not found"
+fi
 
 [ "$FAILS" -eq 0 ] && echo "reliability CLI: all checks passed"
 exit $((FAILS > 0))
