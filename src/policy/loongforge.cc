@@ -130,7 +130,9 @@ Report loongforge_to_report(const LoongForgeReport& lf) {
   }
   std::vector<std::string> models;
   for (const auto& mc : order) {
-    auto [bi, fi] = sides.at(mc);
+    // Plain variables, not a structured binding: lambdas below use them (clang 14 cannot
+    // capture a structured binding).
+    const long bi = sides.at(mc).first, fi = sides.at(mc).second;
     const std::string what = mc.first + "/" + mc.second;
     if (bi < 0 || fi < 0) {
       const long only = bi >= 0 ? bi : fi;
