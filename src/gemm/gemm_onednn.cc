@@ -20,9 +20,12 @@
 #include "mxtrain/common.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/gemm.h"
+#include "gemm/onednn_call.h"
 
 namespace mxtrain {
 namespace {
+
+thread_local int onednn_depth = 0;  // > 0 inside dnnl_primitive_execute (onednn_call.h)
 
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -73,6 +76,9 @@ dnnl::matmul get_primitive(dnnl::memory::data_type in_dt, bool ta, bool tb, int6
   auto c_md = md(dt::f32, M, N, false, ldc);
   dnnl::matmul::desc desc(a_md, b_md, c_md);
   dnnl::primitive_attr attr;
+  // The caller passes the scratchpad (a per-thread buffer grown once), so executing a cached
+  // primitive allocates no workspace.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (accumulate) {
     dnnl::post_ops po;
     po.append_sum(1.0f);
@@ -116,6 +122,14 @@ bool handle_degenerate(int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, b
   return false;
 }
 
+// The three memory objects of one primitive's call, made once per (thread, key) and pointed
+// at each call's buffers with set_data_handle: a steady-state call allocates nothing here
+// (oneDNN's execute itself keeps a small argument map per call).
+struct CallMemories {
+  dnnl::memory a, b, c, pad;
+  size_t pad_bytes = 0;
+};
+
 void run(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
          const void* A, int64_t lda, const void* B, int64_t ldb, float* C, int64_t ldc,
          bool accumulate, bool rethrow_unimplemented = false) {
@@ -127,11 +141,40 @@ void run(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M, int64_t N, 
     MXT_FAIL("oneDNN could not create a matmul for M=", M, " N=", N, " K=", K, ": ", e.what());
   }
   using dt = dnnl::memory::data_type;
-  dnnl::memory a(md(in_dt, M, K, ta, lda), engine(), const_cast<void*>(A));
-  dnnl::memory b(md(in_dt, K, N, tb, ldb), engine(), const_cast<void*>(B));
-  dnnl::memory c(md(dt::f32, M, N, false, ldc), engine(), C);
+  thread_local std::map<Key, CallMemories> mems;
+  const Key key{int(in_dt), ta, tb, M, N, K, lda, ldb, ldc, accumulate};
+  auto it = mems.find(key);
+  if (it == mems.end()) {
+    if (mems.size() > 4096) mems.clear();
+    const dnnl::memory::desc pad_md = prim.get_primitive_desc() == nullptr
+        ? dnnl::memory::desc()
+        : dnnl::matmul::primitive_desc(const_cast<dnnl_primitive_desc_t>(
+              prim.get_primitive_desc())).scratchpad_desc();
+    it = mems.emplace(key, CallMemories{dnnl::memory(md(in_dt, M, K, ta, lda), engine(), nullptr),
+                                        dnnl::memory(md(in_dt, K, N, tb, ldb), engine(), nullptr),
+                                        dnnl::memory(md(dt::f32, M, N, false, ldc), engine(),
+                                                     nullptr),
+                                        dnnl::memory(pad_md, engine(), nullptr),
+                                        pad_md.get_size()})
+             .first;
+  }
+  CallMemories& m = it->second;
+  m.a.set_data_handle(const_cast<void*>(A));
+  m.b.set_data_handle(const_cast<void*>(B));
+  m.c.set_data_handle(C);
+  // Scratchpad: this thread's buffer, grown to the largest size any primitive asked for.
+  thread_local std::vector<uint8_t> pad_buf;
+  if (m.pad_bytes > pad_buf.size()) pad_buf.resize(m.pad_bytes);
+  m.pad.set_data_handle(pad_buf.data());
   dnnl::stream& s = stream();
-  prim.execute(s, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+  const dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m.a.get()},
+                                   {DNNL_ARG_WEIGHTS, m.b.get()},
+                                   {DNNL_ARG_DST, m.c.get()},
+                                   {DNNL_ARG_SCRATCHPAD, m.pad.get()}};
+  ++onednn_depth;
+  const dnnl_status_t st = dnnl_primitive_execute(prim.get(), s.get(), 4, args);
+  --onednn_depth;
+  dnnl::error::wrap_c_api(st, "could not execute a matmul");
   s.wait();
 }
 
@@ -176,5 +219,9 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
   run(dnnl::memory::data_type::f32, trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc,
       accumulate);
 }
+
+namespace detail {
+bool in_onednn_call() { return onednn_depth > 0; }
+}  // namespace detail
 
 }  // namespace mxtrain

@@ -30,6 +30,8 @@ GroupedLinear::GroupedLinear(std::string name, int64_t num_experts, int64_t in, 
   prec_.validate();
   weight.init(name_ + ".weight", {num_experts, out, in});
   wcache_.resize(size_t(num_experts));
+  for (int64_t g = 0; g < num_experts; ++g)
+    expert_names_.push_back(name_ + "[expert " + std::to_string(g) + "]");
 }
 
 void GroupedLinear::set_precision(const LinearPrecision& p) {
@@ -44,15 +46,17 @@ namespace {
 bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
                 const LinearPrecision& prec, WeightUse use, bool dual, int64_t E, int64_t out,
                 int64_t in,
-                const GroupedLinear::GroupedWeightProvider& provider, const std::string& name) {
+                const GroupedLinear::GroupedWeightProvider& provider,
+                const std::vector<std::string>& names) {
   const bool has_value = w.value.size() == size_t(E * out * in);
   bool built = false;
   for (int64_t g = 0; g < E; ++g) {
+    // Two words of captures: std::function keeps them inline, no allocation.
     std::function<void(WeightUse, QuantizedWeight&)> p;
     if (provider) p = [&provider, g](WeightUse u, QuantizedWeight& c) { provider(u, g, c); };
     const float* value = has_value ? w.value.data() + g * out * in : nullptr;
     built |= ensure_weight(caches[size_t(g)], w.version, prec.recipe, use, dual, value, out, in, p,
-                           name + "[expert " + std::to_string(g) + "]");
+                           names[size_t(g)]);
   }
   return built;
 }
@@ -69,12 +73,6 @@ void check_groups(const GroupList& groups, int64_t E, int64_t T, const std::stri
               " has a negative row count ", groups.count(g));
 }
 
-std::vector<QuantizedWeight*> pointers(std::vector<QuantizedWeight>& caches) {
-  std::vector<QuantizedWeight*> p;
-  for (QuantizedWeight& c : caches) p.push_back(&c);
-  return p;
-}
-
 }  // namespace
 
 // x: [T, in]; y: [T, out]; rows grouped by expert.
@@ -86,10 +84,12 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
   check_groups(groups, experts_, T, name_);
   const Recipe& r = prec_.recipe;
   if (ensure_all(wcache_, weight, prec_, WeightUse::forward,
-                 r.quantized() && !prec_.defer_backward_quant, experts_, out_, in_, provider_,
-                 name_))
+                 r.quantized() && !prec_.defer_backward_quant, experts_, out_, in_,
+                 provider_, expert_names_))
     ++weight_quantizations_;
-  core_forward(prec_, in_, out_, x, groups, pointers(wcache_).data(), y, saved);
+  cache_ptrs_.resize(size_t(experts_));
+  for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
+  core_forward(prec_, in_, out_, x, groups, cache_ptrs_.data(), y, saved);
   for (const QuantizedWeight& c : wcache_)
     saved.weight_bytes_for_backward += backward_only_weight_bytes(c, r);
 }
@@ -105,11 +105,13 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   MXT_CHECK(weight.grad.size() == wn, "GroupedLinear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", wn);
   if (dx && ensure_all(wcache_, weight, prec_, WeightUse::backward, false, experts_, out_, in_,
-                       provider_, name_))
+                       provider_, expert_names_))
     ++weight_quantizations_;
-  std::vector<float*> dw;
-  for (int64_t g = 0; g < experts_; ++g) dw.push_back(weight.grad.data() + g * out_ * in_);
-  core_backward(prec_, in_, out_, saved, pointers(wcache_).data(), dy, dx, dw.data(), name_);
+  grad_ptrs_.resize(size_t(experts_));
+  for (int64_t g = 0; g < experts_; ++g) grad_ptrs_[size_t(g)] = weight.grad.data() + g * out_ * in_;
+  cache_ptrs_.resize(size_t(experts_));
+  for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
+  core_backward(prec_, in_, out_, saved, cache_ptrs_.data(), dy, dx, grad_ptrs_.data(), name_);
 }
 
 }  // namespace mxtrain

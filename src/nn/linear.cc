@@ -73,7 +73,9 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   const Recipe& r = prec_.recipe;
   ensure_weight(WeightUse::forward, /*dual=*/r.quantized() && !prec_.defer_backward_quant);
   QuantizedWeight* w = &wcache_;
-  core_forward(prec_, in_, out_, x, GroupList{{0, T}}, &w, y, saved);
+  thread_local GroupList one_group;  // {0, T}, storage kept across calls
+  one_group.offsets.assign({0, T});
+  core_forward(prec_, in_, out_, x, one_group, &w, y, saved);
   if (!bias.shape.empty()) {
     MXT_CHECK(bias.value.size() == size_t(out_), "Linear '", name_, "': bias has ",
               bias.value.size(), " values, expected ", out_);

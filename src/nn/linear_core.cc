@@ -97,6 +97,13 @@ namespace {
 
 // Per-thread QTensors, one per row group, reused across calls (slot 0: forward's x,
 // 1: backward's dy, 2: backward's deferred x colwise).
+// The weights as the product API takes them (a per-thread pointer array, grown once).
+const QTensor* const* as_qtensors(QuantizedWeight* const* w, int64_t E) {
+  thread_local std::vector<const QTensor*> ptrs;
+  ptrs.assign(w, w + E);
+  return ptrs.data();
+}
+
 std::vector<QTensor>& scratch(int slot, int64_t groups) {
   thread_local std::vector<QTensor> buf[3];
   std::vector<QTensor>& v = buf[slot];
@@ -143,8 +150,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
     }
   }
   if (r.quantized() && p.defer_backward_quant) saved.x = x;
-  std::vector<const QTensor*> wp(w, w + E);
-  grouped_forward(groups, xq.data(), wp.data(), y, out);
+  grouped_forward(groups, xq.data(), as_qtensors(w, E), y, out);
 }
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
@@ -187,14 +193,11 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
       xd[size_t(g)].has_colwise = true;
     }
   }
-  if (dx) {
-    std::vector<const QTensor*> wp(w, w + E);
-    grouped_dgrad(groups, dyq.data(), wp.data(), dx, in);
-  }
+  if (dx) grouped_dgrad(groups, dyq.data(), as_qtensors(w, E), dx, in);
   grouped_wgrad(groups, dyq.data(), xd.data(), dw, true);
   // Consumed: a second backward is refused; the copies' storage stays for the next forward.
   saved.tokens = 0;
-  saved.groups = GroupList{};
+  saved.groups.offsets.clear();  // keeps its capacity
   saved.x = nullptr;
   saved.weight_bytes_for_backward = 0;
   for (QTensor& t : saved.xs) t.invalidate();

@@ -66,7 +66,7 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   router_logits_forward(logits_.data(), x, router.value.data(), N, D_, E_);
   moe_route(routing_, logits_.data(), N, E_, k_);
   aux_ = moe_aux_loss(routing_);
-  groups_ = routing_.groups();
+  routing_.groups_into(groups_);
   xp_.resize(rows * D_);
   a_.resize(rows * 2 * F_);
   h_.resize(rows * F_);

@@ -129,7 +129,8 @@ void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t
   }
   // Stable counting sort of the N*k slots by expert.
   for (int64_t i = 0; i < N * top_k; ++i) ++r.counts[r.expert[i]];
-  std::vector<int64_t> next(E, 0);
+  thread_local std::vector<int64_t> next;  // grown once
+  next.assign(size_t(E), 0);
   for (int64_t e = 1; e < E; ++e) next[e] = next[e - 1] + r.counts[e - 1];
   for (int64_t n = 0; n < N; ++n) {
     for (int64_t j = 0; j < top_k; ++j) {
@@ -161,19 +162,22 @@ void moe_route_backward(float* dlogits, const float* dgate, float daux, const Mo
   MXT_CHECK(dlogits, "moe_route_backward: null dlogits");
   check_routing(r, "moe_route_backward");
   const int64_t N = r.tokens, E = r.experts, k = r.top_k;
-  std::vector<float> aux_dp(E);
+  thread_local std::vector<float> aux_dp;  // grown once
+  aux_dp.resize(size_t(E));
   for (int64_t e = 0; e < E; ++e)
     aux_dp[e] = float(double(daux) * double(E) * double(r.counts[e]) /
                       (double(N * k) * double(N)));
+  const float* aux = aux_dp.data();  // the workers see their own thread_locals, not this one
 #pragma omp parallel
   {
-    std::vector<float> dp(E);
+    thread_local std::vector<float> dp;  // per OpenMP thread, grown once
+    dp.resize(size_t(E));
 #pragma omp for schedule(static)
     for (int64_t n = 0; n < N; ++n) {
       const float* p = r.probs.data() + n * E;
       const int32_t* ex = r.expert.data() + n * k;
       const float* g = r.gate.data() + n * k;
-      for (int64_t e = 0; e < E; ++e) dp[e] = aux_dp[e];
+      for (int64_t e = 0; e < E; ++e) dp[e] = aux[e];
       if (dgate) {
         const float* dg = dgate + n * k;
         float s = 0.f, dot = 0.f;

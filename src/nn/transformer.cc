@@ -155,11 +155,12 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   lm_head_ = Linear("lm_head", D, V, false, prec("lm_head"));
   init_normal(lm_head_.weight, std0, seed);
   linears_["lm_head"] = &lm_head_;
+  params_ = collect_parameters();
 }
 
 GPT::~GPT() = default;
 
-std::vector<Parameter*> GPT::parameters() {
+std::vector<Parameter*> GPT::collect_parameters() {
   std::vector<Parameter*> ps{&embed_};
   for (auto& L : layers_) {
     ps.push_back(&L->attn_norm);
@@ -182,12 +183,12 @@ std::vector<Parameter*> GPT::parameters() {
 
 int64_t GPT::num_parameters() const {
   int64_t n = 0;
-  for (Parameter* p : const_cast<GPT*>(this)->parameters()) n += p->numel();
+  for (const Parameter* p : params_) n += p->numel();
   return n;
 }
 
 void GPT::zero_grad() {
-  for (Parameter* p : parameters()) p->zero_grad();
+  for (Parameter* p : params_) p->zero_grad();
 }
 
 Linear* GPT::linear(const std::string& module) {
@@ -327,7 +328,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   MXT_CHECK(std::isfinite(grad_scale), "GPT: grad_scale must be finite, got ", grad_scale);
   const float loss = forward(tokens, targets, B, T);
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
-  for (Parameter* p : parameters()) ensure_grad(*p);
+  for (Parameter* p : params_) ensure_grad(*p);
   dres_.assign(N * D, 0.f);
   dln_.resize(N * D);
   dbranch_.resize(N * D);

@@ -57,6 +57,11 @@ class GroupedLinear {
   LinearPrecision prec_;
   std::vector<QuantizedWeight> wcache_;
   GroupedWeightProvider provider_;
+  // Kept so that a step allocates nothing: per-expert names (for messages, made once) and
+  // the pointer arrays handed to the products (refilled each call, storage reused).
+  std::vector<std::string> expert_names_;
+  std::vector<QuantizedWeight*> cache_ptrs_;
+  std::vector<float*> grad_ptrs_;
   int64_t weight_quantizations_ = 0;
 };
 

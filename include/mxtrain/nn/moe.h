@@ -43,6 +43,12 @@ struct MoERouting {
   std::vector<int32_t> perm_token; // [N*k] permuted row -> source token
   std::vector<int32_t> slot_row;   // [N*k] slot n*k+j -> permuted row
   GroupList groups() const { return GroupList::from_counts(counts, tokens * top_k); }
+  // The same into an existing list (its storage reused: no allocation once sized).
+  void groups_into(GroupList& g) const {
+    g.offsets.resize(counts.size() + 1);
+    g.offsets[0] = 0;
+    for (size_t e = 0; e < counts.size(); ++e) g.offsets[e + 1] = g.offsets[e] + counts[e];
+  }
 };
 
 // ---- router linear (FP32) -----------------------------------------------------------------

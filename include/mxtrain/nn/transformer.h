@@ -94,7 +94,7 @@ class GPT {
 
   const ModelConfig& config() const { return cfg_; }
   // All trainable parameters in a fixed order (embed, layer 0 .. n-1, final_norm, lm_head).
-  std::vector<Parameter*> parameters();
+  const std::vector<Parameter*>& parameters() { return params_; }
   int64_t num_parameters() const;
   void zero_grad();
 
@@ -151,6 +151,7 @@ class GPT {
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
   float* linear_input(const Linear& l, std::vector<float>& own, int64_t n);
+  std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
   Parameter embed_, final_norm_;
@@ -166,6 +167,7 @@ class GPT {
   std::vector<float> dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
   std::map<std::string, Linear*> linears_;
   std::map<std::string, GroupedLinear*> grouped_;
+  std::vector<Parameter*> params_;  // parameters() order, fixed at construction
   float last_aux_ = 0.f;
   double last_loss_ = 0.0;
   size_t last_held_ = 0;
