@@ -156,6 +156,7 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   init_normal(lm_head_.weight, std0, seed);
   linears_["lm_head"] = &lm_head_;
   params_ = collect_parameters();
+  if (cfg_.rope_theta > 0.f) rope_ = RopeTable(cfg_.max_seq_len, D / cfg_.n_heads, cfg_.rope_theta);
 }
 
 GPT::~GPT() = default;
@@ -278,6 +279,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     rmsnorm_forward(ln1, L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
     linear_forward(fp32_ref_, L.qkv, ln1, N, L.qkv_out.data(), L.s_qkv);
     after(L.qkv.name(), WeightUse::forward);
+    if (cfg_.rope_theta > 0.f) rope_forward(L.qkv_out.data(), rope_, B, T, D, H);
     float* atty = linear_input(L.proj, L.atty, N * D);
     attention_forward(atty, L.probs.data(), L.qkv_out.data(), B, T, D, H);
     linear_forward(fp32_ref_, L.proj, atty, N, branch_.data(), L.s_proj);
@@ -367,6 +369,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     std::fill(dqkv_.begin(), dqkv_.end(), 0.f);
     attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.probs.data(), B, T, D,
                        H);
+    if (cfg_.rope_theta > 0.f) rope_backward(dqkv_.data(), rope_, B, T, D, H);
     linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
     after(L.qkv.name(), WeightUse::backward);
     rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),

@@ -31,6 +31,10 @@ void ModelConfig::validate() const {
        "must be finite and >= 0", aux_loss_coef);
   need(std::isfinite(rms_eps) && rms_eps > 0.f, "rms_eps", "must be > 0", rms_eps);
   need(std::isfinite(init_std) && init_std > 0.f, "init_std", "must be > 0", init_std);
+  need(std::isfinite(rope_theta) && (rope_theta == 0.f || rope_theta > 1.f), "rope_theta",
+       "must be 0 (no rotary embedding) or > 1", rope_theta);
+  need(rope_theta == 0.f || (d_model / n_heads) % 2 == 0, "n_heads",
+       "must leave an even head dimension (d_model / n_heads) for rotary embeddings", n_heads);
 }
 
 std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg) {

@@ -98,6 +98,7 @@ void model_fields(ModelConfig& m, F&& f) {
   f("max_seq_len", m.max_seq_len);
   f("rms_eps", m.rms_eps);
   f("init_std", m.init_std);
+  f("rope_theta", m.rope_theta);
 }
 
 template <class F>

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace mxtrain {
 
@@ -65,6 +66,27 @@ double crossentropy_forward(float* probs, float* losses, const float* logits,
 // probs. dloss is the gradient of the objective per token: grad_scale / N for the mean.
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                            int64_t N, int64_t V, float dloss);
+
+// ---- rotary position embedding (RoPE), in place on packed qkv ----------------------------
+// Position t rotates each pair (x_i, x_{i+hd/2}) of every head's q and k (not v) by the angle
+// t * theta^(-2i/hd). qkv, dqkv: [B*T, 3*D]; row b*T + t is at position t.
+class RopeTable {
+ public:
+  RopeTable() = default;
+  RopeTable(int64_t max_positions, int64_t head_dim, double theta);  // head_dim even
+  int64_t max_positions() const { return max_pos_; }
+  int64_t half() const { return half_; }  // head_dim / 2
+  const float* cos(int64_t pos) const { return cos_.data() + pos * half_; }  // [half]
+  const float* sin(int64_t pos) const { return sin_.data() + pos * half_; }
+
+ private:
+  int64_t max_pos_ = 0, half_ = 0;
+  std::vector<float> cos_, sin_;  // [max_positions, half]
+};
+void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H);
+// The gradient w.r.t. the unrotated q, k: dq, dk rotated back in place (v's part untouched).
+void rope_backward(float* dqkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D,
+                   int64_t H);
 
 // ---- residual helpers -------------------------------------------------------------------
 // out = a + b, all [n] (out may alias a or b).

@@ -1,9 +1,10 @@
 // mxtrain/nn/transformer.h — the GPT-style model the trainer runs.
 //
-// Pre-norm decoder: token embedding -> n_layers × [x += proj(attn(qkv(rmsnorm(x))));
+// Pre-norm decoder: token embedding -> n_layers × [x += proj(attn(rope(qkv(rmsnorm(x)))));
 // x += mlp(rmsnorm(x))] -> final RMSNorm -> lm_head -> softmax cross-entropy. The MLP is a
 // SwiGLU (fc1 -> silu(gate)·up -> fc2) or, on MoE layers, a top-k mixture of SwiGLU experts
 // (nn/moe.h). No biases; RMSNorm has a learnable gain. Separate (untied) embedding and lm_head.
+// Positions enter only through rotary embeddings of q and k (model.rope_theta; 0 turns them off).
 //
 // Precision is decided outside the model: the constructor asks a resolver for the
 // LinearPrecision of every quantizable module (describe_modules() lists them, with the facts
@@ -35,6 +36,7 @@
 
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/ops.h"
 #include "mxtrain/nn/parameter.h"
 
 namespace mxtrain {
@@ -54,6 +56,8 @@ struct ModelConfig {
   int moe_every = 1;         // layer i is MoE if moe_num_experts > 0 && i % moe_every == moe_every-1
   float aux_loss_coef = 0.01f;
   float rms_eps = 1e-5f;
+  // Rotary position embedding base on q and k (nn/ops.h); 0 = no position information at all.
+  float rope_theta = 10000.f;
   float init_std = 0.02f;
 
   // Throws mxtrain::Error naming the bad field (e.g. "model.n_heads: must divide d_model").
@@ -168,6 +172,7 @@ class GPT {
   std::map<std::string, Linear*> linears_;
   std::map<std::string, GroupedLinear*> grouped_;
   std::vector<Parameter*> params_;  // parameters() order, fixed at construction
+  RopeTable rope_;                  // empty when cfg_.rope_theta == 0
   float last_aux_ = 0.f;
   double last_loss_ = 0.0;
   size_t last_held_ = 0;
