@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/generate.h"
@@ -94,6 +95,7 @@ std::vector<int32_t> generate(InferenceModel& model, const std::vector<int32_t>&
   }
   std::vector<float> logits(size_t(cfg.vocab_size));
   const int64_t V = byte_vocab(cfg);
+  const std::clock_t c0 = std::clock();
   auto t0 = std::chrono::steady_clock::now();
   const int n0 = int(std::min<size_t>(prompt.size(), size_t(L)));
   model.append(prompt.data() + prompt.size() - n0, n0, logits.data());
@@ -115,6 +117,7 @@ std::vector<int32_t> generate(InferenceModel& model, const std::vector<int32_t>&
     }
   }
   st.decode_s = seconds_since(t0);
+  st.cpu_s = double(std::clock() - c0) / CLOCKS_PER_SEC;
   st.new_tokens = int64_t(out.size());
   if (stats) *stats = st;
   return out;

@@ -99,7 +99,8 @@ struct GenerateStats {
   int64_t prompt_tokens_read = 0;  // prompt tokens the model read (<= max_seq_len)
   int64_t new_tokens = 0;
   int64_t slides = 0;              // times the cache was rebuilt from the last context_keep
-  double prefill_s = 0, decode_s = 0;
+  double prefill_s = 0, decode_s = 0;  // wall-clock time: the prompt pass, then the rest
+  double cpu_s = 0;                     // CPU time of both, all threads (std::clock)
 };
 
 // Token ids a model may emit: generation is byte-level (vocab 256), so ids >= 256 (which
