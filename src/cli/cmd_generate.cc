@@ -5,10 +5,12 @@
 // stdout as they are produced: readable text by default (printable ASCII, newline, tab and
 // valid UTF-8 as they are, any other byte as \xNN), the bytes unchanged with --raw, or one
 // JSON object with --json. Every argument is checked before the checkpoint is read; load and
-// speed lines go to stderr.
+// speed lines go to stderr. Details: docs/generate.md.
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -32,9 +34,10 @@ struct GenerateArgs {
   bool json = false, raw = false, quiet = false;
 };
 
+// Written and flushed at once, so the text appears as it is generated.
 void write_out(const std::string& s) {
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
+  const bool ok = std::fwrite(s.data(), 1, s.size(), stdout) == s.size();
+  MXT_CHECK(ok && std::fflush(stdout) == 0, "cannot write to stdout: ", std::strerror(errno));
 }
 
 int run_generate(const GenerateArgs& a) {

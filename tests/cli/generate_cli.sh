@@ -6,7 +6,8 @@
 # bf16-trained checkpoints work, a prompt longer than max_seq_len is read from its end with a
 # warning. Every bad input ends with exit code 1 and one `error:` line: missing directory, no
 # checkpoint, corrupted or truncated weights, empty prompt, a byte outside a smaller
-# vocabulary, and out-of-range --max-new-tokens, --temperature, --top-k, --context-keep.
+# vocabulary, out-of-range --max-new-tokens, --temperature, --top-k, --context-keep, and a
+# full stdout.
 # Usage: generate_cli.sh /path/to/mxtrain   (CTest `cli_generate`)
 set -u
 MXTRAIN=$(realpath "${1:?usage: generate_cli.sh /path/to/mxtrain}") || exit 1
@@ -137,6 +138,13 @@ expect_error "negative top-k" "--top-k must be >= 0 (0 = every token), got -2" \
   "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --top-k=-2
 expect_error "context-keep above max_seq_len" "--context-keep 33 is larger than the model's max_seq_len = 32" \
   "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --context-keep 33
+if [ -w /dev/full ]; then
+  timeout 60 "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --max-new-tokens 5 --quiet \
+    > /dev/full 2> err.txt
+  rc=$?
+  [ "$rc" -eq 1 ] && grep -q "^error: cannot write to stdout: No space left on device" err.txt ||
+    fail "full stdout: exit $rc, $(head -c 300 err.txt)"
+fi
 
 [ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed"; exit 1; }
 echo "generate: all checks passed"
