@@ -29,7 +29,7 @@ struct GenerateArgs {
   std::string checkpoint, prompt;
   int64_t max_new_tokens = 200;
   uint64_t seed = 1;
-  float temperature = 0.8f;
+  double temperature = 0.8;  // double, so --json echoes 0.8 rather than its float rounding
   int top_k = 40, context_keep = 0;
   bool json = false, raw = false, quiet = false;
 };
@@ -45,7 +45,7 @@ int run_generate(const GenerateArgs& a) {
   MXT_CHECK(a.max_new_tokens >= 0 && a.max_new_tokens <= kMaxNewTokens,
             "--max-new-tokens must be between 0 and ", kMaxNewTokens, ", got ",
             a.max_new_tokens);
-  MXT_CHECK(std::isfinite(a.temperature) && a.temperature >= 0.f,
+  MXT_CHECK(std::isfinite(float(a.temperature)) && a.temperature >= 0.0,
             "--temperature must be finite and >= 0 (0 = greedy), got ", a.temperature);
   MXT_CHECK(a.top_k >= 0, "--top-k must be >= 0 (0 = every token), got ", a.top_k);
   MXT_CHECK(a.context_keep >= 0, "--context-keep must be >= 0 (0 = max_seq_len / 2), got ",
@@ -76,7 +76,7 @@ int run_generate(const GenerateArgs& a) {
 
   GenerateOptions opt;
   opt.max_new_tokens = a.max_new_tokens;
-  opt.sampling.temperature = a.temperature;
+  opt.sampling.temperature = float(a.temperature);
   opt.sampling.top_k = a.top_k;
   opt.sampling.seed = a.seed;
   opt.context_keep = a.context_keep;
@@ -117,7 +117,7 @@ int run_generate(const GenerateArgs& a) {
     std::fprintf(stderr, "generated %lld tokens in %.3f s (%.1f tokens/s; prompt %lld tokens "
                  "in %.3f s%s)\n", (long long)st.new_tokens, gen_s, tok_s,
                  (long long)st.prompt_tokens_read, st.prefill_s,
-                 st.slides ? (", " + std::to_string(st.slides) + " window slides").c_str() : "");
+                 st.slides ? (", window slides: " + std::to_string(st.slides)).c_str() : "");
   return 0;
 }
 
