@@ -101,14 +101,19 @@ int run_generate(const GenerateArgs& a) {
   const double gen_s = st.prefill_s + st.decode_s;
   const double tok_s = gen_s > 0 ? double(st.new_tokens) / gen_s : 0.0;
   if (a.json) {
-    const nlohmann::json j = {
-        {"checkpoint", ck.dir},     {"step", ck.step},
-        {"prompt", escape_bytes(a.prompt)}, {"continuation", escape_bytes(continuation)},
-        {"new_tokens", st.new_tokens},      {"tokens_per_s", tok_s},
-        {"prefill_s", st.prefill_s},        {"decode_s", st.decode_s},
-        {"cpu_s", st.cpu_s},
-        {"slides", st.slides},              {"seed", a.seed},
-        {"temperature", a.temperature},     {"top_k", a.top_k}};
+    const nlohmann::json j = {{"prompt", escape_bytes(a.prompt)},
+                              {"continuation", escape_bytes(continuation)},
+                              {"new_tokens", st.new_tokens},
+                              {"tokens_per_s", tok_s},
+                              {"prefill_s", st.prefill_s},
+                              {"decode_s", st.decode_s},
+                              {"cpu_s", st.cpu_s},
+                              {"slides", st.slides},
+                              {"seed", a.seed},
+                              {"temperature", a.temperature},
+                              {"top_k", a.top_k},
+                              {"checkpoint", ck.dir},
+                              {"step", ck.step}};
     write_out(j.dump() + "\n");
   } else if (!a.raw) {
     write_out(esc.finish() + "\n");

@@ -18,7 +18,7 @@
 // so sliding means recomputing, not shifting. A prompt longer than max_seq_len is read from
 // its last max_seq_len tokens. Sampling: temperature 0 = greedy (argmax, ties to the lower
 // id); else softmax(logits / T) over the top_k largest logits (0 = all), drawn with a
-// splitmix64 stream seeded by `seed` — the same seed gives the same tokens on every machine.
+// splitmix64 stream seeded by `seed` — the same seed gives the same tokens on every run.
 #pragma once
 
 #include <cstdint>
