@@ -235,7 +235,7 @@ std::string resolve_checkpoint_dir(const std::string& path) {
 
 // ---- load -------------------------------------------------------------------------------------
 
-LoadedCheckpoint load_checkpoint(const std::string& path) {
+LoadedCheckpoint load_checkpoint(const std::string& path, bool read_optimizer) {
   LoadedCheckpoint ck;
   ck.dir = resolve_checkpoint_dir(path);
   const std::string state_path = ck.dir + "/" + kStateFile;
@@ -275,7 +275,7 @@ LoadedCheckpoint load_checkpoint(const std::string& path) {
     ck.config_hash = state.at("config_hash").get<std::string>();
     const json& files = state.at("files");
     ck.model = load_tensor_file(ck.dir, kModelFile, files);
-    ck.optimizer = load_tensor_file(ck.dir, kOptimizerFile, files);
+    if (read_optimizer) ck.optimizer = load_tensor_file(ck.dir, kOptimizerFile, files);
   } catch (const json::exception& e) {
     MXT_FAIL(state_path, ": malformed checkpoint state: ", e.what());
   }

@@ -16,6 +16,7 @@
 // in the precision the resolver chose; everything else is FP32 (nn/ops.h, nn/moe.h).
 #include "mxtrain/nn/transformer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -262,7 +263,7 @@ void GPT::ensure_buffers(int B, int T) {
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
-  MXT_CHECK(tokens && targets, "GPT: null tokens or targets");
+  MXT_CHECK(tokens, "GPT: null tokens");
   MXT_CHECK(B >= 1, "GPT: batch size must be >= 1, got ", B);
   MXT_CHECK(T >= 1 && T <= cfg_.max_seq_len, "GPT: sequence length ", T,
             " must be between 1 and model.max_seq_len = ", cfg_.max_seq_len);
@@ -312,9 +313,11 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   linear_forward(fp32_ref_, lm_head_, lnf, N, logits_.data(), lm_saved_);
   after(lm_head_.name(), WeightUse::forward);
   held += lm_saved_.held_bytes();
-  // Softmax in place: logits_ holds the probabilities from here on.
+  // Softmax in place: logits_ holds the probabilities from here on (without targets, from
+  // forward_logits, it keeps the logits).
   const double loss =
-      crossentropy_forward(logits_.data(), nullptr, logits_.data(), targets, N, V);
+      targets ? crossentropy_forward(logits_.data(), nullptr, logits_.data(), targets, N, V)
+              : 0.0;
   last_aux_ = float(aux);
   last_loss_ = loss;
   last_held_ = held + activation_bytes();
@@ -322,12 +325,20 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
 }
 
 float GPT::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
+  MXT_CHECK(targets, "GPT: null targets");
   return forward(tokens, targets, B, T);
+}
+
+void GPT::forward_logits(const int32_t* tokens, int B, int T, float* logits) {
+  MXT_CHECK(logits, "GPT: null logits");
+  forward(tokens, nullptr, B, T);
+  std::copy_n(logits_.data(), size_t(B) * size_t(T) * size_t(cfg_.vocab_size), logits);
 }
 
 float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                             float grad_scale) {
   MXT_CHECK(std::isfinite(grad_scale), "GPT: grad_scale must be finite, got ", grad_scale);
+  MXT_CHECK(targets, "GPT: null targets");
   const float loss = forward(tokens, targets, B, T);
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
   for (Parameter* p : params_) ensure_grad(*p);

@@ -1,4 +1,5 @@
-// train/checkpointing.cc — trainer checkpoints on top of io/checkpoint.h (train/checkpointing.h).
+// train/checkpointing.cc — trainer checkpoints on top of io/checkpoint.h, and a checkpoint's
+// model for inference (train/checkpointing.h).
 #include "mxtrain/train/checkpointing.h"
 
 #include <cstdio>
@@ -15,6 +16,12 @@ std::string model_yaml(const ModelConfig& m) {
   c.model = m;
   const std::string y = config_to_yaml(c);
   return y.substr(0, y.find("\ntraining:"));
+}
+
+// dst = the checkpoint tensor t, which must have p's shape.
+void copy_tensor(const io::NamedTensor& t, const Parameter& p, std::vector<float>& dst) {
+  MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
+  dst = t.data;
 }
 
 }  // namespace
@@ -55,15 +62,11 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
   for (const std::string& change : config_changes(saved, cfg))
     if (change.rfind("training.seed:", 0) != 0)
       std::fprintf(stderr, "note: resuming with a changed setting: %s\n", change.c_str());
-  auto copy = [&](const io::NamedTensor& t, const Parameter& p, std::vector<float>& dst) {
-    MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
-    dst = t.data;
-  };
   for (size_t i = 0; i < params.size(); ++i) {
     Parameter& p = *params[i];
-    copy(ck.model_tensor(p.name), p, p.value);
-    copy(ck.optimizer_tensor(io::exp_avg_name(p.name)), p, m[i]);
-    copy(ck.optimizer_tensor(io::exp_avg_sq_name(p.name)), p, v[i]);
+    copy_tensor(ck.model_tensor(p.name), p, p.value);
+    copy_tensor(ck.optimizer_tensor(io::exp_avg_name(p.name)), p, m[i]);
+    copy_tensor(ck.optimizer_tensor(io::exp_avg_sq_name(p.name)), p, v[i]);
     ++p.version;  // any quantized copy made from the old value is stale
   }
   TrainerState st;
@@ -77,6 +80,18 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
   MXT_CHECK(st.step == ck.step, "checkpoint ", ck.dir, ": state step ", st.step,
             " does not match the directory's step ", ck.step);
   return st;
+}
+
+CheckpointModel load_checkpoint_model(const std::string& dir) {
+  const io::LoadedCheckpoint ck = io::load_checkpoint(dir, /*read_optimizer=*/false);
+  CheckpointModel out;
+  out.dir = ck.dir;
+  out.step = ck.step;
+  out.config = parse_config(ck.config_text, ck.dir + "/state.json config");
+  out.model = std::make_unique<InferenceModel>(out.config.model);
+  for (Parameter* p : out.model->parameters())
+    copy_tensor(ck.model_tensor(p->name), *p, p->value);
+  return out;
 }
 
 }  // namespace mxtrain

@@ -77,8 +77,10 @@ struct LoadedCheckpoint {
   const NamedTensor& optimizer_tensor(const std::string& name) const;
 };
 
-// `path` is a checkpoint root (its `latest` is followed) or a step directory.
-LoadedCheckpoint load_checkpoint(const std::string& path);
+// `path` is a checkpoint root (its `latest` is followed) or a step directory. With
+// read_optimizer false, optimizer.safetensors is neither read nor verified and `optimizer`
+// stays empty (inference needs the model only).
+LoadedCheckpoint load_checkpoint(const std::string& path, bool read_optimizer = true);
 // The step directory load_checkpoint(path) would read; throws the same errors for a bad
 // or missing `latest`.
 std::string resolve_checkpoint_dir(const std::string& path);

@@ -117,6 +117,9 @@ class GPT {
   // Evaluation: mean cross-entropy, no gradients touched (the saved state of an earlier forward
   // is replaced, so run it between steps, not between a forward and its backward).
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
+  // Inference: logits [B, T, V] of a forward (no loss, no gradients; like forward_loss it
+  // replaces the saved state of an earlier forward).
+  void forward_logits(const int32_t* tokens, int B, int T, float* logits);
 
   // Mean cross-entropy of the last forward in double precision (the float return value
   // rounded it).

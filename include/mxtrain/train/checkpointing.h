@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "mxtrain/nn/generate.h"
 #include "mxtrain/nn/parameter.h"
 #include "mxtrain/train/config.h"
 
@@ -33,5 +35,17 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
                                       const std::vector<Parameter*>& params,
                                       std::vector<std::vector<float>>& m,
                                       std::vector<std::vector<float>>& v);
+
+// A trained model for inference (nn/generate.h): the FP32 master weights of the latest
+// checkpoint in `dir` (or of a step directory), whatever recipe or world size wrote it, with
+// the model config stored in the checkpoint. Sizes and checksums of state.json and
+// model.safetensors are verified; the optimizer state is not read.
+struct CheckpointModel {
+  std::string dir;  // the step directory read
+  int64_t step = 0;
+  TrainConfig config;
+  std::unique_ptr<InferenceModel> model;
+};
+CheckpointModel load_checkpoint_model(const std::string& dir);
 
 }  // namespace mxtrain

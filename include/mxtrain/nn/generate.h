@@ -1,0 +1,140 @@
+// mxtrain/nn/generate.h — text generation: the GPT forward one token at a time over a KV
+// cache, sampling, and printing bytes as readable text.
+//
+// InferenceModel computes the same function as GPT's forward (nn/transformer.h) — token
+// embedding, n_layers × [pre-norm causal attention, pre-norm SwiGLU MLP or top-k MoE], final
+// RMSNorm, untied lm_head; no position encoding (the causal mask is the only order signal) —
+// in plain FP32 from the FP32 master weights, whatever recipe trained them. Tokens are added
+// to a KV cache, K and V each [n_layers][max_seq_len][D], so the prompt is read once (one
+// batched pass) and every later token costs one row through the layers plus attention over
+// the cached keys. Attention, softmax and the MoE routing follow the training forward's
+// arithmetic; the matrix products use gemm_f32 on n rows instead of B·T rows, so logits
+// match a full-sequence forward up to FP32 summation order (tests/nn/generate_test.cc).
+//
+// generate() samples a continuation. When the window is full (max_seq_len tokens cached) the
+// cache is rebuilt from the last `context_keep` tokens (default max_seq_len / 2) and
+// generation goes on: the model was trained on windows of max_seq_len tokens at most, and
+// without position encoding a token's K and V depend on everything before it in the window,
+// so sliding means recomputing, not shifting. A prompt longer than max_seq_len is read from
+// its last max_seq_len tokens. Sampling: temperature 0 = greedy (argmax, ties to the lower
+// id); else softmax(logits / T) over the top_k largest logits (0 = all), drawn with a
+// splitmix64 stream seeded by `seed` — the same seed gives the same tokens on every run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "mxtrain/nn/parameter.h"
+#include "mxtrain/nn/transformer.h"
+
+namespace mxtrain {
+
+class InferenceModel {
+ public:
+  explicit InferenceModel(const ModelConfig& cfg);  // validates cfg; weights are zero
+  ~InferenceModel();
+  InferenceModel(const InferenceModel&) = delete;
+  InferenceModel& operator=(const InferenceModel&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  // The weights: same names, shapes and order as GPT::parameters() (value only, no grad).
+  std::vector<Parameter*> parameters();
+
+  int cached() const { return cached_; }  // tokens in the cache (positions 0..cached-1)
+  void reset() { cached_ = 0; }           // empty the cache (the weights stay)
+  // Runs tokens [n] at positions cached()..cached()+n-1 (cached() + n <= max_seq_len), adds
+  // their K and V to the cache and writes logits: [n, V] when every_position, else [V] of
+  // the last token.
+  void append(const int32_t* tokens, int n, float* logits, bool every_position = false);
+
+ private:
+  struct Layer;
+  void attend(int layer, int64_t n, const float* qkv, float* out);
+  void mlp(Layer& L, int64_t n, const float* x, float* y);
+
+  ModelConfig cfg_;
+  Parameter embed_, final_norm_, lm_head_;
+  std::vector<Layer> layers_;
+  std::vector<float> kcache_, vcache_;  // [n_layers, max_seq_len, D]
+  int cached_ = 0;
+  // Scratch for n rows, grown on demand.
+  std::vector<float> x_, ln_, rstd_, qkv_, att_, branch_, a_, h_, probs_;
+  std::vector<float> moe_logits_, moe_xp_, moe_a_, moe_h_, moe_yp_;
+};
+
+// ---- sampling --------------------------------------------------------------------------------
+
+struct SamplingOptions {
+  float temperature = 0.8f;  // >= 0 and finite; 0 = greedy
+  int top_k = 40;            // >= 0; 0 (or >= vocabulary) = every token
+  uint64_t seed = 1;
+  void validate() const;     // mxtrain::Error naming the bad field
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplingOptions& opt);  // validates opt
+  // A token id in [0, V) from logits [V] (all finite, else an error). Greedy sampling does
+  // not use the random stream; otherwise one draw per call.
+  int32_t sample(const float* logits, int64_t V);
+
+ private:
+  SamplingOptions opt_;
+  uint64_t state_;
+  std::vector<int32_t> order_;
+  std::vector<double> weight_;
+};
+
+// ---- the generation loop -------------------------------------------------------------------
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 200;
+  SamplingOptions sampling;
+  int context_keep = 0;  // tokens kept when the window slides, 1..max_seq_len; 0 = half of it
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens_read = 0;  // prompt tokens the model read (<= max_seq_len)
+  int64_t new_tokens = 0;
+  int64_t slides = 0;              // times the cache was rebuilt from the last context_keep
+  double prefill_s = 0, decode_s = 0;  // wall-clock time: the prompt pass, then the rest
+  double cpu_s = 0;                     // CPU time of both, all threads (std::clock)
+};
+
+// Token ids a model may emit: generation is byte-level (vocab 256), so ids >= 256 (which
+// never occur as training targets) are not sampled.
+inline int64_t byte_vocab(const ModelConfig& cfg) {
+  return cfg.vocab_size < 256 ? cfg.vocab_size : 256;
+}
+
+// Samples up to max_new_tokens tokens after `prompt` (non-empty, ids < vocab_size) and
+// returns them; on_token (may be empty) sees each one as soon as it is drawn. The model's
+// cache is reset first.
+std::vector<int32_t> generate(InferenceModel& model, const std::vector<int32_t>& prompt,
+                              const GenerateOptions& opt,
+                              const std::function<void(int32_t)>& on_token = {},
+                              GenerateStats* stats = nullptr);
+
+// ---- bytes as text -------------------------------------------------------------------------
+
+// Turns a byte stream into readable UTF-8 text: printable ASCII, '\n', '\t' and complete,
+// valid UTF-8 sequences of printable characters pass unchanged; every other byte becomes the
+// four characters \xNN (lower-case hex). A sequence split across feed() calls is held back
+// until it is complete (at most 3 bytes); finish() escapes what is left.
+class ByteEscaper {
+ public:
+  std::string feed(uint8_t b);
+  std::string finish();
+
+ private:
+  std::string flush_pending();
+  uint8_t pending_[4] = {};
+  int npending_ = 0, need_ = 0;
+};
+
+// The whole of `bytes` through one ByteEscaper.
+std::string escape_bytes(const std::string& bytes);
+
+}  // namespace mxtrain
