@@ -80,6 +80,7 @@ InferenceModel::InferenceModel(const ModelConfig& cfg) : cfg_(cfg) {
   const size_t cache = size_t(cfg_.n_layers) * size_t(cfg_.max_seq_len) * size_t(D);
   kcache_.assign(cache, 0.f);
   vcache_.assign(cache, 0.f);
+  if (cfg_.rope_theta > 0.f) rope_ = RopeTable(cfg_.max_seq_len, D / cfg_.n_heads, cfg_.rope_theta);
 }
 
 InferenceModel::~InferenceModel() = default;
@@ -191,6 +192,7 @@ void InferenceModel::append(const int32_t* tokens, int n, float* logits, bool ev
     Layer& L = layers_[l];
     rmsnorm_forward(ln, rstd, x, L.attn_norm.value.data(), n, D, eps);
     matmul(ln, n, L.qkv, qkv);
+    if (cfg_.rope_theta > 0.f) rope_forward(qkv, rope_, 1, n, D, cfg_.n_heads, cached_);
     float* kc = kcache_.data() + (int64_t(l) * T + cached_) * D;
     float* vc = vcache_.data() + (int64_t(l) * T + cached_) * D;
     for (int64_t i = 0; i < n; ++i) {

@@ -33,21 +33,21 @@ RopeTable::RopeTable(int64_t max_pos, int64_t head_dim, double theta)
 namespace {
 
 // Rotates q and k of every head of every row by +angle (sign = +1) or -angle (sign = -1).
-// x: [B*T, 3*D] packed [q | k | v]; row b*T + t sits at position t.
+// x: [B*T, 3*D] packed [q | k | v]; row b*T + t sits at position pos0 + t.
 void rotate(float* x, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H,
-            float sign, const char* fn) {
+            int64_t pos0, float sign, const char* fn) {
   MXT_CHECK(x != nullptr, fn, ": null pointer");
   MXT_CHECK(B >= 1 && T >= 1 && H >= 1 && D % H == 0, fn, ": bad shape B=", B, " T=", T, " D=",
             D, " H=", H);
   const int64_t hd = D / H, half = hd / 2;
-  MXT_CHECK(half == tab.half() && T <= tab.max_positions(), fn, ": the table is for head "
-            "dimension ", 2 * tab.half(), " and ", tab.max_positions(), " positions, got ", hd,
-            " and ", T);
+  MXT_CHECK(pos0 >= 0 && half == tab.half() && pos0 + T <= tab.max_positions(), fn,
+            ": the table is for head dimension ", 2 * tab.half(), " and ", tab.max_positions(),
+            " positions, got ", hd, " and positions ", pos0, "..", pos0 + T - 1);
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const float* c = tab.cos(t);
-      const float* s = tab.sin(t);
+      const float* c = tab.cos(pos0 + t);
+      const float* s = tab.sin(pos0 + t);
       float* row = x + (b * T + t) * 3 * D;
       for (int64_t part = 0; part < 2; ++part)  // q, then k
         for (int64_t h = 0; h < H; ++h) {
@@ -65,13 +65,14 @@ void rotate(float* x, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int
 
 }  // namespace
 
-void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H) {
-  rotate(qkv, tab, B, T, D, H, 1.f, "rope_forward");
+void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H,
+                  int64_t pos0) {
+  rotate(qkv, tab, B, T, D, H, pos0, 1.f, "rope_forward");
 }
 
 void rope_backward(float* dqkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D,
                    int64_t H) {
-  rotate(dqkv, tab, B, T, D, H, -1.f, "rope_backward");
+  rotate(dqkv, tab, B, T, D, H, 0, -1.f, "rope_backward");
 }
 
 }  // namespace mxtrain

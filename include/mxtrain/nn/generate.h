@@ -57,7 +57,8 @@ class InferenceModel {
   ModelConfig cfg_;
   Parameter embed_, final_norm_, lm_head_;
   std::vector<Layer> layers_;
-  std::vector<float> kcache_, vcache_;  // [n_layers, max_seq_len, D]
+  std::vector<float> kcache_, vcache_;  // [n_layers, max_seq_len, D], k rotated (RoPE)
+  RopeTable rope_;                       // empty when cfg_.rope_theta == 0
   int cached_ = 0;
   // Scratch for n rows, grown on demand.
   std::vector<float> x_, ln_, rstd_, qkv_, att_, branch_, a_, h_, probs_;

@@ -69,7 +69,8 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
 
 // ---- rotary position embedding (RoPE), in place on packed qkv ----------------------------
 // Position t rotates each pair (x_i, x_{i+hd/2}) of every head's q and k (not v) by the angle
-// t * theta^(-2i/hd). qkv, dqkv: [B*T, 3*D]; row b*T + t is at position t.
+// t * theta^(-2i/hd). qkv, dqkv: [B*T, 3*D]; row b*T + t is at position t (pos0 + t: the
+// rows continue a sequence whose first pos0 positions were done before, as in a KV cache).
 class RopeTable {
  public:
   RopeTable() = default;
@@ -83,7 +84,8 @@ class RopeTable {
   int64_t max_pos_ = 0, half_ = 0;
   std::vector<float> cos_, sin_;  // [max_positions, half]
 };
-void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H);
+void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H,
+                  int64_t pos0 = 0);
 // The gradient w.r.t. the unrotated q, k: dq, dk rotated back in place (v's part untouched).
 void rope_backward(float* dqkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D,
                    int64_t H);
