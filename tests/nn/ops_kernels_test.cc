@@ -342,6 +342,19 @@ TEST(OpsScalar, EveryOpIsIndependentOfThreadCount) {
   clear_isa_override();
 }
 
+// Called from inside a parallel region (each thread its own data), an op still does all of
+// its work: the nested region has one thread.
+TEST(OpsNested, CallsFromInsideAParallelRegionDoTheWholeOp) {
+  const int64_t n = 1 << 20;  // above every threshold
+  std::vector<Vec> a(2, Vec(n, 1.f)), b(2, Vec(n, 2.f)), out(2, Vec(n, 0.f));
+#pragma omp parallel num_threads(2)
+  {
+    const int t = omp_get_thread_num();
+    residual_forward(out[t].data(), a[t].data(), b[t].data(), n);
+  }
+  for (const Vec& o : out) EXPECT_EQ(o, Vec(n, 3.f));
+}
+
 // Isa::scalar (MXTRAIN_ISA=scalar) runs the reference; AVX-512 exp gives other bits.
 TEST(OpsScalar, ScalarIsaSelectsTheReference) {
   const int64_t N = 33, F = 65;
