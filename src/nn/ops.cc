@@ -29,12 +29,19 @@ using opk::Kernels;
 
 constexpr int64_t kColBlock = 16;  // columns per unit of work in reductions over rows
 
-// Parallel thresholds, in elements of the op's main [N, width] operand (N*D, N*F, N*V or n).
-constexpr int64_t kParEmbed = 64 * 1024;
-constexpr int64_t kParRms = 64 * 1024;
-constexpr int64_t kParSwiglu = 32 * 1024;
-constexpr int64_t kParCe = 32 * 1024;
-constexpr int64_t kParFlat = 128 * 1024;  // residual, axpy
+// Parallel thresholds, in elements of the op's main [N, width] operand (N*D, N*F, N*V or n):
+// a call parallelises when above. A region of 2 threads costs ~3 us on idle cores; each
+// threshold is where the AVX-512 kernel alone takes ~15 us, past which the measured 2-thread
+// time was lower. embedding_backward was not faster on 2 threads at any measured size.
+constexpr int64_t kParEmbedFwd = 96 * 1024;
+constexpr int64_t kParEmbedBwd = 4096 * 1024;
+constexpr int64_t kParRmsFwd = 96 * 1024;
+constexpr int64_t kParRmsBwd = 24 * 1024;
+constexpr int64_t kParSwigluFwd = 48 * 1024;
+constexpr int64_t kParSwigluBwd = 16 * 1024;
+constexpr int64_t kParCeFwd = 32 * 1024;
+constexpr int64_t kParCeBwd = 128 * 1024;
+constexpr int64_t kParFlat = 64 * 1024;  // residual, axpy
 
 const Kernels& active_kernels() {
   return active_isa() >= Isa::avx512 ? opk::kernels_avx512() : opk::kernels_ref();
@@ -73,7 +80,7 @@ void embedding_forward_k(const Kernels& k, float* out, const int32_t* tokens, in
   MXT_CHECK(N >= 1 && V >= 1 && D >= 1, "embedding_forward: N, V, D must be >= 1 (got ", N,
             ", ", V, ", ", D, ")");
   check_tokens(tokens, N, V, "token");
-  run(N * D, kParEmbed, [&](int T, int t) {
+  run(N * D, kParEmbedFwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.embed_fwd(out, tokens, table, D, n0, n1);
   });
@@ -84,7 +91,7 @@ void embedding_backward_k(const Kernels& k, float* dtable, const float* dout,
   MXT_CHECK(dtable && dout && tokens, "embedding_backward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1 && D >= 1, "embedding_backward: N, V, D must be >= 1");
   check_tokens(tokens, N, V, "token");
-  run(N * D, kParEmbed, [&](int T, int t) {
+  run(N * D, kParEmbedBwd, [&](int T, int t) {
     const auto [d0, d1] = share(D, kColBlock, T, t);
     if (d0 < d1) k.embed_bwd(dtable, dout, tokens, N, D, d0, d1);
   });
@@ -95,7 +102,7 @@ void rmsnorm_forward_k(const Kernels& k, float* out, float* rstd, const float* x
   MXT_CHECK(out && rstd && x && gain, "rmsnorm_forward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1, "rmsnorm_forward: N, D must be >= 1");
   MXT_CHECK(eps > 0.f, "rmsnorm_forward: eps must be > 0 (got ", eps, ")");
-  run(N * D, kParRms, [&](int T, int t) {
+  run(N * D, kParRmsFwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.rms_fwd(out, rstd, x, gain, D, eps, n0, n1);
   });
@@ -107,7 +114,7 @@ void rmsnorm_backward_k(const Kernels& k, float* dx, float* dgain, const float* 
                         int64_t D) {
   MXT_CHECK(dx && dgain && dout && x && gain && rstd, "rmsnorm_backward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1, "rmsnorm_backward: N, D must be >= 1");
-  run(N * D, kParRms, [&](int T, int t) {
+  run(N * D, kParRmsBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.rms_bwd_dx(dx, dout, x, gain, rstd, D, n0, n1);
     const auto [d0, d1] = share(D, kColBlock, T, t);
@@ -118,7 +125,7 @@ void rmsnorm_backward_k(const Kernels& k, float* dx, float* dgain, const float* 
 void swiglu_forward_k(const Kernels& k, float* h, const float* a, int64_t N, int64_t F) {
   MXT_CHECK(h && a, "swiglu_forward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_forward: N, F must be >= 1");
-  run(N * F, kParSwiglu, [&](int T, int t) {
+  run(N * F, kParSwigluFwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.swiglu_fwd(h, a, F, n0, n1);
   });
@@ -128,7 +135,7 @@ void swiglu_backward_k(const Kernels& k, float* da, const float* dh, const float
                        int64_t F) {
   MXT_CHECK(da && dh && a, "swiglu_backward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_backward: N, F must be >= 1");
-  run(N * F, kParSwiglu, [&](int T, int t) {
+  run(N * F, kParSwigluBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.swiglu_bwd(da, dh, a, F, n0, n1);
   });
@@ -145,7 +152,7 @@ double crossentropy_forward_k(const Kernels& k, float* probs, float* losses,
     own.resize(N);
     losses = own.data();
   }
-  run(N * V, kParCe, [&](int T, int t) {
+  run(N * V, kParCeFwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.ce_fwd(probs, losses, logits, targets, V, n0, n1);
   });
@@ -159,7 +166,7 @@ void crossentropy_backward_k(const Kernels& k, float* dlogits, const float* prob
   MXT_CHECK(dlogits && probs && targets, "crossentropy_backward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1, "crossentropy_backward: N, V must be >= 1");
   check_tokens(targets, N, V, "target");
-  run(N * V, kParCe, [&](int T, int t) {
+  run(N * V, kParCeBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.ce_bwd(dlogits, probs, targets, V, dloss, n0, n1);
   });

@@ -299,13 +299,14 @@ TEST_F(OpsAvx512, NonFiniteInputsPropagateLikeTheReference) {
 // ---- thread-count independence (1 vs 2 threads, bit for bit), on both paths --------------
 
 void all_ops_thread_independent() {
-  // Sizes above every parallel threshold in ops.cc, and not multiples of 16.
-  const int64_t N = 1031, D = 257, F = 673, V = 259;
+  // Sizes above every parallel threshold in ops.cc but embedding_backward's (tested below
+  // with a wider table), and not multiples of 16.
+  const int64_t N = 1031, D = 257, F = 673, V = 259, Dw = 4099;
   const auto tok = random_tokens(N, V, 30);
   const Vec x = random_vector(N * D, 31), gain = random_vector(D, 32, 0.5f, 1.5f);
   const Vec dout = random_vector(N * D, 33), table = random_vector(V * D, 34);
   const Vec a = random_vector(N * 2 * F, 35, -8.f, 8.f), dh = random_vector(N * F, 36);
-  const Vec logits = random_vector(N * V, 37, -6.f, 6.f);
+  const Vec logits = random_vector(N * V, 37, -6.f, 6.f), doutw = random_vector(N * Dw, 38);
   std::vector<std::vector<Vec>> out(2);
   for (int th : {1, 2}) {
     std::vector<Vec>& o = out[th - 1];
@@ -324,12 +325,14 @@ void all_ops_thread_independent() {
       residual_forward(s.data(), x.data(), dout.data(), N * D);
       residual_backward(ra.data(), rb.data(), dout.data(), N * D);
       axpy(ax.data(), dout.data(), 0.7f, N * D);
-      o = {e, dt, y, r, dx, dg, h, da, p, l, Vec{float(m)}, dl, s, ra, rb, ax};
+      Vec dtw(V * Dw, 0.f);
+      embedding_backward(dtw.data(), doutw.data(), tok.data(), N, V, Dw);
+      o = {e, dt, y, r, dx, dg, h, da, p, l, Vec{float(m)}, dl, s, ra, rb, ax, dtw};
     });
   }
   const char* names[] = {"embed", "dtable", "rms out", "rstd", "dx", "dgain", "swiglu h",
                          "swiglu da", "probs", "losses", "mean loss", "dlogits", "residual",
-                         "residual da", "residual db", "axpy"};
+                         "residual da", "residual db", "axpy", "dtable (wide)"};
   for (size_t i = 0; i < out[0].size(); ++i)
     EXPECT_TRUE(same_bytes(out[0][i], out[1][i])) << names[i] << " on " << isa_name(active_isa());
 }
