@@ -1,4 +1,4 @@
-// core/vexp_avx512.h — private: exp and sigmoid on 16 FP32 lanes, plus two arithmetic helpers.
+// core/vexp_avx512.h — private: exp and sigmoid on 16 FP32 lanes; unfused mul/add; tail masks.
 //
 // Include only from files compiled with the AVX-512 flags (the *_avx512.cc files). The
 // algorithm, its range handling (overflow to +inf, gradual underflow to subnormals and 0,
