@@ -1,24 +1,69 @@
-// nn/ops.cc — embedding, RMSNorm, SwiGLU, cross-entropy and residual helpers (nn/ops.h).
+// nn/ops.cc — embedding, RMSNorm, SwiGLU, cross-entropy and residual helpers (nn/ops.h):
+// argument checks, kernel dispatch and the OpenMP split.
 //
-// Each public function checks its arguments once and then runs a plain OpenMP loop. Row-wise
-// work is split by rows; reductions over rows (dgain, dtable) are split by column blocks of
-// kColBlock, each block summed over all rows in token order by one thread, so results are
-// bit-identical for any thread count. The attention core lives in ops_attention.cc.
+// Each public function checks its arguments once, picks the kernel table for active_isa()
+// (AVX-512 from Isa::avx512 up, else the scalar reference; nn/ops_kernels.h) and runs it.
+// Row-wise work is split into one contiguous range of rows per thread; reductions over rows
+// (dgain, dtable) into ranges of whole 16-column blocks, each column summed over all rows in
+// token order by one thread. Every output element has one writer and a fixed order of
+// additions, so results are bit-identical for any thread count. A call runs on one thread
+// unless its size is above the op's threshold (kPar* below): under it a parallel region
+// costs more than the second thread saves (measured: docs/results/trainer.md, "Elementwise
+// kernels"). The ref:: functions are the same drivers with the scalar table. The attention
+// core lives in ops_attention.cc.
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
+#include <utility>
 #include <vector>
 
 #include "mxtrain/common.h"
+#include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
+#include "nn/ops_kernels.h"
 
 namespace mxtrain {
 namespace {
 
-constexpr int64_t kColBlock = 16;  // columns per thread task in reductions over rows
+using opk::Kernels;
 
-inline int64_t ceil_div_i64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+constexpr int64_t kColBlock = 16;  // columns per unit of work in reductions over rows
+
+// Parallel thresholds, in elements of the op's main [N, width] operand (N*D, N*F, N*V or n):
+// a call parallelises when above. A region of 2 threads costs ~3 us on idle cores; each
+// threshold is where the AVX-512 kernel alone takes ~15 us, past which the measured 2-thread
+// time was lower. embedding_backward was not faster on 2 threads at any measured size.
+constexpr int64_t kParEmbedFwd = 96 * 1024;
+constexpr int64_t kParEmbedBwd = 4096 * 1024;
+constexpr int64_t kParRmsFwd = 96 * 1024;
+constexpr int64_t kParRmsBwd = 24 * 1024;
+constexpr int64_t kParSwigluFwd = 48 * 1024;
+constexpr int64_t kParSwigluBwd = 16 * 1024;
+constexpr int64_t kParCeFwd = 32 * 1024;
+constexpr int64_t kParCeBwd = 128 * 1024;
+constexpr int64_t kParFlat = 64 * 1024;  // residual, axpy
+
+const Kernels& active_kernels() {
+  return active_isa() >= Isa::avx512 ? opk::kernels_avx512() : opk::kernels_ref();
+}
+
+// Part t of T of [0, n): contiguous, bounds multiples of `grain` except n itself.
+std::pair<int64_t, int64_t> share(int64_t n, int64_t grain, int64_t T, int64_t t) {
+  const int64_t units = (n + grain - 1) / grain;
+  return {std::min(n, units * t / T * grain), std::min(n, units * (t + 1) / T * grain)};
+}
+
+// Runs body(T, t) for t < T on the T threads of a new team when work > threshold, else
+// body(1, 0) here (also when called from inside a parallel region: then T is 1 as well).
+template <class Body>
+void run(int64_t work, int64_t threshold, const Body& body) {
+  if (work > threshold && omp_get_max_threads() > 1) {
+#pragma omp parallel
+    body(omp_get_num_threads(), omp_get_thread_num());
+  } else {
+    body(1, 0);
+  }
+}
 
 void check_tokens(const int32_t* ids, int64_t N, int64_t V, const char* what) {
   for (int64_t n = 0; n < N; ++n) {
@@ -27,135 +72,78 @@ void check_tokens(const int32_t* ids, int64_t N, int64_t V, const char* what) {
   }
 }
 
-}  // namespace
+// ---- drivers: checks, then the split; `k` is the kernel table ------------------------------
 
-// ---- embedding ------------------------------------------------------------------------------
-
-void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
-                       int64_t V, int64_t D) {
+void embedding_forward_k(const Kernels& k, float* out, const int32_t* tokens, int64_t N,
+                         const float* table, int64_t V, int64_t D) {
   MXT_CHECK(out && tokens && table, "embedding_forward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1 && D >= 1, "embedding_forward: N, V, D must be >= 1 (got ", N,
             ", ", V, ", ", D, ")");
   check_tokens(tokens, N, V, "token");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* src = table + int64_t(tokens[n]) * D;
-    float* dst = out + n * D;
-    for (int64_t d = 0; d < D; ++d) dst[d] = src[d];
-  }
+  run(N * D, kParEmbedFwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.embed_fwd(out, tokens, table, D, n0, n1);
+  });
 }
 
-void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                        int64_t V, int64_t D) {
+void embedding_backward_k(const Kernels& k, float* dtable, const float* dout,
+                          const int32_t* tokens, int64_t N, int64_t V, int64_t D) {
   MXT_CHECK(dtable && dout && tokens, "embedding_backward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1 && D >= 1, "embedding_backward: N, V, D must be >= 1");
   check_tokens(tokens, N, V, "token");
-  const int64_t nblk = ceil_div_i64(D, kColBlock);
-#pragma omp parallel for schedule(static)
-  for (int64_t cb = 0; cb < nblk; ++cb) {
-    const int64_t d0 = cb * kColBlock, d1 = std::min(D, d0 + kColBlock);
-    for (int64_t n = 0; n < N; ++n) {
-      float* dst = dtable + int64_t(tokens[n]) * D;
-      const float* src = dout + n * D;
-      for (int64_t d = d0; d < d1; ++d) dst[d] += src[d];
-    }
-  }
+  run(N * D, kParEmbedBwd, [&](int T, int t) {
+    const auto [d0, d1] = share(D, kColBlock, T, t);
+    if (d0 < d1) k.embed_bwd(dtable, dout, tokens, N, D, d0, d1);
+  });
 }
 
-// ---- RMSNorm --------------------------------------------------------------------------------
-
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
-                     int64_t D, float eps) {
+void rmsnorm_forward_k(const Kernels& k, float* out, float* rstd, const float* x,
+                       const float* gain, int64_t N, int64_t D, float eps) {
   MXT_CHECK(out && rstd && x && gain, "rmsnorm_forward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1, "rmsnorm_forward: N, D must be >= 1");
   MXT_CHECK(eps > 0.f, "rmsnorm_forward: eps must be > 0 (got ", eps, ")");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * D;
-    double ss = 0.0;
-    for (int64_t d = 0; d < D; ++d) ss += double(xr[d]) * xr[d];
-    const float r = float(1.0 / std::sqrt(ss / double(D) + double(eps)));
-    rstd[n] = r;
-    float* o = out + n * D;
-    for (int64_t d = 0; d < D; ++d) o[d] = xr[d] * r * gain[d];
-  }
+  run(N * D, kParRmsFwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.rms_fwd(out, rstd, x, gain, D, eps, n0, n1);
+  });
 }
 
-// With xhat = x * r, out = xhat * g:
-//   dgain[d] += Σ_n dout[n,d] * xhat[n,d]
-//   dx[n,d]  += r * (dout[n,d] g[d] - xhat[n,d] * mean_d(dout[n,:] g * xhat[n,:]))
-void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
-                      const float* gain, const float* rstd, int64_t N, int64_t D) {
+// dx by rows and dgain by column blocks in one parallel region (they are independent).
+void rmsnorm_backward_k(const Kernels& k, float* dx, float* dgain, const float* dout,
+                        const float* x, const float* gain, const float* rstd, int64_t N,
+                        int64_t D) {
   MXT_CHECK(dx && dgain && dout && x && gain && rstd, "rmsnorm_backward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1, "rmsnorm_backward: N, D must be >= 1");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* xr = x + n * D;
-    const float* g = dout + n * D;
-    const float r = rstd[n];
-    double dot = 0.0;
-    for (int64_t d = 0; d < D; ++d) dot += double(g[d]) * gain[d] * (xr[d] * r);
-    const float m = float(dot / double(D));
-    float* o = dx + n * D;
-    for (int64_t d = 0; d < D; ++d) o[d] += r * (g[d] * gain[d] - xr[d] * r * m);
-  }
-  const int64_t nblk = ceil_div_i64(D, kColBlock);
-#pragma omp parallel for schedule(static)
-  for (int64_t cb = 0; cb < nblk; ++cb) {
-    const int64_t d0 = cb * kColBlock, d1 = std::min(D, d0 + kColBlock);
-    float acc[kColBlock] = {};
-    for (int64_t n = 0; n < N; ++n) {
-      const float r = rstd[n];
-      const float* xr = x + n * D;
-      const float* g = dout + n * D;
-      for (int64_t d = d0; d < d1; ++d) acc[d - d0] += g[d] * (xr[d] * r);
-    }
-    for (int64_t d = d0; d < d1; ++d) dgain[d] += acc[d - d0];
-  }
+  run(N * D, kParRmsBwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.rms_bwd_dx(dx, dout, x, gain, rstd, D, n0, n1);
+    const auto [d0, d1] = share(D, kColBlock, T, t);
+    if (d0 < d1) k.rms_bwd_dgain(dgain, dout, x, rstd, N, D, d0, d1);
+  });
 }
 
-// ---- SwiGLU ---------------------------------------------------------------------------------
-
-namespace {
-inline float sigmoidf(float v) { return 1.f / (1.f + std::exp(-v)); }
-}  // namespace
-
-void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
+void swiglu_forward_k(const Kernels& k, float* h, const float* a, int64_t N, int64_t F) {
   MXT_CHECK(h && a, "swiglu_forward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_forward: N, F must be >= 1");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* gate = a + n * 2 * F;
-    const float* up = gate + F;
-    float* o = h + n * F;
-    for (int64_t f = 0; f < F; ++f) o[f] = gate[f] * sigmoidf(gate[f]) * up[f];
-  }
+  run(N * F, kParSwigluFwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.swiglu_fwd(h, a, F, n0, n1);
+  });
 }
 
-// silu'(g) = s + g s (1 - s), s = sigmoid(g).
-void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F) {
+void swiglu_backward_k(const Kernels& k, float* da, const float* dh, const float* a, int64_t N,
+                       int64_t F) {
   MXT_CHECK(da && dh && a, "swiglu_backward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_backward: N, F must be >= 1");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* gate = a + n * 2 * F;
-    const float* up = gate + F;
-    const float* g = dh + n * F;
-    float* dgate = da + n * 2 * F;
-    float* dup = dgate + F;
-    for (int64_t f = 0; f < F; ++f) {
-      const float s = sigmoidf(gate[f]);
-      const float silu = gate[f] * s;
-      dgate[f] += g[f] * up[f] * (s + gate[f] * s * (1.f - s));
-      dup[f] += g[f] * silu;
-    }
-  }
+  run(N * F, kParSwigluBwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.swiglu_bwd(da, dh, a, F, n0, n1);
+  });
 }
 
-// ---- cross-entropy --------------------------------------------------------------------------
-
-double crossentropy_forward(float* probs, float* losses, const float* logits,
-                            const int32_t* targets, int64_t N, int64_t V) {
+double crossentropy_forward_k(const Kernels& k, float* probs, float* losses,
+                              const float* logits, const int32_t* targets, int64_t N,
+                              int64_t V) {
   MXT_CHECK(probs && logits && targets, "crossentropy_forward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1, "crossentropy_forward: N, V must be >= 1");
   check_tokens(targets, N, V, "target");
@@ -164,63 +152,140 @@ double crossentropy_forward(float* probs, float* losses, const float* logits,
     own.resize(N);
     losses = own.data();
   }
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* l = logits + n * V;
-    float* p = probs + n * V;
-    float mx = l[0];
-    for (int64_t v = 1; v < V; ++v) mx = std::max(mx, l[v]);
-    const float lt = l[targets[n]];  // read before p may overwrite l (aliasing allowed)
-    double sum = 0.0;
-    for (int64_t v = 0; v < V; ++v) {
-      const float e = std::exp(l[v] - mx);
-      p[v] = e;
-      sum += e;
-    }
-    const float inv = float(1.0 / sum);
-    for (int64_t v = 0; v < V; ++v) p[v] *= inv;
-    losses[n] = float(std::log(sum) - double(lt - mx));
-  }
+  run(N * V, kParCeFwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.ce_fwd(probs, losses, logits, targets, V, n0, n1);
+  });
   double total = 0.0;
   for (int64_t n = 0; n < N; ++n) total += losses[n];
   return total / double(N);
 }
 
-void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
-                           int64_t N, int64_t V, float dloss) {
+void crossentropy_backward_k(const Kernels& k, float* dlogits, const float* probs,
+                             const int32_t* targets, int64_t N, int64_t V, float dloss) {
   MXT_CHECK(dlogits && probs && targets, "crossentropy_backward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1, "crossentropy_backward: N, V must be >= 1");
   check_tokens(targets, N, V, "target");
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* p = probs + n * V;
-    float* d = dlogits + n * V;
-    for (int64_t v = 0; v < V; ++v) d[v] = p[v] * dloss;
-    d[targets[n]] -= dloss;
-  }
+  run(N * V, kParCeBwd, [&](int T, int t) {
+    const auto [n0, n1] = share(N, 1, T, t);
+    if (n0 < n1) k.ce_bwd(dlogits, probs, targets, V, dloss, n0, n1);
+  });
 }
 
-// ---- residual -------------------------------------------------------------------------------
-
-void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+// Flat element-wise ops: ranges of whole 64-byte lines (16 floats) per thread.
+void residual_forward_k(const Kernels& k, float* out, const float* a, const float* b,
+                        int64_t n) {
   MXT_CHECK(out && a && b, "residual_forward: null pointer");
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  run(n, kParFlat, [&](int T, int t) {
+    const auto [i0, i1] = share(n, 16, T, t);
+    if (i0 < i1) k.add(out, a, b, i0, i1);
+  });
 }
 
-void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+void residual_backward_k(const Kernels& k, float* da, float* db, const float* dout, int64_t n) {
   MXT_CHECK(dout, "residual_backward: null dout");
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    if (da) da[i] += dout[i];
-    if (db) db[i] += dout[i];
-  }
+  run(n, kParFlat, [&](int T, int t) {
+    const auto [i0, i1] = share(n, 16, T, t);
+    if (i0 >= i1) return;
+    if (da) k.acc(da, dout, i0, i1);
+    if (db) k.acc(db, dout, i0, i1);
+  });
 }
 
-void axpy(float* y, const float* x, float alpha, int64_t n) {
+void axpy_k(const Kernels& k, float* y, const float* x, float alpha, int64_t n) {
   MXT_CHECK(y && x, "axpy: null pointer");
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  run(n, kParFlat, [&](int T, int t) {
+    const auto [i0, i1] = share(n, 16, T, t);
+    if (i0 < i1) k.axpy(y, x, alpha, i0, i1);
+  });
 }
+
+}  // namespace
+
+// ---- public functions: the kernels of the active ISA ---------------------------------------
+
+void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
+                       int64_t V, int64_t D) {
+  embedding_forward_k(active_kernels(), out, tokens, N, table, V, D);
+}
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
+                        int64_t V, int64_t D) {
+  embedding_backward_k(active_kernels(), dtable, dout, tokens, N, V, D);
+}
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
+                     int64_t D, float eps) {
+  rmsnorm_forward_k(active_kernels(), out, rstd, x, gain, N, D, eps);
+}
+void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
+                      const float* gain, const float* rstd, int64_t N, int64_t D) {
+  rmsnorm_backward_k(active_kernels(), dx, dgain, dout, x, gain, rstd, N, D);
+}
+void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
+  swiglu_forward_k(active_kernels(), h, a, N, F);
+}
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F) {
+  swiglu_backward_k(active_kernels(), da, dh, a, N, F);
+}
+double crossentropy_forward(float* probs, float* losses, const float* logits,
+                            const int32_t* targets, int64_t N, int64_t V) {
+  return crossentropy_forward_k(active_kernels(), probs, losses, logits, targets, N, V);
+}
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                           int64_t N, int64_t V, float dloss) {
+  crossentropy_backward_k(active_kernels(), dlogits, probs, targets, N, V, dloss);
+}
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  residual_forward_k(active_kernels(), out, a, b, n);
+}
+void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  residual_backward_k(active_kernels(), da, db, dout, n);
+}
+void axpy(float* y, const float* x, float alpha, int64_t n) {
+  axpy_k(active_kernels(), y, x, alpha, n);
+}
+
+// ---- the scalar reference (nn/ops_kernels.h) -----------------------------------------------
+
+namespace ref {
+void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
+                       int64_t V, int64_t D) {
+  embedding_forward_k(opk::kernels_ref(), out, tokens, N, table, V, D);
+}
+void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
+                        int64_t V, int64_t D) {
+  embedding_backward_k(opk::kernels_ref(), dtable, dout, tokens, N, V, D);
+}
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
+                     int64_t D, float eps) {
+  rmsnorm_forward_k(opk::kernels_ref(), out, rstd, x, gain, N, D, eps);
+}
+void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
+                      const float* gain, const float* rstd, int64_t N, int64_t D) {
+  rmsnorm_backward_k(opk::kernels_ref(), dx, dgain, dout, x, gain, rstd, N, D);
+}
+void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
+  swiglu_forward_k(opk::kernels_ref(), h, a, N, F);
+}
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F) {
+  swiglu_backward_k(opk::kernels_ref(), da, dh, a, N, F);
+}
+double crossentropy_forward(float* probs, float* losses, const float* logits,
+                            const int32_t* targets, int64_t N, int64_t V) {
+  return crossentropy_forward_k(opk::kernels_ref(), probs, losses, logits, targets, N, V);
+}
+void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
+                           int64_t N, int64_t V, float dloss) {
+  crossentropy_backward_k(opk::kernels_ref(), dlogits, probs, targets, N, V, dloss);
+}
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  residual_forward_k(opk::kernels_ref(), out, a, b, n);
+}
+void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  residual_backward_k(opk::kernels_ref(), da, db, dout, n);
+}
+void axpy(float* y, const float* x, float alpha, int64_t n) {
+  axpy_k(opk::kernels_ref(), y, x, alpha, n);
+}
+}  // namespace ref
 
 }  // namespace mxtrain

@@ -6,6 +6,12 @@
 // thread sums a column over all rows in token order — so the order of additions, hence every
 // bit of the result, is the same for any thread count.
 //
+// Embedding, RMSNorm, SwiGLU, cross-entropy and the residual helpers run AVX-512 kernels when
+// active_isa() is avx512 or better, else the scalar reference (MXTRAIN_ISA=scalar forces it).
+// The two paths agree bit for bit except where the AVX-512 kernels use a vectorised exp
+// (SwiGLU, softmax; at most ~1 ulp per exp) or reassociate RMSNorm's row sums: see
+// docs/numerics.md, "FP32 model ops and AdamW".
+//
 // Conventions (the same for every function):
 //   * `*_forward` writes its outputs; `*_backward` ACCUMULATES (+=) into every gradient it
 //     writes — activation gradients (dx, dqkv, ...) and parameter gradients (dgain, dtable)
