@@ -147,9 +147,9 @@ double crossentropy_forward_k(const Kernels& k, float* probs, float* losses,
   MXT_CHECK(probs && logits && targets, "crossentropy_forward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1, "crossentropy_forward: N, V must be >= 1");
   check_tokens(targets, N, V, "target");
-  std::vector<float> own;
+  thread_local std::vector<float> own;  // per-token losses when the caller wants none; grown once
   if (!losses) {
-    own.resize(N);
+    if (own.size() < size_t(N)) own.resize(size_t(N));
     losses = own.data();
   }
   run(N * V, kParCeFwd, [&](int T, int t) {

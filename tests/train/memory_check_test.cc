@@ -23,7 +23,7 @@ TrainConfig config(const std::string& model, const std::string& training = "") {
 }
 
 TEST(MemoryCheck, ParameterCountMatchesTheBuiltModel) {
-  for (const std::string model :
+  for (const std::string& model :
        {std::string("d_model: 32, n_layers: 2, n_heads: 2, d_ff: 64, max_seq_len: 32"),
         std::string("d_model: 32, n_layers: 3, n_heads: 2, d_ff: 64, max_seq_len: 32, "
         "moe: {num_experts: 4, top_k: 2, d_ff: 48, every: 2}")}) {
