@@ -5,7 +5,8 @@
 // dispatch and argument errors.
 //
 // Tolerances are relative to the largest magnitude of the reference tensor (kBlockOrder,
-// kFp32Ref, kBf16VsFp32 below, each with its reason).
+// kFp32Ref, kBf16VsFp32 below, each with its reason). ATTN_TEST_VERBOSE=1 in the environment
+// prints every measured worst difference (and the exp error) to stderr.
 #include <gtest/gtest.h>
 #include <omp.h>
 
