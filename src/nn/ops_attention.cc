@@ -1,23 +1,230 @@
-// nn/ops_attention.cc — causal multi-head self-attention core (nn/ops.h).
+// nn/ops_attention.cc — causal multi-head self-attention core (nn/ops.h): argument checks,
+// kernel dispatch, and the portable reference kernel.
 //
 // Sits between the qkv projection and the output projection of every transformer layer:
-// packed qkv [B*T, 3*D] -> out [B*T, D]. Sizes are small (T <= a few hundred, head_dim
-// 32-64), so plain loops over (batch, head, query) are used instead of GEMM calls. The forward
-// saves the softmax probabilities [B, H, T, T] for the backward. Work is split by (batch, head)
-// pairs; every output element is written by one thread, so the result does not depend on the
-// thread count. Each pair first transposes its K (forward) or V (backward) columns to [hd, T],
-// which turns the per-key dot products into contiguous multiply-adds over keys that vectorise
-// without reordering any sum.
+// packed qkv [B*T, 3*D] -> out [B*T, D]. The algorithm is FlashAttention-2's: the forward
+// walks the key blocks of one query block with an online softmax (running max m and sum l per
+// query, the partial output rescaled by exp(m_old - m_new) whenever m grows) and saves only
+// lse = m + log l per query; the backward recomputes each score block from qkv and lse
+// (P = exp(S - lse)) and needs only D_q = rowsum(dO ∘ O) besides. Block sizes and the
+// transposed S^T[key][query] layout are shared with the AVX-512 kernel
+// (nn/attention_kernels.h), so the reference differs from it only in summation order inside
+// the block products and in exp. Loops are written so that the inner loop runs over
+// contiguous queries or head columns and vectorises without reordering any sum.
+//
+// Work split (both kernels): the forward over (batch, head, query block), the backward over
+// (batch, head) — one thread owns a whole head, since dK/dV of a key block collect every later
+// query block and dQ of a query block every earlier key block. Every output element is written
+// by one thread in a fixed order, so nothing depends on the thread count.
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "mxtrain/common.h"
+#include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
+#include "nn/attention_kernels.h"
 
 namespace mxtrain {
+namespace attn_detail {
+namespace {
+
+constexpr int64_t BL = kAttnBlock;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// dst[r][c] = op(src[r * ld + c]) for r < rows, c < cols (op = BF16 rounding or identity).
+void load_rows(float* dst, const float* src, int64_t ld, int64_t rows, int64_t cols, bool bf16) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = src[r * ld + c];
+      dst[r * cols + c] = bf16 ? round_bf16(v) : v;
+    }
+}
+
+// xt[c][r] = x[r][c]: x [rows, cols] -> xt [cols, ldt].
+void transpose(float* xt, int64_t ldt, const float* x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) xt[c * ldt + r] = x[r * cols + c];
+}
+
+// st[s][q] = Σ_k a[s][k] · bt[k][q] for s < ns, q < nq, summed in k order.
+// a: [ns, hd]; bt: [hd, ldb] (the other operand transposed); st: [ns, BL].
+void scores_t(float* st, const float* a, const float* bt, int64_t ldb, int64_t ns, int64_t nq,
+              int64_t hd) {
+  for (int64_t s = 0; s < ns; ++s) {
+    float* row = st + s * BL;
+    for (int64_t q = 0; q < nq; ++q) row[q] = 0.f;
+    for (int64_t k = 0; k < hd; ++k) {
+      const float ak = a[s * hd + k];
+      const float* b = bt + k * ldb;
+#pragma omp simd
+      for (int64_t q = 0; q < nq; ++q) row[q] += ak * b[q];
+    }
+  }
+}
+
+// c[m][n] += Σ_j op(w(m, j)) · x[j][n] for m < M, n < hd, summed in j order; w(m, j) =
+// w[m * wm + j * wj] (FP32, rounded here), x: [J, hd] already rounded.
+void accumulate(float* c, const float* w, int64_t wm, int64_t wj, const float* x, int64_t M,
+                int64_t J, int64_t hd, bool bf16) {
+  for (int64_t m = 0; m < M; ++m) {
+    float* cm = c + m * hd;
+    for (int64_t j = 0; j < J; ++j) {
+      const float wv = w[m * wm + j * wj];
+      const float f = bf16 ? round_bf16(wv) : wv;
+      const float* xj = x + j * hd;
+#pragma omp simd
+      for (int64_t n = 0; n < hd; ++n) cm[n] += f * xj[n];
+    }
+  }
+}
+
+}  // namespace
+
+// Per (b, h, query block [q0, q0 + nq)), for key blocks [s0, s0 + nk) up to the diagonal:
+//   S^T[s][q] = scale · op(k_s)·op(q_q), -inf where s0 + s > q0 + q
+//   m_new = max(m, max_s S^T[s][q]); alpha = exp(m - m_new); P^T = exp(S^T - m_new)
+//   l = alpha l + Σ_s P^T[s][q];  o_q = alpha o_q + Σ_s op(P^T[s][q]) op(v_s)
+// then out_q = o_q · (1 / l), lse_q = m + log l.
+void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                           int64_t D, int64_t H, AttnPrecision p) {
+  const int64_t hd = D / H, C3 = 3 * D, nqb = (T + BL - 1) / BL;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const bool bf16 = p == AttnPrecision::bf16;
+#pragma omp parallel
+  {
+    std::vector<float> qo(BL * hd), qt(hd * BL), ko(BL * hd), vo(BL * hd), o(BL * hd);
+    std::vector<float> st(BL * BL), m(BL), l(BL), alpha(BL);
+#pragma omp for collapse(3) schedule(dynamic)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t qb = 0; qb < nqb; ++qb) {
+          const float* base = qkv + b * T * C3 + h * hd;
+          const int64_t q0 = qb * BL, nq = std::min(BL, T - q0);
+          load_rows(qo.data(), base + q0 * C3, C3, nq, hd, bf16);
+          transpose(qt.data(), BL, qo.data(), nq, hd);
+          std::fill(m.begin(), m.end(), kNegInf);
+          std::fill(l.begin(), l.end(), 0.f);
+          std::fill(o.begin(), o.end(), 0.f);
+          for (int64_t kb = 0; kb <= qb; ++kb) {
+            const int64_t s0 = kb * BL, nk = std::min(BL, T - s0);
+            load_rows(ko.data(), base + s0 * C3 + D, C3, nk, hd, bf16);
+            load_rows(vo.data(), base + s0 * C3 + 2 * D, C3, nk, hd, bf16);
+            scores_t(st.data(), ko.data(), qt.data(), BL, nk, nq, hd);
+            for (int64_t s = 0; s < nk; ++s)
+              for (int64_t q = 0; q < nq; ++q) {
+                float& x = st[s * BL + q];
+                x = s0 + s > q0 + q ? kNegInf : x * scale;
+              }
+            for (int64_t q = 0; q < nq; ++q) {
+              float mb = m[q];
+              for (int64_t s = 0; s < nk; ++s) mb = std::max(mb, st[s * BL + q]);
+              alpha[q] = std::exp(m[q] - mb);  // exp(-inf) = 0 on the first block
+              m[q] = mb;
+            }
+            for (int64_t s = 0; s < nk; ++s)
+              for (int64_t q = 0; q < nq; ++q) {
+                float& x = st[s * BL + q];
+                x = s0 + s > q0 + q ? 0.f : std::exp(x - m[q]);
+              }
+            for (int64_t q = 0; q < nq; ++q) {
+              float sum = 0.f;
+              for (int64_t s = 0; s < nk; ++s) sum += st[s * BL + q];
+              l[q] = alpha[q] * l[q] + sum;
+              for (int64_t n = 0; n < hd; ++n) o[q * hd + n] *= alpha[q];
+            }
+            accumulate(o.data(), st.data(), 1, BL, vo.data(), nq, nk, hd, bf16);
+          }
+          for (int64_t q = 0; q < nq; ++q) {
+            const float inv = 1.f / l[q];
+            float* dst = out + (b * T + q0 + q) * D + h * hd;
+            for (int64_t n = 0; n < hd; ++n) dst[n] = o[q * hd + n] * inv;
+            lse[(b * H + h) * T + q0 + q] = m[q] + std::log(l[q]);
+          }
+        }
+  }
+}
+
+// Per (b, h): D_q = Σ_n dO[q][n] O[q][n] (FP32, unrounded). Then for every key block and every
+// query block from the diagonal on:
+//   P^T[s][q] = exp(scale · op(k_s)·op(q_q) - lse_q) (0 where s0 + s > q0 + q)
+//   dP^T[s][q] = op(v_s)·op(dO_q);  dS^T = P^T (dP^T - D_q)
+//   dv_s += Σ_q op(P^T) op(dO_q);  dk_s += Σ_q op(dS^T) op(q_q);  dq_q += Σ_s op(dS^T) op(k_s)
+// and dK = scale · dk, dV = dv, dQ = scale · dq are written.
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                            AttnPrecision p) {
+  const int64_t hd = D / H, C3 = 3 * D, nb = (T + BL - 1) / BL;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const bool bf16 = p == AttnPrecision::bf16;
+#pragma omp parallel
+  {
+    std::vector<float> qo(T * hd), qt(hd * T), go(T * hd), gt(hd * T), dq(T * hd), dd(T);
+    std::vector<float> ko(BL * hd), vo(BL * hd), dk(BL * hd), dv(BL * hd);
+    std::vector<float> pt(BL * BL), dst(BL * BL);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h) {
+        const float* base = qkv + b * T * C3 + h * hd;
+        const float* g = dout + b * T * D + h * hd;
+        const float* o = out + b * T * D + h * hd;
+        const float* ls = lse + (b * H + h) * T;
+        load_rows(qo.data(), base, C3, T, hd, bf16);
+        load_rows(go.data(), g, D, T, hd, bf16);
+        transpose(qt.data(), T, qo.data(), T, hd);
+        transpose(gt.data(), T, go.data(), T, hd);
+        for (int64_t q = 0; q < T; ++q) {
+          float s = 0.f;
+          for (int64_t n = 0; n < hd; ++n) s += g[q * D + n] * o[q * D + n];
+          dd[q] = s;
+        }
+        std::fill(dq.begin(), dq.end(), 0.f);
+        for (int64_t kb = 0; kb < nb; ++kb) {
+          const int64_t s0 = kb * BL, nk = std::min(BL, T - s0);
+          load_rows(ko.data(), base + s0 * C3 + D, C3, nk, hd, bf16);
+          load_rows(vo.data(), base + s0 * C3 + 2 * D, C3, nk, hd, bf16);
+          std::fill(dk.begin(), dk.end(), 0.f);
+          std::fill(dv.begin(), dv.end(), 0.f);
+          for (int64_t qb = kb; qb < nb; ++qb) {
+            const int64_t q0 = qb * BL, nq = std::min(BL, T - q0);
+            scores_t(pt.data(), ko.data(), qt.data() + q0, T, nk, nq, hd);
+            scores_t(dst.data(), vo.data(), gt.data() + q0, T, nk, nq, hd);
+            for (int64_t s = 0; s < nk; ++s)
+              for (int64_t q = 0; q < nq; ++q) {
+                float& pv = pt[s * BL + q];
+                float& ds = dst[s * BL + q];
+                pv = s0 + s > q0 + q ? 0.f : std::exp(pv * scale - ls[q0 + q]);
+                ds = pv * (ds - dd[q0 + q]);
+              }
+            accumulate(dv.data(), pt.data(), BL, 1, go.data() + q0 * hd, nk, nq, hd, bf16);
+            accumulate(dk.data(), dst.data(), BL, 1, qo.data() + q0 * hd, nk, nq, hd, bf16);
+            accumulate(dq.data() + q0 * hd, dst.data(), 1, BL, ko.data(), nq, nk, hd, bf16);
+          }
+          for (int64_t s = 0; s < nk; ++s) {
+            float* dkr = dqkv + (b * T + s0 + s) * C3 + D + h * hd;
+            for (int64_t n = 0; n < hd; ++n) {
+              dkr[n] = scale * dk[s * hd + n];
+              dkr[D + n] = dv[s * hd + n];
+            }
+          }
+        }
+        for (int64_t q = 0; q < T; ++q)
+          for (int64_t n = 0; n < hd; ++n)
+            dqkv[(b * T + q) * C3 + h * hd + n] = scale * dq[q * hd + n];
+      }
+  }
+}
+
+bool attention_uses_avx512(AttnPrecision p) {
+  return p == AttnPrecision::bf16 && active_isa() >= Isa::avx512 &&
+         cpu_features().avx512_bf16;
+}
+
+}  // namespace attn_detail
+
 namespace {
 
 void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char* fn) {
@@ -28,115 +235,25 @@ void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char
 
 }  // namespace
 
-namespace {
-
-// kt: [hd, T] = the head's K (or V) columns transposed, so that q·k_s for all s becomes hd
-// contiguous axpy passes over s (vectorisable without reassociating any sum).
-void transpose_head(float* kt, const float* base, int64_t T, int64_t C3, int64_t hd) {
-  for (int64_t s = 0; s < T; ++s)
-    for (int64_t i = 0; i < hd; ++i) kt[i * T + s] = base[s * C3 + i];
-}
-
-}  // namespace
-
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
-                       int64_t D, int64_t H) {
-  MXT_CHECK(out && probs && qkv, "attention_forward: null pointer");
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                       int64_t D, int64_t H, AttnPrecision p) {
+  MXT_CHECK(out && lse && qkv, "attention_forward: null pointer");
   check_attention_args(B, T, D, H, "attention_forward");
-  const int64_t hd = D / H, C3 = 3 * D;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-#pragma omp parallel
-  {
-    std::vector<float> kt(hd * T);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        transpose_head(kt.data(), qkv + b * T * C3 + D + h * hd, T, C3, hd);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* q = qkv + (b * T + t) * C3 + h * hd;
-          float* p = probs + ((b * H + h) * T + t) * T;
-          const int64_t n = t + 1;  // keys 0..t
-          for (int64_t s = 0; s < n; ++s) p[s] = 0.f;
-          for (int64_t i = 0; i < hd; ++i) {
-            const float qi = q[i] * scale;
-            const float* k = kt.data() + i * T;
-#pragma omp simd
-            for (int64_t s = 0; s < n; ++s) p[s] += qi * k[s];
-          }
-          float mx = p[0];
-          for (int64_t s = 1; s < n; ++s) mx = std::max(mx, p[s]);
-          float sum = 0.f;
-          for (int64_t s = 0; s < n; ++s) {
-            p[s] = std::exp(p[s] - mx);
-            sum += p[s];
-          }
-          const float inv = 1.f / sum;
-          for (int64_t s = 0; s < n; ++s) p[s] *= inv;
-          for (int64_t s = n; s < T; ++s) p[s] = 0.f;
-          float* o = out + (b * T + t) * D + h * hd;
-          for (int64_t i = 0; i < hd; ++i) o[i] = 0.f;
-          for (int64_t s = 0; s < n; ++s) {
-            const float* v = qkv + (b * T + s) * C3 + 2 * D + h * hd;
-            const float ps = p[s];
-#pragma omp simd
-            for (int64_t i = 0; i < hd; ++i) o[i] += ps * v[i];
-          }
-        }
-      }
-    }
-  }
+  if (attn_detail::attention_uses_avx512(p))
+    attn_detail::attention_forward_avx512(out, lse, qkv, B, T, D, H);
+  else
+    attn_detail::attention_forward_ref(out, lse, qkv, B, T, D, H, p);
 }
 
-// For one (b, h) and query t, with p = probs row, g = dout row:
-//   dp[s]  = g · v_s            dv_s += p[s] g
-//   ds[s]  = p[s] (dp[s] - Σ_u p[u] dp[u])
-//   dq_t  += scale Σ_s ds[s] k_s      dk_s += scale ds[s] q_t
-// dk and dv collect contributions from every query, so one thread owns a whole (b, h).
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                        int64_t B, int64_t T, int64_t D, int64_t H) {
-  MXT_CHECK(dqkv && dout && qkv && probs, "attention_backward: null pointer");
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                        AttnPrecision p) {
+  MXT_CHECK(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
   check_attention_args(B, T, D, H, "attention_backward");
-  const int64_t hd = D / H, C3 = 3 * D;
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-#pragma omp parallel
-  {
-    std::vector<float> ds(T), vt(hd * T);
-#pragma omp for collapse(2) schedule(static)
-    for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < H; ++h) {
-        transpose_head(vt.data(), qkv + b * T * C3 + 2 * D + h * hd, T, C3, hd);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* p = probs + ((b * H + h) * T + t) * T;
-          const float* g = dout + (b * T + t) * D + h * hd;
-          const float* q = qkv + (b * T + t) * C3 + h * hd;
-          float* dq = dqkv + (b * T + t) * C3 + h * hd;
-          const int64_t n = t + 1;
-          for (int64_t s = 0; s < n; ++s) ds[s] = 0.f;
-          for (int64_t i = 0; i < hd; ++i) {
-            const float gi = g[i];
-            const float* v = vt.data() + i * T;
-#pragma omp simd
-            for (int64_t s = 0; s < n; ++s) ds[s] += gi * v[s];
-          }
-          float psum = 0.f;
-          for (int64_t s = 0; s < n; ++s) psum += p[s] * ds[s];
-          for (int64_t s = 0; s < n; ++s) {
-            const float ps = p[s];
-            const float d = ps * (ds[s] - psum) * scale;
-            const float* k = qkv + (b * T + s) * C3 + D + h * hd;
-            float* dk = dqkv + (b * T + s) * C3 + D + h * hd;
-            float* dv = dk + D;
-#pragma omp simd
-            for (int64_t i = 0; i < hd; ++i) {
-              dq[i] += d * k[i];
-              dk[i] += d * q[i];
-              dv[i] += ps * g[i];
-            }
-          }
-        }
-      }
-    }
-  }
+  if (attn_detail::attention_uses_avx512(p))
+    attn_detail::attention_backward_avx512(dqkv, dout, qkv, out, lse, B, T, D, H);
+  else
+    attn_detail::attention_backward_ref(dqkv, dout, qkv, out, lse, B, T, D, H, p);
 }
 
 }  // namespace mxtrain

@@ -7,13 +7,16 @@
 // the backward walks the layers in reverse with one set of shared scratch gradients.
 //
 // What is saved between forward and backward (docs/design.md, "Saved for backward"): the
-// inputs of the Linears (ln1, atty, ln2, h, lnf) are needed only by those Linears' wgrad — no
+// inputs of the Linears (ln1, ln2, h, lnf) are needed only by those Linears' wgrad — no
 // elementwise backward reads them — so when a Linear keeps its own copy (bf16: BF16;
 // mxfp8 with defer_backward_quant off: FP8 colwise) the FP32 input is written into one shared
 // scratch buffer and overwritten by the next one. Only a Linear with defer on (which keeps a
 // reference and quantizes at backward), the FP32 reference path, and an MoE block (its router
-// backward reads its input) get a per-layer FP32 input. GEMMs go through Linear/GroupedLinear
-// in the precision the resolver chose; everything else is FP32 (nn/ops.h, nn/moe.h).
+// backward reads its input) get a per-layer FP32 input. The attention output atty is always
+// per layer: attention's backward reads it (with the row log-sum-exp lse) besides proj's
+// wgrad. GEMMs go through Linear/GroupedLinear in the precision the resolver chose; attention
+// multiplies BF16 operands (FP32 in the reference mode); everything else is FP32 (nn/ops.h,
+// nn/moe.h).
 #include "mxtrain/nn/transformer.h"
 
 #include <algorithm>
@@ -99,7 +102,8 @@ struct GPT::Layer {
   std::unique_ptr<MoELayer> experts;
   LinearSaved s_qkv, s_proj, s_fc1, s_fc2;
   // Activations of the last forward, [N, ...] with N = B*T.
-  std::vector<float> ln1, rstd1, qkv_out, probs, atty, resid_mid, ln2, rstd2, fc1_out, h;
+  // atty (attention output) is always this layer's own: attention's backward reads it.
+  std::vector<float> ln1, rstd1, qkv_out, lse, atty, resid_mid, ln2, rstd2, fc1_out, h;
 };
 
 GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed) : cfg_(cfg) {
@@ -235,7 +239,7 @@ size_t GPT::activation_bytes() const {
   size_t n = 0;
   for (const auto& r : resid_) n += r.size();
   for (const auto& L : layers_)
-    n += L->ln1.size() + L->rstd1.size() + L->qkv_out.size() + L->probs.size() +
+    n += L->ln1.size() + L->rstd1.size() + L->qkv_out.size() + L->lse.size() +
          L->atty.size() + L->resid_mid.size() + L->ln2.size() + L->rstd2.size() +
          L->fc1_out.size() + L->h.size() + (L->moe ? L->experts->activation_bytes() / sizeof(float) : 0);
   n += lnf_.size() + rstdf_.size() + logits_.size();
@@ -251,7 +255,8 @@ void GPT::ensure_buffers(int B, int T) {
   for (auto& L : layers_) {
     L->rstd1.resize(N);
     L->qkv_out.resize(N * 3 * D);
-    L->probs.resize(int64_t(B) * H * T * T);
+    L->lse.resize(N * H);
+    L->atty.resize(N * D);
     L->resid_mid.resize(N * D);
     if (L->moe) L->ln2.resize(N * D);  // the router's backward reads it
     L->rstd2.resize(N);
@@ -270,6 +275,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   ensure_buffers(B, T);
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
   const float eps = cfg_.rms_eps;
+  const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
   embedding_forward(resid_[0].data(), tokens, N, embed_.value.data(), V, D);
   double aux = 0.0;
   size_t held = 0;
@@ -281,9 +287,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     linear_forward(fp32_ref_, L.qkv, ln1, N, L.qkv_out.data(), L.s_qkv);
     after(L.qkv.name(), WeightUse::forward);
     if (cfg_.rope_theta > 0.f) rope_forward(L.qkv_out.data(), rope_, B, T, D, H);
-    float* atty = linear_input(L.proj, L.atty, N * D);
-    attention_forward(atty, L.probs.data(), L.qkv_out.data(), B, T, D, H);
-    linear_forward(fp32_ref_, L.proj, atty, N, branch_.data(), L.s_proj);
+    attention_forward(L.atty.data(), L.lse.data(), L.qkv_out.data(), B, T, D, H, attn_prec);
+    linear_forward(fp32_ref_, L.proj, L.atty.data(), N, branch_.data(), L.s_proj);
     after(L.proj.name(), WeightUse::forward);
     residual_forward(L.resid_mid.data(), x, branch_.data(), N * D);
     if (L.moe) {
@@ -349,6 +354,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   dfc1_.resize(N * 2 * cfg_.d_ff);
   dh_.resize(N * cfg_.d_ff);
   const float daux = grad_scale * cfg_.aux_loss_coef;
+  const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
 
   // logits_ holds the probabilities; turn them into dlogits in place.
   crossentropy_backward(logits_.data(), logits_.data(), targets, N, V, grad_scale / float(N));
@@ -377,9 +383,8 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
                      L.mlp_norm.value.data(), L.rstd2.data(), N, D);
     linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
     after(L.proj.name(), WeightUse::backward);
-    std::fill(dqkv_.begin(), dqkv_.end(), 0.f);
-    attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.probs.data(), B, T, D,
-                       H);
+    attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.atty.data(),
+                       L.lse.data(), B, T, D, H, attn_prec);  // writes dqkv_
     if (cfg_.rope_theta > 0.f) rope_backward(dqkv_.data(), rope_, B, T, D, H);
     linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
     after(L.qkv.name(), WeightUse::backward);

@@ -52,10 +52,10 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
   if (get_recipe(cfg.precision.recipe).quantized()) e.quantized_bytes = e.parameters;
 
   // Activations kept for backward, FP32, per token and layer: normed inputs (2D), QKV (3D),
-  // attention output and residual (2D), H*T attention probabilities, SwiGLU fc1 output and
-  // product (3F; experts: top_k visits of 3*Fe).
+  // attention output and residual (2D), the attention row log-sum-exp (H), SwiGLU fc1 output
+  // and product (3F; experts: top_k visits of 3*Fe).
   const double tokens = B * T;
-  const double dense_tok = 7 * D + H * T + 3 * F, moe_tok = 7 * D + H * T + K * 3 * Fe + E;
+  const double dense_tok = 7 * D + H + 3 * F, moe_tok = 7 * D + H + K * 3 * Fe + E;
   e.activation_bytes = 4 * tokens * (n_dense * dense_tok + n_moe * moe_tok) + 8 * tokens * V;
   // Workspaces: the widest layer's output and input gradient, FP32.
   const double widest = std::max({3 * D, 2 * F, n_moe > 0 ? K * 2 * Fe : 0.0, V});

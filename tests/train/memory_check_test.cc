@@ -40,8 +40,8 @@ TEST(MemoryCheck, EstimateAddsUp) {
   EXPECT_EQ(e.param_grad_bytes, 8 * e.parameters);
   EXPECT_EQ(e.optimizer_bytes, 8 * e.parameters);
   EXPECT_EQ(e.quantized_bytes, e.parameters);  // mxfp8: one byte per weight
-  // Activations: 128 tokens x 2 layers x (7*64 + 2*32 + 3*128) floats + logits and grads.
-  EXPECT_EQ(e.activation_bytes, 4.0 * 128 * 2 * (7 * 64 + 2 * 32 + 3 * 128) + 8.0 * 128 * 256);
+  // Activations: 128 tokens x 2 layers x (7*64 + 2 + 3*128) floats + logits and grads.
+  EXPECT_EQ(e.activation_bytes, 4.0 * 128 * 2 * (7 * 64 + 2 + 3 * 128) + 8.0 * 128 * 256);
   EXPECT_EQ(e.workspace_bytes, 8.0 * 128 * 256);
 }
 

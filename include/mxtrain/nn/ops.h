@@ -1,10 +1,11 @@
 // mxtrain/nn/ops.h — the model's non-GEMM layers as forward/backward pairs (llm.c style).
 //
-// Everything here is FP32, row-major, and runs on OpenMP threads. Results never depend on the
-// number of threads: work is split so that every output element is written by exactly one
-// thread, and every reduction over token rows (dgain, dtable, ...) is split by COLUMNS — one
-// thread sums a column over all rows in token order — so the order of additions, hence every
-// bit of the result, is the same for any thread count.
+// Everything here is FP32 (attention's block products may take BF16 operands, see
+// AttnPrecision), row-major, and runs on OpenMP threads. Results never depend on the number of
+// threads: work is split so that every output element is written by exactly one thread, and
+// every reduction over token rows (dgain, dtable, ...) is split by COLUMNS — one thread sums a
+// column over all rows in token order — so the order of additions, hence every bit of the
+// result, is the same for any thread count.
 //
 // Embedding, RMSNorm, SwiGLU, cross-entropy and the residual helpers run AVX-512 kernels when
 // active_isa() is avx512 or better, else the scalar reference (MXTRAIN_ISA=scalar forces it).
@@ -14,10 +15,12 @@
 //
 // Conventions (the same for every function):
 //   * `*_forward` writes its outputs; `*_backward` ACCUMULATES (+=) into every gradient it
-//     writes — activation gradients (dx, dqkv, ...) and parameter gradients (dgain, dtable)
+//     writes — activation gradients (dx, da, ...) and parameter gradients (dgain, dtable)
 //     alike — so the caller zeroes a gradient buffer once and several branches may add into
-//     it. The one exception is crossentropy_backward, which writes dlogits (it is the root of
-//     the backward pass and may work in place over the saved probabilities).
+//     it. Two exceptions WRITE their gradient: crossentropy_backward (dlogits; it is the root
+//     of the backward pass and may work in place over the saved probabilities) and
+//     attention_backward (dqkv; the qkv projection is its only consumer, and writing spares
+//     the caller a zero fill of [B*T, 3*D]).
 //   * N is the number of token rows (B*T), D the model width, V the vocabulary size.
 //   * Public functions check their arguments (mxtrain::Error naming what to fix); the loops
 //     behind them do not.
@@ -46,15 +49,28 @@ void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x
 
 // ---- causal multi-head self-attention core ----------------------------------------------
 // qkv: [B*T, 3*D] packed as [q | k | v], head h owning columns h*hd .. (h+1)*hd - 1 of each
-// third (hd = D / H). out: [B*T, D], heads concatenated the same way.
-// probs: [B, H, T, T] softmax(q·k^T / sqrt(hd)) with the causal mask, saved for backward
-// (entries above the diagonal are written as 0). Saving the probabilities costs
-// B*H*T*T floats (2 MiB for B=8, H=4, T=128) and spares the backward a second softmax.
-void attention_forward(float* out, float* probs, const float* qkv, int64_t B, int64_t T,
-                       int64_t D, int64_t H);
-// dqkv: [B*T, 3*D] +=; dout: [B*T, D]; qkv, probs as saved by the forward.
-void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* probs,
-                        int64_t B, int64_t T, int64_t D, int64_t H);
+// third (hd = D / H). out: [B*T, D], heads concatenated the same way. Blocked FlashAttention-2:
+// no [T, T] tensor is stored; the forward saves lse and the caller keeps out, and the backward
+// recomputes the scores block by block (docs/numerics.md, "Attention").
+//
+// Precision of the block products S = q·k^T, P·v (forward) and the backward's S, dP = dO·v^T,
+// P^T·dO, dS·k, dS^T·q:
+//   fp32  every operand FP32 (the model's FP32 reference mode, finite-difference checks);
+//   bf16  operands q, k, v, P, dO, dS rounded to BF16 (nearest even), FP32 accumulation.
+// Softmax, exp, lse and every accumulator are FP32 in both. bf16 runs an AVX512-BF16 kernel
+// when active_isa() >= avx512 and the CPU has AVX512-BF16, the portable reference otherwise
+// (MXTRAIN_ISA=scalar selects it); fp32 always runs the reference.
+enum class AttnPrecision { fp32, bf16 };
+
+// out: [B*T, D]; lse: [B, H, T], lse[b,h,t] = log Σ_{s<=t} exp(q_t·k_s / sqrt(hd)) — the only
+// statistic saved for backward (memory grows with T, not T^2).
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                       int64_t D, int64_t H, AttnPrecision p);
+// dqkv: [B*T, 3*D] WRITTEN (every element, not accumulated); dout: [B*T, D]; qkv, and out and
+// lse as the forward wrote them (same precision p).
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
+                        const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                        AttnPrecision p);
 
 // ---- SwiGLU: h = silu(gate) * up, fc1 output a = [gate | up] ----------------------------
 // h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).

@@ -5,9 +5,9 @@
 // growing until the kernel kills it. The estimate counts, in doubles (so absurd configs do
 // not overflow): FP32 parameters and gradients, AdamW's two FP32 moments, the quantized
 // weight copies of FP8 recipes, activations kept for backward at the configured micro-batch
-// (per layer and token: norms, QKV, attention probabilities, MLP or expert buffers; plus the
-// logits and their gradient), and GEMM workspaces for the widest layer. It is a lower bound
-// of the real footprint (allocator slack, oneDNN and MPI buffers are not counted), so a
+// (per layer and token: norms, QKV, attention output and log-sum-exp, MLP or expert buffers;
+// plus the logits and their gradient), and GEMM workspaces for the widest layer. It is a lower
+// bound of the real footprint (allocator slack, oneDNN and MPI buffers are not counted), so a
 // refusal is certain to be right. The limit is the smaller of physical memory
 // (sysconf) and the cgroup v2 limit (/sys/fs/cgroup/memory.max).
 #pragma once

@@ -1,0 +1,429 @@
+// nn/attention_avx512.cc — blocked causal attention (AttnPrecision::bf16) on AVX512-BF16.
+//
+// The algorithm, block sizes, work split and S^T[key][query] layout are those of the
+// reference (nn/ops_attention.cc, attention_*_ref); read that first. Here every block product
+// is a VDPBF16PS GEMM on packed BF16 tiles: B operands as pairs along the contraction,
+// [K/2][N] dwords (one dword = the BF16 pair (k, k+1) of one column, the VNNI layout), A
+// operands as one dword per (row, pair), broadcast by the micro-kernel (6 rows x 64 columns,
+// 24 FP32 accumulators). Softmax statistics run 16 queries per vector, so max, sum and the
+// rescale are vertical operations over key rows, in key order as in the reference.
+//
+// Packed forms (hd head columns, kp = ceil(hd/2) pairs; pads are zero):
+//   rows   X [n][ld] dwords, pairs along the head columns       (A: K, V, P^T, dS^T)
+//   rows^T X^T [kp][ld] dwords, the rows form transposed         (B: Q^T, dO^T)
+//   pairs  X [n/2][ld] dwords, pairs of consecutive rows         (B: V, K, Q, dO; A: P, dS)
+// Products (forward per query block, backward per (key block, query block) pair):
+//   S^T  = K · Q^T      [nk, nq]      rows(K) x rows^T(Q)
+//   dP^T = V · dO^T     [nk, nq]      rows(V) x rows^T(dO)
+//   O   += P · V        [nq, hd]      pairs(P^T) read as A (row stride 1) x pairs(V)
+//   dV  += P^T · dO     [nk, hd]      rows(P^T) x pairs(dO)
+//   dK  += dS^T · Q     [nk, hd]      rows(dS^T) x pairs(Q)
+//   dQ  += dS · K       [nq, hd]      pairs(dS^T) read as A x pairs(K)
+// Per thread (kept across calls): a few 64 x 64 tiles, the packed K and V of the head the
+// forward is on (each key block packed once per head and thread), the packed Q and dO of the
+// head the backward is on, and its dQ accumulators — O(T·hd); nothing is T x T.
+//
+// exp: x clamped to [-110, 100], k = round(x·log2 e), r = x - k·ln2 (two-part ln2),
+// e^r = 1 + r + r²·p5(r) (the Cephes expf polynomial), times 2^k by VSCALEFPS (which also
+// gives 0 below the FP32 range and inf above). Relative error below 2e-7 over [-87, 88]
+// [attention_test `FastExpIsAccurate`].
+// GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
+// maybe-uninitialized; they are not read.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "mxtrain/aligned.h"
+#include "nn/attention_kernels.h"
+
+namespace mxtrain::attn_detail {
+namespace {
+
+constexpr int64_t BL = kAttnBlock;
+constexpr int MR = 6;  // micro-tile rows
+
+using DwordBuf = std::vector<uint32_t, AlignedAllocator<uint32_t>>;
+using FloatBuf = std::vector<float, AlignedAllocator<float>>;
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+inline __mmask16 lanes(int64_t n) {
+  return n >= 16 ? __mmask16(0xFFFF) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1u);
+}
+
+// ---- exp ----------------------------------------------------------------------------------
+
+inline __m512 exp16(__m512 x) {
+  x = _mm512_max_ps(_mm512_set1_ps(-110.f), x);  // (a NaN x passes through both)
+  x = _mm512_min_ps(_mm512_set1_ps(100.f), x);
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.f));
+  return _mm512_scalef_ps(y, k);
+}
+
+// ---- packing --------------------------------------------------------------------------------
+
+// rows: dst[r][p] = (x[r][2p], x[r][2p+1]) in BF16 for r < n, p < ld (x: [n, cols], stride
+// lds; pairs past the columns are zero). ld is a multiple of 16.
+void pack_rows(uint32_t* dst, int64_t ld, const float* x, int64_t lds, int64_t n, int64_t cols) {
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c = 0; c < 2 * ld; c += 32) {
+      const __m512 lo = _mm512_maskz_loadu_ps(lanes(cols - c), x + r * lds + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(lanes(cols - c - 16), x + r * lds + c + 16);
+      _mm512_storeu_si512(dst + r * ld + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+}
+
+// rows^T: dst[p][r] = pair p of row r for p < kp, r < ldt (rows r >= n zero). tmp: n * 16 *
+// ceil(kp / 16) dwords.
+void pack_rows_t(uint32_t* dst, int64_t ldt, uint32_t* tmp, const float* x, int64_t lds,
+                 int64_t n, int64_t cols) {
+  const int64_t kp = (cols + 1) / 2, ld = round_up(kp, 16);
+  pack_rows(tmp, ld, x, lds, n, cols);
+  for (int64_t p = 0; p < kp; ++p) {
+    uint32_t* d = dst + p * ldt;
+    for (int64_t r = 0; r < n; ++r) d[r] = tmp[r * ld + p];
+    for (int64_t r = n; r < ldt; ++r) d[r] = 0;
+  }
+}
+
+// pairs: dst[p][c] = (x[2p][c], x[2p+1][c]) in BF16 for p < ceil(n/2), c < ld (a missing row
+// 2p+1 and columns past cols are zero). ld is a multiple of 16.
+void pack_pairs(uint32_t* dst, int64_t ld, const float* x, int64_t lds, int64_t n, int64_t cols) {
+  const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                       24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                       16, 0);
+  for (int64_t p = 0; 2 * p < n; ++p) {
+    const float* x0 = x + 2 * p * lds;
+    const bool odd = 2 * p + 1 < n;
+    for (int64_t c = 0; c < ld; c += 16) {
+      const __mmask16 m = lanes(cols - c);
+      const __m512 a = _mm512_maskz_loadu_ps(m, x0 + c);
+      const __m512 b = _mm512_maskz_loadu_ps(odd ? m : __mmask16(0), x0 + lds + c);
+      const __m512i ab = (__m512i)_mm512_cvtne2ps_pbh(b, a);  // [a | b] as 32 BF16
+      _mm512_storeu_si512(dst + p * ld + c, _mm512_permutexvar_epi16(idx, ab));
+    }
+  }
+}
+
+// ---- block products -------------------------------------------------------------------------
+
+// c[m][0, 16 NV) (+)= Σ_p A(m, p) · b[p][...] for m < MR_, A(m, p) = a[m * ars + p * aps].
+template <int MR_, int NV>
+void tile(const uint32_t* a, int64_t ars, int64_t aps, const uint32_t* b, int64_t ldb,
+          int64_t kp, float* c, int64_t ldc, bool acc) {
+  __m512 cr[MR_][NV];  // (fully unrolled below, so these stay in registers)
+#pragma GCC unroll 8
+  for (int m = 0; m < MR_; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v)
+      cr[m][v] = acc ? _mm512_loadu_ps(c + m * ldc + 16 * v) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_loadu_si512(b + p * ldb + 16 * v);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR_; ++m) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * ars + p * aps]));
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) cr[m][v] = _mm512_dpbf16_ps(cr[m][v], av, bv[v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR_; ++m)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) _mm512_storeu_ps(c + m * ldc + 16 * v, cr[m][v]);
+}
+
+using TileFn = void (*)(const uint32_t*, int64_t, int64_t, const uint32_t*, int64_t, int64_t,
+                        float*, int64_t, bool);
+template <int M>
+constexpr TileFn kRow[4] = {tile<M, 1>, tile<M, 2>, tile<M, 3>, tile<M, 4>};
+constexpr const TileFn* kTiles[MR] = {kRow<1>, kRow<2>, kRow<3>, kRow<4>, kRow<5>, kRow<6>};
+
+// C [M, N] (+)= A · B over kp pairs; N a multiple of 16. A(m, p) = a[m * ars + p * aps],
+// B: [kp][ldb] dwords, C: row stride ldc.
+void gemm(int64_t M, int64_t N, int64_t kp, const uint32_t* a, int64_t ars, int64_t aps,
+          const uint32_t* b, int64_t ldb, float* c, int64_t ldc, bool acc) {
+  for (int64_t n0 = 0; n0 < N; n0 += 64) {
+    const int64_t nv = std::min<int64_t>(4, (N - n0) / 16);
+    for (int64_t m0 = 0; m0 < M; m0 += MR) {
+      const int64_t mr = std::min<int64_t>(MR, M - m0);
+      kTiles[mr - 1][nv - 1](a + m0 * ars, ars, aps, b + n0, ldb, kp, c + m0 * ldc + n0, ldc,
+                             acc);
+    }
+  }
+}
+
+// ---- forward --------------------------------------------------------------------------------
+
+// Per-thread scratch, kept across calls (grown when a call needs more, never shrunk). kr and
+// vp hold the packed K and V of one head, `packed` key blocks of head `head` so far: a thread
+// walks consecutive query blocks of a head (static schedule), so it packs each block once.
+struct FwdScratch {
+  DwordBuf qt, tmp, kr, vp, pp;
+  FloatBuf st, o, m, l, alpha;
+  int64_t head = -1, packed = 0;
+  void fit(int64_t T, int64_t kq, int64_t hdp) {
+    const int64_t Tp = round_up(T, BL);
+    qt.resize(kq * BL), tmp.resize(BL * kq), kr.resize(Tp * kq), vp.resize(Tp / 2 * hdp);
+    pp.resize(BL / 2 * BL), st.resize(BL * BL), o.resize(BL * hdp), m.resize(BL);
+    l.resize(BL), alpha.resize(BL);
+    head = -1;  // qkv is another tensor now
+  }
+};
+
+FwdScratch& fwd_scratch() {
+  thread_local FwdScratch w;
+  return w;
+}
+
+// One query block [q0, q0 + nq) of head number `head`; base = its q columns of batch row 0.
+void forward_block(float* out, float* lse, const float* base, int64_t head, int64_t q0,
+                   int64_t T, int64_t D, int64_t hd, float scale, FwdScratch& w) {
+  const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
+  const int64_t nq = std::min(BL, T - q0), nqv = (nq + 15) / 16;
+  pack_rows_t(w.qt.data(), BL, w.tmp.data(), base + q0 * C3, C3, nq, hd);
+  for (int64_t g = 0; g < nqv; ++g) {
+    _mm512_storeu_ps(w.m.data() + 16 * g, _mm512_set1_ps(-INFINITY));
+    _mm512_storeu_ps(w.l.data() + 16 * g, _mm512_setzero_ps());
+  }
+  std::fill_n(w.o.data(), BL * hdp, 0.f);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  if (w.head != head) w.head = head, w.packed = 0;
+  for (int64_t s0 = 0; s0 <= q0; s0 += BL) {
+    const int64_t nk = std::min(BL, T - s0);
+    const uint32_t* kr = w.kr.data() + s0 * kq;
+    const uint32_t* vp = w.vp.data() + s0 / 2 * hdp;
+    if (s0 / BL >= w.packed) {
+      pack_rows(w.kr.data() + s0 * kq, kq, base + s0 * C3 + D, C3, nk, hd);
+      pack_pairs(w.vp.data() + s0 / 2 * hdp, hdp, base + s0 * C3 + 2 * D, C3, nk, hd);
+      w.packed = s0 / BL + 1;
+    }
+    gemm(nk, 16 * nqv, kp, kr, kq, 1, w.qt.data(), BL, w.st.data(), BL, false);
+    for (int64_t g = 0; g < nqv; ++g) {
+      const __m512i qi = _mm512_add_epi32(_mm512_set1_epi32(int(q0 + 16 * g)),
+                                          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
+                                                            11, 12, 13, 14, 15));
+      const __m512 m_old = _mm512_loadu_ps(w.m.data() + 16 * g);
+      __m512 mb = m_old;
+      for (int64_t s = 0; s < nk; ++s) {
+        float* x = w.st.data() + s * BL + 16 * g;
+        const __mmask16 keep = _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s)), qi,
+                                                     _MM_CMPINT_LE);
+        const __m512 v = _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), keep,
+                                            _mm512_loadu_ps(x), vscale);
+        _mm512_storeu_ps(x, v);
+        mb = _mm512_max_ps(mb, v);
+      }
+      _mm512_storeu_ps(w.alpha.data() + 16 * g, exp16(_mm512_sub_ps(m_old, mb)));
+      _mm512_storeu_ps(w.m.data() + 16 * g, mb);
+      __m512 sum = _mm512_setzero_ps();
+      for (int64_t s = 0; s < nk; ++s) {
+        float* x = w.st.data() + s * BL + 16 * g;
+        const __mmask16 keep = _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s)), qi,
+                                                     _MM_CMPINT_LE);
+        const __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(x), mb)));
+        _mm512_storeu_ps(x, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      const __m512 l = _mm512_loadu_ps(w.l.data() + 16 * g);
+      _mm512_storeu_ps(w.l.data() + 16 * g,
+                       _mm512_fmadd_ps(_mm512_loadu_ps(w.alpha.data() + 16 * g), l, sum));
+    }
+    for (int64_t q = 0; q < nq; ++q) {
+      const __m512 a = _mm512_set1_ps(w.alpha[q]);
+      for (int64_t n = 0; n < hdp; n += 16)
+        _mm512_storeu_ps(w.o.data() + q * hdp + n,
+                         _mm512_mul_ps(a, _mm512_loadu_ps(w.o.data() + q * hdp + n)));
+    }
+    pack_pairs(w.pp.data(), BL, w.st.data(), BL, nk, 16 * nqv);
+    gemm(nq, hdp, (nk + 1) / 2, w.pp.data(), 1, BL, vp, hdp, w.o.data(), hdp, true);
+  }
+  for (int64_t q = 0; q < nq; ++q) {
+    const __m512 inv = _mm512_set1_ps(1.f / w.l[q]);
+    float* dst = out + (q0 + q) * D;
+    for (int64_t n = 0; n < hd; n += 16)
+      _mm512_mask_storeu_ps(dst + n, lanes(hd - n),
+                            _mm512_mul_ps(_mm512_loadu_ps(w.o.data() + q * hdp + n), inv));
+    lse[q0 + q] = w.m[q] + std::log(w.l[q]);
+  }
+}
+
+}  // namespace
+
+void attention_forward_avx512(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                              int64_t D, int64_t H) {
+  const int64_t hd = D / H, nqb = (T + BL - 1) / BL;
+  const int64_t kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+#pragma omp parallel
+  {
+    FwdScratch& w = fwd_scratch();
+    w.fit(T, kq, hdp);
+#pragma omp for collapse(3) schedule(static)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t qb = 0; qb < nqb; ++qb)
+          forward_block(out + b * T * D + h * hd, lse + (b * H + h) * T,
+                        qkv + b * T * 3 * D + h * hd, b * H + h, qb * BL, T, D, hd, scale, w);
+  }
+}
+
+// ---- backward -------------------------------------------------------------------------------
+
+namespace {
+
+struct BwdScratch {
+  DwordBuf qt, gt, qp, gp, tmp, kr, vr, kpp, ptb, dsb, dsp;
+  FloatBuf dq, dd, ls, st, dpt, dk, dv;
+  void fit(int64_t T, int64_t kq, int64_t hdp) {
+    const int64_t Tp = round_up(T, BL);
+    qt.resize(kq * Tp), gt.resize(kq * Tp), qp.resize(Tp / 2 * hdp), gp.resize(Tp / 2 * hdp);
+    tmp.resize(T * kq), kr.resize(BL * kq), vr.resize(BL * kq), kpp.resize(BL / 2 * hdp);
+    ptb.resize(BL * BL / 2), dsb.resize(BL * BL / 2), dsp.resize(BL / 2 * BL);
+    dq.resize(T * hdp), dd.resize(Tp), ls.resize(Tp), st.resize(BL * BL), dpt.resize(BL * BL);
+    dk.resize(BL * hdp), dv.resize(BL * hdp);
+  }
+};
+
+BwdScratch& bwd_scratch() {
+  thread_local BwdScratch w;
+  return w;
+}
+
+// One head: base = its q columns of batch row 0 in qkv (and dqkv), g/o its columns in dout/out.
+void backward_head(float* dbase, const float* g, const float* base, const float* o,
+                   const float* lse, int64_t T, int64_t D, int64_t hd, float scale,
+                   BwdScratch& w) {
+  const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
+  const int64_t Tp = round_up(T, BL);
+  pack_rows_t(w.qt.data(), Tp, w.tmp.data(), base, C3, T, hd);
+  pack_rows_t(w.gt.data(), Tp, w.tmp.data(), g, D, T, hd);
+  std::fill_n(w.qp.data(), Tp / 2 * hdp, 0u);
+  std::fill_n(w.gp.data(), Tp / 2 * hdp, 0u);
+  pack_pairs(w.qp.data(), hdp, base, C3, T, hd);
+  pack_pairs(w.gp.data(), hdp, g, D, T, hd);
+  std::fill_n(w.dd.data(), Tp, 0.f);
+  std::fill_n(w.ls.data(), Tp, 0.f);
+  for (int64_t q = 0; q < T; ++q) {
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t n = 0; n < hd; n += 16) {
+      const __mmask16 m = lanes(hd - n);
+      acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, g + q * D + n),
+                            _mm512_maskz_loadu_ps(m, o + q * D + n), acc);
+    }
+    w.dd[q] = _mm512_reduce_add_ps(acc);
+    w.ls[q] = lse[q];
+  }
+  std::fill_n(w.dq.data(), T * hdp, 0.f);
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t s0 = 0; s0 < T; s0 += BL) {
+    const int64_t nk = std::min(BL, T - s0);
+    pack_rows(w.kr.data(), kq, base + s0 * C3 + D, C3, nk, hd);
+    pack_rows(w.vr.data(), kq, base + s0 * C3 + 2 * D, C3, nk, hd);
+    pack_pairs(w.kpp.data(), hdp, base + s0 * C3 + D, C3, nk, hd);
+    std::fill_n(w.dk.data(), BL * hdp, 0.f);
+    std::fill_n(w.dv.data(), BL * hdp, 0.f);
+    for (int64_t q0 = s0; q0 < T; q0 += BL) {
+      const int64_t nq = std::min(BL, T - q0), nqv = (nq + 15) / 16;
+      gemm(nk, 16 * nqv, kp, w.kr.data(), kq, 1, w.qt.data() + q0, Tp, w.st.data(), BL, false);
+      gemm(nk, 16 * nqv, kp, w.vr.data(), kq, 1, w.gt.data() + q0, Tp, w.dpt.data(), BL, false);
+      for (int64_t s = 0; s < nk; ++s) {
+        float* pr = w.st.data() + s * BL;
+        float* dr = w.dpt.data() + s * BL;
+        for (int64_t gq = 0; gq < 4; ++gq) {
+          __m512 p = _mm512_setzero_ps(), ds = _mm512_setzero_ps();
+          if (gq < nqv) {
+            const __m512i qi = _mm512_add_epi32(_mm512_set1_epi32(int(16 * gq)), iota);
+            const __mmask16 keep =
+                _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s - q0)), qi, _MM_CMPINT_LE) &
+                lanes(nq - 16 * gq);
+            const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(pr + 16 * gq), vscale,
+                                             _mm512_loadu_ps(w.ls.data() + q0 + 16 * gq));
+            p = _mm512_maskz_mov_ps(keep, exp16(x));
+            ds = _mm512_maskz_mul_ps(
+                keep, p,
+                _mm512_sub_ps(_mm512_loadu_ps(dr + 16 * gq),
+                              _mm512_loadu_ps(w.dd.data() + q0 + 16 * gq)));
+          }
+          _mm512_storeu_ps(dr + 16 * gq, ds);
+          if (gq % 2 == 1) {
+            const __m512 p_lo = _mm512_loadu_ps(pr + 16 * (gq - 1));
+            const __m512 d_lo = _mm512_loadu_ps(dr + 16 * (gq - 1));
+            _mm512_storeu_si512(w.ptb.data() + s * (BL / 2) + 8 * (gq - 1),
+                                (__m512i)_mm512_cvtne2ps_pbh(p, p_lo));
+            _mm512_storeu_si512(w.dsb.data() + s * (BL / 2) + 8 * (gq - 1),
+                                (__m512i)_mm512_cvtne2ps_pbh(ds, d_lo));
+          } else {
+            _mm512_storeu_ps(pr + 16 * gq, p);
+          }
+        }
+      }
+      const int64_t qpairs = 8 * nqv;  // query pairs, padded lanes zero
+      gemm(nk, hdp, qpairs, w.ptb.data(), BL / 2, 1, w.gp.data() + q0 / 2 * hdp, hdp,
+           w.dv.data(), hdp, true);
+      gemm(nk, hdp, qpairs, w.dsb.data(), BL / 2, 1, w.qp.data() + q0 / 2 * hdp, hdp,
+           w.dk.data(), hdp, true);
+      pack_pairs(w.dsp.data(), BL, w.dpt.data(), BL, nk, 16 * nqv);
+      gemm(nq, hdp, (nk + 1) / 2, w.dsp.data(), 1, BL, w.kpp.data(), hdp,
+           w.dq.data() + q0 * hdp, hdp, true);
+    }
+    for (int64_t s = 0; s < nk; ++s) {
+      float* dkr = dbase + (s0 + s) * C3 + D;
+      for (int64_t n = 0; n < hd; n += 16) {
+        const __mmask16 m = lanes(hd - n);
+        _mm512_mask_storeu_ps(dkr + n, m,
+                              _mm512_mul_ps(vscale, _mm512_loadu_ps(w.dk.data() + s * hdp + n)));
+        _mm512_mask_storeu_ps(dkr + D + n, m, _mm512_loadu_ps(w.dv.data() + s * hdp + n));
+      }
+    }
+  }
+  for (int64_t q = 0; q < T; ++q)
+    for (int64_t n = 0; n < hd; n += 16)
+      _mm512_mask_storeu_ps(dbase + q * C3 + n, lanes(hd - n),
+                            _mm512_mul_ps(vscale, _mm512_loadu_ps(w.dq.data() + q * hdp + n)));
+}
+
+}  // namespace
+
+void attention_backward_avx512(float* dqkv, const float* dout, const float* qkv,
+                               const float* out, const float* lse, int64_t B, int64_t T,
+                               int64_t D, int64_t H) {
+  const int64_t hd = D / H, kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+#pragma omp parallel
+  {
+    BwdScratch& w = bwd_scratch();
+    w.fit(T, kq, hdp);
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        backward_head(dqkv + b * T * 3 * D + h * hd, dout + b * T * D + h * hd,
+                      qkv + b * T * 3 * D + h * hd, out + b * T * D + h * hd,
+                      lse + (b * H + h) * T, T, D, hd, scale, w);
+  }
+}
+
+void exp_avx512(float* y, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    _mm512_mask_storeu_ps(y + i, m, exp16(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
+
+}  // namespace mxtrain::attn_detail

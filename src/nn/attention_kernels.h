@@ -1,0 +1,63 @@
+// nn/attention_kernels.h — the attention kernels behind attention_forward/backward (internal
+// to src/nn; the public API and its contract are in mxtrain/nn/ops.h).
+//
+// Both kernels run the same blocked algorithm (FlashAttention-2): per (batch, head), queries in
+// blocks of kAttnBlock rows, keys in blocks of kAttnBlock, each score block computed
+// transposed, S^T[key][query], so that the softmax statistics of a query are kept in one SIMD
+// lane and every reduction over keys is a vertical add in key order. Nothing of size T x T is
+// ever stored. The two kernels differ only in FP32 summation order inside the block products
+// and in exp (std::exp in the reference, a polynomial in the AVX-512 kernel, exp_avx512
+// below). docs/numerics.md, "Attention" states what that costs.
+//
+//   attention_*_ref      portable C++, both precisions (ops_attention.cc)
+//   attention_*_avx512   AttnPrecision::bf16 only, VDPBF16PS block products on packed BF16
+//                        tiles; needs AVX512-F/BW/VL/DQ + AVX512-BF16 (attention_avx512.cc)
+// Callers (ops_attention.cc) check the arguments; the kernels do not.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "mxtrain/nn/ops.h"
+
+namespace mxtrain::attn_detail {
+
+constexpr int64_t kAttnBlock = 64;  // query and key block size (both paths)
+
+// The BF16 value the bf16 products multiply: x rounded to nearest even, and ±0 for
+// |x| < 2^-126 (VDPBF16PS reads BF16 subnormals as zero). NaN stays NaN.
+inline float round_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+    u |= 0x00400000u;
+  } else if ((u & 0x7F800000u) == 0) {
+    u &= 0x80000000u;
+  } else {
+    u += 0x7FFFu + ((u >> 16) & 1u);
+  }
+  u &= 0xFFFF0000u;
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+// Shapes as in mxtrain/nn/ops.h: qkv [B*T, 3D], out [B*T, D], lse [B, H, T], dqkv [B*T, 3D].
+void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                           int64_t D, int64_t H, AttnPrecision p);
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                            AttnPrecision p);
+
+void attention_forward_avx512(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                              int64_t D, int64_t H);
+void attention_backward_avx512(float* dqkv, const float* dout, const float* qkv,
+                               const float* out, const float* lse, int64_t B, int64_t T,
+                               int64_t D, int64_t H);
+
+// y[i] = exp(x[i]) by the AVX-512 kernel's polynomial (for its accuracy test); n any.
+void exp_avx512(float* y, const float* x, int64_t n);
+
+// Whether attention_forward/backward take the AVX-512 kernel for precision p now.
+bool attention_uses_avx512(AttnPrecision p);
+
+}  // namespace mxtrain::attn_detail
