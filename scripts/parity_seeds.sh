@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Loss parity at the scale of the main job: configs/demo.yaml trained for its full length in
+# bf16, mxfp8 and mxfp8-32x32 with 3 seeds each (the seed sets the initial weights and the
+# data order; within a seed every recipe sees the same batches). Reports the final validation
+# loss per recipe as mean ± spread (half the min–max range) and the gap of each recipe's mean
+# to BF16's.
+# Usage: bash scripts/parity_seeds.sh   (SEEDS="1 2 3", RECIPES="bf16 mxfp8 mxfp8-32x32")
+# Output: runs/parity_seeds/*.jsonl, docs/results/parity_seeds.md
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${MXTRAIN_BIN:-build/mxtrain}
+[ -x "$bin" ] || bash scripts/build.sh
+seeds=${SEEDS:-"1 2 3"}
+recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32"}
+out=runs/parity_seeds
+mkdir -p "$out" docs/results
+for seed in $seeds; do
+  for recipe in $recipes; do
+    echo "== seed $seed / $recipe" >&2
+    "$bin" train --config configs/demo.yaml --recipe "$recipe" --seed "$seed" --quiet \
+      --metrics-out "$out/$recipe-s$seed.jsonl"
+  done
+done
+"$bin" info | head -1 > "$out/machine.txt"
+python3 - "$out" "$recipes" "$seeds" <<'PY' > docs/results/parity_seeds.md
+import json, statistics, sys
+out, recipes, seeds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+def final(r, s):
+    rows = [json.loads(l) for l in open(f"{out}/{r}-s{s}.jsonl")]
+    summ = [o for o in rows if o.get("summary")][-1]
+    return summ["final_val_loss"], summ["tokens_per_s"]
+print(f"Machine: {open(out + '/machine.txt').read().strip()}; `bash scripts/parity_seeds.sh` "
+      f"(configs/demo.yaml, seeds {', '.join(seeds)}).\n")
+print("| recipe | final val loss per seed | mean ± spread | gap of the mean vs bf16 | tokens/s (mean) |")
+print("|---|---|---|---|---|")
+base = None
+for r in recipes:
+    v = [final(r, s) for s in seeds]
+    losses = [x[0] for x in v]
+    m = statistics.mean(losses)
+    spread = (max(losses) - min(losses)) / 2
+    if r == "bf16":
+        base = m
+    gap = f"{(m - base) / base * 100:+.2f}%" if base is not None else "–"
+    print(f"| {r} | {', '.join(f'{x:.4f}' for x in losses)} | {m:.4f} ± {spread:.4f} | {gap} | "
+          f"{statistics.mean(x[1] for x in v):.0f} |")
+PY
+cat docs/results/parity_seeds.md
