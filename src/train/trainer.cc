@@ -183,9 +183,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
     sync->begin_step();
     for (Parameter* p : params) p->zero_grad();
 
-    // Forward + backward over this rank's micro-batches; grads accumulate (scaled by 1/A; the
-    // reduction over ranks takes the mean). Rank r's micro-batch a is global micro-batch
-    // a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B) of the step.
+    // Forward + backward over this rank's micro-batches; grads accumulate unscaled (their sum)
+    // and become the mean over the global batch after the reduction over ranks (mean) and the
+    // 1/A below. Scaling each micro-batch's loss by 1/A instead would scale the output
+    // gradients before the backward GEMMs quantize them, which rounds differently unless A is
+    // a power of two — and W ranks would not match one process with grad_accum W*A. Rank r's
+    // micro-batch a is global micro-batch a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B).
     double loss = 0, aux = 0;
     size_t held = 0;
     for (int a = 0; a < A; ++a) {
@@ -193,7 +196,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
       for (int i = 0; i < B; ++i)
         corpus.train_sequence(tc.seed, step, first + i, T, &tok[size_t(i) * T],
                               &tgt[size_t(i) * T]);
-      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f / float(A)) / A;
+      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f) / A;
       aux += model->last_aux_loss() / A;
       held = std::max(held, model->last_held_bytes());
     }
@@ -217,16 +220,18 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
                 tc.max_nonfinite_steps, ")");
     } else {
       // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
-      // quantized weight copies.
-      const double gnorm = std::sqrt(sync->grad_sum_squares());
+      // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
+      // is applied together with the clip factor.
+      const double gnorm = std::sqrt(sync->grad_sum_squares()) / A;
       const float clip =
           (tc.grad_clip > 0 && gnorm > tc.grad_clip) ? float(tc.grad_clip / gnorm) : 1.f;
+      const float grad_mult = clip / float(A);
       AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
                    tc.beta2, tc.eps, tc.weight_decay};
       ++st.opt_steps;
       for (const OptimView& ov : sync->views()) {
-        if (clip != 1.f)
-          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= clip;
+        if (grad_mult != 1.f)
+          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= grad_mult;
         adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, st.opt_steps, ov.decay);
         ++*ov.version;
       }
