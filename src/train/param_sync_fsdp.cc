@@ -58,6 +58,9 @@ class FsdpSync : public ParamSync {
   void reduce_gradients() override { fsdp_->reduce_gradients(); }
   bool grads_finite() override { return fsdp_->grads_finite(); }
   double grad_sum_squares() override { return fsdp_->grad_sum_squares(); }
+  void check_same(const std::string& what, const std::string& value) override {
+    comm_.check_consistent(what, value);
+  }
   double sum_over_ranks(double x) override {
     comm_.allreduce_sum(&x, 1);
     return x;

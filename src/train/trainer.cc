@@ -134,6 +134,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
   std::unique_ptr<ParamSync> sync =
       cfg.fsdp.enabled ? make_fsdp_sync(*model, cfg) : make_local_sync(*model);
   const int W = sync->world(), rank = sync->rank();
+  // Each rank reads data.path on its own machine: they must all have read the same bytes.
+  sync->check_same("training data (" + cfg.data.path + ")",
+                   corpus.description() + " fnv1a64 " + std::to_string(corpus.content_hash()));
   if (opt.progress && lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
                  (long long)model->num_parameters(), cfg.model.n_layers,
