@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "mxtrain/common.h"
+#include "mxtrain/dist/comm.h"
 #include "mxtrain/recipe.h"
 #include "mxtrain/train/config.h"
 #include "mxtrain/train/trainer.h"
@@ -55,7 +56,8 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
   const TrainSummary s = run_training(cfg, opt);
-  if (!a.dry_run && !a.quiet)
+  const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;  // FSDP: rank 0 says it
+  if (!a.dry_run && !a.quiet && lead)
     std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s\n",
                  (long long)(s.first_step + s.steps_done),
                  s.losses.empty() ? 0.0 : s.losses.back(), s.final_val_loss, s.tokens_per_s);
@@ -70,8 +72,10 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--recipe", a->recipe, "Precision recipe: bf16, mxfp8, mxfp8-32x32");
   sub->add_option("--steps", a->steps, "Optimizer steps (training.steps)");
   sub->add_option("--seq-len", a->seq_len, "Sequence length (training.seq_len)");
-  sub->add_option("--micro-batch-size", a->micro_batch_size, "Sequences per micro-batch");
-  sub->add_option("--grad-accum", a->grad_accum, "Micro-batches per optimizer step");
+  sub->add_option("--micro-batch-size", a->micro_batch_size,
+                  "Sequences per micro-batch on each rank (global batch = this x ranks x "
+                  "grad-accum)");
+  sub->add_option("--grad-accum", a->grad_accum, "Micro-batches per rank per optimizer step");
   sub->add_option("--seed", a->seed, "Seed for init and data order (training.seed)");
   sub->add_option("--data", a->data, "Text file or fortunes directory (default: Debian fortunes)");
   sub->add_option("--metrics-out", a->metrics_out, "JSON Lines metrics file");

@@ -1,13 +1,16 @@
 // cli/main.cc — the `mxtrain` program: global options, subcommand registry, error reporting.
 //
 // Global option --isa forces a kernel path (same as MXTRAIN_ISA). Subcommands live in
-// cmd_*.cc files (see commands.h).
+// cmd_*.cc files (see commands.h). An error ends the program with status 1; under mpirun with
+// several ranks it ends every rank (MPI_Abort), with the failing rank's message, so the other
+// ranks never wait forever in a collective the failed one will not join.
 #include <algorithm>
 #include <cstdio>
 #include <exception>
 
 #include "cli/commands.h"
 #include "mxtrain/common.h"
+#include "mxtrain/dist/comm.h"
 #include "mxtrain/isa.h"
 
 namespace mxtrain::cli {
@@ -48,6 +51,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::exception& e) {
+    dist::abort_world_if_distributed(e.what());  // several MPI ranks: does not return
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
   }

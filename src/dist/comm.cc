@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <iomanip>
 #include <sstream>
 #include <vector>
@@ -118,7 +119,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 }
 
 MpiSession::~MpiSession() {
-  if (owner_) finalize_if_ours();
+  // MPI_Finalize synchronises with the other ranks: not while an exception unwinds.
+  if (owner_ && std::uncaught_exceptions() == 0) finalize_if_ours();
 }
 
 bool mpi_active() {
@@ -126,6 +128,17 @@ bool mpi_active() {
   MPI_Initialized(&inited);
   MPI_Finalized(&fin);
   return inited && !fin;
+}
+
+void abort_world_if_distributed(const std::string& message) {
+  if (!mpi_active()) return;
+  int size = 1, rank = 0;
+  if (MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS || size <= 1) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::fprintf(stderr, "rank %d: error: %s\n", rank, message.c_str());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);  // MPI_Abort does not return; should it, still never reach MPI_Finalize
 }
 
 // ---- Request ------------------------------------------------------------------------------
@@ -143,7 +156,7 @@ Request::Request() = default;
 Request::Request(Request&&) noexcept = default;
 Request& Request::operator=(Request&& o) noexcept {
   if (this != &o) {
-    if (active()) {
+    if (active() && std::uncaught_exceptions() == 0) {
       try {
         wait();
       } catch (const std::exception& e) {
@@ -155,7 +168,9 @@ Request& Request::operator=(Request&& o) noexcept {
   return *this;
 }
 Request::~Request() {
-  if (!active()) return;
+  // While an exception unwinds, the peers may never join this collective: waiting could block
+  // forever, before the error reaches the handler that ends every rank. Abandon it.
+  if (!active() || std::uncaught_exceptions() > 0) return;
   try {
     wait();
   } catch (const std::exception& e) {

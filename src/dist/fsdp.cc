@@ -4,6 +4,7 @@
 // Gradients, optimizer views and checkpoints are in fsdp_grad.cc.
 #include <algorithm>
 #include <cstdio>
+#include <exception>
 #include <sstream>
 
 #include "dist/fsdp_internal.h"
@@ -46,9 +47,12 @@ Fsdp::Fsdp(Comm& comm, FsdpOptions opt) : comm_(comm), opt_(opt) {
 }
 
 Fsdp::~Fsdp() {
+  // While an exception unwinds, pending gathers are abandoned rather than waited for: the
+  // other ranks may never join them (dist/comm.h, "Errors").
+  const bool unwinding = std::uncaught_exceptions() > 0;
   for (auto& m : modules_) {
     for (auto& s : m->slots) {
-      if (!s.pending) continue;
+      if (!s.pending || unwinding) continue;
       try {
         s.req.wait();
       } catch (const std::exception& e) {

@@ -37,12 +37,35 @@ void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
     optim.push_back({io::exp_avg_name(p.name), p.shape, m[i].data()});
     optim.push_back({io::exp_avg_sq_name(p.name), p.shape, v[i].data()});
   }
-  const nlohmann::json state = {
-      {"step", st.step}, {"opt_steps", st.opt_steps}, {"skipped", st.skipped}};
+  const nlohmann::json state = {{"step", st.step},
+                                 {"opt_steps", st.opt_steps},
+                                 {"skipped", st.skipped},
+                                 {"world_size", st.world_size},
+                                 {"global_batch", st.global_batch}};
   io::CheckpointOptions opt;
   opt.keep_last = cfg.training.keep_checkpoints;
   opt.config_text = cfg.source_text;
   io::save_checkpoint(dir, st.step, model, optim, state, opt);
+}
+
+int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int grad_accum,
+                      std::string* note) {
+  const int64_t G = saved.global_batch, per_accum = int64_t(micro_batch) * world;
+  if (saved.world_size == world || per_accum * grad_accum == G) return grad_accum;
+  MXT_CHECK(G % per_accum == 0, "cannot resume at ", world, " rank(s) with the checkpoint's "
+            "global batch: it has ", G, " sequences per step (written at ", saved.world_size,
+            " rank(s)), which micro_batch_size ", micro_batch, " x ", world, " rank(s) = ",
+            per_accum, " does not divide; choose a micro_batch_size and world size whose "
+            "product divides ", G);
+  const int64_t a = G / per_accum;
+  if (note)
+    *note = "resuming at " + std::to_string(world) + " rank(s), checkpoint written at " +
+            std::to_string(saved.world_size) + ": training.grad_accum " +
+            std::to_string(grad_accum) + " -> " + std::to_string(a) +
+            " keeps the global batch of " + std::to_string(G) + " sequences (micro_batch_size " +
+            std::to_string(micro_batch) + " x " + std::to_string(world) + " rank(s) x " +
+            std::to_string(a) + ")";
+  return int(a);
 }
 
 TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
@@ -74,9 +97,15 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
     st.step = ck.trainer_state.at("step").get<int64_t>();
     st.opt_steps = ck.trainer_state.at("opt_steps").get<int64_t>();
     st.skipped = ck.trainer_state.at("skipped").get<int64_t>();
+    st.world_size = ck.trainer_state.value("world_size", int64_t(1));
+    st.global_batch = ck.trainer_state.value(
+        "global_batch", int64_t(saved.training.micro_batch_size) * saved.training.grad_accum);
   } catch (const nlohmann::json::exception& e) {
     MXT_FAIL("checkpoint ", ck.dir, ": trainer state is incomplete (", e.what(), ")");
   }
+  MXT_CHECK(st.world_size >= 1 && st.global_batch >= 1, "checkpoint ", ck.dir,
+            ": trainer state has world_size ", st.world_size, " and global_batch ",
+            st.global_batch, " (both must be >= 1)");
   MXT_CHECK(st.step == ck.step, "checkpoint ", ck.dir, ": state step ", st.step,
             " does not match the directory's step ", ck.step);
   return st;

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "mxtrain/common.h"
+#include "mxtrain/dist/comm.h"
 
 namespace mxtrain {
 namespace fs = std::filesystem;
@@ -91,6 +92,12 @@ TextCorpus TextCorpus::load(const std::string& path, float val_fraction) {
   TextCorpus c = from_text(std::move(text), val_fraction);
   c.description_ = what + ", " + c.description_;
   return c;
+}
+
+uint64_t TextCorpus::content_hash() const {
+  const uint64_t h[2] = {dist::fnv1a64(train_.data(), train_.size()),
+                         dist::fnv1a64(val_.data(), val_.size())};
+  return dist::fnv1a64(h, sizeof h);
 }
 
 void TextCorpus::train_sequence(uint64_t seed, int64_t step, int64_t seq_index, int T,

@@ -1,7 +1,7 @@
 // train/param_sync.h — where the optimizer's parameters live: one process, or FSDP shards.
 //
 // The training loop is the same in both cases; only these operations differ:
-//   * which sequences of each micro-batch this rank computes,
+//   * the rank and world size (which micro-batches of the global batch this rank computes),
 //   * turning the locally accumulated gradients into the global-batch gradient
 //     (nothing / reduce-scatter + all-reduce),
 //   * the flat value/grad/m/v spans AdamW updates (whole parameters / this rank's shards),
@@ -47,7 +47,10 @@ class ParamSync {
   virtual bool grads_finite() = 0;
   virtual double grad_sum_squares() = 0;
   virtual std::vector<OptimView> views() = 0;
-  virtual double mean_over_ranks(double x) { return x; }
+  virtual double sum_over_ranks(double x) { return x; }
+  // Collective: throws on every rank when any rank's `value` differs from rank 0's.
+  virtual void check_same(const std::string& what, const std::string& value) {}
+  double mean_over_ranks(double x) { return sum_over_ranks(x) / world(); }
   virtual CommCounters counters() const { return {}; }
   virtual void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) = 0;
   virtual TrainerState load(const std::string& dir, const TrainConfig& cfg) = 0;

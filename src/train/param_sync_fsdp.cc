@@ -58,9 +58,12 @@ class FsdpSync : public ParamSync {
   void reduce_gradients() override { fsdp_->reduce_gradients(); }
   bool grads_finite() override { return fsdp_->grads_finite(); }
   double grad_sum_squares() override { return fsdp_->grad_sum_squares(); }
-  double mean_over_ranks(double x) override {
+  void check_same(const std::string& what, const std::string& value) override {
+    comm_.check_consistent(what, value);
+  }
+  double sum_over_ranks(double x) override {
     comm_.allreduce_sum(&x, 1);
-    return x / comm_.size();
+    return x;
   }
   std::vector<OptimView> views() override {
     std::vector<OptimView> out;
@@ -112,14 +115,15 @@ class FsdpSync : public ParamSync {
       }
     }
     // Rank 0's outcome reaches every rank before any rank waits on tensor data.
-    int64_t hdr[4] = {int64_t(error.size()), st.step, st.opt_steps, st.skipped};
+    int64_t hdr[6] = {int64_t(error.size()), st.step,       st.opt_steps,
+                      st.skipped,          st.world_size, st.global_batch};
     comm_.broadcast(hdr, sizeof hdr, 0);
     if (hdr[0] > 0) {
       error.resize(size_t(hdr[0]));
       comm_.broadcast(error.data(), error.size(), 0);
       MXT_FAIL(error);
     }
-    st = {hdr[1], hdr[2], hdr[3]};
+    st = {hdr[1], hdr[2], hdr[3], hdr[4], hdr[5]};
     const bool root = rank() == 0;
     for (size_t i = 0; i < params_.size(); ++i) {
       const std::string& name = params_[i].first;

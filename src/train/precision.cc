@@ -22,6 +22,8 @@ PrecisionResolver::PrecisionResolver(const TrainConfig& cfg, PolicyOracle policy
             "selective_fp8 is on but no FP8 policy was loaded");
 }
 
+// Tokens of one micro-batch on one rank (micro_batch_size is per rank), so an FSDP rank
+// decides exactly as one process with the same micro-batch does.
 int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
   const auto& nt = cfg_.precision.fp8_dynamic_num_tokens;
   int64_t tokens = int64_t(cfg_.training.seq_len) * cfg_.training.micro_batch_size;

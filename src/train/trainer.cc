@@ -59,25 +59,35 @@ class MetricsWriter {
   std::unique_ptr<io::LineWriter> out_;
 };
 
-// Mean loss over `n_batches` validation micro-batches.
-double validation_loss(GPT& model, const TextCorpus& corpus, int B, int T, int n_batches) {
+// Mean loss over `n_batches` validation batches of B sequences: the same sequences and the
+// same value (up to summation order) at every world size. The ranks share the batches: in
+// round k rank r computes batch k*W + r. Every rank runs the same number of forwards (FSDP's
+// weight gathers are collective), so a rank past the last batch computes batch 0 again and
+// leaves it out of the sum.
+double validation_loss(GPT& model, const TextCorpus& corpus, ParamSync& sync, int B, int T,
+                       int n_batches) {
+  const int W = sync.world();
   std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
   double sum = 0;
-  for (int b = 0; b < n_batches; ++b) {
+  for (int k = 0; int64_t(k) * W < n_batches; ++k) {
+    const int b = k * W + sync.rank();
+    const bool counted = b < n_batches;
     for (int i = 0; i < B; ++i)
-      corpus.val_sequence(int64_t(b) * B + i, int64_t(n_batches) * B, T, &tok[size_t(i) * T],
-                          &tgt[size_t(i) * T]);
-    sum += model.forward_loss(tok.data(), tgt.data(), B, T);
+      corpus.val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
+                          &tok[size_t(i) * T], &tgt[size_t(i) * T]);
+    const double loss = model.forward_loss(tok.data(), tgt.data(), B, T);
+    if (counted) sum += loss;
   }
-  return sum / n_batches;
+  return sync.sum_over_ranks(sum) / n_batches;
 }
 
 }  // namespace
 
-TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
-  cfg.validate();
+TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
+  config.validate();
+  TrainConfig cfg = config;  // grad_accum may change on resume (see below)
   const auto& tc = cfg.training;
-  const int B = tc.micro_batch_size, T = tc.seq_len, A = tc.grad_accum;
+  const int B = tc.micro_batch_size, T = tc.seq_len;  // B: sequences per rank
 
   // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
   const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
@@ -124,9 +134,9 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   std::unique_ptr<ParamSync> sync =
       cfg.fsdp.enabled ? make_fsdp_sync(*model, cfg) : make_local_sync(*model);
   const int W = sync->world(), rank = sync->rank();
-  MXT_CHECK(B % W == 0, "training.micro_batch_size (", B, ") must be a multiple of the number "
-            "of FSDP ranks (", W, "): each rank takes an equal share of every micro-batch");
-  const int Bl = B / W;  // sequences this rank computes per micro-batch
+  // Each rank reads data.path on its own machine: they must all have read the same bytes.
+  sync->check_same("training data (" + cfg.data.path + ")",
+                   corpus.description() + " fnv1a64 " + std::to_string(corpus.content_hash()));
   if (opt.progress && lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
                  (long long)model->num_parameters(), cfg.model.n_layers,
@@ -141,14 +151,30 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
     if (opt.progress && lead)
       std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
                    (long long)st.step);
+    // Every rank has the same state (FSDP broadcasts it), so every rank decides alike.
+    std::string note;
+    const int a = resume_grad_accum(st, B, W, tc.grad_accum, &note);
+    if (a != tc.grad_accum) {
+      if (lead) std::fprintf(stderr, "%s\n", note.c_str());
+      cfg.training.grad_accum = a;
+      cfg.source_text = config_to_yaml(cfg);  // later checkpoints record what ran
+    }
   }
+  const int A = tc.grad_accum;
+  const int64_t global_batch = int64_t(B) * W * A;  // sequences per optimizer step
+  st.world_size = W;
+  st.global_batch = global_batch;
+  if (opt.progress && lead)
+    std::fprintf(stderr, "batch: %lld sequences of %d tokens per step (micro_batch_size %d x "
+                 "%d rank(s) x grad_accum %d)\n",
+                 (long long)global_batch, T, B, W, A);
   MXT_CHECK(st.step < tc.steps, "checkpoint is at step ", st.step, " but training.steps is ",
             tc.steps, ": nothing left to do (raise --steps)");
 
   MetricsWriter metrics(lead ? opt.metrics_out : std::string(), opt.resume);
   ProgressLine progress(st.step, tc.steps, opt.progress && lead);
-  std::vector<int32_t> tok(size_t(Bl) * T), tgt(size_t(Bl) * T);
-  const int64_t tokens_per_step = int64_t(B) * T * A;  // global batch
+  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
+  const int64_t tokens_per_step = global_batch * T;
   const auto t_run = Clock::now();
   std::vector<double> step_times;  // seconds, steps that updated the weights
   sum.first_step = st.step;
@@ -160,15 +186,20 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
     sync->begin_step();
     for (Parameter* p : params) p->zero_grad();
 
-    // Forward + backward over the micro-batches; grads accumulate (scaled by 1/A). Rank r
-    // computes sequences [r*Bl, (r+1)*Bl) of each micro-batch of the global batch.
+    // Forward + backward over this rank's micro-batches; grads accumulate unscaled (their sum)
+    // and become the mean over the global batch after the reduction over ranks (mean) and the
+    // 1/A below. Scaling each micro-batch's loss by 1/A instead would scale the output
+    // gradients before the backward GEMMs quantize them, which rounds differently unless A is
+    // a power of two — and W ranks would not match one process with grad_accum W*A. Rank r's
+    // micro-batch a is global micro-batch a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B).
     double loss = 0, aux = 0;
     size_t held = 0;
     for (int a = 0; a < A; ++a) {
-      for (int i = 0; i < Bl; ++i)
-        corpus.train_sequence(tc.seed, step, int64_t(a) * B + rank * Bl + i, T,
-                              &tok[size_t(i) * T], &tgt[size_t(i) * T]);
-      loss += model->forward_backward(tok.data(), tgt.data(), Bl, T, 1.0f / float(A)) / A;
+      const int64_t first = (int64_t(a) * W + rank) * B;
+      for (int i = 0; i < B; ++i)
+        corpus.train_sequence(tc.seed, step, first + i, T, &tok[size_t(i) * T],
+                              &tgt[size_t(i) * T]);
+      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f) / A;
       aux += model->last_aux_loss() / A;
       held = std::max(held, model->last_held_bytes());
     }
@@ -192,16 +223,18 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
                 tc.max_nonfinite_steps, ")");
     } else {
       // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
-      // quantized weight copies.
-      const double gnorm = std::sqrt(sync->grad_sum_squares());
+      // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
+      // is applied together with the clip factor.
+      const double gnorm = std::sqrt(sync->grad_sum_squares()) / A;
       const float clip =
           (tc.grad_clip > 0 && gnorm > tc.grad_clip) ? float(tc.grad_clip / gnorm) : 1.f;
+      const float grad_mult = clip / float(A);
       AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
                    tc.beta2, tc.eps, tc.weight_decay};
       ++st.opt_steps;
       for (const OptimView& ov : sync->views()) {
-        if (clip != 1.f)
-          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= clip;
+        if (grad_mult != 1.f)
+          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= grad_mult;
         adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, st.opt_steps, ov.decay);
         ++*ov.version;
       }
@@ -233,7 +266,7 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
 
     const bool last = step + 1 == end_step;
     if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) {
-      const double vl = validation_loss(*model, corpus, B, T, tc.eval_batches);
+      const double vl = validation_loss(*model, corpus, *sync, B, T, tc.eval_batches);
       sum.val_losses.emplace_back(step + 1, vl);
       sum.final_val_loss = vl;
       metrics.write({{"step", step + 1}, {"val_loss", vl}});
@@ -259,12 +292,17 @@ TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   std::sort(steady.begin(), steady.end());
   sum.median_step_ms = steady.empty() ? 0 : steady[steady.size() / 2] * 1e3;
   sum.peak_rss_bytes = peak_rss_bytes();
+  sum.global_batch = global_batch;
+  sum.micro_batch_size = B;
+  sum.world_size = W;
+  sum.grad_accum = A;
   metrics.write({{"summary", true}, {"recipe", cfg.precision.recipe}, {"steps", st.step},
                  {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
                  {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
                  {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms}, {"skipped_steps", st.skipped},
                  {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
-                 {"parameters", model->num_parameters()}, {"world_size", W}});
+                 {"parameters", model->num_parameters()}, {"global_batch", global_batch},
+                 {"micro_batch_size", B}, {"world_size", W}, {"grad_accum", A}});
   metrics.close();
   return sum;
 }

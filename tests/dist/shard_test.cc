@@ -123,6 +123,35 @@ TEST(ShardLayout, ExpertRowsArePaddedPerExpert) {
   EXPECT_EQ(p1[1].local_row, 32);
 }
 
+TEST(ShardLayout, ExpertWeightsOnThreeRanksSplitAt32RowBoundaries) {
+  // The expert fc1 of tests/data/mpi_tiny_moe.yaml: 4 experts of 80 rows (padded to 96), 12
+  // blocks of 32 virtual rows, 4 per rank. Experts 1 and 2 are split between two ranks, each
+  // time at a multiple of 32 rows; a piece never holds rows of two experts.
+  const auto L = ShardLayout::make({4, 80, 64}, 3);
+  EXPECT_EQ(L.rows_per_rank, 128);
+  const std::vector<std::vector<ShardPiece>> want = {
+      {{0, 0, 80, 0}, {1, 0, 32, 96}},
+      {{1, 32, 48, 0}, {2, 0, 64, 64}},
+      {{2, 64, 16, 0}, {3, 0, 80, 32}}};
+  for (int r = 0; r < 3; ++r) {
+    const auto got = L.pieces(r);
+    ASSERT_EQ(got.size(), want[size_t(r)].size()) << "rank " << r;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const ShardPiece& g = got[i];
+      const ShardPiece& w = want[size_t(r)][i];
+      EXPECT_EQ(g.group, w.group) << "rank " << r << " piece " << i;
+      EXPECT_EQ(g.group_row, w.group_row) << "rank " << r << " piece " << i;
+      EXPECT_EQ(g.rows, w.rows) << "rank " << r << " piece " << i;
+      EXPECT_EQ(g.local_row, w.local_row) << "rank " << r << " piece " << i;
+    }
+  }
+  // fc2 [4, 64, 40]: 8 blocks over 3 ranks of 3 blocks; the last rank holds 32 padding rows.
+  const auto L2 = ShardLayout::make({4, 64, 40}, 3);
+  EXPECT_EQ(L2.rows_per_rank, 96);
+  EXPECT_EQ(L2.valid_rows(0), 96);
+  EXPECT_EQ(L2.valid_rows(2), 64);
+}
+
 TEST(ShardLayout, RejectsUnshardableShapes) {
   EXPECT_THROW(ShardLayout::make({16}, 2), Error);
   EXPECT_THROW(ShardLayout::make({2, 3, 4, 5}, 2), Error);

@@ -10,6 +10,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/checkpoint.h"
+#include "mxtrain/train/checkpointing.h"
 
 namespace mxtrain {
 namespace {
@@ -144,6 +145,65 @@ TEST(Trainer, ResumeErrors) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
   }
+}
+
+// The batch a run used is reported; one process is world 1.
+TEST(Trainer, SummaryRecordsTheBatch) {
+  TrainSummary s = run_training(tiny("bf16", 1), quiet());
+  EXPECT_EQ(s.micro_batch_size, 4);
+  EXPECT_EQ(s.world_size, 1);
+  EXPECT_EQ(s.grad_accum, 2);
+  EXPECT_EQ(s.global_batch, 8);
+}
+
+// Resuming at another world size keeps the checkpoint's global batch through grad_accum.
+TEST(Trainer, ResumeGradAccumKeepsTheGlobalBatch) {
+  TrainerState two;  // 2 ranks x micro-batch 8 x grad_accum 1
+  two.world_size = 2;
+  two.global_batch = 16;
+  std::string note;
+  EXPECT_EQ(resume_grad_accum(two, 8, 1, 1, &note), 2);
+  EXPECT_NE(note.find("training.grad_accum 1 -> 2 keeps the global batch of 16 sequences"),
+            std::string::npos) << note;
+  EXPECT_EQ(resume_grad_accum(two, 4, 4, 3, nullptr), 1);
+  EXPECT_EQ(resume_grad_accum(two, 8, 1, 2, nullptr), 2);  // already equal: as asked
+  EXPECT_EQ(resume_grad_accum(two, 8, 2, 3, nullptr), 3);  // same world: as asked
+  try {
+    resume_grad_accum(two, 8, 3, 1, nullptr);
+    FAIL() << "3 x 8 does not divide 16";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("16 sequences per step (written at 2 rank(s))"), std::string::npos) << m;
+    EXPECT_NE(m.find("micro_batch_size 8 x 3 rank(s) = 24 does not divide"), std::string::npos)
+        << m;
+  }
+}
+
+// A checkpoint records the world size and global batch of the run that wrote it.
+TEST(Trainer, CheckpointRecordsWorldSizeAndGlobalBatch) {
+  TrainConfig c = tiny("bf16", 2);
+  TempDir d;
+  TrainOptions o = quiet();
+  o.checkpoint_dir = d.path.string();
+  run_training(c, o);
+  const io::LoadedCheckpoint ck = io::load_checkpoint(d.path.string());
+  EXPECT_EQ(ck.trainer_state.at("world_size").get<int64_t>(), 1);
+  EXPECT_EQ(ck.trainer_state.at("global_batch").get<int64_t>(), 8);
+
+  // Without them (checkpoints written before they were recorded) it resumes as one process.
+  TempDir old;
+  nlohmann::json state = ck.trainer_state;
+  state.erase("world_size");
+  state.erase("global_batch");
+  io::CheckpointOptions co;
+  co.config_text = ck.config_text;
+  io::save_checkpoint(old.path.string(), ck.step, ck.model, ck.optimizer, state, co);
+  TrainOptions r = quiet();
+  r.checkpoint_dir = old.path.string();
+  r.resume = true;
+  const TrainSummary s = run_training(tiny("bf16", 3), r);
+  EXPECT_EQ(s.steps_done, 1);
+  EXPECT_EQ(s.grad_accum, 2);
 }
 
 }  // namespace

@@ -11,6 +11,13 @@
 // the world is then one rank and every collective is a local copy. An MpiSession in main()
 // finalises MPI on exit; without one, MPI is finalised by an atexit handler.
 //
+// Errors: an exception on one rank leaves the others waiting in their next collective, so a
+// program must end every rank when one fails: its top-level handler calls
+// abort_world_if_distributed(), which prints "rank R: error: ..." and calls MPI_Abort when
+// more than one rank runs. For the same reason nothing here waits on MPI while an exception
+// unwinds the stack: a Request destroyed during unwinding is abandoned, not completed (its
+// peers may never join), and the process must not go on using MPI after such an error.
+//
 // "Bytes this rank sent" is counted for the bandwidth-optimal algorithm independent of what
 // MPI picks internally, with W ranks:
 //   all-gather of n bytes per rank ........ (W-1)·n     (its block reaches every peer)
@@ -64,10 +71,18 @@ class MpiSession {
 // True when MPI was initialised (and not yet finalised) by this library or the program.
 bool mpi_active();
 
+// For a program's top-level error handler. When MPI is active with more than one rank in
+// MPI_COMM_WORLD: prints "rank R: error: <message>" on stderr and ends every rank with
+// MPI_Abort (exit status 1); it does not return. Otherwise it returns and the caller reports
+// the error as usual.
+void abort_world_if_distributed(const std::string& message);
+
 class Comm;
 
 // A non-blocking collective in flight. wait() completes it (throws mxtrain::Error on an MPI
-// failure); the destructor waits too (and reports a failure on stderr, since it cannot throw).
+// failure); the destructor waits too (and reports a failure on stderr, since it cannot throw),
+// except while an exception unwinds the stack: then it returns at once and the request is
+// abandoned (see "Errors" above).
 class Request {
  public:
   Request();

@@ -54,7 +54,8 @@
 //     for (ShardView& s : fsdp.shards()) { adamw_update(s.value, s.grad, s.m, s.v, ...); }
 //     fsdp.bump_versions();
 //
-// Lifetime: the layers must outlive the Fsdp object; its destructor removes the providers.
+// Lifetime: the layers must outlive the Fsdp object; its destructor removes the providers and
+// completes gathers still in flight (except while an exception unwinds: dist/comm.h, "Errors").
 // With free_full_values the layers' Parameter::value is emptied after the shard is taken;
 // use gather_full() to read a whole weight (checkpoints).
 #pragma once

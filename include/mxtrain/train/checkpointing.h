@@ -22,12 +22,27 @@ struct TrainerState {
   int64_t step = 0;       // completed steps
   int64_t opt_steps = 0;  // AdamW updates applied (bias correction)
   int64_t skipped = 0;    // steps skipped for non-finite values
+  // The run that wrote the checkpoint: its ranks and its global batch in sequences
+  // (micro_batch_size x world_size x grad_accum). Checkpoints written before these were
+  // recorded load as world_size 1 and micro_batch_size x grad_accum of their config (then the
+  // global micro-batch).
+  int64_t world_size = 1;
+  int64_t global_batch = 0;
 };
 
 void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<std::vector<float>>& m,
                               const std::vector<std::vector<float>>& v, const TrainerState& st);
+
+// The grad_accum to resume with at `world` ranks of `micro_batch` sequences, given the
+// checkpoint's state `saved` and the configured `grad_accum`. At the checkpoint's world size,
+// or when the configured batch already equals the checkpoint's global batch, it is
+// `grad_accum` (a deliberate change is allowed). At another world size it is the value that
+// keeps the checkpoint's global batch, with a sentence saying so in *note; when
+// micro_batch x world does not divide that batch it throws, naming the numbers.
+int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int grad_accum,
+                      std::string* note);
 
 // Loads the latest checkpoint in `dir` into params/m/v (shapes must match the model) and
 // returns the trainer state. The checkpoint's model section must equal cfg's.

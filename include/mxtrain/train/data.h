@@ -26,6 +26,9 @@ class TextCorpus {
   int64_t train_size() const { return int64_t(train_.size()); }
   int64_t val_size() const { return int64_t(val_.size()); }
   const std::string& description() const { return description_; }
+  // 64-bit FNV-1a of the training and validation bytes: ranks compare it to make sure they
+  // read the same corpus (each opens data.path on its own machine).
+  uint64_t content_hash() const;
 
   // Sequence `seq_index` of training step `step`: tokens [T] and next-token targets [T].
   void train_sequence(uint64_t seed, int64_t step, int64_t seq_index, int T, int32_t* tokens,

@@ -1,11 +1,18 @@
 // mxtrain/train/trainer.h — the training loop: data -> model -> AdamW, with metrics,
 // validation, progress, checkpoints and NaN/Inf handling.
 //
-// One optimizer step = grad_accum micro-batches of micro_batch_size sequences (the global
-// batch). Under FSDP each rank takes its share of every micro-batch's sequences, so the
-// data order and the global batch are those of a one-process run. A step whose loss or
-// gradients are not finite is reported and skipped (weights and optimizer state untouched);
-// after max_nonfinite_steps skipped steps training stops with an error.
+// Batches (as in Megatron): micro_batch_size is sequences per rank. One optimizer step is
+// grad_accum micro-batches on each of the W ranks, a global batch of
+// micro_batch_size x W x grad_accum sequences, and the gradient is the mean over all of them.
+// Rank r's micro-batch a is global micro-batch a*W + r (sequences (a*W + r)*B .. +B-1 of the
+// step), so W ranks with grad_accum A see exactly the sequences of one process with grad_accum
+// W*A and the same micro_batch_size. A step whose loss or gradients are not finite is
+// reported and skipped (weights and optimizer state untouched); after max_nonfinite_steps
+// skipped steps training stops with an error.
+//
+// Resuming at another world size keeps the checkpoint's global batch by changing grad_accum
+// (said on stderr) when micro_batch_size x W divides it; otherwise it is an error naming the
+// numbers (train/checkpointing.h, resume_grad_accum).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +48,8 @@ struct TrainSummary {
   double mean_step_ms = 0;                  // over steps that updated the weights
   double median_step_ms = 0;                // same, without the first step (warm-up)
   int64_t skipped_steps = 0;
+  int64_t global_batch = 0;                 // sequences per optimizer step, all ranks
+  int micro_batch_size = 0, world_size = 1, grad_accum = 0;  // as run (grad_accum after resume)
   size_t held_bytes = 0;                    // bytes held between forward and backward (last step)
   int64_t peak_rss_bytes = 0;
 };

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# tests/mpi/train_batch_mpi.sh — micro_batch_size is per rank (docs/config.md, "Batch size").
+#
+# For bf16, mxfp8 and mxfp8-32x32: 2 FSDP ranks with micro-batch 8 and grad_accum 1 train on
+# the sequences of one process with micro-batch 8 and grad_accum 2, so every step's loss and
+# the validation loss agree within 1e-4 relative; the precision decisions are identical
+# (per-rank tokens); the summary records the batch. Resuming that 2-rank checkpoint in one
+# process with grad_accum 1 keeps the global batch of 16 by raising grad_accum to 2 (said on
+# stderr) and finishes like the one-process run; at 3 ranks (3 x 8 does not divide 16) it
+# stops every rank with an error naming the numbers.
+# Usage: train_batch_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_per_rank_batch`)
+source "$(dirname "$0")/support/train_lib.sh"
+cfg=$DATA/mpi_tiny.yaml
+
+for recipe in bf16 mxfp8 mxfp8-32x32; do
+  "$BIN" train --config "$cfg" --recipe "$recipe" --grad-accum 2 --quiet \
+    --metrics-out "$TMP/one.jsonl" --decisions-out "$TMP/one.json"
+  mpi 2 train --config "$cfg" --recipe "$recipe" --fsdp --grad-accum 1 --quiet \
+    --metrics-out "$TMP/two.jsonl" --decisions-out "$TMP/two.json"
+  same_losses "$TMP/one.jsonl" "$TMP/two.jsonl" "$recipe: 2 ranks x grad_accum 1 vs 1 x 2" 4
+  cmp "$TMP/one.json" "$TMP/two.json" || { echo "$recipe: precision decisions differ"; exit 1; }
+  for kv in global_batch:16 micro_batch_size:8 world_size:2 grad_accum:1; do
+    got=$(summary "$TMP/two.jsonl" "${kv%%:*}")
+    [ "$got" = "${kv#*:}" ] || { echo "$recipe: summary ${kv%%:*} is $got, expected ${kv#*:}"; exit 1; }
+  done
+  [ "$(summary "$TMP/one.jsonl" global_batch)" = 16 ] || { echo "one-process global_batch"; exit 1; }
+done
+
+# The start-up line states the global batch.
+mpi 2 train --config "$cfg" --fsdp --steps 1 --metrics-out "$TMP/x.jsonl" 2> "$TMP/err.txt"
+grep -q "batch: 16 sequences of 32 tokens per step (micro_batch_size 8 x 2 rank(s) x grad_accum 1)" \
+  "$TMP/err.txt" || { cat "$TMP/err.txt"; echo "no batch line"; exit 1; }
+
+# Resume at another world size: the global batch (16) is kept by changing grad_accum.
+mpi 2 train --config "$cfg" --fsdp --quiet --stop-after 2 --checkpoint-dir "$TMP/ck" \
+  --metrics-out "$TMP/part.jsonl"
+"$BIN" train --config "$cfg" --resume --checkpoint-dir "$TMP/ck" --metrics-out "$TMP/part.jsonl" \
+  2> "$TMP/err.txt"
+grep -q "training.grad_accum 1 -> 2 keeps the global batch of 16 sequences" "$TMP/err.txt" ||
+  { cat "$TMP/err.txt"; echo "no grad_accum note on resume"; exit 1; }
+same_losses "$TMP/one.jsonl" "$TMP/part.jsonl" "2-rank checkpoint resumed in 1 process" 4 loss
+
+# ... and when it cannot be kept, every rank stops with the numbers.
+t0=$SECONDS
+if mpi 3 train --config "$cfg" --fsdp --quiet --resume --checkpoint-dir "$TMP/ck" --steps 6 \
+     > "$TMP/err.txt" 2>&1; then
+  echo "resuming a global batch of 16 at 3 x 8 should have failed"; exit 1
+fi
+grep -q "error: cannot resume at 3 rank(s) with the checkpoint's global batch: it has 16 sequences" \
+  "$TMP/err.txt" || { cat "$TMP/err.txt"; exit 1; }
+[ $((SECONDS - t0)) -le 60 ] || { echo "the failed resume took $((SECONDS - t0)) s"; exit 1; }
+echo "per-rank micro-batch: all checks passed"
