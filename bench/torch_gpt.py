@@ -1,9 +1,9 @@
 """bench/torch_gpt.py — the same byte-level GPT as `mxtrain train`, trained by PyTorch on the
 CPU: the step time a user gets from the tool they would otherwise pick.
 
-The model matches nn/transformer.h layer for layer: token embedding (no position embedding;
-mxtrain has none either), n_layers x [x += proj(attn(qkv(rmsnorm(x)))); x += fc2(silu(gate) *
-up)] with fc1 -> [gate | up], RMSNorm with a gain and eps 1e-5, no biases, final RMSNorm, an
+The model matches nn/transformer.h layer for layer: token embedding, n_layers x [x +=
+proj(attn(rope(qkv(rmsnorm(x))))); x += fc2(silu(gate) * up)] with fc1 -> [gate | up], rotary
+embeddings of q and k (theta 10000, pairs (i, i + hd/2)), RMSNorm with a gain and eps 1e-5, no biases, final RMSNorm, an
 untied lm_head, mean cross-entropy, AdamW (betas 0.9/0.95, eps 1e-8, weight decay 0.1 on
 matrices) and gradient clipping at 1.0. Attention is written out (softmax(q k^T / sqrt(hd))
 with a causal mask, then @ v): PyTorch 1.13 has no fused scaled_dot_product_attention.
@@ -46,6 +46,13 @@ class RMSNorm(torch.nn.Module):
         return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(x.dtype) * self.gain
 
 
+def rope(x, cos, sin):
+    """x: [B, H, T, hd]; cos, sin: [T, hd/2]. Rotates pairs (i, i + hd/2) by position."""
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)
+
+
 class Block(torch.nn.Module):
     def __init__(self, d, heads, d_ff):
         super().__init__()
@@ -57,11 +64,12 @@ class Block(torch.nn.Module):
         self.fc1 = torch.nn.Linear(d, 2 * d_ff, bias=False)
         self.fc2 = torch.nn.Linear(d_ff, d, bias=False)
 
-    def forward(self, x, mask):
+    def forward(self, x, mask, cos, sin):
         B, T, D = x.shape
         H = self.heads
         q, k, v = self.qkv(self.norm1(x)).split(D, dim=-1)
         q, k, v = (t.view(B, T, H, D // H).transpose(1, 2) for t in (q, k, v))
+        q, k = rope(q, cos[:T], sin[:T]), rope(k, cos[:T], sin[:T])
         s = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(D // H))
         p = torch.softmax(s.float().masked_fill(mask[:T, :T], float("-inf")), dim=-1)
         y = (p.to(v.dtype) @ v).transpose(1, 2).reshape(B, T, D)
@@ -79,6 +87,11 @@ class GPT(torch.nn.Module):
         self.lm_head = torch.nn.Linear(d, vocab, bias=False)
         self.register_buffer(
             "mask", torch.triu(torch.ones(max_seq, max_seq, dtype=torch.bool), diagonal=1))
+        hd = d // heads
+        ang = torch.arange(max_seq, dtype=torch.float64)[:, None] * \
+            (10000.0 ** (-2.0 * torch.arange(hd // 2, dtype=torch.float64) / hd))[None, :]
+        self.register_buffer("cos", ang.cos().float())
+        self.register_buffer("sin", ang.sin().float())
         for name, p in self.named_parameters():
             if p.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * layers) if name.endswith(("proj.weight", "fc2.weight")) else 0.02
@@ -87,7 +100,7 @@ class GPT(torch.nn.Module):
     def forward(self, tokens, targets):
         x = self.embed(tokens)
         for b in self.blocks:
-            x = b(x, self.mask)
+            x = b(x, self.mask, self.cos, self.sin)
         logits = self.lm_head(self.norm(x))
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 

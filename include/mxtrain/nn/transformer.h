@@ -110,7 +110,8 @@ class GPT {
 
   // tokens, targets: [B, T] ids in [0, vocab_size); T <= max_seq_len. Runs forward and
   // backward for one micro-batch and ACCUMULATES parameter gradients of
-  // grad_scale · (mean CE + aux_loss_coef · Σ aux) (grad_scale = 1/grad_accum typically).
+  // grad_scale · (mean CE + aux_loss_coef · Σ aux) (the trainer passes 1 and scales the
+  // accumulated sum by 1/grad_accum once, with the clip: the same rounding at any split).
   // Returns the mean cross-entropy (without the aux term).
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                          float grad_scale);
