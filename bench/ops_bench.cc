@@ -125,9 +125,11 @@ Body make_rms_bwd(const opk::Kernels& k, bool, int64_t N, int64_t D) {
   return [&k, &B, N, D](int64_t T, int64_t t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1)
-      k.rms_bwd_dx(B.c.data(), B.e.data(), B.a.data(), B.b.data(), B.d.data(), D, n0, n1);
+      k.rms_bwd_dx(B.c.data(), B.e.data(), B.a.data(), B.b.data(), B.d.data(), D, n0, n1,
+                   false);
     const auto [d0, d1] = share(D, 16, T, t);
-    if (d0 < d1) k.rms_bwd_dgain(dgain.data(), B.e.data(), B.a.data(), B.d.data(), N, D, d0, d1);
+    if (d0 < d1)
+      k.rms_bwd_dgain(dgain.data(), B.e.data(), B.a.data(), B.d.data(), N, D, d0, d1, false);
   };
 }
 
@@ -145,7 +147,7 @@ Body make_swiglu_bwd(const opk::Kernels& k, bool, int64_t N, int64_t F) {
   B.a = randv(N * 2 * F, 1, -6.f, 6.f), B.b = randv(N * F, 2), B.c.assign(N * 2 * F, 0.f);
   return [&k, &B, N, F](int64_t T, int64_t t) {
     const auto [n0, n1] = share(N, 1, T, t);
-    if (n0 < n1) k.swiglu_bwd(B.c.data(), B.b.data(), B.a.data(), F, n0, n1);
+    if (n0 < n1) k.swiglu_bwd(B.c.data(), B.b.data(), B.a.data(), F, n0, n1, true);  // as the model
   };
 }
 

@@ -111,7 +111,8 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   for (int64_t g = 0; g < experts_; ++g) grad_ptrs_[size_t(g)] = weight.grad.data() + g * out_ * in_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
-  core_backward(prec_, in_, out_, saved, cache_ptrs_.data(), dy, dx, grad_ptrs_.data(), name_);
+  core_backward(prec_, in_, out_, saved, cache_ptrs_.data(), dy, dx, grad_ptrs_.data(),
+                weight.take_grad_accumulate(), name_);
 }
 
 }  // namespace mxtrain

@@ -96,10 +96,10 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
   if (dx) ensure_weight(WeightUse::backward, false);
   QuantizedWeight* w = &wcache_;
   float* dW = weight.grad.data();
-  core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, name_);
+  core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, weight.take_grad_accumulate(), name_);
   if (!bias.shape.empty()) {
     if (bias.grad.empty()) bias.grad.assign(size_t(out_), 0.f);
-    accumulate_bias_grad(dy, T, out_, bias.grad.data());
+    accumulate_bias_grad(dy, T, out_, bias.grad.data(), bias.take_grad_accumulate());
   }
 }
 

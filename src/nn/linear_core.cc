@@ -155,7 +155,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   const std::string& layer) {
+                   bool accumulate, const std::string& layer) {
   const Recipe& r = p.recipe;
   const GroupList& groups = saved.groups;
   const int64_t E = groups.num_groups();
@@ -194,7 +194,10 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
     }
   }
   if (dx) grouped_dgrad(groups, dyq.data(), as_qtensors(w, E), dx, in);
-  grouped_wgrad(groups, dyq.data(), xd.data(), dw, true);
+  grouped_wgrad(groups, dyq.data(), xd.data(), dw, accumulate);
+  if (!accumulate)  // a group with no rows has a zero gradient
+    for (int64_t g = 0; g < E; ++g)
+      if (groups.count(g) == 0) std::fill_n(dw[g], out * in, 0.f);
   // Consumed: a second backward is refused; the copies' storage stays for the next forward.
   saved.tokens = 0;
   saved.groups.offsets.clear();  // keeps its capacity
@@ -227,7 +230,7 @@ void add_bias(float* y, int64_t T, int64_t out, const float* b) {
   }
 }
 
-void accumulate_bias_grad(const float* dy, int64_t T, int64_t out, float* db) {
+void accumulate_bias_grad(const float* dy, int64_t T, int64_t out, float* db, bool accumulate) {
   constexpr int64_t kCols = 256;  // columns per work unit
   const int64_t units = ceil_div(out, kCols);
 #pragma omp parallel for schedule(static) if (T * out >= (1 << 16))
@@ -238,7 +241,7 @@ void accumulate_bias_grad(const float* dy, int64_t T, int64_t out, float* db) {
       const float* row = dy + t * out;
       for (int64_t j = j0; j < j1; ++j) acc[j - j0] += row[j];
     }
-    for (int64_t j = j0; j < j1; ++j) db[j] += float(acc[j - j0]);
+    for (int64_t j = j0; j < j1; ++j) db[j] = (accumulate ? db[j] : 0.f) + float(acc[j - j0]);
   }
 }
 

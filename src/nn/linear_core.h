@@ -60,11 +60,12 @@ size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r)
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
                   LinearSaved& saved);
-// dy: [T, out]; dx: [T, in] or null (then w is not read); dw[g]: [out, in] FP32, accumulated.
-// w[g] must hold what dgrad needs when dx is set. Empties `saved`.
+// dy: [T, out]; dx: [T, in] or null (then w is not read); dw[g]: [out, in] FP32, added into
+// (accumulate) or written (every group, zeros for a group with no rows). w[g] must hold what
+// dgrad needs when dx is set. Empties `saved`.
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   const std::string& layer);
+                   bool accumulate, const std::string& layer);
 
 // ---- helpers -----------------------------------------------------------------------------------
 
@@ -75,8 +76,8 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
 void to_bf16(const float* x, int64_t n, std::vector<uint16_t>& out);
 // y: [T, out] += b (broadcast over rows), FP32.
 void add_bias(float* y, int64_t T, int64_t out, const float* b);
-// db: [out] += Σ_t dy[t, :], summed in FP64 in token order per column (thread-count
-// independent).
-void accumulate_bias_grad(const float* dy, int64_t T, int64_t out, float* db);
+// db: [out] += Σ_t dy[t, :] (accumulate; else written), summed in FP64 in token order per
+// column (thread-count independent).
+void accumulate_bias_grad(const float* dy, int64_t T, int64_t out, float* db, bool accumulate);
 
 }  // namespace mxtrain::nn_detail

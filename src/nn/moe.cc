@@ -26,17 +26,21 @@ void grouped_forward_f32(const GroupedLinear& l, const float* x, const GroupList
   }
 }
 
-// dx = dy · W[g] (written), dW[g] += dy^T · x per expert.
+// dx = dy · W[g] (written), dW[g] += dy^T · x per expert (written after clear_grad()).
 void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, const float* dy,
                           float* dx) {
   const int64_t in = l.in_features(), out = l.out_features();
+  const bool acc = l.weight.take_grad_accumulate();
   for (int64_t e = 0; e < g.num_groups(); ++e) {
     const int64_t r0 = g.offsets[e], n = g.count(e);
-    if (n == 0) continue;
+    if (n == 0) {
+      if (!acc) std::fill_n(l.weight.grad.data() + e * out * in, out * in, 0.f);
+      continue;
+    }
     const float* w = l.weight.value.data() + e * out * in;
     gemm_f32(false, false, n, in, out, dy + r0 * out, out, w, in, dx + r0 * in, in, false);
     gemm_f32(true, false, out, in, n, dy + r0 * out, out, x + r0 * in, in,
-             l.weight.grad.data() + e * out * in, in, true);
+             l.weight.grad.data() + e * out * in, in, acc);
   }
 }
 
@@ -87,34 +91,35 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   return aux_;
 }
 
-void MoELayer::backward(const float* dy, float daux, float* dx) {
+void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   MXT_CHECK(dy && dx, "MoE backward: null dy or dx");
   MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
   const int64_t N = N_, rows = N * k_;
   if (router.grad.size() != size_t(router.numel())) router.grad.assign(router.numel(), 0.f);
-  dyp_.assign(rows * D_, 0.f);
-  dgate_.assign(N * k_, 0.f);
-  moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_);
-  dh_.assign(rows * F_, 0.f);
-  da_.assign(rows * 2 * F_, 0.f);
-  dxp_.assign(rows * D_, 0.f);
+  // Every scratch buffer is written by its first producer: no zero fill.
+  dyp_.resize(rows * D_);
+  dgate_.resize(N * k_);
+  moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_, Accum::write);
+  dh_.resize(rows * F_);
+  da_.resize(rows * 2 * F_);
+  dxp_.resize(rows * D_);
   if (fp32_ref_) {
     for (GroupedLinear* l : {&fc1, &fc2})
       if (l->weight.grad.size() != size_t(l->weight.numel()))
         l->weight.grad.assign(l->weight.numel(), 0.f);
     grouped_backward_f32(fc2, h_.data(), groups_, dyp_.data(), dh_.data());
-    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_);
+    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_, Accum::write);
     grouped_backward_f32(fc1, xp_.data(), groups_, da_.data(), dxp_.data());
   } else {
     fc2.backward(saved2_, dyp_.data(), dh_.data());
-    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_);
+    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_, Accum::write);
     fc1.backward(saved1_, da_.data(), dxp_.data());
   }
-  moe_permute_backward(dx, dxp_.data(), routing_, D_);
+  moe_permute_backward(dx, dxp_.data(), routing_, D_, dx_mode);
   dlogits_.resize(N * E_);
   moe_route_backward(dlogits_.data(), dgate_.data(), daux, routing_);
   router_logits_backward(dx, router.grad.data(), dlogits_.data(), x_, router.value.data(), N,
-                         D_, E_);
+                         D_, E_, router.take_grad_accumulate() ? Accum::add : Accum::write);
   N_ = 0;  // one backward per forward
 }
 

@@ -87,10 +87,11 @@ void embedding_forward_k(const Kernels& k, float* out, const int32_t* tokens, in
 }
 
 void embedding_backward_k(const Kernels& k, float* dtable, const float* dout,
-                          const int32_t* tokens, int64_t N, int64_t V, int64_t D) {
+                          const int32_t* tokens, int64_t N, int64_t V, int64_t D, Accum mode) {
   MXT_CHECK(dtable && dout && tokens, "embedding_backward: null pointer");
   MXT_CHECK(N >= 1 && V >= 1 && D >= 1, "embedding_backward: N, V, D must be >= 1");
   check_tokens(tokens, N, V, "token");
+  if (mode == Accum::write) std::fill_n(dtable, V * D, 0.f);
   run(N * D, kParEmbedBwd, [&](int T, int t) {
     const auto [d0, d1] = share(D, kColBlock, T, t);
     if (d0 < d1) k.embed_bwd(dtable, dout, tokens, N, D, d0, d1);
@@ -111,14 +112,14 @@ void rmsnorm_forward_k(const Kernels& k, float* out, float* rstd, const float* x
 // dx by rows and dgain by column blocks in one parallel region (they are independent).
 void rmsnorm_backward_k(const Kernels& k, float* dx, float* dgain, const float* dout,
                         const float* x, const float* gain, const float* rstd, int64_t N,
-                        int64_t D) {
+                        int64_t D, Accum dx_mode, Accum dgain_mode) {
   MXT_CHECK(dx && dgain && dout && x && gain && rstd, "rmsnorm_backward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1, "rmsnorm_backward: N, D must be >= 1");
   run(N * D, kParRmsBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
-    if (n0 < n1) k.rms_bwd_dx(dx, dout, x, gain, rstd, D, n0, n1);
+    if (n0 < n1) k.rms_bwd_dx(dx, dout, x, gain, rstd, D, n0, n1, dx_mode == Accum::write);
     const auto [d0, d1] = share(D, kColBlock, T, t);
-    if (d0 < d1) k.rms_bwd_dgain(dgain, dout, x, rstd, N, D, d0, d1);
+    if (d0 < d1) k.rms_bwd_dgain(dgain, dout, x, rstd, N, D, d0, d1, dgain_mode == Accum::write);
   });
 }
 
@@ -132,12 +133,12 @@ void swiglu_forward_k(const Kernels& k, float* h, const float* a, int64_t N, int
 }
 
 void swiglu_backward_k(const Kernels& k, float* da, const float* dh, const float* a, int64_t N,
-                       int64_t F) {
+                       int64_t F, Accum mode) {
   MXT_CHECK(da && dh && a, "swiglu_backward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_backward: N, F must be >= 1");
   run(N * F, kParSwigluBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
-    if (n0 < n1) k.swiglu_bwd(da, dh, a, F, n0, n1);
+    if (n0 < n1) k.swiglu_bwd(da, dh, a, F, n0, n1, mode == Accum::write);
   });
 }
 
@@ -209,22 +210,25 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float
   embedding_forward_k(active_kernels(), out, tokens, N, table, V, D);
 }
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                        int64_t V, int64_t D) {
-  embedding_backward_k(active_kernels(), dtable, dout, tokens, N, V, D);
+                        int64_t V, int64_t D, Accum mode) {
+  embedding_backward_k(active_kernels(), dtable, dout, tokens, N, V, D, mode);
 }
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
                      int64_t D, float eps) {
   rmsnorm_forward_k(active_kernels(), out, rstd, x, gain, N, D, eps);
 }
 void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
-                      const float* gain, const float* rstd, int64_t N, int64_t D) {
-  rmsnorm_backward_k(active_kernels(), dx, dgain, dout, x, gain, rstd, N, D);
+                      const float* gain, const float* rstd, int64_t N, int64_t D, Accum dx_mode,
+                      Accum dgain_mode) {
+  rmsnorm_backward_k(active_kernels(), dx, dgain, dout, x, gain, rstd, N, D, dx_mode,
+                     dgain_mode);
 }
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
   swiglu_forward_k(active_kernels(), h, a, N, F);
 }
-void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F) {
-  swiglu_backward_k(active_kernels(), da, dh, a, N, F);
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
+                     Accum mode) {
+  swiglu_backward_k(active_kernels(), da, dh, a, N, F, mode);
 }
 double crossentropy_forward(float* probs, float* losses, const float* logits,
                             const int32_t* targets, int64_t N, int64_t V) {
@@ -252,22 +256,25 @@ void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float
   embedding_forward_k(opk::kernels_ref(), out, tokens, N, table, V, D);
 }
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                        int64_t V, int64_t D) {
-  embedding_backward_k(opk::kernels_ref(), dtable, dout, tokens, N, V, D);
+                        int64_t V, int64_t D, Accum mode) {
+  embedding_backward_k(opk::kernels_ref(), dtable, dout, tokens, N, V, D, mode);
 }
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
                      int64_t D, float eps) {
   rmsnorm_forward_k(opk::kernels_ref(), out, rstd, x, gain, N, D, eps);
 }
 void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
-                      const float* gain, const float* rstd, int64_t N, int64_t D) {
-  rmsnorm_backward_k(opk::kernels_ref(), dx, dgain, dout, x, gain, rstd, N, D);
+                      const float* gain, const float* rstd, int64_t N, int64_t D, Accum dx_mode,
+                      Accum dgain_mode) {
+  rmsnorm_backward_k(opk::kernels_ref(), dx, dgain, dout, x, gain, rstd, N, D, dx_mode,
+                     dgain_mode);
 }
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
   swiglu_forward_k(opk::kernels_ref(), h, a, N, F);
 }
-void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F) {
-  swiglu_backward_k(opk::kernels_ref(), da, dh, a, N, F);
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
+                     Accum mode) {
+  swiglu_backward_k(opk::kernels_ref(), da, dh, a, N, F, mode);
 }
 double crossentropy_forward(float* probs, float* losses, const float* logits,
                             const int32_t* targets, int64_t N, int64_t V) {

@@ -95,7 +95,7 @@ void rms_fwd(float* out, float* rstd, const float* x, const float* gain, int64_t
 
 // dx[n,d] += r * (dout[n,d] g[d] - (x[n,d] r) m), m = mean_d(dout[n,:] g (x[n,:] r)).
 void rms_bwd_dx(float* dx, const float* dout, const float* x, const float* gain,
-                const float* rstd, int64_t D, int64_t n0, int64_t n1) {
+                const float* rstd, int64_t D, int64_t n0, int64_t n1, bool write) {
   for (int64_t n = n0; n < n1; ++n) {
     const float* xr = x + n * D;
     const float* g = dout + n * D;
@@ -114,14 +114,14 @@ void rms_bwd_dx(float* dx, const float* dout, const float* x, const float* gain,
     each16(D, [&](int64_t d, __mmask16 m) {
       const __m512 xh = _mm512_mul_ps(ld(xr + d, m), vr);
       const __m512 t = sub_rn(mul_rn(ld(g + d, m), ld(gain + d, m)), mul_rn(xh, vm));
-      st(o + d, m, add_rn(ld(o + d, m), mul_rn(vr, t)));
+      st(o + d, m, add_rn(write ? _mm512_setzero_ps() : ld(o + d, m), mul_rn(vr, t)));
     });
   }
 }
 
 // Up to 64 columns (four vectors) per pass over the rows; each column summed in token order.
 void rms_bwd_dgain(float* dgain, const float* dout, const float* x, const float* rstd,
-                   int64_t N, int64_t D, int64_t d0, int64_t d1) {
+                   int64_t N, int64_t D, int64_t d0, int64_t d1, bool write) {
   for (int64_t c0 = d0; c0 < d1; c0 += 64) {
     __mmask16 m[4];
     for (int j = 0; j < 4; ++j) m[j] = tail_mask(d1 - c0 - 16 * j);
@@ -137,7 +137,8 @@ void rms_bwd_dgain(float* dgain, const float* dout, const float* x, const float*
       }
     }
     for (int j = 0; j < 4; ++j)
-      st(dgain + c0 + 16 * j, m[j], _mm512_add_ps(ld(dgain + c0 + 16 * j, m[j]), acc[j]));
+      st(dgain + c0 + 16 * j, m[j],
+         _mm512_add_ps(write ? _mm512_setzero_ps() : ld(dgain + c0 + 16 * j, m[j]), acc[j]));
   }
 }
 
@@ -154,7 +155,8 @@ void swiglu_fwd(float* h, const float* a, int64_t F, int64_t n0, int64_t n1) {
 }
 
 // silu'(g) = s + g s (1 - s), s = sigmoid(g).
-void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n0, int64_t n1) {
+void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n0, int64_t n1,
+                bool write) {
   const __m512 one = _mm512_set1_ps(1.f);
   for (int64_t n = n0; n < n1; ++n) {
     const float* gate = a + n * 2 * F;
@@ -167,9 +169,10 @@ void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n
       const __m512 s = vsigmoid(gt);
       const __m512 silu = _mm512_mul_ps(gt, s);
       const __m512 dsilu = _mm512_fmadd_ps(silu, _mm512_sub_ps(one, s), s);
-      st(dgate + f, m,
-         _mm512_fmadd_ps(_mm512_mul_ps(gv, ld(up + f, m)), dsilu, ld(dgate + f, m)));
-      st(dup + f, m, _mm512_fmadd_ps(gv, silu, ld(dup + f, m)));
+      const __m512 zero = _mm512_setzero_ps();
+      st(dgate + f, m, _mm512_fmadd_ps(_mm512_mul_ps(gv, ld(up + f, m)), dsilu,
+                                       write ? zero : ld(dgate + f, m)));
+      st(dup + f, m, _mm512_fmadd_ps(gv, silu, write ? zero : ld(dup + f, m)));
     });
   }
 }

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 
+#include "mxtrain/nn/ops.h"
+
 namespace mxtrain {
 
 namespace opk {
@@ -29,16 +31,18 @@ struct Kernels {
   // RMSNorm rows: out, x: [N, D]; rstd: [N].
   void (*rms_fwd)(float* out, float* rstd, const float* x, const float* gain, int64_t D,
                   float eps, int64_t n0, int64_t n1);
+  // The backward kernels below add into their output, or (write = true) store the same value
+  // into it as if it had been zero: 0 + t, so writing equals zero-fill-then-add bit for bit.
   // dx rows += (see ops.cc for the formula).
   void (*rms_bwd_dx)(float* dx, const float* dout, const float* x, const float* gain,
-                     const float* rstd, int64_t D, int64_t n0, int64_t n1);
+                     const float* rstd, int64_t D, int64_t n0, int64_t n1, bool write);
   // dgain[d] += sum_n dout[n, d] * x[n, d] * rstd[n], d in [d0, d1), n in token order.
   void (*rms_bwd_dgain)(float* dgain, const float* dout, const float* x, const float* rstd,
-                        int64_t N, int64_t D, int64_t d0, int64_t d1);
+                        int64_t N, int64_t D, int64_t d0, int64_t d1, bool write);
   // SwiGLU rows: h: [N, F]; a, da: [N, 2F]; dh: [N, F].
   void (*swiglu_fwd)(float* h, const float* a, int64_t F, int64_t n0, int64_t n1);
   void (*swiglu_bwd)(float* da, const float* dh, const float* a, int64_t F, int64_t n0,
-                     int64_t n1);
+                     int64_t n1, bool write);
   // Softmax cross-entropy rows: probs, logits, dlogits: [N, V]; losses, targets: [N].
   void (*ce_fwd)(float* probs, float* losses, const float* logits, const int32_t* targets,
                  int64_t V, int64_t n0, int64_t n1);
@@ -60,13 +64,15 @@ namespace ref {
 void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
                        int64_t V, int64_t D);
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                        int64_t V, int64_t D);
+                        int64_t V, int64_t D, Accum mode = Accum::add);
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
                      int64_t D, float eps);
 void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
-                      const float* gain, const float* rstd, int64_t N, int64_t D);
+                      const float* gain, const float* rstd, int64_t N, int64_t D,
+                      Accum dx_mode = Accum::add, Accum dgain_mode = Accum::add);
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F);
-void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F);
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
+                     Accum mode = Accum::add);
 double crossentropy_forward(float* probs, float* losses, const float* logits,
                             const int32_t* targets, int64_t N, int64_t V);
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,

@@ -43,7 +43,7 @@ void rms_fwd(float* out, float* rstd, const float* x, const float* gain, int64_t
 
 // With xhat = x * r: dx[n,d] += r * (dout[n,d] g[d] - xhat[n,d] * mean_d(dout[n,:] g xhat[n,:])).
 void rms_bwd_dx(float* dx, const float* dout, const float* x, const float* gain,
-                const float* rstd, int64_t D, int64_t n0, int64_t n1) {
+                const float* rstd, int64_t D, int64_t n0, int64_t n1, bool write) {
   for (int64_t n = n0; n < n1; ++n) {
     const float* xr = x + n * D;
     const float* g = dout + n * D;
@@ -52,13 +52,13 @@ void rms_bwd_dx(float* dx, const float* dout, const float* x, const float* gain,
     for (int64_t d = 0; d < D; ++d) dot += double(g[d]) * gain[d] * (xr[d] * r);
     const float m = float(dot / double(D));
     float* o = dx + n * D;
-    for (int64_t d = 0; d < D; ++d) o[d] += r * (g[d] * gain[d] - xr[d] * r * m);
+    for (int64_t d = 0; d < D; ++d) o[d] = (write ? 0.f : o[d]) + r * (g[d] * gain[d] - xr[d] * r * m);
   }
 }
 
 // Sixteen FP32 accumulators per pass over the rows (one per column), summed in token order.
 void rms_bwd_dgain(float* dgain, const float* dout, const float* x, const float* rstd,
-                   int64_t N, int64_t D, int64_t d0, int64_t d1) {
+                   int64_t N, int64_t D, int64_t d0, int64_t d1, bool write) {
   constexpr int64_t kCols = 16;
   for (int64_t c0 = d0; c0 < d1; c0 += kCols) {
     const int64_t c1 = std::min(d1, c0 + kCols);
@@ -69,7 +69,7 @@ void rms_bwd_dgain(float* dgain, const float* dout, const float* x, const float*
       const float* g = dout + n * D;
       for (int64_t d = c0; d < c1; ++d) acc[d - c0] += g[d] * (xr[d] * r);
     }
-    for (int64_t d = c0; d < c1; ++d) dgain[d] += acc[d - c0];
+    for (int64_t d = c0; d < c1; ++d) dgain[d] = (write ? 0.f : dgain[d]) + acc[d - c0];
   }
 }
 
@@ -85,7 +85,8 @@ void swiglu_fwd(float* h, const float* a, int64_t F, int64_t n0, int64_t n1) {
 }
 
 // silu'(g) = s + g s (1 - s), s = sigmoid(g).
-void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n0, int64_t n1) {
+void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n0, int64_t n1,
+                bool write) {
   for (int64_t n = n0; n < n1; ++n) {
     const float* gate = a + n * 2 * F;
     const float* up = gate + F;
@@ -95,8 +96,8 @@ void swiglu_bwd(float* da, const float* dh, const float* a, int64_t F, int64_t n
     for (int64_t f = 0; f < F; ++f) {
       const float s = sigmoidf(gate[f]);
       const float silu = gate[f] * s;
-      dgate[f] += g[f] * up[f] * (s + gate[f] * s * (1.f - s));
-      dup[f] += g[f] * silu;
+      dgate[f] = (write ? 0.f : dgate[f]) + g[f] * up[f] * (s + gate[f] * s * (1.f - s));
+      dup[f] = (write ? 0.f : dup[f]) + g[f] * silu;
     }
   }
 }

@@ -47,7 +47,7 @@ void router_logits_forward(float* logits, const float* x, const float* w, int64_
 }
 
 void router_logits_backward(float* dx, float* dw, const float* dlogits, const float* x,
-                            const float* w, int64_t N, int64_t D, int64_t E) {
+                            const float* w, int64_t N, int64_t D, int64_t E, Accum dw_mode) {
   MXT_CHECK(dlogits && x && w, "router_logits_backward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1 && E >= 1, "router_logits_backward: N, D, E must be >= 1");
   if (dx) {
@@ -73,7 +73,8 @@ void router_logits_backward(float* dx, float* dw, const float* dlogits, const fl
           const float* xr = x + n * D;
           for (int64_t d = d0; d < d1; ++d) acc[d - d0] += g * xr[d];
         }
-        for (int64_t d = d0; d < d1; ++d) dw[e * D + d] += acc[d - d0];
+        for (int64_t d = d0; d < d1; ++d)
+          dw[e * D + d] = (dw_mode == Accum::write ? 0.f : dw[e * D + d]) + acc[d - d0];
       }
     }
   }
@@ -206,13 +207,15 @@ void moe_permute(float* xp, const float* x, const MoERouting& r, int64_t D) {
     std::copy_n(x + int64_t(r.perm_token[i]) * D, D, xp + i * D);
 }
 
-void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D) {
+void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D,
+                          Accum mode) {
   MXT_CHECK(dx && dxp, "moe_permute_backward: null pointer");
   check_routing(r, "moe_permute_backward");
   const int64_t N = r.tokens, k = r.top_k;
 #pragma omp parallel for schedule(static)
   for (int64_t n = 0; n < N; ++n) {
     float* o = dx + n * D;
+    if (mode == Accum::write) std::fill_n(o, D, 0.f);  // row-local: stays in cache
     for (int64_t j = 0; j < k; ++j) {
       const float* src = dxp + int64_t(r.slot_row[n * k + j]) * D;
       for (int64_t d = 0; d < D; ++d) o[d] += src[d];
@@ -248,7 +251,8 @@ void moe_combine(float* y, const float* yp, const MoERouting& r, int64_t D) {
 }
 
 void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float* yp,
-                          const MoERouting& r, int64_t D) {
+                          const MoERouting& r, int64_t D, Accum mode) {
+  const bool write = mode == Accum::write;
   MXT_CHECK(dyp && dy && yp, "moe_combine_backward: null pointer");
   check_routing(r, "moe_combine_backward");
   const int64_t N = r.tokens, k = r.top_k;
@@ -262,10 +266,10 @@ void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float
       const float* src = yp + row * D;
       float dot = 0.f;
       for (int64_t d = 0; d < D; ++d) {
-        o[d] += gate * g[d];
+        o[d] = (write ? 0.f : o[d]) + gate * g[d];
         dot += g[d] * src[d];
       }
-      if (dgate) dgate[n * k + j] += dot;
+      if (dgate) dgate[n * k + j] = (write ? 0.f : dgate[n * k + j]) + dot;
     }
   }
 }

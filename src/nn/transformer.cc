@@ -80,7 +80,8 @@ void linear_forward(bool ref, Linear& l, const float* x, int64_t N, float* y, Li
   gemm_f32(false, true, N, out, in, x, in, l.weight.value.data(), in, y, out, false);
 }
 
-// Its backward: dx written, dW accumulated. x is the forward's input, still alive.
+// Its backward: dx written, dW accumulated (written after clear_grad()). x is the forward's
+// input, still alive.
 void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_t N,
                      const float* dy, float* dx) {
   if (!ref) {
@@ -90,8 +91,11 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
   const int64_t in = l.in_features(), out = l.out_features();
   ensure_grad(l.weight);
   gemm_f32(false, false, N, in, out, dy, out, l.weight.value.data(), in, dx, in, false);
-  gemm_f32(true, false, out, in, N, dy, out, x, in, l.weight.grad.data(), in, true);
+  gemm_f32(true, false, out, in, N, dy, out, x, in, l.weight.grad.data(), in,
+           l.weight.take_grad_accumulate());
 }
+
+Accum grad_mode(Parameter& p) { return p.take_grad_accumulate() ? Accum::add : Accum::write; }
 
 }  // namespace
 
@@ -197,6 +201,10 @@ void GPT::zero_grad() {
   for (Parameter* p : params_) p->zero_grad();
 }
 
+void GPT::clear_grad() {
+  for (Parameter* p : params_) p->clear_grad();
+}
+
 Linear* GPT::linear(const std::string& module) {
   auto it = linears_.find(module);
   return it == linears_.end() ? nullptr : it->second;
@@ -258,13 +266,39 @@ void GPT::ensure_buffers(int B, int T) {
     L->lse.resize(N * H);
     L->atty.resize(N * D);
     L->resid_mid.resize(N * D);
+    linear_input(L->qkv, L->ln1, N * D);
     if (L->moe) L->ln2.resize(N * D);  // the router's backward reads it
     L->rstd2.resize(N);
-    if (!L->moe) L->fc1_out.resize(N * 2 * cfg_.d_ff);
+    if (!L->moe) {
+      linear_input(L->fc1, L->ln2, N * D);
+      L->fc1_out.resize(N * 2 * cfg_.d_ff);
+      linear_input(L->fc2, L->h, N * cfg_.d_ff);
+    }
   }
+  linear_input(lm_head_, lnf_, N * D);
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
+}
+
+// The backward's scratch gradients [N, ...] and every parameter's gradient.
+void GPT::ensure_backward_buffers(int B, int T) {
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model;
+  for (Parameter* p : params_) ensure_grad(*p);
+  dres_.resize(N * D);
+  dln_.resize(N * D);
+  dbranch_.resize(N * D);
+  dqkv_.resize(N * 3 * D);
+  dfc1_.resize(N * 2 * cfg_.d_ff);
+  dh_.resize(N * cfg_.d_ff);
+}
+
+void GPT::reserve(int B, int T) {
+  MXT_CHECK(B >= 1 && T >= 1 && T <= cfg_.max_seq_len, "GPT::reserve: batch ", B,
+            " and sequence length ", T, " must be >= 1 (and T <= max_seq_len = ",
+            cfg_.max_seq_len, ")");
+  ensure_buffers(B, T);
+  ensure_backward_buffers(B, T);
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
@@ -346,13 +380,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   MXT_CHECK(targets, "GPT: null targets");
   const float loss = forward(tokens, targets, B, T);
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
-  for (Parameter* p : params_) ensure_grad(*p);
-  dres_.assign(N * D, 0.f);
-  dln_.resize(N * D);
-  dbranch_.resize(N * D);
-  dqkv_.resize(N * 3 * D);
-  dfc1_.resize(N * 2 * cfg_.d_ff);
-  dh_.resize(N * cfg_.d_ff);
+  ensure_backward_buffers(B, T);
   const float daux = grad_scale * cfg_.aux_loss_coef;
   const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
 
@@ -361,26 +389,28 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), dln_.data());
   after(lm_head_.name(), WeightUse::backward);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), dln_.data(), resid_.back().data(),
-                   final_norm_.value.data(), rstdf_.data(), N, D);
-  // dres_ is the gradient w.r.t. the residual stream; each branch adds its share through its
-  // RMSNorm backward (Linear::backward writes dx, the ops accumulate).
+                   final_norm_.value.data(), rstdf_.data(), N, D, Accum::write,
+                   grad_mode(final_norm_));
+  // dres_ is the gradient w.r.t. the residual stream: the final norm writes it, and each
+  // branch adds its share through its RMSNorm backward. Every other buffer is written by its
+  // first producer (Linear::backward writes dx, the ops below say Accum::write): the backward
+  // fills nothing with zeros.
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& L = *layers_[l];
     if (L.moe) {
-      std::fill(dln_.begin(), dln_.end(), 0.f);
-      L.experts->backward(dres_.data(), daux, dln_.data());
+      L.experts->backward(dres_.data(), daux, dln_.data(), Accum::write);
       after(L.experts->fc2.name(), WeightUse::backward);
       after(L.experts->fc1.name(), WeightUse::backward);
     } else {
       linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
       after(L.fc2.name(), WeightUse::backward);
-      std::fill(dfc1_.begin(), dfc1_.end(), 0.f);
-      swiglu_backward(dfc1_.data(), dh_.data(), L.fc1_out.data(), N, cfg_.d_ff);
+      swiglu_backward(dfc1_.data(), dh_.data(), L.fc1_out.data(), N, cfg_.d_ff, Accum::write);
       linear_backward(fp32_ref_, L.fc1, L.s_fc1, L.ln2.data(), N, dfc1_.data(), dln_.data());
       after(L.fc1.name(), WeightUse::backward);
     }
     rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), dln_.data(), L.resid_mid.data(),
-                     L.mlp_norm.value.data(), L.rstd2.data(), N, D);
+                     L.mlp_norm.value.data(), L.rstd2.data(), N, D, Accum::add,
+                     grad_mode(L.mlp_norm));
     linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
     after(L.proj.name(), WeightUse::backward);
     attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.atty.data(),
@@ -389,9 +419,14 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
     after(L.qkv.name(), WeightUse::backward);
     rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),
-                     L.attn_norm.value.data(), L.rstd1.data(), N, D);
+                     L.attn_norm.value.data(), L.rstd1.data(), N, D, Accum::add,
+                     grad_mode(L.attn_norm));
   }
-  embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D);
+  embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D, grad_mode(embed_));
+  // Every parameter with a gradient here received a contribution above; this only guards the
+  // contract that a cleared gradient reads as zero after a backward.
+  for (Parameter* p : params_)
+    if (!p->grad_live) p->zero_grad();
   return loss;
 }
 

@@ -162,6 +162,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
   }
   const int A = tc.grad_accum;
   const int64_t global_batch = int64_t(B) * W * A;  // sequences per optimizer step
+  model->reserve(B, T);  // activations, backward scratch and gradients, once
   st.world_size = W;
   st.global_batch = global_batch;
   if (opt.progress && lead)
@@ -184,7 +185,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
   for (int64_t step = st.step; step < end_step; ++step) {
     const auto t_step = Clock::now();
     sync->begin_step();
-    for (Parameter* p : params) p->zero_grad();
+    for (Parameter* p : params) p->clear_grad();  // the first micro-batch writes them
 
     // Forward + backward over this rank's micro-batches; grads accumulate unscaled (their sum)
     // and become the mean over the global batch after the reduction over ranks (mean) and the

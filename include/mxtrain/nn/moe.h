@@ -29,6 +29,7 @@
 #include "mxtrain/gemm.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/ops.h"
 #include "mxtrain/nn/parameter.h"
 
 namespace mxtrain {
@@ -55,9 +56,11 @@ struct MoERouting {
 // logits: [N, E] (written) = x [N, D] · w [E, D]^T.
 void router_logits_forward(float* logits, const float* x, const float* w, int64_t N, int64_t D,
                            int64_t E);
-// dx: [N, D] += dlogits · w; dw: [E, D] += dlogits^T · x (either may be nullptr).
+// dx: [N, D] += dlogits · w; dw: [E, D] += dlogits^T · x (either may be nullptr; dw_mode
+// Accum::write writes dw, nn/ops.h).
 void router_logits_backward(float* dx, float* dw, const float* dlogits, const float* x,
-                            const float* w, int64_t N, int64_t D, int64_t E);
+                            const float* w, int64_t N, int64_t D, int64_t E,
+                            Accum dw_mode = Accum::add);
 
 // ---- routing ------------------------------------------------------------------------------
 // logits: [N, E]. Fills every field of r (buffers are reused when r is reused). NaN logits do
@@ -73,16 +76,18 @@ void moe_route_backward(float* dlogits, const float* dgate, float daux, const Mo
 // ---- permutation ----------------------------------------------------------------------------
 // xp: [N*k, D] (written) = x [N, D] rows in permuted order.
 void moe_permute(float* xp, const float* x, const MoERouting& r, int64_t D);
-// dx: [N, D] += Σ_j dxp[row of (n, j)], slots in order j = 0..k-1.
-void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D);
+// dx: [N, D] += Σ_j dxp[row of (n, j)], slots in order j = 0..k-1 (Accum::write: written).
+void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D,
+                          Accum mode = Accum::add);
 // xs: [N*k, D] (written) rows of xp back in slot order (row n*k+j is token n's slot j).
 // moe_unpermute(moe_permute(x)) is x with each row repeated k times, bit for bit.
 void moe_unpermute(float* xs, const float* xp, const MoERouting& r, int64_t D);
 // y: [N, D] (written) = Σ_j gate[n,j] · yp[row of (n, j)].
 void moe_combine(float* y, const float* yp, const MoERouting& r, int64_t D);
-// dyp: [N*k, D] += gate · dy; dgate: [N, k] += dy[n] · yp[row of (n, j)].
+// dyp: [N*k, D] += gate · dy; dgate: [N, k] += dy[n] · yp[row of (n, j)] (Accum::write:
+// both written).
 void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float* yp,
-                          const MoERouting& r, int64_t D);
+                          const MoERouting& r, int64_t D, Accum mode = Accum::add);
 
 // ---- the MoE block ---------------------------------------------------------------------------
 // Owns the router weight `<prefix>.router.weight` [E, D] and the experts
@@ -107,9 +112,10 @@ class MoELayer {
 
   // x: [N, D]; y: [N, D] (written). Returns the load-balancing loss of this micro-batch.
   double forward(const float* x, int64_t N, float* y);
-  // dy: [N, D]; dx: [N, D] += (through experts and router). daux = d objective / d aux.
-  // Accumulates router.grad and the experts' weight grads.
-  void backward(const float* dy, float daux, float* dx);
+  // dy: [N, D]; dx: [N, D] += (through experts and router; Accum::write: written).
+  // daux = d objective / d aux. Accumulates router.grad and the experts' weight grads (or
+  // writes them after clear_grad(), nn/parameter.h).
+  void backward(const float* dy, float daux, float* dx, Accum dx_mode = Accum::add);
 
   // Numerics reference: when on, the expert products run in plain FP32 from weight.value
   // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.

@@ -16,11 +16,13 @@
 // Conventions (the same for every function):
 //   * `*_forward` writes its outputs; `*_backward` ACCUMULATES (+=) into every gradient it
 //     writes — activation gradients (dx, da, ...) and parameter gradients (dgain, dtable)
-//     alike — so the caller zeroes a gradient buffer once and several branches may add into
-//     it. Two exceptions WRITE their gradient: crossentropy_backward (dlogits; it is the root
-//     of the backward pass and may work in place over the saved probabilities) and
-//     attention_backward (dqkv; the qkv projection is its only consumer, and writing spares
-//     the caller a zero fill of [B*T, 3*D]).
+//     alike — so several branches may add into one buffer. Where a trailing Accum argument
+//     says Accum::write, that output is written instead, with the value zero-fill-then-add
+//     would give (bit for bit), so the first contributor spares the caller a zero fill; the
+//     model's steady state fills nothing (docs/design.md, "Steady state"). Two functions
+//     always WRITE their gradient: crossentropy_backward (dlogits; it is the root of the
+//     backward pass and may work in place over the saved probabilities) and
+//     attention_backward (dqkv; the qkv projection is its only consumer).
 //   * N is the number of token rows (B*T), D the model width, V the vocabulary size.
 //   * Public functions check their arguments (mxtrain::Error naming what to fix); the loops
 //     behind them do not.
@@ -31,13 +33,17 @@
 
 namespace mxtrain {
 
+// How a backward function treats a gradient output: add into it, or write it (as if it were 0).
+enum class Accum : uint8_t { add, write };
+
 // ---- embedding: out[n] = table[tokens[n]] ------------------------------------------------
 // out: [N, D]; tokens: [N] in [0, V); table: [V, D].
 void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
                        int64_t V, int64_t D);
 // dtable: [V, D] += scatter of dout [N, D] by token id (rows of one id summed in token order).
+// Accum::write zeroes the table first (a scatter leaves rows no token touched unwritten).
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                        int64_t V, int64_t D);
+                        int64_t V, int64_t D, Accum mode = Accum::add);
 
 // ---- RMSNorm: out = x * rstd * gain, rstd = 1 / sqrt(mean(x^2) + eps) -------------------
 // out, x: [N, D]; gain: [D]; rstd: [N] saved for backward.
@@ -45,7 +51,8 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain,
                      int64_t D, float eps);
 // dx: [N, D] +=; dgain: [D] +=; dout, x: [N, D]; rstd: [N] from the forward.
 void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
-                      const float* gain, const float* rstd, int64_t N, int64_t D);
+                      const float* gain, const float* rstd, int64_t N, int64_t D,
+                      Accum dx_mode = Accum::add, Accum dgain_mode = Accum::add);
 
 // ---- causal multi-head self-attention core ----------------------------------------------
 // qkv: [B*T, 3*D] packed as [q | k | v], head h owning columns h*hd .. (h+1)*hd - 1 of each
@@ -76,7 +83,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 // h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F);
 // da: [N, 2*F] +=; dh: [N, F]; a: [N, 2*F] from the forward.
-void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F);
+void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
+                     Accum mode = Accum::add);
 
 // ---- softmax cross-entropy over the vocabulary, mean over tokens ------------------------
 // logits: [N, V]; targets: [N] in [0, V); probs: [N, V] softmax of logits (may alias logits);

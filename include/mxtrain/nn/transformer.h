@@ -100,7 +100,13 @@ class GPT {
   // All trainable parameters in a fixed order (embed, layer 0 .. n-1, final_norm, lm_head).
   const std::vector<Parameter*>& parameters() { return params_; }
   int64_t num_parameters() const;
-  void zero_grad();
+  void zero_grad();   // fills every gradient with zeros
+  void clear_grad();  // starts a new accumulation without touching memory (nn/parameter.h)
+  // Sizes every activation buffer, backward scratch buffer and parameter gradient for
+  // micro-batches of B sequences of length T, so the steps that follow allocate none of them
+  // (the trainer calls it once, when the model is built). Buffers are never shrunk; a larger
+  // B·T later grows them.
+  void reserve(int B, int T);
 
   std::vector<ModuleInfo> quantizable_modules() const { return describe_modules(cfg_); }
   // The layer object of a quantizable module by its dotted name; nullptr when the name is not
@@ -109,7 +115,8 @@ class GPT {
   GroupedLinear* grouped_linear(const std::string& module);
 
   // tokens, targets: [B, T] ids in [0, vocab_size); T <= max_seq_len. Runs forward and
-  // backward for one micro-batch and ACCUMULATES parameter gradients of
+  // backward for one micro-batch and ACCUMULATES parameter gradients (writes them after
+  // clear_grad()) of
   // grad_scale · (mean CE + aux_loss_coef · Σ aux) (the trainer passes 1 and scales the
   // accumulated sum by 1/grad_accum once, with the clip: the same rounding at any split).
   // Returns the mean cross-entropy (without the aux term).
@@ -158,6 +165,7 @@ class GPT {
   void after(const std::string& module, WeightUse phase);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
+  void ensure_backward_buffers(int B, int T);
   float* linear_input(const Linear& l, std::vector<float>& own, int64_t n);
   std::vector<Parameter*> collect_parameters();
 
