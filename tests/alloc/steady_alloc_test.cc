@@ -22,8 +22,8 @@
 
 #include "gemm/onednn_call.h"
 #include "mxtrain/nn/transformer.h"
-#include "mxtrain/recipe.h"
 #include "mxtrain/train/optim.h"
+#include "nn/layer_test_util.h"
 
 // The replacement delete frees what the replacement new got from malloc/aligned_alloc.
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
@@ -80,21 +80,6 @@ void PrintTo(const Case& c, std::ostream* os) {
   *os << c.recipe << (c.defer ? " defer" : "") << (c.moe ? " MoE" : "");
 }
 
-ModelConfig small_model(bool moe) {
-  ModelConfig c;
-  c.d_model = 64;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 96;
-  c.max_seq_len = 64;
-  if (moe) {
-    c.moe_num_experts = 4;
-    c.moe_top_k = 2;
-    c.moe_d_ff = 64;
-  }
-  return c;
-}
-
 // One optimizer step as the trainer runs it: forward + backward, then AdamW everywhere.
 void train_step(GPT& m, const std::vector<Parameter*>& params,
                 std::vector<std::vector<float>>& mom, std::vector<std::vector<float>>& vel,
@@ -117,14 +102,9 @@ class SteadyAlloc : public ::testing::TestWithParam<Case> {};
 TEST_P(SteadyAlloc, NoHeapAllocationAfterWarmUp) {
   const Case c = GetParam();
   const int B = 2, T = 64;
-  GPT m(small_model(c.moe),
-        [&](const ModuleInfo&) {
-          LinearPrecision p;
-          p.recipe = get_recipe(c.recipe);
-          p.defer_backward_quant = c.defer;
-          return p;
-        },
-        7);
+  GPT m(layer_test::tiny_model({.d_model = 64, .n_layers = 2, .n_heads = 2, .d_ff = 96,
+                                .max_seq_len = 64, .moe_d_ff = c.moe ? 64 : 0}),
+        layer_test::recipe_resolver(c.recipe, c.defer), 7);
   const std::vector<Parameter*> params = m.parameters();
   std::vector<std::vector<float>> mom, vel;
   for (Parameter* p : params) {

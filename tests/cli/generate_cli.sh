@@ -10,32 +10,14 @@
 # full stdout.
 # Usage: generate_cli.sh /path/to/mxtrain   (CTest `cli_generate`)
 set -u
+source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: generate_cli.sh /path/to/mxtrain}") || exit 1
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mxt_cli_generate_XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
+workdir generate
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-
-# expect_error DESCRIPTION EXPECTED_FRAGMENT CMD...: exit 1, one stderr line `error: ...`
-# holding the fragment, nothing on stdout.
-expect_error() {
-  local what=$1 frag=$2
-  shift 2
-  timeout 60 "$@" > out.txt 2> err.txt
-  local rc=$?
-  [ "$rc" -eq 1 ] || fail "$what: exit $rc, expected 1 ($(head -c 300 err.txt))"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$what: expected one stderr line, got: $(head -c 600 err.txt)"
-  { grep -q '^error: ' err.txt && grep -qF -- "$frag" err.txt; } ||
-    fail "$what: not an \`error:\` line with \`$frag\`: $(head -c 400 err.txt)"
-  [ -s out.txt ] && fail "$what: wrote to stdout: $(head -c 200 out.txt)"
-  return 0
-}
 
 gen() { timeout 120 "$MXTRAIN" generate "$@"; }
 
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 200) > corpus.txt
+write_corpus corpus.txt
 TRAIN='training: {steps: 4, seq_len: 32, micro_batch_size: 2, eval_every: 0, eval_batches: 1, checkpoint_every: 2, keep_checkpoints: 3}'
 cat > dense.yaml <<YAML
 model: {d_model: 32, n_layers: 2, n_heads: 2, d_ff: 64, max_seq_len: 32}
@@ -146,5 +128,4 @@ if [ -w /dev/full ]; then
     fail "full stdout: exit $rc, $(head -c 300 err.txt)"
 fi
 
-[ "$FAILS" -eq 0 ] || { echo "$FAILS check(s) failed"; exit 1; }
-echo "generate: all checks passed"
+finish generate

@@ -5,15 +5,14 @@
 # record names the step.
 # Usage: generate_fsdp_cli.sh MXTRAIN_BINARY MPIEXEC   (CTest `mpi_cli_generate_np2`)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 bin=$(realpath "$1")
 mpiexec=$2
 here=$(cd "$(dirname "$0")/.." && pwd)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-cd "$tmp"
+workdir generate_fsdp
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 200) > corpus.txt
+write_corpus corpus.txt
 timeout 300 "$mpiexec" --allow-run-as-root --oversubscribe -np 2 "$bin" train \
   --config "$here/data/fsdp_tiny.yaml" --data corpus.txt --steps 4 --fsdp --quiet \
   --checkpoint-dir ck 2> train.err || { cat train.err; exit 1; }

@@ -6,13 +6,10 @@
 # malformed record rejected with the file and record index and nothing written.
 # Usage: policy_loongforge_cli.sh /path/to/mxtrain   (run by CTest as `cli_policy_loongforge`)
 set -u
+source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: policy_loongforge_cli.sh /path/to/mxtrain}") || exit 1
 [ -x "$MXTRAIN" ] || { echo "not an executable: $MXTRAIN"; exit 1; }
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mxt_cli_policy_XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+workdir policy
 has() { grep -qxF -- "$2" <<<"$1" || fail "$3: no line '$2' in output:"$'\n'"$1"; }
 
 # rec MODEL CASE KIND UB PRECISION NUM_TOKENS TOTAL_MS NUM_GEMMS — one LoongForge record.
@@ -119,13 +116,9 @@ has "$out" '        {"tp": 1, "min_tokens": 2048, "max_tokens": 4096, "measured_
 # is left as it was and no temporary file remains.
 sed '0,/"total_ms": 1.0/s//"total_ms": 0/' run2.json > bad.json
 cp policy.json before.json
-if out=$("$MXTRAIN" policy merge --reports run1.json bad.json --output policy.json 2>&1); then
-  fail "merge accepted bad.json"
-fi
-[[ $out == "error: bad.json: [1].total_ms: must be a finite number > 0, got 0 ["* ]] &&
-  [ "$(wc -l <<<"$out")" -eq 1 ] || fail "bad.json error: $out"
+expect_error --at-start "malformed record" "bad.json: [1].total_ms: must be a finite number > 0, got 0 [" \
+  "$MXTRAIN" policy merge --reports run1.json bad.json --output policy.json
 cmp -s before.json policy.json || fail "a failed merge changed policy.json"
 [ "$(ls -A | grep -c '^\.')" -eq 0 ] || fail "temporary files left: $(ls -A)"
 
-[ "$FAILS" -eq 0 ] && echo "cli_policy_loongforge: all checks passed"
-exit $(( FAILS > 0 ))
+finish cli_policy_loongforge

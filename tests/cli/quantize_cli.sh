@@ -4,13 +4,10 @@
 # exactly, one clear error line for each bad input, and no partial output left behind.
 # Usage: quantize_cli.sh /path/to/mxtrain   (run by CTest as `cli_quantize`)
 set -u
+source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: quantize_cli.sh /path/to/mxtrain}") || exit 1
 [ -x "$MXTRAIN" ] || { echo "not an executable: $MXTRAIN"; exit 1; }
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mxt_cli_quantize_XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
-FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
+workdir quantize
 
 # write_npy PATH DESCR SHAPE COUNT BYTES...: a .npy file (v1.0 header padded to 64 bytes)
 # whose data is COUNT items cycling through the given item byte strings (printf escapes).
@@ -49,20 +46,6 @@ expect_ok() {  # expect_ok DESCRIPTION CMD...
   [ "$rc" -eq 0 ] || fail "$what: exit $rc ($(cat err.txt))"
 }
 
-# expect_error DESCRIPTION EXPECTED_SUBSTRING CMD...: non-zero exit, one clear message.
-expect_error() {
-  local what=$1 want=$2
-  shift 2
-  "$@" > out.txt 2> err.txt
-  local rc=$?
-  [ "$rc" -ne 0 ] || fail "$what: exit code 0"
-  grep -qF -- "$want" err.txt || fail "$what: stderr lacks '$want': $(cat err.txt)"
-  case $want in
-    "not expected"*) ;;  # CLI11 usage errors add a "Run with --help" hint line
-    *) [ "$(wc -l < err.txt)" -eq 1 ] || fail "$what: expected one error line, got: $(cat err.txt)" ;;
-  esac
-}
-
 # ---- success paths ------------------------------------------------------------------------
 expect_ok "quantize mxfp8" "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --out-dir q
 [ "$(ls q | tr '\n' ' ')" = "colwise.npy colwise_scale.npy meta.json rowwise.npy rowwise_scale.npy " ] ||
@@ -86,7 +69,7 @@ cmp -s <(tail -c $DATA_BYTES x.npy) <(tail -c $DATA_BYTES yt.npy) || fail "tile 
 expect_ok "replace output" "$MXTRAIN" quantize --input x.npy --recipe mxfp8-32x32 --out-dir q
 [ "$(ls q | tr '\n' ' ')" = "data.npy meta.json scale.npy " ] || fail "replaced output: $(ls q)"
 
-# ---- errors: non-zero exit, one message, nothing written ------------------------------------
+# ---- errors: exit code 1, one message, nothing written --------------------------------------
 cp -r t t_bad && rm t_bad/scale.npy
 BEFORE=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
 expect_error "missing input" "file not found: nothere.npy" \
@@ -105,7 +88,7 @@ expect_error "bad elem" "unknown element format 'e3m4'" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --elem e3m4 --out-dir e1
 expect_error "bad rounding" "unknown scale rounding 'ceil'" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --scale-rounding ceil --out-dir e1
-expect_error "unknown option" "not expected" \
+expect_error --usage "unknown option" "not expected" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --out-dir e1 --bogus
 expect_error "missing parent" "parent directory" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --out-dir nodir/e1
@@ -123,8 +106,4 @@ AFTER=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
 [ "$BEFORE" = "$AFTER" ] || fail "failed commands left files behind: $(diff <(echo "$BEFORE") <(echo "$AFTER"))"
 [ ! -e e1 ] && [ ! -e e2.npy ] || fail "partial output exists"
 
-if [ "$FAILS" -ne 0 ]; then
-  echo "$FAILS check(s) failed"
-  exit 1
-fi
-echo "all quantize CLI checks passed"
+finish cli_quantize

@@ -8,31 +8,14 @@
 # changed recipe or learning rate says what changed.
 # Usage: reliability_cli.sh /path/to/mxtrain /path/to/source   (CTest `cli_reliability`)
 set -u
+source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: reliability_cli.sh /path/to/mxtrain /path/to/source}") || exit 1
 SRC=$(realpath "${2:?usage: reliability_cli.sh /path/to/mxtrain /path/to/source}") || exit 1
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/mxt_cli_reliability_XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
-cd "$WORK" || exit 1
+workdir reliability
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
-FAILS=0
-fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
-
-# expect_error DESCRIPTION MAX_SECONDS EXPECTED_FRAGMENT CMD...: exit 1, exactly one stderr
-# line, "error: " + the fragment, within the time limit.
-expect_error() {
-  local what=$1 limit=$2 frag=$3
-  shift 3
-  local t0=$SECONDS
-  timeout 60 "$@" > out.txt 2> err.txt
-  local rc=$? took=$((SECONDS - t0))
-  [ "$rc" -eq 1 ] || fail "$what: exit $rc, expected 1 ($(head -c 300 err.txt))"
-  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$what: expected one stderr line, got: $(head -c 600 err.txt)"
-  grep -qF -- "error: $frag" err.txt || fail "$what: message lacks \`$frag\`: $(head -c 400 err.txt)"
-  [ "$took" -le "$limit" ] || fail "$what: took ${took}s (limit ${limit}s)"
-}
 
 # A tiny model and corpus: a few steps take well under a second.
-printf 'the quick brown fox jumps over the lazy dog. %.0s' $(seq 200) > corpus.txt
+write_corpus corpus.txt
 MODEL='model: {d_model: 32, n_layers: 1, n_heads: 2, d_ff: 64, max_seq_len: 16}'
 TRAIN='training: {steps: 2, seq_len: 16, micro_batch_size: 2, eval_every: 0, eval_batches: 1}'
 cat > ok.yaml <<YAML
@@ -44,41 +27,50 @@ YAML
 
 # ---- nothing lost: outputs checked before any work, every write checked ----
 touch afile
-expect_error "checkpoint dir under a file" 5 \
+expect_error --at-start --within 5 "checkpoint dir under a file" \
   "--checkpoint-dir afile/ckpt: afile is a file, not a directory" \
   "$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir afile/ckpt --metrics-out m1.jsonl
 [ -e m1.jsonl ] && fail "metrics file created although the checkpoint dir was refused"
-expect_error "metrics under a file" 5 "--metrics-out afile/m.jsonl: afile is a file, not a directory" \
+expect_error --at-start --within 5 "metrics under a file" \
+  "--metrics-out afile/m.jsonl: afile is a file, not a directory" \
   "$MXTRAIN" train --quiet --config ok.yaml --metrics-out afile/m.jsonl
-expect_error "decisions into a directory" 5 "--decisions-out $WORK: is a directory" \
+expect_error --at-start --within 5 "decisions into a directory" \
+  "--decisions-out $WORK: is a directory" \
   "$MXTRAIN" train --quiet --config ok.yaml --decisions-out "$WORK"
-expect_error "bench-layers report under a file" 5 "--report afile/r.json: afile is a file, not a directory" \
+expect_error --at-start --within 5 "bench-layers report under a file" \
+  "--report afile/r.json: afile is a file, not a directory" \
   "$MXTRAIN" bench-layers --config ok.yaml --report afile/r.json
 if [ -w /dev/full ]; then
-  expect_error "metrics on a full device" 30 "cannot write /dev/full: No space left on device" \
+  expect_error --at-start --within 30 "metrics on a full device" \
+    "cannot write /dev/full: No space left on device" \
     "$MXTRAIN" train --quiet --config ok.yaml --metrics-out /dev/full
-  expect_error "decisions on a full device" 30 "cannot write /dev/full: No space left on device" \
+  expect_error --at-start --within 30 "decisions on a full device" \
+    "cannot write /dev/full: No space left on device" \
     "$MXTRAIN" train --quiet --config ok.yaml --dry-run --decisions-out /dev/full
   [ -c /dev/full ] || fail "/dev/full is no longer a device"
 fi
 if [ "$(id -u)" -ne 0 ]; then
   mkdir ro && chmod 555 ro
-  expect_error "read-only checkpoint dir" 5 "--checkpoint-dir ro/ckpt: cannot create files in ro" \
+  expect_error --at-start --within 5 "read-only checkpoint dir" \
+    "--checkpoint-dir ro/ckpt: cannot create files in ro" \
     "$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir ro/ckpt
   chmod 755 ro
 fi
 
 # ---- inputs: regular files only, nesting bounded, shapes checked before allocating ----
-expect_error "quantize /dev/zero" 5 "/dev/zero is not a regular file" \
+expect_error --at-start --within 5 "quantize /dev/zero" \
+  "/dev/zero is not a regular file" \
   "$MXTRAIN" quantize --input /dev/zero --recipe mxfp8 --out-dir qz
 [ -e qz ] && fail "quantize /dev/zero left qz behind"
 mkdir deep
 python3 -c "print('{\"format\": ' + '['*100000 + ']'*100000 + '}')" > deep/meta.json
-expect_error "deep meta.json" 5 "deep/meta.json: JSON nested deeper than 64 levels" \
+expect_error --at-start --within 5 "deep meta.json" \
+  "deep/meta.json: JSON nested deeper than 64 levels" \
   "$MXTRAIN" dequantize --in-dir deep --recipe mxfp8 --output y.npy
 [ -e y.npy ] && fail "dequantize of deep meta.json wrote y.npy"
 python3 -c "print('{\"version\": 1, \"layers\": ' + '['*100000 + ']'*100000 + '}')" > deep_policy.json
-expect_error "deep policy" 5 "deep_policy.json: JSON nested deeper than 64 levels" \
+expect_error --at-start --within 5 "deep policy" \
+  "deep_policy.json: JSON nested deeper than 64 levels" \
   "$MXTRAIN" train --quiet --config ok.yaml --dry-run --fp8-policy deep_policy.json
 # A meta.json claiming 50000x50000 over tiny data files is refused before 2.5 GB is touched.
 python3 - <<'PY'
@@ -93,7 +85,8 @@ PY
 python3 -c "
 import json; m = json.load(open('big/meta.json')); m['shape'] = [50000, 50000]
 json.dump(m, open('big/meta.json', 'w'))"
-expect_error "meta.json shape over small data" 5 "big/rowwise.npy: shape (32, 32) does not match (50000, 50000)" \
+expect_error --at-start --within 5 "meta.json shape over small data" \
+  "big/rowwise.npy: shape (32, 32) does not match (50000, 50000)" \
   "$MXTRAIN" dequantize --in-dir big --recipe mxfp8 --output y.npy
 
 # ---- resources: models that cannot fit are refused in under 5 s ----
@@ -101,7 +94,8 @@ for model in "d_model: 128, n_layers: 1000000, n_heads: 2, d_ff: 384, max_seq_le
              "d_model: 1000000, n_layers: 1, n_heads: 2, d_ff: 384, max_seq_len: 16" \
              "d_model: 16384, n_layers: 64, n_heads: 2, d_ff: 65536, max_seq_len: 16"; do
   printf 'model: {%s}\n%s\ndata: {path: corpus.txt}\nprecision: {recipe: mxfp8}\n' "$model" "$TRAIN" > big.yaml
-  expect_error "impossible model ($model)" 5 "model does not fit in memory: it needs at least" \
+  expect_error --at-start --within 5 "impossible model ($model)" \
+    "model does not fit in memory: it needs at least" \
     "$MXTRAIN" train --quiet --config big.yaml --metrics-out mbig.jsonl
   grep -q "pass --ignore-memory-check" err.txt || fail "no --ignore-memory-check hint: $(cat err.txt)"
 done
@@ -109,16 +103,20 @@ done
 
 # ---- configs mean what they say ----
 printf '%s\n%s\ndata: {path: corpus.txt}\n' "$MODEL" "$TRAIN" > noprec.yaml
-expect_error "no precision section" 5 "noprec.yaml: missing required section \`precision:\`" \
+expect_error --at-start --within 5 "no precision section" \
+  "noprec.yaml: missing required section \`precision:\`" \
   "$MXTRAIN" train --quiet --config noprec.yaml
 printf '%s\ndata: {path: corpus.txt}\nprecision: {recipe: mxfp8}\n' "$TRAIN" > nomodel.yaml
-expect_error "no model section" 5 "nomodel.yaml: missing required section \`model:\`" \
+expect_error --at-start --within 5 "no model section" \
+  "nomodel.yaml: missing required section \`model:\`" \
   "$MXTRAIN" train --quiet --config nomodel.yaml
 { cat ok.yaml; echo 'data: {path: other.txt}'; } > dup.yaml
-expect_error "duplicate section" 5 "dup.yaml: duplicate key \`data\`" \
+expect_error --at-start --within 5 "duplicate section" \
+  "dup.yaml: duplicate key \`data\`" \
   "$MXTRAIN" train --quiet --config dup.yaml
 sed 's/eval_batches: 1}/eval_batches: 1, lr: .inf}/' ok.yaml > inf.yaml
-expect_error "lr .inf" 5 "inf.yaml: \`training.lr\` must be a finite number, got \`.inf\`" \
+expect_error --at-start --within 5 "lr .inf" \
+  "inf.yaml: \`training.lr\` must be a finite number, got \`.inf\`" \
   "$MXTRAIN" train --quiet --config inf.yaml
 
 # ---- resume with changed settings says so ----
@@ -134,7 +132,8 @@ grep -qF "note: resuming with a changed setting: training.lr: 0.003 -> 0.01" err
 # training starts, and an unwritable one is one error line; a good one leaves no temp file.
 PLOT="$SRC/tools/plot_losses.py"
 if [ -f "$PLOT" ]; then
-  expect_error "plot under a file" 5 "cannot write the plot corpus.txt/loss.svg" \
+  expect_error --at-start --within 5 "plot under a file" \
+    "cannot write the plot corpus.txt/loss.svg" \
     python3 "$PLOT" --check --out corpus.txt/loss.svg
   python3 "$PLOT" --check --out ok_plot.svg || fail "plot --check on a writable path"
   [ -z "$(ls -A . | grep plot)" ] || fail "plot --check left files: $(ls -A | grep plot)"
@@ -142,5 +141,4 @@ else
   fail "$PLOT not found"
 fi
 
-[ "$FAILS" -eq 0 ] && echo "reliability CLI: all checks passed"
-exit $((FAILS > 0))
+finish "reliability CLI"

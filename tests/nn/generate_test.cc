@@ -14,7 +14,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/nn/generate.h"
 #include "mxtrain/nn/transformer.h"
-#include "mxtrain/recipe.h"
+#include "nn/layer_test_util.h"
 
 namespace mxtrain {
 namespace {
@@ -22,26 +22,10 @@ namespace {
 // The MoE config is tiny-moe.yaml's shape, smaller. init_std 0.2 (10x the default) gives
 // peaked attention and routing, so a wrong position or expert shows in the logits.
 ModelConfig small(bool moe) {
-  ModelConfig c;
-  c.d_model = 32;
-  c.n_layers = 3;
-  c.n_heads = 4;
-  c.d_ff = 48;
-  c.max_seq_len = 16;
+  ModelConfig c = layer_test::tiny_model({.d_model = 32, .n_layers = 3, .n_heads = 4, .d_ff = 48,
+                                          .max_seq_len = 16, .moe_d_ff = moe ? 24 : 0});
   c.init_std = 0.2f;
-  if (moe) {
-    c.moe_num_experts = 4;
-    c.moe_top_k = 2;
-    c.moe_d_ff = 24;
-    c.moe_every = 1;
-  }
   return c;
-}
-
-LinearPrecision bf16(const ModuleInfo&) {
-  LinearPrecision p;
-  p.recipe = get_recipe("bf16");
-  return p;
 }
 
 // A GPT on the FP32 reference path (its forward is the function InferenceModel computes) and
@@ -49,7 +33,7 @@ LinearPrecision bf16(const ModuleInfo&) {
 struct Pair {
   GPT gpt;
   InferenceModel inf;
-  explicit Pair(const ModelConfig& c) : gpt(c, bf16, 7), inf(c) {
+  explicit Pair(const ModelConfig& c) : gpt(c, layer_test::recipe_resolver("bf16"), 7), inf(c) {
     gpt.set_fp32_reference(true);
     std::vector<Parameter*> src = gpt.parameters(), dst = inf.parameters();
     EXPECT_EQ(src.size(), dst.size());

@@ -1,15 +1,19 @@
 // tests/nn/layer_test_util.h — small helpers for the nn tests: random data, FP64 reference
 // products on BF16-rounded operands (Linear / GroupedLinear), byte comparison, cosine
-// similarity.
+// similarity, and for whole-model tests the config of a tiny GPT and a one-recipe precision
+// resolver.
 #pragma once
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "mxtrain/formats.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/nn/transformer.h"
+#include "mxtrain/recipe.h"
 
 namespace mxtrain::layer_test {
 
@@ -56,6 +60,42 @@ inline RefProduct ref_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
   for (float& x : ab) x = std::fabs(x);
   gemm_ref_f64(ta, tb, M, N, K, aa.data(), ta ? M : K, ab.data(), tb ? K : N, r.abs.data(), N);
   return r;
+}
+
+// The shape of a tiny GPT, named field by field: tiny_model({.n_layers = 3, .moe_d_ff = 24}).
+// moe_d_ff > 0 makes every layer MoE: moe_experts experts of SwiGLU width moe_d_ff, top-2.
+struct TinyModel {
+  int d_model = 32, n_layers = 2, n_heads = 2, d_ff = 48, max_seq_len = 8;
+  int moe_d_ff = 0;  // 0: a dense model
+  int moe_experts = 4;
+};
+
+// That shape as a ModelConfig; every other field (vocabulary, init_std, aux_loss_coef, ...)
+// keeps ModelConfig's default for the caller to change.
+inline ModelConfig tiny_model(const TinyModel& s) {
+  ModelConfig c;
+  c.d_model = s.d_model;
+  c.n_layers = s.n_layers;
+  c.n_heads = s.n_heads;
+  c.d_ff = s.d_ff;
+  c.max_seq_len = s.max_seq_len;
+  if (s.moe_d_ff > 0) {
+    c.moe_num_experts = s.moe_experts;
+    c.moe_top_k = 2;
+    c.moe_d_ff = s.moe_d_ff;
+    c.moe_every = 1;
+  }
+  return c;
+}
+
+// A precision resolver giving every module the named recipe (and defer_backward_quant).
+inline LinearPrecisionFn recipe_resolver(const std::string& recipe, bool defer = false) {
+  return [recipe, defer](const ModuleInfo&) {
+    LinearPrecision p;
+    p.recipe = get_recipe(recipe);
+    p.defer_backward_quant = defer;
+    return p;
+  };
 }
 
 }  // namespace mxtrain::layer_test
