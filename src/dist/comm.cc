@@ -149,6 +149,8 @@ struct Request::State {
   Coll kind = Coll::allgather;
   uint64_t bytes = 0;
   double ms = 0;
+  Clock::time_point started{};
+  double span_ms = 0;  // start to observed completion
   bool active = false;
 };
 
@@ -180,6 +182,23 @@ Request::~Request() {
 
 bool Request::active() const { return s_ && s_->active; }
 double Request::ms() const { return s_ ? s_->ms : 0.0; }
+double Request::span_ms() const { return s_ ? s_->span_ms : 0.0; }
+
+bool Request::test() {
+  if (!active()) return true;
+  const auto t0 = Clock::now();
+  int done = 1, rc = MPI_SUCCESS;
+  if (s_->req != MPI_REQUEST_NULL) rc = MPI_Test(&s_->req, &done, MPI_STATUS_IGNORE);
+  const double dt = ms_since(t0);  // the poll itself is time not spent computing
+  s_->ms += dt;
+  s_->comm->stats_[s_->kind].ms += dt;
+  mpi_ok(rc, "MPI_Test");
+  if (done) {
+    s_->active = false;
+    s_->span_ms = ms_since(s_->started);
+  }
+  return done != 0;
+}
 uint64_t Request::bytes() const { return s_ ? s_->bytes : 0; }
 
 void Request::wait() {
@@ -190,6 +209,7 @@ void Request::wait() {
   const double dt = ms_since(t0);
   s_->ms += dt;
   s_->active = false;
+  s_->span_ms = ms_since(s_->started);
   s_->comm->stats_[s_->kind].ms += dt;
   mpi_ok(rc, "MPI_Wait");
 }
@@ -252,6 +272,7 @@ Request Comm::start_request(Coll kind, uint64_t bytes,
   r.s_->comm = this;
   r.s_->kind = kind;
   r.s_->bytes = bytes;
+  r.s_->started = t0;
   stats_[kind].bytes += bytes;
   stats_[kind].calls += 1;
   start(handle_ ? &r.s_->req : nullptr);

@@ -38,7 +38,10 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 // ---- setup ----------------------------------------------------------------------------------
 
-Fsdp::Fsdp(Comm& comm, FsdpOptions opt) : comm_(comm), opt_(opt) {
+Fsdp::Fsdp(Comm& comm, FsdpOptions opt)
+    : comm_(comm), opt_(opt), gs_(std::make_unique<GradState>()) {
+  MXT_CHECK(opt_.prefetch_depth >= 1, "FSDP: prefetch_depth must be >= 1, got ",
+            opt_.prefetch_depth, " (turn prefetch off with auto_prefetch = false)");
   std::ostringstream os;
   os << "world=" << comm_.size() << " mxfp8_gather=" << mxfp8_gather_name(opt_.mxfp8_gather)
      << " bf16_reshard_after_forward=" << opt_.bf16_reshard_after_forward
@@ -98,7 +101,8 @@ int Fsdp::add_module(std::unique_ptr<Module> m) {
   m->grad.assign(sn, 0.f);
   m->m.assign(sn, 0.f);
   m->v.assign(sn, 0.f);
-  if (w.grad.size() != size_t(n)) w.grad.assign(size_t(n), 0.f);
+  // No full-size gradient is kept: pre_backward lends one while the layer's backward runs.
+  std::vector<float>().swap(w.grad);
   if (opt_.free_full_values) std::vector<float>().swap(w.value);
   for (int64_t e = 0; e < m->num_caches(); ++e) m->cache(e).clear();
   modules_.push_back(std::move(m));
@@ -199,7 +203,16 @@ void Fsdp::wait_gather(int i, int k) {
   s.pending = false;
   s.req.wait();
   stats_.allgather_ms += s.req.ms();
+  stats_.allgather_span_ms += s.req.span_ms();
   s.ready = true;
+}
+
+void Fsdp::poll() {
+  for (auto& m : modules_)
+    for (GatherSlot& s : m->slots)
+      if (s.pending) s.req.test();  // completion is still taken by wait_gather
+  for (GradSlot& g : gs_->slots)
+    if (g.module >= 0) g.req.test();
 }
 
 void Fsdp::set_input_grad_needed(int i, bool needed) { mod(i).input_grad_needed = needed; }
@@ -225,10 +238,12 @@ void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
     if (s.pending) wait_gather(i, k);  // stale
     start_gather(i, k);
   }
-  if (opt_.auto_prefetch) {
-    const int next = use == WeightUse::forward ? i + 1 : i - 1;
-    if (next >= 0 && next < num_modules()) prefetch(next, use);
-  }
+  if (opt_.auto_prefetch)
+    for (int d = 1; d <= opt_.prefetch_depth; ++d) {
+      const int next = use == WeightUse::forward ? i + d : i - d;
+      if (next < 0 || next >= num_modules()) break;
+      prefetch(next, use);
+    }
   wait_gather(i, k);
   const Recipe& r = M.recipe();
   unpack_group(M.layout, GatherKind(k), r.weight_elem, s.recv.data(), e, cache);
@@ -277,6 +292,13 @@ void Fsdp::post_forward(int i) {
 void Fsdp::post_backward(int i) {
   for (int k = 0; k < kNumGatherKinds; ++k) wait_gather(i, k);
   drop(i, true);
+  Module& M = mod(i);
+  if (M.lent < 0) return;
+  Parameter& w = *M.weight;
+  start_reduce(i, w.grad.data());
+  std::swap(w.grad, gs_->pool[size_t(M.lent)]);  // back to the pool; the layer holds none
+  gs_->pool_busy[size_t(M.lent)] = 0;
+  M.lent = -1;
 }
 
 void Fsdp::release_all() {

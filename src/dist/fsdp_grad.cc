@@ -2,6 +2,7 @@
 // reduce-scatter of full gradients into shards (mean over ranks), all-reduce of replicated
 // gradients, the ShardView list the optimizer runs on, global gradient norm / finiteness,
 // and whole-tensor gather/scatter for single-file checkpoints.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -27,27 +28,89 @@ bool finite(const float* x, size_t n) {
 
 }  // namespace
 
+void Fsdp::pre_backward(int i) {
+  Module& M = mod(i);
+  MXT_CHECK(M.lent < 0, "FSDP: pre_backward(", i, ") twice without post_backward");
+  GradState& g = *gs_;
+  size_t k = 0;
+  while (k < g.pool.size() && g.pool_busy[k]) ++k;
+  if (k == g.pool.size()) {
+    g.pool.emplace_back();
+    g.pool_busy.push_back(0);
+  }
+  Parameter& w = *M.weight;
+  MXT_CHECK(w.grad.empty(), "FSDP: layer '", M.name, "' holds its own gradient (",
+            w.grad.size(), " values); pre_backward lends one");
+  g.pool[k].resize(size_t(w.numel()));  // within capacity after the first step
+  std::swap(w.grad, g.pool[k]);
+  w.clear_grad();  // the layer's wgrad writes it
+  g.pool_busy[k] = 1;
+  M.lent = int(k);
+}
+
+// Starts the reduce-scatter of module i's full gradient `full` [numel] into its shard grad.
+// The result is written into the shard grad when it is the first since reduce_gradients(),
+// else it lands in the slot's buffer and is added when the slot is finished.
+void Fsdp::start_reduce(int i, const float* full) {
+  Module& M = mod(i);
+  if (M.rs_slot >= 0) finish_reduce(M.rs_slot);  // results of one module arrive in order
+  GradState& g = *gs_;
+  const int k = g.next;
+  g.next = (g.next + 1) % GradState::kSlots;
+  if (g.slots[size_t(k)].module >= 0) finish_reduce(k);
+  GradSlot& s = g.slots[size_t(k)];
+  s.send.resize(size_t(M.layout.padded_numel()));
+  pad_full(M.layout, full, s.send.data());
+  s.add = M.shard_grad_live;
+  float* dst = M.grad.data();
+  if (s.add) {
+    s.recv.resize(M.grad.size());
+    dst = s.recv.data();
+  }
+  M.shard_grad_live = true;
+  s.req = comm_.ireduce_scatter_sum(s.send.data(), dst, size_t(M.layout.shard_numel()));
+  s.module = i;
+  M.rs_slot = k;
+  stats_.reduce_scatter_bytes += s.req.bytes();
+}
+
+void Fsdp::finish_reduce(int k) {
+  GradSlot& s = gs_->slots[size_t(k)];
+  if (s.module < 0) return;
+  s.req.wait();
+  stats_.reduce_scatter_ms += s.req.ms();
+  stats_.reduce_scatter_span_ms += s.req.span_ms();
+  Module& M = mod(s.module);
+  if (s.add) {
+    float* g = M.grad.data();
+    const float* r = s.recv.data();
+    for (size_t j = 0; j < M.grad.size(); ++j) g[j] += r[j];
+  }
+  M.rs_slot = -1;
+  s.module = -1;
+}
+
 void Fsdp::reduce_gradients() {
   const int W = comm_.size();
-  // Sharded: issue every reduce-scatter, then complete them (they overlap each other).
-  std::vector<std::vector<float>> padded(modules_.size());
-  std::vector<Request> reqs(modules_.size());
+  // Sharded: modules whose backward ran without pre_backward reduce-scatter their own
+  // full-size grads now; then every reduce-scatter in flight completes.
   for (size_t i = 0; i < modules_.size(); ++i) {
     Module& M = *modules_[i];
     const Parameter& w = *M.weight;
+    MXT_CHECK(M.lent < 0, "FSDP: layer '", M.name, "' is between pre_backward and post_backward");
+    if (w.grad.empty()) continue;
     MXT_CHECK(w.grad.size() == size_t(w.numel()), "FSDP: layer '", M.name, "' gradient holds ",
               w.grad.size(), " values, expected ", w.numel());
-    padded[i].resize(size_t(M.layout.padded_numel()));
-    pad_full(M.layout, w.grad.data(), padded[i].data());
-    reqs[i] = comm_.ireduce_scatter_sum(padded[i].data(), M.grad.data(),
-                                        size_t(M.layout.shard_numel()));
-    stats_.reduce_scatter_bytes += reqs[i].bytes();
+    start_reduce(int(i), w.grad.data());
   }
-  for (size_t i = 0; i < modules_.size(); ++i) {
-    reqs[i].wait();
-    stats_.reduce_scatter_ms += reqs[i].ms();
-    if (W > 1)
-      for (float& g : modules_[i]->grad) g /= float(W);
+  for (int k = 0; k < GradState::kSlots; ++k) finish_reduce(k);
+  for (auto& mp : modules_) {
+    Module& M = *mp;
+    if (!M.shard_grad_live)  // no contribution this step: a zero gradient
+      std::fill(M.grad.begin(), M.grad.end(), 0.f);
+    else if (W > 1)
+      for (float& g : M.grad) g /= float(W);
+    M.shard_grad_live = false;  // the optimizer reads it; the next result starts a new sum
   }
   // Replicated: one all-reduce over all of them.
   size_t total = 0;

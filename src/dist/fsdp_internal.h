@@ -39,6 +39,13 @@ struct Fsdp::Module {
   std::vector<float> value, grad, m, v;  // this rank's shard [rows_per_rank * in]
   std::array<GatherSlot, kNumGatherKinds> slots;
   bool input_grad_needed = true;
+  // Gradient path (dist/fsdp.h, "Gradients"): the pool buffer lent to the layer between
+  // pre_backward and post_backward (-1: none), the reduce-scatter of this module in flight
+  // (-1: none), and whether `grad` holds a contribution since the last reduce_gradients()
+  // (false: the next reduce-scatter result is written into it, not added).
+  int lent = -1;
+  int rs_slot = -1;
+  bool shard_grad_live = false;
 
   const Recipe& recipe() const {
     return linear ? linear->precision().recipe : grouped->precision().recipe;
@@ -56,6 +63,26 @@ struct Fsdp::Module {
     }
     return value;
   }
+};
+
+// One reduce-scatter of a module's full gradient: the padded send buffer, and where the
+// shard arrives (straight into the module's grad when it is the step's first contribution,
+// else into `recv`, added on completion). Declared before the request, so the request (whose
+// destructor completes it) goes first and the buffers outlive it.
+struct GradSlot {
+  std::vector<float> send;  // [padded_numel]
+  std::vector<float> recv;  // [shard_numel] when adding
+  int module = -1;          // -1: free
+  bool add = false;
+  Request req;
+};
+
+struct Fsdp::GradState {
+  static constexpr int kSlots = 2;  // reduce-scatters in flight at once
+  std::array<GradSlot, kSlots> slots;
+  int next = 0;
+  std::vector<std::vector<float>> pool;  // full-size gradient buffers lent to layers
+  std::vector<char> pool_busy;
 };
 
 struct Fsdp::Replicated {

@@ -61,8 +61,7 @@ void init_ones(Parameter& p, std::string name, int64_t n) {
   std::fill(p.value.begin(), p.value.end(), 1.f);
 }
 
-// Full-size gradient (by shape: under FSDP a layer's value may be empty on this rank while its
-// gradient is full-size).
+// Full-size gradient, by shape.
 void ensure_grad(Parameter& p) {
   if (p.grad.size() != size_t(p.numel())) p.grad.assign(size_t(p.numel()), 0.f);
 }
@@ -221,8 +220,8 @@ const MoELayer* GPT::moe_layer(int layer) const {
   return layers_[layer]->experts.get();
 }
 
-void GPT::after(const std::string& module, WeightUse phase) {
-  if (hook_) hook_(module, phase);
+void GPT::event(const std::string& module, ModuleEvent e) {
+  if (hook_) hook_(module, e);
 }
 
 void GPT::set_fp32_reference(bool on) {
@@ -284,7 +283,10 @@ void GPT::ensure_buffers(int B, int T) {
 // The backward's scratch gradients [N, ...] and every parameter's gradient.
 void GPT::ensure_backward_buffers(int B, int T) {
   const int64_t N = int64_t(B) * T, D = cfg_.d_model;
-  for (Parameter* p : params_) ensure_grad(*p);
+  // A parameter whose value is held elsewhere (FSDP shards) gets no gradient buffer here: the
+  // holder lends one while its module's backward runs (ModuleEvent::backward_start).
+  for (Parameter* p : params_)
+    if (!p->value.empty()) ensure_grad(*p);
   dres_.resize(N * D);
   dln_.resize(N * D);
   dbranch_.resize(N * D);
@@ -319,29 +321,29 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     float* ln1 = linear_input(L.qkv, L.ln1, N * D);
     rmsnorm_forward(ln1, L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
     linear_forward(fp32_ref_, L.qkv, ln1, N, L.qkv_out.data(), L.s_qkv);
-    after(L.qkv.name(), WeightUse::forward);
+    event(L.qkv.name(), ModuleEvent::forward_done);
     if (cfg_.rope_theta > 0.f) rope_forward(L.qkv_out.data(), rope_, B, T, D, H);
     attention_forward(L.atty.data(), L.lse.data(), L.qkv_out.data(), B, T, D, H, attn_prec);
     linear_forward(fp32_ref_, L.proj, L.atty.data(), N, branch_.data(), L.s_proj);
-    after(L.proj.name(), WeightUse::forward);
+    event(L.proj.name(), ModuleEvent::forward_done);
     residual_forward(L.resid_mid.data(), x, branch_.data(), N * D);
     if (L.moe) {
       rmsnorm_forward(L.ln2.data(), L.rstd2.data(), L.resid_mid.data(),
                       L.mlp_norm.value.data(), N, D, eps);
       aux += L.experts->forward(L.ln2.data(), N, branch_.data());
-      after(L.experts->fc1.name(), WeightUse::forward);
-      after(L.experts->fc2.name(), WeightUse::forward);
+      event(L.experts->fc1.name(), ModuleEvent::forward_done);
+      event(L.experts->fc2.name(), ModuleEvent::forward_done);
       held += L.experts->held_bytes();
     } else {
       float* ln2 = linear_input(L.fc1, L.ln2, N * D);
       rmsnorm_forward(ln2, L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(), N, D,
                       eps);
       linear_forward(fp32_ref_, L.fc1, ln2, N, L.fc1_out.data(), L.s_fc1);
-      after(L.fc1.name(), WeightUse::forward);
+      event(L.fc1.name(), ModuleEvent::forward_done);
       float* h = linear_input(L.fc2, L.h, N * cfg_.d_ff);
       swiglu_forward(h, L.fc1_out.data(), N, cfg_.d_ff);
       linear_forward(fp32_ref_, L.fc2, h, N, branch_.data(), L.s_fc2);
-      after(L.fc2.name(), WeightUse::forward);
+      event(L.fc2.name(), ModuleEvent::forward_done);
       held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
     }
     held += L.s_qkv.held_bytes() + L.s_proj.held_bytes();
@@ -350,7 +352,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   float* lnf = linear_input(lm_head_, lnf_, N * D);
   rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N, D, eps);
   linear_forward(fp32_ref_, lm_head_, lnf, N, logits_.data(), lm_saved_);
-  after(lm_head_.name(), WeightUse::forward);
+  event(lm_head_.name(), ModuleEvent::forward_done);
   held += lm_saved_.held_bytes();
   // Softmax in place: logits_ holds the probabilities from here on (without targets, from
   // forward_logits, it keeps the logits).
@@ -386,8 +388,9 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
 
   // logits_ holds the probabilities; turn them into dlogits in place.
   crossentropy_backward(logits_.data(), logits_.data(), targets, N, V, grad_scale / float(N));
+  event(lm_head_.name(), ModuleEvent::backward_start);
   linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), dln_.data());
-  after(lm_head_.name(), WeightUse::backward);
+  event(lm_head_.name(), ModuleEvent::backward_done);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), dln_.data(), resid_.back().data(),
                    final_norm_.value.data(), rstdf_.data(), N, D, Accum::write,
                    grad_mode(final_norm_));
@@ -398,26 +401,32 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& L = *layers_[l];
     if (L.moe) {
+      event(L.experts->fc2.name(), ModuleEvent::backward_start);
+      event(L.experts->fc1.name(), ModuleEvent::backward_start);
       L.experts->backward(dres_.data(), daux, dln_.data(), Accum::write);
-      after(L.experts->fc2.name(), WeightUse::backward);
-      after(L.experts->fc1.name(), WeightUse::backward);
+      event(L.experts->fc2.name(), ModuleEvent::backward_done);
+      event(L.experts->fc1.name(), ModuleEvent::backward_done);
     } else {
+      event(L.fc2.name(), ModuleEvent::backward_start);
       linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
-      after(L.fc2.name(), WeightUse::backward);
+      event(L.fc2.name(), ModuleEvent::backward_done);
       swiglu_backward(dfc1_.data(), dh_.data(), L.fc1_out.data(), N, cfg_.d_ff, Accum::write);
+      event(L.fc1.name(), ModuleEvent::backward_start);
       linear_backward(fp32_ref_, L.fc1, L.s_fc1, L.ln2.data(), N, dfc1_.data(), dln_.data());
-      after(L.fc1.name(), WeightUse::backward);
+      event(L.fc1.name(), ModuleEvent::backward_done);
     }
     rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), dln_.data(), L.resid_mid.data(),
                      L.mlp_norm.value.data(), L.rstd2.data(), N, D, Accum::add,
                      grad_mode(L.mlp_norm));
+    event(L.proj.name(), ModuleEvent::backward_start);
     linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
-    after(L.proj.name(), WeightUse::backward);
+    event(L.proj.name(), ModuleEvent::backward_done);
     attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.atty.data(),
                        L.lse.data(), B, T, D, H, attn_prec);  // writes dqkv_
     if (cfg_.rope_theta > 0.f) rope_backward(dqkv_.data(), rope_, B, T, D, H);
+    event(L.qkv.name(), ModuleEvent::backward_start);
     linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
-    after(L.qkv.name(), WeightUse::backward);
+    event(L.qkv.name(), ModuleEvent::backward_done);
     rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),
                      L.attn_norm.value.data(), L.rstd1.data(), N, D, Accum::add,
                      grad_mode(L.attn_norm));

@@ -153,6 +153,7 @@ template <class F>
 void fsdp_fields(FsdpConfig& c, F&& f) {
   f("enabled", c.enabled);
   f("mxfp8_gather", c.mxfp8_gather);
+  f("prefetch", c.prefetch);
 }
 
 void parse_model(Section s, ModelConfig& m) {
@@ -256,6 +257,8 @@ void parse_fsdp(Section s, FsdpConfig& f) {
   s.finish();
   MXT_CHECK(f.mxfp8_gather == "on-demand" || f.mxfp8_gather == "all", s.origin(), ": `",
             s.full("mxfp8_gather"), "` must be `on-demand` or `all`, got `", f.mxfp8_gather, "`");
+  MXT_CHECK(f.prefetch >= 0 && f.prefetch <= 8, s.origin(), ": `", s.full("prefetch"),
+            "` must be between 0 and 8 (modules gathered ahead), got ", f.prefetch);
 }
 
 // Walks the document before it is interpreted: bounded depth (aliases can make a cycle)

@@ -31,9 +31,11 @@ struct OptimView {
   uint64_t* version;
 };
 
+// *_ms: exposed (waiting) time; *_span_ms: time in flight (dist/fsdp.h, FsdpStats).
 struct CommCounters {
   uint64_t allgather_bytes = 0, reduce_scatter_bytes = 0, allreduce_bytes = 0;
   double allgather_ms = 0, reduce_scatter_ms = 0, allreduce_ms = 0;
+  double allgather_span_ms = 0, reduce_scatter_span_ms = 0;
 };
 
 class ParamSync {

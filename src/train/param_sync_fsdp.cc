@@ -2,8 +2,10 @@
 //
 // Every Linear / GroupedLinear weight is sharded (32-row aligned) and gathered quantized per
 // its recipe; embeddings, norms and the router are replicated with all-reduced gradients.
-// The model reports each module's end of forward/backward through its module hook, which
-// lets FSDP drop gathered weights as the gather mode says. Checkpoints gather whole tensors
+// The model reports each module's end of forward and the start and end of its backward
+// through its module hook: FSDP drops gathered weights as the gather mode says, lends a
+// full-size gradient buffer for the backward and reduce-scatters it right after (ZeRO-3), and
+// polls the collectives in flight. Checkpoints gather whole tensors
 // to rank 0 and use the one-process format; loading scatters them back (any world size).
 #include <algorithm>
 #include <cstring>
@@ -25,6 +27,8 @@ class FsdpSync : public ParamSync {
     comm_.check_consistent("training config", cfg.source_text);
     dist::FsdpOptions o;
     o.mxfp8_gather = dist::parse_mxfp8_gather(cfg.fsdp.mxfp8_gather);
+    o.auto_prefetch = cfg.fsdp.prefetch > 0;
+    o.prefetch_depth = std::max(1, cfg.fsdp.prefetch);
     fsdp_ = std::make_unique<dist::Fsdp>(comm_, o);
     std::vector<const Parameter*> sharded;
     for (const ModuleInfo& m : model.quantizable_modules()) {
@@ -45,10 +49,16 @@ class FsdpSync : public ParamSync {
       params_.push_back({p->name, p->shape});
       if (std::find(sharded.begin(), sharded.end(), p) == sharded.end()) fsdp_->add_replicated(*p);
     }
-    model.set_module_hook([this](const std::string& module, WeightUse phase) {
+    // At every module boundary: drop or lend/reduce as the event says, then drive the
+    // collectives in flight (prefetched gathers, gradient reduce-scatters).
+    model.set_module_hook([this](const std::string& module, ModuleEvent e) {
       const int i = index_.at(module);
-      if (phase == WeightUse::forward) fsdp_->post_forward(i);
-      else fsdp_->post_backward(i);
+      switch (e) {
+        case ModuleEvent::forward_done: fsdp_->post_forward(i); break;
+        case ModuleEvent::backward_start: fsdp_->pre_backward(i); break;
+        case ModuleEvent::backward_done: fsdp_->post_backward(i); break;
+      }
+      fsdp_->poll();
     });
   }
 
@@ -74,8 +84,9 @@ class FsdpSync : public ParamSync {
   }
   CommCounters counters() const override {
     const dist::FsdpStats& s = fsdp_->stats();
-    return {s.allgather_bytes, s.reduce_scatter_bytes, s.allreduce_bytes,
-            s.allgather_ms, s.reduce_scatter_ms, s.allreduce_ms};
+    return {s.allgather_bytes,   s.reduce_scatter_bytes,   s.allreduce_bytes,
+            s.allgather_ms,      s.reduce_scatter_ms,      s.allreduce_ms,
+            s.allgather_span_ms, s.reduce_scatter_span_ms};
   }
 
   void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) override {

@@ -257,6 +257,10 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
         row["reduce_scatter_ms"] = cc.reduce_scatter_ms;
         row["allreduce_bytes"] = cc.allreduce_bytes;
         row["allreduce_ms"] = cc.allreduce_ms;
+        // Communication time: total = in flight (all-gathers, reduce-scatters, all-reduce);
+        // exposed = spent waiting, with nothing to compute.
+        row["comm_total_ms"] = cc.allgather_span_ms + cc.reduce_scatter_span_ms + cc.allreduce_ms;
+        row["comm_exposed_ms"] = cc.allgather_ms + cc.reduce_scatter_ms + cc.allreduce_ms;
       }
       metrics.write(row);
       progress.update(step, loss,

@@ -55,7 +55,8 @@ TEST(FsdpLocal, GradientsPassThroughAndNormsCountEachElementOnce) {
   Linear l("l", 8, 4, true, prec("bf16"));
   Fsdp f(Comm::local());
   f.add(l);
-  for (size_t i = 0; i < l.weight.grad.size(); ++i) l.weight.grad[i] = 1.f;
+  EXPECT_TRUE(l.weight.grad.empty()) << "a sharded layer keeps no full-size gradient";
+  l.weight.grad.assign(32, 1.f);  // a backward run without pre_backward: the layer's own
   for (float& g : l.bias.grad) g = 2.f;
   f.reduce_gradients();
   EXPECT_EQ(f.shards()[0].grad[0], 1.f);

@@ -444,16 +444,29 @@ TEST(GPT, ForwardLossLeavesGradientsAlone) {
 TEST(GPT, ModuleHookReportsForwardAndBackwardOrder) {
   GPT m(tiny(true), recipe_resolver("bf16"), 3);
   std::vector<std::string> seen;
-  m.set_module_hook([&](const std::string& module, WeightUse phase) {
-    seen.push_back((phase == WeightUse::forward ? "F " : "B ") + module);
+  m.set_module_hook([&](const std::string& module, ModuleEvent e) {
+    const char* tag = e == ModuleEvent::forward_done     ? "F "
+                      : e == ModuleEvent::backward_start ? "S "
+                                                         : "B ";
+    seen.push_back(tag + module);
   });
   Batch b = make_batch(1, 8, 31);
   m.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.f);
   std::vector<std::string> want;
   const auto mods = m.quantizable_modules();
   for (const auto& i : mods) want.push_back("F " + i.module);
-  // Backward: reverse order, except that each MoE block reports fc2 before fc1 (as reversed).
-  for (auto it = mods.rbegin(); it != mods.rend(); ++it) want.push_back("B " + it->module);
+  // Backward: reverse order, each module's start before its end, except that an MoE block
+  // starts both expert layers (fc2, fc1) before either ends (they run in one call).
+  for (auto it = mods.rbegin(); it != mods.rend(); ++it) {
+    const bool expert_fc2 = it->module.find("experts.fc2") != std::string::npos;
+    if (expert_fc2) {
+      const std::string fc1 = std::next(it)->module;
+      want.insert(want.end(), {"S " + it->module, "S " + fc1, "B " + it->module, "B " + fc1});
+      ++it;
+      continue;
+    }
+    want.insert(want.end(), {"S " + it->module, "B " + it->module});
+  }
   EXPECT_EQ(seen, want);
 }
 

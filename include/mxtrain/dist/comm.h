@@ -91,8 +91,12 @@ class Request {
   ~Request();
 
   void wait();
+  // Drives progress (MPI_Test); true when the collective has completed (then as after wait()).
+  bool test();
   bool active() const;
-  double ms() const;       // time spent in the starting call and in wait() so far
+  double ms() const;       // time spent in the starting call, test() and wait() so far:
+                           // the exposed time, when the caller had nothing else to do
+  double span_ms() const;  // from the start to the completion wait() or test() observed
   uint64_t bytes() const;  // bytes this rank sent (counted when the request was started)
 
   struct State;

@@ -19,19 +19,31 @@
 // multiple of 32·world); the formulas are exact when `in` is a multiple of 32.
 //
 // Prefetch: Fsdp knows the module order. When module i's provider runs for forward it starts
-// the non-blocking all-gather of module i+1's forward weight before waiting for its own; for
-// backward, module i-1's backward weight. prefetch() starts one explicitly. All ranks must
-// call the layers in the same order (they run the same model), so collectives match.
+// the non-blocking all-gathers of modules i+1 .. i+prefetch_depth for forward before waiting
+// for its own; for backward, modules i-1 .. i-prefetch_depth. prefetch() starts one
+// explicitly. All ranks must call the layers in the same order (they run the same model), so
+// collectives match. MPI moves a non-blocking collective mostly when the library is entered:
+// poll() tests every collective in flight, and the model's module hook calls it at every
+// module boundary (train/param_sync_fsdp.cc), so transfers advance between layers rather
+// than only inside the wait.
 //
 // The caller (trainer or model) calls post_forward(i) after module i's forward and
 // post_backward(i) after its backward: they drop the gathered full weights as the mode says.
 // Without them everything stays cached (more memory, same numbers).
 //
-// Gradients: each rank's layers accumulate full-size gradients of their own micro-batches in
-// Parameter::grad. reduce_gradients() reduce-scatters them (FP32 sum) into the owners' shard
-// grads and divides by the world size, so a shard grad is the mean over ranks — the gradient of
-// the global batch when every rank's loss is the mean over an equal share of it. Parameter::grad
-// is left as is (zero it before the next step's accumulation).
+// Gradients (ZeRO-3): a sharded module's full-size gradient exists only while its backward
+// runs. pre_backward(i) lends the layer a full-size buffer from a pool (Parameter::grad,
+// cleared, so the layer's wgrad writes it); post_backward(i) pads it, starts a non-blocking
+// reduce-scatter (FP32 sum) into this rank's shard grad and returns the buffer to the pool, so
+// the transfer overlaps the next module's backward. The pool holds as many buffers as are
+// lent at once (one; two inside an MoE block, whose two expert layers run back to back).
+// Each micro-batch is reduce-scattered: the shard grad of a step is the sum over ranks and
+// micro-batches (the first result is written into it, later ones added).
+// reduce_gradients() completes the reduce-scatters in flight and divides by the world size,
+// so a shard grad is the mean over ranks — the gradient of the global batch when every rank's
+// loss is the mean over an equal share of it. A module whose backward ran without
+// pre_backward (its layer accumulated into its own full-size Parameter::grad) is
+// reduce-scattered there instead, from that buffer, which is left as is.
 //
 // Other parameters (embeddings, norms, router, biases, an LM head outside a Linear) are
 // replicated: every rank holds the whole value; reduce_gradients() all-reduces their grads
@@ -48,8 +60,9 @@
 //   for (Linear* l : layers_in_forward_order) fsdp.add(*l);
 //   for (Parameter* p : other_params) fsdp.add_replicated(*p);
 //   fsdp.set_input_grad_needed(0, false);          // the first layer computes no dx
-//   each step: fsdp.reset_stats(); model.zero_grad();
-//     micro-batches: forward (post_forward(i) after module i), backward (post_backward(i))
+//   each step: fsdp.reset_stats(); model.clear_grad();
+//     micro-batches: forward (post_forward(i) after module i), backward (pre_backward(i)
+//     before module i's, post_backward(i) after)
 //     fsdp.reduce_gradients(); if (!fsdp.grads_finite()) skip; clip with grad_sum_squares()
 //     for (ShardView& s : fsdp.shards()) { adamw_update(s.value, s.grad, s.m, s.v, ...); }
 //     fsdp.bump_versions();
@@ -81,6 +94,7 @@ struct FsdpOptions {
   Mxfp8Gather mxfp8_gather = Mxfp8Gather::on_demand;
   bool bf16_reshard_after_forward = true;
   bool auto_prefetch = true;     // start module i±1's gather from module i's provider
+  int prefetch_depth = 1;        // ... and those of modules up to i±prefetch_depth (>= 1)
   bool free_full_values = true;  // empty the layers' Parameter::value after sharding
   bool broadcast_initial = true; // start from rank 0's values (else each rank's own)
 };
@@ -101,13 +115,18 @@ struct ShardView {
 // size of the gathered weights, W·P per gather: the "bytes per step" quantity of
 // docs/design.md.
 // With one process nothing is gathered and all byte counts are 0.
+// Times: *_ms is the exposed time (in the start calls, polls and waits, when this rank
+// computed nothing); *_span_ms sums each collective's time from start to observed completion
+// (in flight, overlapped or not). Without prefetch a gather's span is about its exposed time.
 struct FsdpStats {
   uint64_t allgather_bytes = 0;
   uint64_t allgather_payload_bytes = 0;
-  double allgather_ms = 0;          // in the start calls and waits (exposed time)
+  double allgather_ms = 0;
+  double allgather_span_ms = 0;
   int64_t allgather_calls = 0;
   uint64_t reduce_scatter_bytes = 0;
   double reduce_scatter_ms = 0;
+  double reduce_scatter_span_ms = 0;
   uint64_t allreduce_bytes = 0;     // replicated parameters' gradients
   double allreduce_ms = 0;
   int64_t shard_quantizations = 0;  // pre-all-gather packs built (cached per version)
@@ -152,8 +171,13 @@ class Fsdp {
   // needed). For tools and benchmarks that drive gathers without running the layer.
   void fetch(int module, WeightUse use);
   void post_forward(int module);
-  // Also completes and frees any gather of this module still in flight.
+  // Lends the layer a full-size gradient buffer for its backward ("Gradients" above).
+  void pre_backward(int module);
+  // Also completes and frees any gather of this module still in flight, and starts the
+  // reduce-scatter of the gradient lent by pre_backward.
   void post_backward(int module);
+  // Drives every collective in flight (MPI_Test) without waiting.
+  void poll();
   // false for a layer whose input gradient is never computed (the model's first layer): its
   // backward weight is then never needed, so it is not prefetched. Default true.
   void set_input_grad_needed(int module, bool needed);
@@ -161,8 +185,9 @@ class Fsdp {
   void release_all();
 
   // ---- gradients and optimizer ----------------------------------------------------------
-  // Collective: reduce-scatter (mean) of every module's grad into its shard, all-reduce
-  // (mean) of the replicated grads.
+  // Collective: completes the modules' reduce-scatters (and reduce-scatters the grads of
+  // modules whose backward ran without pre_backward), divides by the world size (mean), and
+  // all-reduces (mean) the replicated grads. The next contribution starts a new sum.
   void reduce_gradients();
   std::vector<ShardView> shards();
   // Collective: Σ grad² over the whole model (each element once), after reduce_gradients().
@@ -186,6 +211,7 @@ class Fsdp {
 
   struct Module;
   struct Replicated;
+  struct GradState;
 
  private:
   void provide(int module, WeightUse use, int64_t expert, QuantizedWeight& cache);
@@ -194,6 +220,8 @@ class Fsdp {
   int kind_for(int module, WeightUse use) const;
   bool cache_has(int module, WeightUse use) const;
   void drop(int module, bool caches);
+  void start_reduce(int module, const float* full);
+  void finish_reduce(int slot);
   int add_module(std::unique_ptr<Module> m);
   Module& mod(int module);
   const Module& mod(int module) const;
@@ -202,6 +230,7 @@ class Fsdp {
   FsdpOptions opt_;
   std::vector<std::unique_ptr<Module>> modules_;
   std::vector<std::unique_ptr<Replicated>> replicated_;
+  std::unique_ptr<GradState> gs_;
   FsdpStats stats_;
 };
 

@@ -89,6 +89,8 @@ std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg);
 // reference, e.g. [&](const ModuleInfo& m) { return r(m); }, since std::function copies.)
 using LinearPrecisionFn = std::function<LinearPrecision(const ModuleInfo&)>;
 
+enum class ModuleEvent : uint8_t { forward_done, backward_start, backward_done };
+
 class GPT {
  public:
   GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed);
@@ -143,11 +145,13 @@ class GPT {
   // Bytes of the model's own activation buffers kept for backward (FP32).
   size_t activation_bytes() const;
 
-  // Called after each quantizable module's forward (phase forward) and backward (phase
-  // backward), in execution order — forward follows quantizable_modules(), backward reverses
-  // it (an MoE block reports experts.fc1 then experts.fc2 after its forward, and the reverse
-  // after its backward). FSDP uses it to drop gathered weights (post_forward/post_backward).
-  using ModuleHook = std::function<void(const std::string& module, WeightUse phase)>;
+  // Called after each quantizable module's forward (forward_done), just before its backward
+  // (backward_start) and after it (backward_done), in execution order — forward follows
+  // quantizable_modules(), backward reverses it (an MoE block reports experts.fc1 then
+  // experts.fc2 after its forward; before its backward it reports the start of fc2 then fc1,
+  // after it their ends in the same order). FSDP uses it to drop gathered weights, lend and
+  // reduce-scatter gradient buffers, and drive communication (train/param_sync_fsdp.cc).
+  using ModuleHook = std::function<void(const std::string& module, ModuleEvent e)>;
   void set_module_hook(ModuleHook hook) { hook_ = std::move(hook); }
 
   // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
@@ -162,7 +166,7 @@ class GPT {
 
  private:
   struct Layer;
-  void after(const std::string& module, WeightUse phase);
+  void event(const std::string& module, ModuleEvent e);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);

@@ -60,6 +60,7 @@ struct PrecisionConfig {
 struct FsdpConfig {
   bool enabled = false;
   std::string mxfp8_gather = "on-demand";  // "on-demand" | "all"
+  int prefetch = 1;  // modules whose weights are gathered ahead of use (0: none; at most 8)
 };
 
 struct TrainConfig {
