@@ -4,6 +4,8 @@
 // cmd_*.cc files (see commands.h). An error ends the program with status 1; under mpirun with
 // several ranks it ends every rank (MPI_Abort), with the failing rank's message, so the other
 // ranks never wait forever in a collective the failed one will not join.
+#include <malloc.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -34,6 +36,11 @@ int& exit_code() {
 
 int main(int argc, char** argv) {
   using namespace mxtrain;
+  // Blocks of 1 MiB and more are mapped and unmapped on their own, so freeing one returns it to
+  // the OS. glibc's default raises that threshold after each large free (up to 32 MiB), after
+  // which large buffers freed and made again (FSDP's gathered weights, reshard after forward)
+  // stay in the heap and the process grows (docs/distributed.md, "Memory").
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
   CLI::App app{"mxtrain — MXFP8 low-precision training engine for x86-64 CPUs and MPI"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");

@@ -78,7 +78,7 @@ struct GradSlot {
 };
 
 struct Fsdp::GradState {
-  static constexpr int kSlots = 2;  // reduce-scatters in flight at once
+  static constexpr int kSlots = 1;  // reduce-scatters in flight at once
   std::array<GradSlot, kSlots> slots;
   int next = 0;
   std::vector<std::vector<float>> pool;  // full-size gradient buffers lent to layers

@@ -5,7 +5,9 @@
 
 #include <functional>
 #include <limits>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "mxtrain/common.h"
 #include "mxtrain/dist/fsdp.h"
@@ -66,6 +68,55 @@ TEST(FsdpLocal, GradientsPassThroughAndNormsCountEachElementOnce) {
   EXPECT_FALSE(f.grads_finite());
 }
 
+// ZeRO-3: the layer holds a full-size gradient only between pre_backward and post_backward;
+// the shard grad is the sum of the micro-batches' reduce-scatters — here (one rank, no
+// padding reorder issue: 40 rows pad to 64) exactly the sum the layer would accumulate itself.
+TEST(FsdpLocal, LentGradientLivesOnlyThroughTheBackwardAndShardsSumMicroBatches) {
+  for (const char* recipe : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+    Linear lent("l", 40, 33, false, prec(recipe)), own("l", 40, 33, false, prec(recipe));
+    for (size_t i = 0; i < lent.weight.value.size(); ++i)
+      lent.weight.value[i] = own.weight.value[i] = float(int(i % 13) - 6) / 8.f;
+    Fsdp f(Comm::local());
+    f.add(lent);
+    const int64_t T = 37;
+    std::vector<float> x(T * 40), dy(T * 33), y(T * 33), dx(T * 40);
+    own.weight.grad.assign(33 * 40, 0.f);
+    for (int mb = 0; mb < 3; ++mb) {
+      for (size_t i = 0; i < x.size(); ++i) x[i] = float(int((i * 7 + mb) % 17) - 8) / 4.f;
+      for (size_t i = 0; i < dy.size(); ++i) dy[i] = float(int((i * 5 + mb) % 11) - 5) / 16.f;
+      LinearSaved s1, s2;
+      lent.forward(x.data(), T, y.data(), s1);
+      f.post_forward(0);
+      own.forward(x.data(), T, y.data(), s2);
+      f.pre_backward(0);
+      ASSERT_EQ(lent.weight.grad.size(), 33u * 40) << recipe;
+      std::fill(lent.weight.grad.begin(), lent.weight.grad.end(), 1e30f);  // written, not added
+      lent.backward(s1, dy.data(), dx.data());
+      f.post_backward(0);
+      EXPECT_TRUE(lent.weight.grad.empty()) << recipe << ": the full gradient outlived the backward";
+      own.backward(s2, dy.data(), dx.data());
+    }
+    f.reduce_gradients();
+    const std::span<float> shard = f.shards()[0].grad;
+    ASSERT_EQ(shard.size(), 64u * 40);
+    for (size_t i = 0; i < 33u * 40; ++i) ASSERT_EQ(shard[i], own.weight.grad[i]) << recipe << " " << i;
+    for (size_t i = 33u * 40; i < shard.size(); ++i) ASSERT_EQ(shard[i], 0.f) << "padding " << i;
+    // The next step starts a new sum: one micro-batch's gradient, not added to the last.
+    LinearSaved s;
+    lent.forward(x.data(), T, y.data(), s);
+    f.pre_backward(0);
+    lent.backward(s, dy.data(), dx.data());
+    f.post_backward(0);
+    f.reduce_gradients();
+    LinearSaved s3;
+    own.weight.grad.assign(33 * 40, 0.f);
+    own.forward(x.data(), T, y.data(), s3);
+    own.backward(s3, dy.data(), dx.data());
+    for (size_t i = 0; i < 33u * 40; ++i)
+      ASSERT_EQ(f.shards()[0].grad[i], own.weight.grad[i]) << recipe << " step 2, " << i;
+  }
+}
+
 TEST(FsdpLocal, VersionBumpInvalidatesGatheredWeights) {
   Linear l("l", 32, 32, false, prec("mxfp8"));
   for (size_t i = 0; i < l.weight.value.size(); ++i) l.weight.value[i] = float(i);
@@ -78,6 +129,24 @@ TEST(FsdpLocal, VersionBumpInvalidatesGatheredWeights) {
   f.fetch(0, WeightUse::forward);
   EXPECT_NE(l.weight_cache().rowwise.data, before);
   EXPECT_EQ(f.stats().shard_quantizations, 2);
+}
+
+TEST(FsdpLocal, GradientLendingErrors) {
+  Linear l("l", 8, 4, false, prec("bf16"));
+  Fsdp f(Comm::local());
+  f.add(l);
+  f.pre_backward(0);
+  EXPECT_NE(error_of([&] { f.pre_backward(0); }).find("pre_backward(0) twice"), std::string::npos);
+  EXPECT_NE(error_of([&] { f.reduce_gradients(); }).find("between pre_backward and post_backward"),
+            std::string::npos);
+  f.post_backward(0);
+  l.weight.grad.assign(32, 0.f);
+  EXPECT_NE(error_of([&] { f.pre_backward(0); }).find("holds its own gradient (32 values)"),
+            std::string::npos);
+  FsdpOptions o;
+  o.prefetch_depth = 0;
+  EXPECT_NE(error_of([&] { Fsdp g(Comm::local(), o); }).find("prefetch_depth must be >= 1, got 0"),
+            std::string::npos);
 }
 
 TEST(FsdpLocal, ClearErrors) {

@@ -6,7 +6,8 @@
 # the validation loss agree within 1e-4 relative; the precision decisions are identical
 # (per-rank tokens); the summary records the batch. Resuming that 2-rank checkpoint in one
 # process with grad_accum 1 keeps the global batch of 16 by raising grad_accum to 2 (said on
-# stderr) and finishes like the one-process run; at 3 ranks (3 x 8 does not divide 16) it
+# stderr) and finishes like the one-process run; 2 ranks with grad_accum 2 (one reduce-scatter
+# per micro-batch) match one process with grad_accum 4; at 3 ranks (3 x 8 does not divide 16) it
 # stops every rank with an error naming the numbers.
 # Usage: train_batch_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_per_rank_batch`)
 source "$(dirname "$0")/support/train_lib.sh"
@@ -25,6 +26,13 @@ for recipe in bf16 mxfp8 mxfp8-32x32; do
   done
   [ "$(summary "$TMP/one.jsonl" global_batch)" = 16 ] || { echo "one-process global_batch"; exit 1; }
 done
+
+# ZeRO-3 reduce-scatters every micro-batch into the shard gradients: with grad_accum 2 on 2
+# ranks the shards sum four micro-batches per step, as one process with grad_accum 4 does.
+"$BIN" train --config "$cfg" --recipe mxfp8 --grad-accum 4 --quiet --metrics-out "$TMP/one4.jsonl"
+mpi 2 train --config "$cfg" --recipe mxfp8 --fsdp --grad-accum 2 --quiet \
+  --metrics-out "$TMP/two2.jsonl"
+same_losses "$TMP/one4.jsonl" "$TMP/two2.jsonl" "mxfp8: 2 ranks x grad_accum 2 vs 1 x 4" 4
 
 # The start-up line states the global batch.
 mpi 2 train --config "$cfg" --fsdp --steps 1 --metrics-out "$TMP/x.jsonl" 2> "$TMP/err.txt"
