@@ -12,9 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <atomic>
 #include <exception>
 #include <iomanip>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "mxtrain/common.h"
@@ -29,6 +31,29 @@ double ms_since(Clock::time_point t0) {
 }
 
 bool g_we_initialised = false;
+int g_thread_level = MPI_THREAD_SINGLE;  // what MPI_Init_thread provided
+
+// The progress thread (Comm::start_progress_thread): one per process. While any non-blocking
+// collective is in flight it enters MPI every interval (MPI_Iprobe on a private communicator),
+// which runs MPI's progress engine: the transfers advance while the main thread computes.
+std::atomic<int> g_inflight{0};
+struct ProgressThread {
+  std::thread thread;
+  std::atomic<bool> stop{false};
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+ProgressThread* g_progress = nullptr;
+
+void stop_progress() {
+  if (!g_progress) return;
+  g_progress->stop = true;
+  g_progress->thread.join();
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin) MPI_Comm_free(&g_progress->comm);
+  delete g_progress;
+  g_progress = nullptr;
+}
 
 void mpi_ok(int rc, const char* call) {
   if (rc == MPI_SUCCESS) return;
@@ -55,6 +80,7 @@ void finalize_if_ours() {
   int fin = 0;
   MPI_Finalized(&fin);
   if (g_we_initialised && !fin) {
+    stop_progress();
     // World's duplicated communicator is freed by MPI_Finalize itself.
     MPI_Finalize();
   }
@@ -70,7 +96,8 @@ bool ensure_mpi() {
   MXT_CHECK(!fin, "MPI was already finalised; create communicators before MPI_Finalize");
   if (!inited) {
     int provided = 0;
-    mpi_ok(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+    mpi_ok(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+    g_thread_level = provided;
     g_we_initialised = true;
     static bool registered = false;
     if (!registered) {
@@ -113,7 +140,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&inited);
   if (inited) return;
   int provided = 0;
-  mpi_ok(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  mpi_ok(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  g_thread_level = provided;
   g_we_initialised = true;
   owner_ = true;
 }
@@ -194,6 +222,7 @@ bool Request::test() {
   s_->comm->stats_[s_->kind].ms += dt;
   mpi_ok(rc, "MPI_Test");
   if (done) {
+    g_inflight.fetch_sub(1);
     s_->active = false;
     s_->span_ms = ms_since(s_->started);
   }
@@ -209,6 +238,7 @@ void Request::wait() {
   const double dt = ms_since(t0);
   s_->ms += dt;
   s_->active = false;
+  g_inflight.fetch_sub(1);
   s_->span_ms = ms_since(s_->started);
   s_->comm->stats_[s_->kind].ms += dt;
   mpi_ok(rc, "MPI_Wait");
@@ -277,10 +307,40 @@ Request Comm::start_request(Coll kind, uint64_t bytes,
   stats_[kind].calls += 1;
   start(handle_ ? &r.s_->req : nullptr);
   r.s_->active = handle_ != nullptr;
+  if (r.s_->active) g_inflight.fetch_add(1);
   r.s_->ms = ms_since(t0);
   stats_[kind].ms += r.s_->ms;
   return r;
 }
+
+bool Comm::start_progress_thread(int interval_us) {
+  MXT_CHECK(interval_us >= 1, "progress thread: interval must be >= 1 us, got ", interval_us);
+  if (!handle_ || size_ == 1) return false;
+  const int ok = g_thread_level >= MPI_THREAD_MULTIPLE ? 1 : 0;
+  int all = ok;  // every rank agrees, so the dup below is collective on all or none
+  mpi_ok(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, *comm_of(handle_)), "MPI_Allreduce");
+  if (!all) return false;
+  if (g_progress) return true;
+  auto* p = new ProgressThread;
+  const int rc = MPI_Comm_dup(*comm_of(handle_), &p->comm);
+  if (rc != MPI_SUCCESS) delete p;
+  mpi_ok(rc, "MPI_Comm_dup");
+  p->thread = std::thread([p, interval_us] {
+    while (!p->stop.load(std::memory_order_relaxed)) {
+      if (g_inflight.load(std::memory_order_relaxed) > 0) {
+        int flag = 0;
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, p->comm, &flag, MPI_STATUS_IGNORE);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(interval_us));
+    }
+  });
+  g_progress = p;
+  return true;
+}
+
+void Comm::stop_progress_thread() { stop_progress(); }
+
+bool progress_thread_running() { return g_progress != nullptr; }
 
 Request Comm::iallgather(const void* send, void* recv, size_t n) {
   return start_request(Coll::allgather, uint64_t(size_ - 1) * n, [&](void* req) {

@@ -45,8 +45,11 @@ Fsdp::Fsdp(Comm& comm, FsdpOptions opt)
   std::ostringstream os;
   os << "world=" << comm_.size() << " mxfp8_gather=" << mxfp8_gather_name(opt_.mxfp8_gather)
      << " bf16_reshard_after_forward=" << opt_.bf16_reshard_after_forward
-     << " broadcast_initial=" << opt_.broadcast_initial;
+     << " broadcast_initial=" << opt_.broadcast_initial
+     << " progress_thread=" << opt_.progress_thread;
   comm_.check_consistent("FSDP options", os.str());
+  if (opt_.progress_thread) comm_.start_progress_thread();
+  else comm_.stop_progress_thread();
 }
 
 Fsdp::~Fsdp() {

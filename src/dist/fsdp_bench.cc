@@ -24,7 +24,7 @@ double median(std::vector<double> v) {
 struct BenchModel {
   std::vector<std::unique_ptr<Linear>> layers;
   std::unique_ptr<Fsdp> fsdp;
-  std::vector<double> gather_ms, step_ms;
+  std::vector<double> gather_ms, total_ms, step_ms;
 };
 
 std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
@@ -32,7 +32,13 @@ std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int6
   LinearPrecision prec;
   prec.recipe = get_recipe(c.recipe);
   FsdpOptions opt;
-  opt.auto_prefetch = false;
+  MXT_CHECK(c.prefetch >= 0 && c.compute_ms >= 0, "bench_weight_gathers: prefetch and compute "
+            "must be >= 0");
+  MXT_CHECK(c.prefetch == 0 || c.compute_ms > 0, "bench_weight_gathers: prefetch needs "
+            "compute to overlap with");
+  opt.auto_prefetch = c.prefetch > 0;
+  opt.prefetch_depth = std::max(1, c.prefetch);
+  opt.progress_thread = c.progress_thread;
   if (!prec.recipe.quantized()) {
     MXT_CHECK(c.mode == "reshard" || c.mode == "keep",
               "bf16 gather mode must be reshard or keep, got '", c.mode, "'");
@@ -54,21 +60,39 @@ std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int6
   return m;
 }
 
-// One step of weight traffic; returns its wall time.
-double run_step(Comm& comm, Fsdp& f) {
-  using Clock = std::chrono::steady_clock;
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// Busy work standing in for a module's GEMMs: no MPI call inside.
+void compute_for(double ms) {
+  const auto t0 = Clock::now();
+  volatile double x = 1.0;
+  while (ms_since(t0) < ms) x = x * 1.0000001 + 1e-9;
+}
+
+// One step of weight traffic; returns its wall time (without compute: the gathers' only).
+double run_step(Comm& comm, Fsdp& f, double compute_ms) {
   double ms = 0;
   const int n = f.num_modules();
-  const auto timed = [&](int i, WeightUse use) {
-    comm.barrier();
+  if (compute_ms > 0) comm.barrier();
+  const auto t_step = Clock::now();
+  const auto use_module = [&](int i, WeightUse use) {
+    if (compute_ms == 0) comm.barrier();
     const auto t0 = Clock::now();
     f.fetch(i, use);
     use == WeightUse::forward ? f.post_forward(i) : f.post_backward(i);
-    ms += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (compute_ms == 0) {
+      ms += ms_since(t0);
+      return;
+    }
+    compute_for(compute_ms);
+    f.poll();
   };
-  for (int i = 0; i < n; ++i) timed(i, WeightUse::forward);
-  for (int i = n - 1; i >= 0; --i) timed(i, WeightUse::backward);
-  return ms;
+  for (int i = 0; i < n; ++i) use_module(i, WeightUse::forward);
+  for (int i = n - 1; i >= 0; --i) use_module(i, WeightUse::backward);
+  return compute_ms > 0 ? ms_since(t_step) : ms;
 }
 
 }  // namespace
@@ -85,10 +109,11 @@ std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
     for (size_t k = 0; k < models.size(); ++k) {
       Fsdp& f = *models[k]->fsdp;
       f.reset_stats();
-      const double ms = run_step(comm, f);
+      const double ms = run_step(comm, f, configs[k].compute_ms);
       f.bump_versions();
       if (step < 0) continue;
       models[k]->gather_ms.push_back(f.stats().allgather_ms);
+      models[k]->total_ms.push_back(f.stats().allgather_span_ms);
       models[k]->step_ms.push_back(ms);
       rows[k].payload_bytes_per_step = f.stats().allgather_payload_bytes;
       rows[k].sent_bytes_per_step = f.stats().allgather_bytes;
@@ -100,6 +125,7 @@ std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
     if (get_recipe(configs[k].recipe).weight_tiled()) rows[k].config.mode.clear();
     rows[k].world = comm.size();
     rows[k].allgather_ms_per_step = median(models[k]->gather_ms);
+    rows[k].allgather_total_ms_per_step = median(models[k]->total_ms);
     rows[k].allgather_ms_min =
         *std::min_element(models[k]->gather_ms.begin(), models[k]->gather_ms.end());
     rows[k].step_ms = median(models[k]->step_ms);

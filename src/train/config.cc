@@ -154,6 +154,7 @@ void fsdp_fields(FsdpConfig& c, F&& f) {
   f("enabled", c.enabled);
   f("mxfp8_gather", c.mxfp8_gather);
   f("prefetch", c.prefetch);
+  f("progress_thread", c.progress_thread);
 }
 
 void parse_model(Section s, ModelConfig& m) {

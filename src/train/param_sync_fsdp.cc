@@ -29,6 +29,7 @@ class FsdpSync : public ParamSync {
     o.mxfp8_gather = dist::parse_mxfp8_gather(cfg.fsdp.mxfp8_gather);
     o.auto_prefetch = cfg.fsdp.prefetch > 0;
     o.prefetch_depth = std::max(1, cfg.fsdp.prefetch);
+    o.progress_thread = cfg.fsdp.progress_thread;
     fsdp_ = std::make_unique<dist::Fsdp>(comm_, o);
     std::vector<const Parameter*> sharded;
     for (const ModuleInfo& m : model.quantizable_modules()) {

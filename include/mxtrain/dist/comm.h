@@ -6,7 +6,8 @@
 // trainer resets every step. MPI runs with MPI_ERRORS_RETURN: a failing call throws
 // mxtrain::Error with MPI's message instead of aborting.
 //
-// Start-up: the first Comm::world() initialises MPI (MPI_Init_thread, FUNNELED). Without
+// Start-up: the first Comm::world() initialises MPI (MPI_Init_thread, asking for
+// MPI_THREAD_MULTIPLE so a progress thread may run; only the main thread makes the calls). Without
 // mpirun this is OpenMPI's singleton init (one rank). MXTRAIN_NO_MPI=1 skips MPI entirely:
 // the world is then one rank and every collective is a local copy. An MpiSession in main()
 // finalises MPI on exit; without one, MPI is finalised by an atexit handler.
@@ -138,6 +139,15 @@ class Comm {
   void gather(const void* send, void* recv, size_t bytes_per_rank, int root);
   void barrier();
 
+  // Collective. Starts this process's progress thread: while any non-blocking collective is
+  // in flight it enters MPI every interval_us (MPI_Iprobe on a private communicator), which
+  // runs MPI's progress engine, so transfers advance while the main thread computes instead
+  // of only inside test()/wait(). Needs MPI_THREAD_MULTIPLE on every rank; returns false (and
+  // starts nothing) without it, with one rank or without MPI. One per process; stopped by
+  // stop_progress_thread() or before MPI is finalised.
+  bool start_progress_thread(int interval_us = 100);
+  void stop_progress_thread();
+
   // Collective: every rank passes its own `value` (config text, expected world size, ...).
   // A fixed-size record (64-bit hash, length, first bytes) is all-gathered, so ranks never
   // block on each other's sizes. If any rank's value differs from rank 0's, every rank
@@ -166,6 +176,9 @@ class Comm {
   int rank_ = 0, size_ = 1;
   CommStats stats_;
 };
+
+// Whether the progress thread (Comm::start_progress_thread) runs in this process.
+bool progress_thread_running();
 
 // 64-bit FNV-1a of a byte string (what check_consistent compares).
 uint64_t fnv1a64(const void* data, size_t n);

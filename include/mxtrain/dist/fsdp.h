@@ -22,10 +22,12 @@
 // the non-blocking all-gathers of modules i+1 .. i+prefetch_depth for forward before waiting
 // for its own; for backward, modules i-1 .. i-prefetch_depth. prefetch() starts one
 // explicitly. All ranks must call the layers in the same order (they run the same model), so
-// collectives match. MPI moves a non-blocking collective mostly when the library is entered:
-// poll() tests every collective in flight, and the model's module hook calls it at every
-// module boundary (train/param_sync_fsdp.cc), so transfers advance between layers rather
-// than only inside the wait.
+// collectives match. MPI moves a non-blocking collective only when the library is entered:
+// with progress_thread (the default) a thread enters it every 100 us while anything is in
+// flight (Comm::start_progress_thread; needs MPI_THREAD_MULTIPLE), so transfers advance
+// during the GEMMs. poll() tests every collective in flight, and the model's module hook
+// calls it at every module boundary (train/param_sync_fsdp.cc): without the thread, transfers
+// advance between layers at least.
 //
 // The caller (trainer or model) calls post_forward(i) after module i's forward and
 // post_backward(i) after its backward: they drop the gathered full weights as the mode says.
@@ -95,6 +97,7 @@ struct FsdpOptions {
   bool bf16_reshard_after_forward = true;
   bool auto_prefetch = true;     // start module i±1's gather from module i's provider
   int prefetch_depth = 1;        // ... and those of modules up to i±prefetch_depth (>= 1)
+  bool progress_thread = true;   // drive transfers from a thread (dist/comm.h) where MPI can
   bool free_full_values = true;  // empty the layers' Parameter::value after sharding
   bool broadcast_initial = true; // start from rank 0's values (else each rank's own)
 };
@@ -239,6 +242,9 @@ class Fsdp {
 struct FsdpBenchConfig {
   std::string recipe;  // "bf16" | "mxfp8" | "mxfp8-32x32"
   std::string mode;    // "reshard" | "keep" (bf16), "on-demand" | "all" (mxfp8), "" otherwise
+  int prefetch = 0;    // modules gathered ahead (0: none)
+  double compute_ms = 0;  // simulated compute per module use (0: none, gathers back to back)
+  bool progress_thread = true;
 };
 
 struct FsdpBenchRow {
@@ -247,8 +253,9 @@ struct FsdpBenchRow {
   uint64_t payload_bytes_per_step = 0;  // gathered weights (docs/design.md, "Bytes per step")
   uint64_t sent_bytes_per_step = 0;     // this rank
   int64_t gathers_per_step = 0;
-  double allgather_ms_per_step = 0;     // time in the all-gathers, median over steps
+  double allgather_ms_per_step = 0;     // exposed time in the all-gathers, median over steps
   double allgather_ms_min = 0;          // fastest step (least disturbed by other load)
+  double allgather_total_ms_per_step = 0;  // gathers' time in flight (start to completion)
   double step_ms = 0;                   // quantize + gather + rebuild of every weight, median
 };
 
@@ -257,8 +264,11 @@ struct FsdpBenchRow {
 // config: forward fetch + post_forward over the modules in order, backward fetch +
 // post_backward in reverse, then a version bump (an optimizer step, so every step quantizes
 // the shards again). The configs take turns step by step, so machine noise hits them alike.
-// Every gather starts after a barrier (not counted), so allgather time is the transfer, not
-// waiting for a slower rank; there is no prefetch. Returns this rank's figures per config.
+// Without compute, every gather starts after a barrier (not counted), so allgather time is
+// the transfer, not waiting for a slower rank, and there is no prefetch. With compute_ms > 0
+// each module's use is followed by that much busy work (no MPI calls in it, like a GEMM) and
+// a poll(), one barrier starts the step, and `prefetch` modules are gathered ahead: the
+// exposed time then shows what prefetching hides. Returns this rank's figures per config.
 std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
                                                const std::vector<std::vector<int64_t>>& shapes,
                                                const std::vector<FsdpBenchConfig>& configs,
