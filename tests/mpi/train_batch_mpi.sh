@@ -34,6 +34,16 @@ mpi 2 train --config "$cfg" --recipe mxfp8 --fsdp --grad-accum 2 --quiet \
   --metrics-out "$TMP/two2.jsonl"
 same_losses "$TMP/one4.jsonl" "$TMP/two2.jsonl" "mxfp8: 2 ranks x grad_accum 2 vs 1 x 4" 4
 
+# Prefetch depth and the progress thread change when bytes move, never what arrives: the same
+# losses, bit for bit, with neither and with two modules ahead.
+for fs in "{prefetch: 0, progress_thread: false}" "{prefetch: 2, progress_thread: true}"; do
+  { cat "$cfg"; echo "fsdp: $fs"; } > "$TMP/comm.yaml"
+  mpi 2 train --config "$TMP/comm.yaml" --recipe mxfp8 --fsdp --grad-accum 2 --quiet \
+    --metrics-out "$TMP/comm.jsonl"
+  cmp <(field "$TMP/two2.jsonl" loss) <(field "$TMP/comm.jsonl" loss) ||
+    { echo "fsdp $fs changed the losses"; exit 1; }
+done
+
 # The start-up line states the global batch.
 mpi 2 train --config "$cfg" --fsdp --steps 1 --metrics-out "$TMP/x.jsonl" 2> "$TMP/err.txt"
 grep -q "batch: 16 sequences of 32 tokens per step (micro_batch_size 8 x 2 rank(s) x grad_accum 1)" \

@@ -40,7 +40,8 @@ TEST(Config, ParsesValuesAndDefaults) {
 
 TEST(Config, RoundTripThroughCanonicalYaml) {
   std::string text = std::string(kBase) +
-                     "fsdp: {enabled: true, mxfp8_gather: all}\n";
+                     "fsdp: {enabled: true, mxfp8_gather: all, prefetch: 2, "
+                     "progress_thread: false}\n";
   text.replace(text.find("precision: {recipe: mxfp8}"), 26,
                "precision: {recipe: mxfp8-32x32, scale_rounding: floor, bf16_first_layers: 1, "
                "overrides: {'layers.1.mlp.*': bf16}, fp8_dynamic_num_tokens: 512}");
@@ -54,6 +55,8 @@ TEST(Config, RoundTripThroughCanonicalYaml) {
   EXPECT_EQ(b.precision.fp8_dynamic_num_tokens.at(""), 512);
   EXPECT_TRUE(b.fsdp.enabled);
   EXPECT_EQ(b.fsdp.mxfp8_gather, "all");
+  EXPECT_EQ(b.fsdp.prefetch, 2);
+  EXPECT_FALSE(b.fsdp.progress_thread);
 }
 
 TEST(Config, UnknownKeysAreNamed) {
@@ -82,6 +85,9 @@ TEST(Config, BadValuesAreNamed) {
                {"fp8_dynamic_policy_path"});
   expect_error(with("seq_len: 32, micro", "seq_len: 64, micro"), {"seq_len", "max_seq_len"});
   expect_error(with("n_heads: 2", "n_heads: 3"), {"model"});
+  expect_error(std::string(kBase) + "fsdp: {prefetch: 9}\n", {"fsdp.prefetch", "between 0 and 8"});
+  expect_error(std::string(kBase) + "fsdp: {progress_thread: maybe}\n",
+               {"fsdp.progress_thread", "wrong type"});
   expect_error("model: [1, 2]\n", {"`model` must be a mapping"});
   expect_error("model: {d_model: 64\n", {"not valid YAML"});
 }
