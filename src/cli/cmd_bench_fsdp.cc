@@ -31,7 +31,7 @@ struct BenchFsdpOptions {
   int steps = 5;
   int prefetch = 0;
   double compute_ms = 0;
-  bool no_progress_thread = false;
+  bool progress_thread = false;
 };
 
 int run_bench_fsdp(const BenchFsdpOptions& o) {
@@ -54,7 +54,7 @@ int run_bench_fsdp(const BenchFsdpOptions& o) {
   for (auto& c : configs) {
     c.prefetch = o.prefetch;
     c.compute_ms = o.compute_ms;
-    c.progress_thread = !o.no_progress_thread;
+    c.progress_thread = o.progress_thread;
   }
   std::vector<dist::FsdpBenchRow> rows =
       dist::bench_weight_gathers(comm, shapes, configs, o.steps);
@@ -137,8 +137,8 @@ MXT_REGISTER_COMMAND("bench fsdp", [](CLI::App& app) {
   sub->add_option("--prefetch", opts->prefetch,
                   "Modules gathered ahead (default 0; needs --compute-ms)")
       ->check(CLI::Range(0, 8));
-  sub->add_flag("--no-progress-thread", opts->no_progress_thread,
-                "Drive transfers only from the compute loop's polls, not from a thread");
+  sub->add_flag("--progress-thread", opts->progress_thread,
+                "Also drive transfers from a thread during compute (fsdp.progress_thread)");
   sub->callback([opts] { exit_code() = run_bench_fsdp(*opts); });
 });
 }  // namespace mxtrain::cli

@@ -58,6 +58,22 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
   router.init(prefix + ".router.weight", {num_experts, d_model});
 }
 
+void MoELayer::reserve(int64_t N) {
+  MXT_CHECK(N >= 1, "MoE reserve: needs at least one token, got ", N);
+  const int64_t rows = N * k_;
+  for (auto* v : {&xp_, &yp_, &dyp_, &dxp_}) v->resize(size_t(rows * D_));
+  for (auto* v : {&a_, &da_}) v->resize(size_t(rows * 2 * F_));
+  for (auto* v : {&h_, &dh_}) v->resize(size_t(rows * F_));
+  logits_.resize(size_t(N * E_));
+  dlogits_.resize(size_t(N * E_));
+  dgate_.resize(size_t(rows));
+  routing_.probs.reserve(size_t(N * E_));  // moe_route resizes these within capacity
+  for (auto* v : {&routing_.expert, &routing_.perm_token, &routing_.slot_row})
+    v->reserve(size_t(rows));
+  routing_.gate.reserve(size_t(rows));
+  routing_.counts.reserve(size_t(E_));
+}
+
 double MoELayer::forward(const float* x, int64_t N, float* y) {
   MXT_CHECK(x && y, "MoE forward: null x or y");
   MXT_CHECK(N >= 1, "MoE forward: needs at least one token, got ", N);

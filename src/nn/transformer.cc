@@ -301,6 +301,8 @@ void GPT::reserve(int B, int T) {
             cfg_.max_seq_len, ")");
   ensure_buffers(B, T);
   ensure_backward_buffers(B, T);
+  for (auto& L : layers_)
+    if (L->moe) L->experts->reserve(int64_t(B) * T);
 }
 
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {

@@ -29,7 +29,7 @@
 #pragma GCC diagnostic ignored "-Wmismatched-new-delete"
 
 namespace {
-std::atomic<long> g_news{0};                      // by the engine's own code
+std::atomic<long> g_news{0}, g_bytes{0};           // by the engine's own code
 std::atomic<long> g_dnnl_news{0}, g_dnnl_bytes{0};  // inside oneDNN's execute
 std::atomic<bool> g_counting{false};
 // MXTRAIN_ALLOC_TRAP=1 stops at the first counted allocation (run under gdb to see where).
@@ -43,6 +43,7 @@ void count_one(std::size_t n) {
     return;
   }
   g_news.fetch_add(1, std::memory_order_relaxed);
+  g_bytes.fetch_add(long(n), std::memory_order_relaxed);
   if (g_trap) std::raise(SIGTRAP);
 }
 }  // namespace
@@ -85,7 +86,7 @@ void train_step(GPT& m, const std::vector<Parameter*>& params,
                 std::vector<std::vector<float>>& mom, std::vector<std::vector<float>>& vel,
                 const std::vector<int32_t>& tok, const std::vector<int32_t>& tgt, int B, int T,
                 int64_t t) {
-  m.zero_grad();
+  m.clear_grad();  // as the trainer: the first contribution writes, nothing is zero-filled
   m.forward_backward(tok.data(), tgt.data(), B, T, 1.f);
   AdamWHyper h{0.f, 0.9f, 0.95f, 1e-8f, 0.1f};  // lr 0: same routing every step
   int i = 0;
@@ -136,6 +137,38 @@ TEST_P(SteadyAlloc, NoHeapAllocationAfterWarmUp) {
   std::printf("oneDNN execute: %ld allocations, %ld bytes in two steps\n", g_dnnl_news.load(),
               g_dnnl_bytes.load());
   EXPECT_LE(g_dnnl_bytes.load(), 64 * 1024) << "oneDNN allocated buffers in the steady state";
+}
+
+// GPT::reserve (the trainer calls it when it builds the model) sizes the model's own buffers:
+// the first step after it allocates at least their bytes less than the first step of a model
+// without it (the layers' saved copies and workspaces are still sized by that first step).
+TEST(SteadyAllocReserve, FirstStepAllocatesNoneOfTheModelsOwnBuffers) {
+  for (const bool moe : {false, true}) {
+    const int B = 2, T = 64;
+    const ModelConfig cfg = layer_test::tiny_model(
+        {.d_model = 64, .n_layers = 2, .n_heads = 2, .d_ff = 96, .max_seq_len = 64,
+         .moe_d_ff = moe ? 64 : 0});
+    GPT lazy(cfg, layer_test::recipe_resolver("mxfp8"), 7);
+    GPT planned(cfg, layer_test::recipe_resolver("mxfp8"), 7);
+    planned.reserve(B, T);
+    std::vector<int32_t> tok(B * T), tgt(B * T);
+    for (int i = 0; i < B * T; ++i) tok[i] = i % 256, tgt[i] = (i * 7) % 256;
+    long bytes[2];
+    GPT* models[2] = {&lazy, &planned};
+    for (int k = 0; k < 2; ++k) {
+      g_bytes = 0;
+      g_counting = true;
+      models[k]->clear_grad();
+      models[k]->forward_backward(tok.data(), tgt.data(), B, T, 1.f);
+      g_counting = false;
+      bytes[k] = g_bytes.load();
+    }
+    size_t own = lazy.activation_bytes();
+    for (Parameter* p : lazy.parameters()) own += p->grad.size() * sizeof(float);
+    EXPECT_GE(bytes[0] - bytes[1], long(own))
+        << (moe ? "MoE" : "dense") << ": first step allocated " << bytes[0] << " bytes without "
+        << "reserve, " << bytes[1] << " with it; the model's own buffers are " << own;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -16,7 +16,6 @@
 #include "mxtrain/nn/moe.h"
 #include "mxtrain/nn/ops.h"
 #include "mxtrain/nn/transformer.h"
-#include "mxtrain/recipe.h"
 #include "nn/finite_diff.h"
 #include "nn/layer_test_util.h"
 #include "nn/ops_kernels.h"
@@ -100,24 +99,6 @@ TEST(AccumWrite, MoEOpsWriteWhatZeroFillThenAddGives) {
 
 // ---- the model ------------------------------------------------------------------------------
 
-ModelConfig tiny(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 256;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 48;
-  c.max_seq_len = 8;
-  if (moe) {
-    c.moe_num_experts = 8;  // 3 tokens top-2: 6 rows, so at least 2 experts get none
-    c.moe_top_k = 2;
-    c.moe_d_ff = 24;
-    c.moe_every = 1;
-    c.aux_loss_coef = 0.1f;
-  }
-  return c;
-}
-
 std::vector<int32_t> ids(int n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> v(n);
@@ -134,13 +115,11 @@ TEST(ClearGrad, TwoMicroBatchesOverPoisonedGradientsMatchZeroFilledOnes) {
                         Case{"mxfp8", true, false}, Case{"mxfp8-32x32", false, false},
                         Case{"bf16", false, true}})
     for (const bool moe : {false, true}) {
-      auto resolver = [&](const ModuleInfo&) {
-        LinearPrecision p;
-        p.recipe = get_recipe(c.recipe);
-        p.defer_backward_quant = c.defer;
-        return p;
-      };
-      GPT eager(tiny(moe), resolver, 3), lazy(tiny(moe), resolver, 3);
+      // 8 experts and 3 tokens top-2: 6 rows, so at least 2 experts get none.
+      const ModelConfig cfg =
+          layer_test::tiny_model({.moe_d_ff = moe ? 24 : 0, .moe_experts = 8});
+      const LinearPrecisionFn resolver = layer_test::recipe_resolver(c.recipe, c.defer);
+      GPT eager(cfg, resolver, 3), lazy(cfg, resolver, 3);
       eager.set_fp32_reference(c.fp32_ref);
       lazy.set_fp32_reference(c.fp32_ref);
       // One sequence of 3 tokens, so experts without rows occur (their gradient is written 0).

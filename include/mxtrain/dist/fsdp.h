@@ -23,11 +23,12 @@
 // for its own; for backward, modules i-1 .. i-prefetch_depth. prefetch() starts one
 // explicitly. All ranks must call the layers in the same order (they run the same model), so
 // collectives match. MPI moves a non-blocking collective only when the library is entered:
-// with progress_thread (the default) a thread enters it every 100 us while anything is in
-// flight (Comm::start_progress_thread; needs MPI_THREAD_MULTIPLE), so transfers advance
-// during the GEMMs. poll() tests every collective in flight, and the model's module hook
-// calls it at every module boundary (train/param_sync_fsdp.cc): without the thread, transfers
-// advance between layers at least.
+// poll() tests every collective in flight, and the model's module hook calls it at every
+// module boundary (train/param_sync_fsdp.cc), so transfers advance between layers. With
+// progress_thread a thread also enters MPI every 100 us while anything is in flight
+// (Comm::start_progress_thread; needs MPI_THREAD_MULTIPLE), so transfers advance during the
+// GEMMs too — at the price of the CPU time the copies take from computation (off by default:
+// on a machine without spare cores it measured slower, docs/results/fsdp.md).
 //
 // The caller (trainer or model) calls post_forward(i) after module i's forward and
 // post_backward(i) after its backward: they drop the gathered full weights as the mode says.
@@ -97,7 +98,7 @@ struct FsdpOptions {
   bool bf16_reshard_after_forward = true;
   bool auto_prefetch = true;     // start module i±1's gather from module i's provider
   int prefetch_depth = 1;        // ... and those of modules up to i±prefetch_depth (>= 1)
-  bool progress_thread = true;   // drive transfers from a thread (dist/comm.h) where MPI can
+  bool progress_thread = false;  // drive transfers from a thread (dist/comm.h) where MPI can
   bool free_full_values = true;  // empty the layers' Parameter::value after sharding
   bool broadcast_initial = true; // start from rank 0's values (else each rank's own)
 };
@@ -244,7 +245,7 @@ struct FsdpBenchConfig {
   std::string mode;    // "reshard" | "keep" (bf16), "on-demand" | "all" (mxfp8), "" otherwise
   int prefetch = 0;    // modules gathered ahead (0: none)
   double compute_ms = 0;  // simulated compute per module use (0: none, gathers back to back)
-  bool progress_thread = true;
+  bool progress_thread = false;
 };
 
 struct FsdpBenchRow {

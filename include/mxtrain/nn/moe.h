@@ -117,6 +117,10 @@ class MoELayer {
   // writes them after clear_grad(), nn/parameter.h).
   void backward(const float* dy, float daux, float* dx, Accum dx_mode = Accum::add);
 
+  // Sizes the block's activation and backward buffers for micro-batches of up to N tokens
+  // (their row counts are N·top_k whatever the routing), so steps allocate none of them.
+  void reserve(int64_t N);
+
   // Numerics reference: when on, the expert products run in plain FP32 from weight.value
   // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.
   void set_fp32_reference(bool on) { fp32_ref_ = on; }

@@ -61,7 +61,7 @@ struct FsdpConfig {
   bool enabled = false;
   std::string mxfp8_gather = "on-demand";  // "on-demand" | "all"
   int prefetch = 1;  // modules whose weights are gathered ahead of use (0: none; at most 8)
-  bool progress_thread = true;  // a thread drives MPI transfers during compute
+  bool progress_thread = false;  // a thread drives MPI transfers during compute
 };
 
 struct TrainConfig {
