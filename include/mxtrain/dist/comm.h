@@ -7,8 +7,8 @@
 // mxtrain::Error with MPI's message instead of aborting.
 //
 // Start-up: the first Comm::world() initialises MPI (MPI_Init_thread, asking for
-// MPI_THREAD_MULTIPLE so a progress thread may run; only the main thread makes the calls). Without
-// mpirun this is OpenMPI's singleton init (one rank). MXTRAIN_NO_MPI=1 skips MPI entirely:
+// MPI_THREAD_MULTIPLE so the optional progress thread may probe while the main thread makes
+// every other call). Without mpirun this is OpenMPI's singleton init (one rank). MXTRAIN_NO_MPI=1 skips MPI entirely:
 // the world is then one rank and every collective is a local copy. An MpiSession in main()
 // finalises MPI on exit; without one, MPI is finalised by an atexit handler.
 //
