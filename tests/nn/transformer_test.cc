@@ -24,32 +24,15 @@ namespace {
 using layer_test::cosine;
 using layer_test::same_bytes;
 
+// The tiny GPT of these tests (layer_test::tiny_model's default shape); MoE: 4 experts, top-2,
+// every layer, with an aux-loss weight large enough that its gradient matters in the checks.
 ModelConfig tiny(bool moe) {
-  ModelConfig c;
-  c.vocab_size = 256;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 2;
-  c.d_ff = 48;
-  c.max_seq_len = 8;
-  if (moe) {
-    c.moe_num_experts = 4;
-    c.moe_top_k = 2;
-    c.moe_d_ff = 24;
-    c.moe_every = 1;
-    c.aux_loss_coef = 0.1f;  // large enough that the aux gradient matters in the check
-  }
+  ModelConfig c = layer_test::tiny_model({.moe_d_ff = moe ? 24 : 0});
+  if (moe) c.aux_loss_coef = 0.1f;
   return c;
 }
 
-LinearPrecisionFn recipe_resolver(const std::string& name, bool defer = false) {
-  return [name, defer](const ModuleInfo&) {
-    LinearPrecision p;
-    p.recipe = get_recipe(name);
-    p.defer_backward_quant = defer;
-    return p;
-  };
-}
+using layer_test::recipe_resolver;
 
 struct Batch {
   std::vector<int32_t> tokens, targets;
