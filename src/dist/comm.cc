@@ -19,16 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/clock.h"
 #include "mxtrain/common.h"
 
 namespace mxtrain::dist {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-}
 
 bool g_we_initialised = false;
 int g_thread_level = MPI_THREAD_SINGLE;  // what MPI_Init_thread provided

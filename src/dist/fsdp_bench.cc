@@ -2,10 +2,10 @@
 // training steps without the GEMMs, for comparing recipes' all-gather bytes and time
 // (`mxtrain bench fsdp`, docs/results/fsdp.md).
 #include <algorithm>
-#include <chrono>
 #include <memory>
 #include <random>
 
+#include "core/clock.h"
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
 
@@ -58,11 +58,6 @@ std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int6
   m->fsdp = std::make_unique<Fsdp>(comm, opt);
   for (auto& l : m->layers) m->fsdp->add(*l);
   return m;
-}
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
 // Busy work standing in for a module's GEMMs: no MPI call inside.

@@ -7,10 +7,10 @@
 // from splitmix64 (53 bits), not from <random> distributions whose output is left to the
 // standard library.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <ctime>
 
+#include "core/clock.h"
 #include "mxtrain/common.h"
 #include "mxtrain/nn/generate.h"
 
@@ -22,10 +22,6 @@ uint64_t splitmix64(uint64_t& s) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace
@@ -96,12 +92,12 @@ std::vector<int32_t> generate(InferenceModel& model, const std::vector<int32_t>&
   std::vector<float> logits(size_t(cfg.vocab_size));
   const int64_t V = byte_vocab(cfg);
   const std::clock_t c0 = std::clock();
-  auto t0 = std::chrono::steady_clock::now();
+  auto t0 = Clock::now();
   const int n0 = int(std::min<size_t>(prompt.size(), size_t(L)));
   model.append(prompt.data() + prompt.size() - n0, n0, logits.data());
   st.prompt_tokens_read = n0;
   st.prefill_s = seconds_since(t0);
-  t0 = std::chrono::steady_clock::now();
+  t0 = Clock::now();
   for (int64_t i = 0; i < opt.max_new_tokens; ++i) {
     const int32_t tok = sampler.sample(logits.data(), V);
     out.push_back(tok);
