@@ -214,8 +214,7 @@ void Fsdp::poll() {
   for (auto& m : modules_)
     for (GatherSlot& s : m->slots)
       if (s.pending) s.req.test();  // completion is still taken by wait_gather
-  for (GradSlot& g : gs_->slots)
-    if (g.module >= 0) g.req.test();
+  if (gs_->rs.module >= 0) gs_->rs.req.test();
 }
 
 void Fsdp::set_input_grad_needed(int i, bool needed) { mod(i).input_grad_needed = needed; }

@@ -48,17 +48,14 @@ void Fsdp::pre_backward(int i) {
   M.lent = int(k);
 }
 
-// Starts the reduce-scatter of module i's full gradient `full` [numel] into its shard grad.
-// The result is written into the shard grad when it is the first since reduce_gradients(),
-// else it lands in the slot's buffer and is added when the slot is finished.
+// Starts the reduce-scatter of module i's full gradient `full` [numel] into its shard grad,
+// after completing the one in flight. The result is written into the shard grad when it is
+// the first since reduce_gradients(), else it lands in the slot's buffer and is added when
+// the slot is finished.
 void Fsdp::start_reduce(int i, const float* full) {
   Module& M = mod(i);
-  if (M.rs_slot >= 0) finish_reduce(M.rs_slot);  // results of one module arrive in order
-  GradState& g = *gs_;
-  const int k = g.next;
-  g.next = (g.next + 1) % GradState::kSlots;
-  if (g.slots[size_t(k)].module >= 0) finish_reduce(k);
-  GradSlot& s = g.slots[size_t(k)];
+  finish_reduce();
+  GradSlot& s = gs_->rs;
   s.send.resize(size_t(M.layout.padded_numel()));
   pad_full(M.layout, full, s.send.data());
   s.add = M.shard_grad_live;
@@ -70,12 +67,11 @@ void Fsdp::start_reduce(int i, const float* full) {
   M.shard_grad_live = true;
   s.req = comm_.ireduce_scatter_sum(s.send.data(), dst, size_t(M.layout.shard_numel()));
   s.module = i;
-  M.rs_slot = k;
   stats_.reduce_scatter_bytes += s.req.bytes();
 }
 
-void Fsdp::finish_reduce(int k) {
-  GradSlot& s = gs_->slots[size_t(k)];
+void Fsdp::finish_reduce() {
+  GradSlot& s = gs_->rs;
   if (s.module < 0) return;
   s.req.wait();
   stats_.reduce_scatter_ms += s.req.ms();
@@ -86,7 +82,6 @@ void Fsdp::finish_reduce(int k) {
     const float* r = s.recv.data();
     for (size_t j = 0; j < M.grad.size(); ++j) g[j] += r[j];
   }
-  M.rs_slot = -1;
   s.module = -1;
 }
 
@@ -103,7 +98,7 @@ void Fsdp::reduce_gradients() {
               w.grad.size(), " values, expected ", w.numel());
     start_reduce(int(i), w.grad.data());
   }
-  for (int k = 0; k < GradState::kSlots; ++k) finish_reduce(k);
+  finish_reduce();
   for (auto& mp : modules_) {
     Module& M = *mp;
     if (!M.shard_grad_live)  // no contribution this step: a zero gradient

@@ -40,11 +40,10 @@ struct Fsdp::Module {
   std::array<GatherSlot, kNumGatherKinds> slots;
   bool input_grad_needed = true;
   // Gradient path (dist/fsdp.h, "Gradients"): the pool buffer lent to the layer between
-  // pre_backward and post_backward (-1: none), the reduce-scatter of this module in flight
-  // (-1: none), and whether `grad` holds a contribution since the last reduce_gradients()
-  // (false: the next reduce-scatter result is written into it, not added).
+  // pre_backward and post_backward (-1: none), and whether `grad` holds a contribution since
+  // the last reduce_gradients() (false: the next reduce-scatter result is written into it,
+  // not added).
   int lent = -1;
-  int rs_slot = -1;
   bool shard_grad_live = false;
 
   const Recipe& recipe() const {
@@ -78,9 +77,7 @@ struct GradSlot {
 };
 
 struct Fsdp::GradState {
-  static constexpr int kSlots = 1;  // reduce-scatters in flight at once
-  std::array<GradSlot, kSlots> slots;
-  int next = 0;
+  GradSlot rs;  // the one reduce-scatter in flight at a time
   std::vector<std::vector<float>> pool;  // full-size gradient buffers lent to layers
   std::vector<char> pool_busy;
 };

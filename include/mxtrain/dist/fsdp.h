@@ -225,7 +225,7 @@ class Fsdp {
   bool cache_has(int module, WeightUse use) const;
   void drop(int module, bool caches);
   void start_reduce(int module, const float* full);
-  void finish_reduce(int slot);
+  void finish_reduce();
   int add_module(std::unique_ptr<Module> m);
   Module& mod(int module);
   const Module& mod(int module) const;
