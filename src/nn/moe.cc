@@ -135,7 +135,7 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   dlogits_.resize(N * E_);
   moe_route_backward(dlogits_.data(), dgate_.data(), daux, routing_);
   router_logits_backward(dx, router.grad.data(), dlogits_.data(), x_, router.value.data(), N,
-                         D_, E_, router.take_grad_accumulate() ? Accum::add : Accum::write);
+                         D_, E_, take_grad_mode(router));
   N_ = 0;  // one backward per forward
 }
 

@@ -94,8 +94,6 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
            l.weight.take_grad_accumulate());
 }
 
-Accum grad_mode(Parameter& p) { return p.take_grad_accumulate() ? Accum::add : Accum::write; }
-
 }  // namespace
 
 struct GPT::Layer {
@@ -395,7 +393,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   event(lm_head_.name(), ModuleEvent::backward_done);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), dln_.data(), resid_.back().data(),
                    final_norm_.value.data(), rstdf_.data(), N, D, Accum::write,
-                   grad_mode(final_norm_));
+                   take_grad_mode(final_norm_));
   // dres_ is the gradient w.r.t. the residual stream: the final norm writes it, and each
   // branch adds its share through its RMSNorm backward. Every other buffer is written by its
   // first producer (Linear::backward writes dx, the ops below say Accum::write): the backward
@@ -419,7 +417,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     }
     rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), dln_.data(), L.resid_mid.data(),
                      L.mlp_norm.value.data(), L.rstd2.data(), N, D, Accum::add,
-                     grad_mode(L.mlp_norm));
+                     take_grad_mode(L.mlp_norm));
     event(L.proj.name(), ModuleEvent::backward_start);
     linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
     event(L.proj.name(), ModuleEvent::backward_done);
@@ -431,9 +429,10 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     event(L.qkv.name(), ModuleEvent::backward_done);
     rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),
                      L.attn_norm.value.data(), L.rstd1.data(), N, D, Accum::add,
-                     grad_mode(L.attn_norm));
+                     take_grad_mode(L.attn_norm));
   }
-  embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D, grad_mode(embed_));
+  embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D,
+                     take_grad_mode(embed_));
   // Every parameter with a gradient here received a contribution above; this only guards the
   // contract that a cleared gradient reads as zero after a backward.
   for (Parameter* p : params_)

@@ -31,10 +31,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "mxtrain/nn/parameter.h"
+
 namespace mxtrain {
 
 // How a backward function treats a gradient output: add into it, or write it (as if it were 0).
 enum class Accum : uint8_t { add, write };
+
+// The mode of a parameter gradient's next contribution: write after clear_grad(), add after
+// that (nn/parameter.h). Marks the gradient live.
+inline Accum take_grad_mode(Parameter& p) {
+  return p.take_grad_accumulate() ? Accum::add : Accum::write;
+}
 
 // ---- embedding: out[n] = table[tokens[n]] ------------------------------------------------
 // out: [N, D]; tokens: [N] in [0, V); table: [V, D].
