@@ -82,15 +82,11 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   N_ = N;
   x_ = x;
   const int64_t rows = N * k_;
-  logits_.resize(N * E_);
+  reserve(N);  // forward and backward buffers for this N (no allocation once sized)
   router_logits_forward(logits_.data(), x, router.value.data(), N, D_, E_);
   moe_route(routing_, logits_.data(), N, E_, k_);
   aux_ = moe_aux_loss(routing_);
   routing_.groups_into(groups_);
-  xp_.resize(rows * D_);
-  a_.resize(rows * 2 * F_);
-  h_.resize(rows * F_);
-  yp_.resize(rows * D_);
   moe_permute(xp_.data(), x, routing_, D_);
   if (fp32_ref_) {
     saved1_ = GroupedLinearSaved{};
@@ -112,13 +108,9 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
   const int64_t N = N_, rows = N * k_;
   if (router.grad.size() != size_t(router.numel())) router.grad.assign(router.numel(), 0.f);
-  // Every scratch buffer is written by its first producer: no zero fill.
-  dyp_.resize(rows * D_);
-  dgate_.resize(N * k_);
+  // The forward sized every scratch buffer; each is written by its first producer: no zero
+  // fill.
   moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_, Accum::write);
-  dh_.resize(rows * F_);
-  da_.resize(rows * 2 * F_);
-  dxp_.resize(rows * D_);
   if (fp32_ref_) {
     for (GroupedLinear* l : {&fc1, &fc2})
       if (l->weight.grad.size() != size_t(l->weight.numel()))
@@ -132,7 +124,6 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
     fc1.backward(saved1_, da_.data(), dxp_.data());
   }
   moe_permute_backward(dx, dxp_.data(), routing_, D_, dx_mode);
-  dlogits_.resize(N * E_);
   moe_route_backward(dlogits_.data(), dgate_.data(), daux, routing_);
   router_logits_backward(dx, router.grad.data(), dlogits_.data(), x_, router.value.data(), N,
                          D_, E_, take_grad_mode(router));

@@ -117,8 +117,9 @@ class MoELayer {
   // writes them after clear_grad(), nn/parameter.h).
   void backward(const float* dy, float daux, float* dx, Accum dx_mode = Accum::add);
 
-  // Sizes the block's activation and backward buffers for micro-batches of up to N tokens
-  // (their row counts are N·top_k whatever the routing), so steps allocate none of them.
+  // Sizes the block's activation and backward buffers for micro-batches of N tokens (their
+  // row counts are N·top_k whatever the routing). Every forward does it for its own N; called
+  // ahead (GPT::reserve), the first step allocates none of them.
   void reserve(int64_t N);
 
   // Numerics reference: when on, the expert products run in plain FP32 from weight.value
