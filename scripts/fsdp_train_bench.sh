@@ -25,4 +25,4 @@ for np in 2 4; do
       --metrics-out "$out/np$np-$recipe-$mode.jsonl" 2>/dev/null
   done
 done
-python3 tools/fsdp_table.py "$out"
+python3 tools/fsdp_tables.py train "$out"

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Markdown tables for the ZeRO-3 FSDP measurements, plus one JSON row per line for tools.
+"""Markdown tables for the FSDP training measurements, plus one JSON row per line for tools.
 
-Usage: fsdp_tables.py memory RUN_DIR    (scripts/fsdp_memory.sh: <recipe>-<mode>-w<W>.rss.<rank>)
+Usage: fsdp_tables.py train RUN_DIR     (scripts/fsdp_train_bench.sh: np<W>-<recipe>-<mode>.jsonl)
+       fsdp_tables.py memory RUN_DIR    (scripts/fsdp_memory.sh: <recipe>-<mode>-w<W>.rss.<rank>)
        fsdp_tables.py overlap RUN_DIR   (scripts/fsdp_overlap.sh: w<W>-<recipe>-p<P>-<thread>.jsonl)
-Writes RUN_DIR/rows.jsonl and prints the table.
+Writes RUN_DIR/rows.jsonl and prints the table. Time figures are medians over the steps after
+the first (which includes start-up gathers and warm-up).
 """
 import glob
 import json
@@ -22,6 +24,32 @@ def steady_rows(path):
 
 def median(rows, key):
     return statistics.median(r[key] for r in rows)
+
+
+def train(d):
+    """All-gather bytes and time per step by recipe and gather mode, against BF16 (reshard)."""
+    out = []
+    print("| ranks | recipe | mode | all-gather bytes sent/step | vs bf16 | all-gather ms/step | "
+          "vs bf16 | reduce-scatter bytes/step | step ms |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+    for np in (2, 4):
+        base = None
+        for recipe, mode in (("bf16", "on-demand"), ("mxfp8", "on-demand"), ("mxfp8", "all"),
+                             ("mxfp8-32x32", "on-demand")):
+            p = os.path.join(d, f"np{np}-{recipe}-{mode}.jsonl")
+            if not os.path.exists(p):
+                continue
+            r = steady_rows(p)
+            b, ms = median(r, "allgather_bytes"), median(r, "allgather_ms")
+            rs, st = median(r, "reduce_scatter_bytes"), median(r, "step_ms")
+            if recipe == "bf16":
+                base = (b, ms)
+            shown_mode = mode if recipe == "mxfp8" else ("reshard" if recipe == "bf16" else "-")
+            out.append({"world": np, "recipe": recipe, "mode": shown_mode, "allgather_bytes": b,
+                        "allgather_ms": ms, "reduce_scatter_bytes": rs, "step_ms": st})
+            print(f"| {np} | {recipe} | {shown_mode} | {b:,.0f} | {b / base[0]:.3f} | {ms:.2f} | "
+                  f"{ms / base[1]:.3f} | {rs:,.0f} | {st:.1f} |")
+    return out
 
 
 def memory(d):
@@ -72,7 +100,7 @@ def overlap(d):
 
 def main():
     kind, d = sys.argv[1], sys.argv[2]
-    rows = {"memory": memory, "overlap": overlap}[kind](d)
+    rows = {"train": train, "memory": memory, "overlap": overlap}[kind](d)
     with open(os.path.join(d, "rows.jsonl"), "w") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
