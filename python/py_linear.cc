@@ -52,7 +52,7 @@ class PyLinear {
                             std::to_string(lin_.in_features()) + ") [out, in]");
     py::gil_scoped_release nogil;
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<float>& v = lin_.weight.value;
+    FloatBuffer& v = lin_.weight.value;
     const size_t bytes = v.size() * sizeof(float);
     if (std::memcmp(v.data(), w.data(), bytes) == 0) return false;
     std::memcpy(v.data(), w.data(), bytes);
@@ -102,7 +102,8 @@ class PyLinear {
     if (dy.shape(0) != T || dy.shape(1) != out)
       throw py::value_error("dy has shape " + shape_of(dy) + ", forward produced (" +
                             std::to_string(T) + ", " + std::to_string(out) + ")");
-    std::vector<float> dx(need_dx ? size_t(T * in) : 0), dw, db;
+    std::vector<float> dx(need_dx ? size_t(T * in) : 0);
+    FloatBuffer dw, db;
     {
       py::gil_scoped_release nogil;
       std::lock_guard<std::mutex> lock(mu_);
@@ -122,8 +123,8 @@ class PyLinear {
     py::object dx_arr = need_dx ? py::object(owning_array(std::move(dx), T, in)) : py::none();
     py::object db_arr = py::none();
     if (has_bias()) {
-      auto* owned = new std::vector<float>(std::move(db));
-      py::capsule free_it(owned, [](void* p) { delete static_cast<std::vector<float>*>(p); });
+      auto* owned = new FloatBuffer(std::move(db));
+      py::capsule free_it(owned, [](void* p) { delete static_cast<FloatBuffer*>(p); });
       db_arr = py::array_t<float>({py::ssize_t(out)}, owned->data(), free_it);
     }
     return py::make_tuple(dx_arr, owning_array(std::move(dw), out, in), db_arr);

@@ -10,6 +10,11 @@
 // are off). The quantizers walk big tensors in 32-row strips, many rows at a time: with 4 KiB
 // pages that is a TLB miss per page and row, which measured 20-35% of the single-thread time
 // of dual-axis quantization on a virtual machine (docs/results/quantize.md).
+// The model's FP32 and BF16 tensors (parameters, gradients, optimizer moments, activations,
+// saved copies) live in FloatBuffer / Bf16Buffer for the same reason: with glibc's 16-byte
+// placement every 64-byte vector access of the streaming kernels straddles two cache lines,
+// and on the 2-vCPU virtual machine of docs/results/linear.md ("Training step") the MXFP8
+// step then took 1.0x-2.3x of BF16's from one run to the next; placed here, 0.98x-1.08x.
 // MXTRAIN_HUGE_PAGES=0 in the environment turns the advice off (the 2 MiB placement stays).
 #pragma once
 
@@ -48,16 +53,17 @@ struct AlignedAllocator {
   struct rebind {
     using other = AlignedAllocator<U, kAlign>;
   };
-  // malloc + manual alignment, not the aligned operator new: glibc serves repeated large
-  // malloc/free pairs from its heap once the first is freed (dynamic mmap threshold), while
-  // its aligned allocations of the same sizes keep going back to mmap (page faults on
-  // every tensor). The malloc'd pointer is kept just before the aligned block.
+  // The plain operator new (malloc underneath) + manual alignment, not the aligned operator
+  // new: glibc serves repeated large malloc/free pairs from its heap once the first is freed
+  // (dynamic mmap threshold), while its aligned allocations of the same sizes keep going back
+  // to mmap (page faults on every tensor). Going through operator new keeps these blocks
+  // visible to whoever replaces it (the allocation tests). The raw pointer is kept just
+  // before the aligned block.
   T* allocate(size_t n) {
     if (n > (SIZE_MAX - kHugeMin - sizeof(void*)) / sizeof(T)) throw std::bad_array_new_length();
     const size_t bytes = n * sizeof(T);
     const size_t align = bytes >= kHugeMin ? kHugeMin : kAlign;
-    void* raw = std::malloc(bytes + align + sizeof(void*));
-    if (!raw) throw std::bad_alloc();
+    void* raw = ::operator new(bytes + align + sizeof(void*));
     const uintptr_t a =
         (reinterpret_cast<uintptr_t>(raw) + sizeof(void*) + align - 1) & ~uintptr_t(align - 1);
     reinterpret_cast<void**>(a)[-1] = raw;
@@ -69,7 +75,7 @@ struct AlignedAllocator {
     return reinterpret_cast<T*>(a);
   }
   void deallocate(T* p, size_t) noexcept {
-    if (p) std::free(reinterpret_cast<void**>(p)[-1]);
+    if (p) ::operator delete(reinterpret_cast<void**>(p)[-1]);
   }
   template <class U>
   bool operator==(const AlignedAllocator<U, kAlign>&) const noexcept { return true; }
@@ -77,5 +83,9 @@ struct AlignedAllocator {
 
 // Bytes on a 64-byte boundary (MXTensor codes and scales).
 using ByteBuffer = std::vector<uint8_t, AlignedAllocator<uint8_t>>;
+// FP32 tensors a training step streams through (activations, gradients, saved inputs): on a
+// cache line, and on huge pages from kHugeMin bytes on.
+using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+using Bf16Buffer = std::vector<uint16_t, AlignedAllocator<uint16_t>>;  // BF16 bits
 
 }  // namespace mxtrain

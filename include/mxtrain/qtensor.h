@@ -22,7 +22,7 @@ namespace mxtrain {
 
 struct QTensor {
   int64_t rows = 0, cols = 0;
-  std::vector<uint16_t> bf16;  // [rows, cols] BF16 bits, or empty
+  Bf16Buffer bf16;             // [rows, cols] BF16 bits, or empty
   MXTensor rowwise, colwise, tile;
   bool has_rowwise = false, has_colwise = false, has_tile = false;
 

@@ -10,6 +10,8 @@
 // for dgrad; mxfp8-32x32: one tile32 copy for both), as they are inside a step that reuses
 // them. Every (recipe, op) is timed once per iteration in turn, so load on a shared machine
 // hits all alike; the median over --iters is reported next to the BF16 median of that op.
+// The activation's converted or quantized copy is written into storage made once, as the
+// layers reuse theirs across steps.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -58,7 +60,8 @@ struct Case {
   int64_t M, K, N;
   const std::vector<float>*x, *dy;
   std::vector<uint16_t> w16, x16, a16;  // bf16: weight, saved x, activation scratch
-  MXTensor w_fwd, w_bwd, x_col, a;      // MX: weight copies, saved x colwise, activation
+  MXTensor w_fwd, w_bwd, x_col;         // MX: weight copies, saved x colwise
+  MXTensor a_fwd, a_dgrad, a_wgrad;     // MX: the activation's copy per op, reused as in a step
   std::vector<float> out;
 
   Case(const Recipe& rc, int64_t m, int64_t k, int64_t n, const std::vector<float>& w,
@@ -75,6 +78,9 @@ struct Case {
       w_fwd = quantize(w.data(), N, K, fl, r.weight_cfg());
       if (!r.weight_tiled()) w_bwd = quantize(w.data(), N, K, MXLayout::colwise, r.weight_cfg());
       x_col = quantize(xv.data(), M, K, MXLayout::colwise, r.input_cfg());
+      a_fwd = MXTensor::empty(M, K, MXLayout::rowwise, r.input_cfg().elem);
+      a_dgrad = MXTensor::empty(M, N, MXLayout::rowwise, r.grad_cfg().elem);
+      a_wgrad = MXTensor::empty(M, N, MXLayout::colwise, r.grad_cfg().elem);
     }
     out.resize(size_t(std::max({M * N, M * K, N * K})));  // y, dx, dW
   }
@@ -86,24 +92,24 @@ struct Case {
         f32_to_bf16_array(x->data(), a16.data(), M * K);
         gemm_bf16(false, true, M, N, K, a16.data(), K, w16.data(), K, out.data(), N, false);
       } else {
-        a = quantize(x->data(), M, K, MXLayout::rowwise, r.input_cfg());
-        gemm_mx(false, a, true, w_fwd, out.data(), N, false);
+        quantize_into(x->data(), M, K, r.input_cfg(), a_fwd);
+        gemm_mx(false, a_fwd, true, w_fwd, out.data(), N, false);
       }
     } else if (op == "dgrad") {
       if (bf) {
         f32_to_bf16_array(dy->data(), a16.data(), M * N);
         gemm_bf16(false, false, M, K, N, a16.data(), N, w16.data(), K, out.data(), K, false);
       } else {
-        a = quantize(dy->data(), M, N, MXLayout::rowwise, r.grad_cfg());
-        gemm_mx(false, a, false, r.weight_tiled() ? w_fwd : w_bwd, out.data(), K, false);
+        quantize_into(dy->data(), M, N, r.grad_cfg(), a_dgrad);
+        gemm_mx(false, a_dgrad, false, r.weight_tiled() ? w_fwd : w_bwd, out.data(), K, false);
       }
     } else {
       if (bf) {
         f32_to_bf16_array(dy->data(), a16.data(), M * N);
         gemm_bf16(true, false, N, K, M, a16.data(), N, x16.data(), K, out.data(), K, true);
       } else {
-        a = quantize(dy->data(), M, N, MXLayout::colwise, r.grad_cfg());
-        gemm_mx(true, a, false, x_col, out.data(), K, true);
+        quantize_into(dy->data(), M, N, r.grad_cfg(), a_wgrad);
+        gemm_mx(true, a_wgrad, false, x_col, out.data(), K, true);
       }
     }
   }

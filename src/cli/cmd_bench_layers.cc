@@ -85,7 +85,7 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
     if (!c.grouped()) {
       Linear* layer =
           linears.emplace_back(std::make_unique<Linear>("bench", c.in, c.out, false, prec)).get();
-      layer->weight.value = w;
+      layer->weight.value.assign(w.begin(), w.end());
       LinearSaved* saved = lsaved.emplace_back(std::make_unique<LinearSaved>()).get();
       subjects.push_back({[&, layer, saved] {
                             layer->forward(x.data(), rows, y.data(), *saved);
@@ -96,7 +96,7 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
       GroupedLinear* layer = grouped.emplace_back(std::make_unique<GroupedLinear>(
                                                       "bench", c.num_gemms, c.in, c.out, prec))
                                  .get();
-      layer->weight.value = w;
+      layer->weight.value.assign(w.begin(), w.end());
       GroupedLinearSaved* saved =
           gsaved.emplace_back(std::make_unique<GroupedLinearSaved>()).get();
       subjects.push_back({[&, layer, saved] {

@@ -17,7 +17,7 @@ void QTensor::invalidate() {
 }
 
 void QTensor::release() {
-  std::vector<uint16_t>().swap(bf16);
+  Bf16Buffer().swap(bf16);
   rowwise = MXTensor{};
   colwise = MXTensor{};
   tile = MXTensor{};

@@ -105,8 +105,8 @@ int Fsdp::add_module(std::unique_ptr<Module> m) {
   m->m.assign(sn, 0.f);
   m->v.assign(sn, 0.f);
   // No full-size gradient is kept: pre_backward lends one while the layer's backward runs.
-  std::vector<float>().swap(w.grad);
-  if (opt_.free_full_values) std::vector<float>().swap(w.value);
+  FloatBuffer().swap(w.grad);
+  if (opt_.free_full_values) FloatBuffer().swap(w.value);
   for (int64_t e = 0; e < m->num_caches(); ++e) m->cache(e).clear();
   modules_.push_back(std::move(m));
   return index;

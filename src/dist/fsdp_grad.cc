@@ -214,7 +214,11 @@ std::vector<float> Fsdp::gather_full(const std::string& name, ShardField field, 
     return full;
   }
   for (auto& rp : replicated_)
-    if (rp->p->name == name) return comm_.rank() == root ? rp->field(field) : std::vector<float>{};
+    if (rp->p->name == name) {
+      if (comm_.rank() != root) return {};
+      const FloatBuffer& f = rp->field(field);
+      return std::vector<float>(f.begin(), f.end());
+    }
   MXT_FAIL("FSDP: no parameter named '", name, "' (see Fsdp::params())");
 }
 
@@ -233,7 +237,7 @@ void Fsdp::scatter_full(const std::string& name, ShardField field, const float* 
   }
   for (auto& rp : replicated_) {
     if (rp->p->name != name) continue;
-    std::vector<float>& dst = rp->field(field);
+    FloatBuffer& dst = rp->field(field);
     dst.resize(size_t(rp->p->numel()));
     if (comm_.rank() == root) std::memcpy(dst.data(), full, sizeof(float) * dst.size());
     comm_.broadcast(dst.data(), sizeof(float) * dst.size(), root);

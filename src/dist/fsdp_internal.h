@@ -36,7 +36,7 @@ struct Fsdp::Module {
   GroupedLinear* grouped = nullptr;
   Parameter* weight = nullptr;
   ShardLayout layout;
-  std::vector<float> value, grad, m, v;  // this rank's shard [rows_per_rank * in]
+  FloatBuffer value, grad, m, v;  // this rank's shard [rows_per_rank * in]
   std::array<GatherSlot, kNumGatherKinds> slots;
   bool input_grad_needed = true;
   // Gradient path (dist/fsdp.h, "Gradients"): the pool buffer lent to the layer between
@@ -53,7 +53,7 @@ struct Fsdp::Module {
   QuantizedWeight& cache(int64_t e) {
     return linear ? linear->weight_cache() : grouped->weight_caches()[size_t(e)];
   }
-  std::vector<float>& field(ShardField f) {
+  FloatBuffer& field(ShardField f) {
     switch (f) {
       case ShardField::value: return value;
       case ShardField::grad: return grad;
@@ -69,8 +69,8 @@ struct Fsdp::Module {
 // else into `recv`, added on completion). Declared before the request, so the request (whose
 // destructor completes it) goes first and the buffers outlive it.
 struct GradSlot {
-  std::vector<float> send;  // [padded_numel]
-  std::vector<float> recv;  // [shard_numel] when adding
+  FloatBuffer send;  // [padded_numel]
+  FloatBuffer recv;  // [shard_numel] when adding
   int module = -1;          // -1: free
   bool add = false;
   Request req;
@@ -78,14 +78,14 @@ struct GradSlot {
 
 struct Fsdp::GradState {
   GradSlot rs;  // the one reduce-scatter in flight at a time
-  std::vector<std::vector<float>> pool;  // full-size gradient buffers lent to layers
+  std::vector<FloatBuffer> pool;  // full-size gradient buffers lent to layers
   std::vector<char> pool_busy;
 };
 
 struct Fsdp::Replicated {
   Parameter* p = nullptr;
-  std::vector<float> m, v;
-  std::vector<float>& field(ShardField f) {
+  FloatBuffer m, v;
+  FloatBuffer& field(ShardField f) {
     switch (f) {
       case ShardField::value: return p->value;
       case ShardField::grad: return p->grad;

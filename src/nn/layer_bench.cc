@@ -71,7 +71,7 @@ Runner make_runner(const LayerBenchConfig& cfg, const LinearPrecision& p,
   Runner r;
   if (cfg.experts == 0) {
     auto layer = std::make_shared<Linear>("bench", cfg.in, cfg.out, cfg.bias, p);
-    layer->weight.value = w;
+    layer->weight.value.assign(w.begin(), w.end());
     if (cfg.bias) layer->bias.value.assign(size_t(cfg.out), 0.01f);
     auto saved = std::make_shared<LinearSaved>();
     r.step = [=, &x, &dy, &y] {
@@ -84,7 +84,7 @@ Runner make_runner(const LayerBenchConfig& cfg, const LinearPrecision& p,
     r.cache_bytes = [layer] { return layer->weight_cache().bytes(); };
   } else {
     auto layer = std::make_shared<GroupedLinear>("bench", cfg.experts, cfg.in, cfg.out, p);
-    layer->weight.value = w;
+    layer->weight.value.assign(w.begin(), w.end());
     std::vector<int64_t> counts(size_t(cfg.experts), rows / cfg.experts);
     for (int64_t g = 0; g < rows % cfg.experts; ++g) ++counts[size_t(g)];
     const GroupList groups = GroupList::from_counts(counts, rows);

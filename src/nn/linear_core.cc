@@ -217,7 +217,7 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
   quantize_into(x, M, K, cfg, out);
 }
 
-void to_bf16(const float* x, int64_t n, std::vector<uint16_t>& out) {
+void to_bf16(const float* x, int64_t n, Bf16Buffer& out) {
   out.resize(size_t(n));
   f32_to_bf16_array(x, out.data(), n);
 }

@@ -73,7 +73,7 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
 void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
                     const QuantConfig& cfg, MXTensor& out);
 // out: n BF16 values of x (resized), round to nearest even.
-void to_bf16(const float* x, int64_t n, std::vector<uint16_t>& out);
+void to_bf16(const float* x, int64_t n, Bf16Buffer& out);
 // y: [T, out] += b (broadcast over rows), FP32.
 void add_bias(float* y, int64_t T, int64_t out, const float* b);
 // db: [out] += Σ_t dy[t, :] (accumulate; else written), summed in FP64 in token order per

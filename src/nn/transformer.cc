@@ -104,7 +104,7 @@ struct GPT::Layer {
   LinearSaved s_qkv, s_proj, s_fc1, s_fc2;
   // Activations of the last forward, [N, ...] with N = B*T.
   // atty (attention output) is always this layer's own: attention's backward reads it.
-  std::vector<float> ln1, rstd1, qkv_out, lse, atty, resid_mid, ln2, rstd2, fc1_out, h;
+  FloatBuffer ln1, rstd1, qkv_out, lse, atty, resid_mid, ln2, rstd2, fc1_out, h;
 };
 
 GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed) : cfg_(cfg) {
@@ -230,12 +230,12 @@ void GPT::set_fp32_reference(bool on) {
 
 // The buffer a Linear's FP32 input goes to: the layer's own (kept until backward) when the
 // Linear does not keep a copy of it or the FP32 reference needs it, else the shared scratch.
-float* GPT::linear_input(const Linear& l, std::vector<float>& own, int64_t n) {
+float* GPT::linear_input(const Linear& l, FloatBuffer& own, int64_t n) {
   if (fp32_ref_ || !l.keeps_input_copy()) {
     own.resize(size_t(n));
     return own.data();
   }
-  own = std::vector<float>();
+  own = FloatBuffer();
   if (lin_in_.size() < size_t(n)) lin_in_.resize(size_t(n));
   return lin_in_.data();
 }

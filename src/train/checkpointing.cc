@@ -19,17 +19,17 @@ std::string model_yaml(const ModelConfig& m) {
 }
 
 // dst = the checkpoint tensor t, which must have p's shape.
-void copy_tensor(const io::NamedTensor& t, const Parameter& p, std::vector<float>& dst) {
+void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst) {
   MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
-  dst = t.data;
+  dst.assign(t.data.begin(), t.data.end());
 }
 
 }  // namespace
 
 void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
-                              const std::vector<std::vector<float>>& m,
-                              const std::vector<std::vector<float>>& v, const TrainerState& st) {
+                              const std::vector<FloatBuffer>& m,
+                              const std::vector<FloatBuffer>& v, const TrainerState& st) {
   std::vector<io::TensorRef> model, optim;
   for (size_t i = 0; i < params.size(); ++i) {
     const Parameter& p = *params[i];
@@ -70,8 +70,8 @@ int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int
 
 TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                       const std::vector<Parameter*>& params,
-                                      std::vector<std::vector<float>>& m,
-                                      std::vector<std::vector<float>>& v) {
+                                      std::vector<FloatBuffer>& m,
+                                      std::vector<FloatBuffer>& v) {
   const io::LoadedCheckpoint ck = io::load_checkpoint(dir);
   const TrainConfig saved = parse_config(ck.config_text, ck.dir + "/state.json config");
   MXT_CHECK(model_yaml(saved.model) == model_yaml(cfg.model), "checkpoint ", ck.dir,

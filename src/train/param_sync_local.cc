@@ -41,7 +41,7 @@ class LocalSync : public ParamSync {
 
  private:
   std::vector<Parameter*> params_;
-  std::vector<std::vector<float>> m_, v_;
+  std::vector<FloatBuffer> m_, v_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,7 @@ struct GatherSetup {
 const GatherSetup kSetups[] = {{"bf16", "reshard"}, {"bf16", "keep"}, {"mxfp8", "on-demand"},
                          {"mxfp8", "all"}, {"mxfp8-32x32", ""}};
 
-void fill(std::vector<float>& v, int64_t cols, uint32_t seed) {
+void fill(std::span<float> v, int64_t cols, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.f, 1.f);
   for (size_t i = 0; i < v.size(); ++i)
@@ -105,7 +106,7 @@ TEST(FsdpGather, ProvidedWeightsAreByteIdenticalToOneProcessQuantization) {
       layers.push_back(std::make_unique<Linear>("l" + std::to_string(i), kShapes[i][1],
                                                 kShapes[i][0], false, s.precision()));
       fill(layers.back()->weight.value, kShapes[i][1], uint32_t(17 + i));
-      full.push_back(layers.back()->weight.value);
+      full.emplace_back(layers.back()->weight.value.begin(), layers.back()->weight.value.end());
     }
     Fsdp fsdp(world(), s.options());
     for (auto& l : layers) fsdp.add(*l);

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,11 @@ struct AdamW {
   }
 };
 
+// A parameter's storage holding v.
+FloatBuffer buffer(std::span<const float> v) { return FloatBuffer(v.begin(), v.end()); }
+
 // max |a - b| / max |b|: relative to the tensor's scale, so elements near zero do not dominate.
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+double rel_err(std::span<const float> a, std::span<const float> b) {
   double num = 0, den = 0;
   for (size_t i = 0; i < b.size(); ++i) {
     num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
@@ -83,10 +87,10 @@ TEST(FsdpTrain, ReduceScatterAndShardedAdamWMatchFullUpdate) {
   for (size_t i = 0; i < shapes.size(); ++i) {
     layers.push_back(std::make_unique<Linear>("l" + std::to_string(i), shapes[i][1],
                                               shapes[i][0], true, precision("bf16")));
-    layers[i]->weight.value = randn(size_t(shapes[i][0] * shapes[i][1]), uint32_t(i));
-    layers[i]->bias.value = randn(size_t(shapes[i][0]), uint32_t(100 + i));
-    w_ref.push_back(layers[i]->weight.value);
-    b_ref.push_back(layers[i]->bias.value);
+    layers[i]->weight.value = buffer(randn(size_t(shapes[i][0] * shapes[i][1]), uint32_t(i)));
+    layers[i]->bias.value = buffer(randn(size_t(shapes[i][0]), uint32_t(100 + i)));
+    w_ref.emplace_back(layers[i]->weight.value.begin(), layers[i]->weight.value.end());
+    b_ref.emplace_back(layers[i]->bias.value.begin(), layers[i]->bias.value.end());
   }
   Fsdp fsdp(world(), FsdpOptions{});
   for (auto& l : layers) fsdp.add(*l);
@@ -101,8 +105,8 @@ TEST(FsdpTrain, ReduceScatterAndShardedAdamWMatchFullUpdate) {
         for (size_t j = 0; j < n; ++j) mean[j] += g[j];
         for (size_t j = 0; j < nb; ++j) bmean[j] += gb[j];
         if (k == r) {
-          layers[i]->weight.grad = g;
-          layers[i]->bias.grad = gb;
+          layers[i]->weight.grad = buffer(g);
+          layers[i]->bias.grad = buffer(gb);
         }
       }
       for (float& x : mean) x /= float(W);
@@ -152,9 +156,9 @@ struct Mlp {
     for (int i = 0; i < 3; ++i) {
       l.push_back(std::make_unique<Linear>("mlp." + std::to_string(i), dims[i], dims[i + 1],
                                            true, precision(recipe)));
-      l.back()->weight.value = randn(size_t(dims[i] * dims[i + 1]), uint32_t(50 + i),
-                                     1.f / std::sqrt(float(dims[i])));
-      l.back()->bias.value = randn(size_t(dims[i + 1]), uint32_t(60 + i), 0.1f);
+      l.back()->weight.value = buffer(randn(size_t(dims[i] * dims[i + 1]), uint32_t(50 + i),
+                                     1.f / std::sqrt(float(dims[i]))));
+      l.back()->bias.value = buffer(randn(size_t(dims[i + 1]), uint32_t(60 + i), 0.1f));
     }
   }
   // Forward + backward of one micro-batch; fsdp (optional) gets its post_* hooks.
@@ -272,7 +276,7 @@ TEST(FsdpTrain, GroupedLinearMatchesOneProcess) {
   for (const std::string recipe : {"bf16", "mxfp8", "mxfp8-32x32"}) {
     GroupedLinear ref("experts", E, in, out, precision(recipe));
     GroupedLinear sh("experts", E, in, out, precision(recipe));
-    ref.weight.value = randn(size_t(E * out * in), 77, 0.2f);
+    ref.weight.value = buffer(randn(size_t(E * out * in), 77, 0.2f));
     sh.weight.value = ref.weight.value;
     Fsdp fsdp(world(), FsdpOptions{});
     fsdp.add(sh);
@@ -324,7 +328,7 @@ TEST(FsdpTrain, CheckpointScatterGatherRoundTrip) {
   Parameter norm;
   norm.init("norm.gain", {16});
   for (Parameter* p : {&a.weight, &a.bias, &b.weight, &e.weight, &norm})
-    p->value = randn(size_t(p->numel()), 1);
+    p->value = buffer(randn(size_t(p->numel()), 1));
   Fsdp fsdp(world(), FsdpOptions{});
   fsdp.add(a);
   fsdp.add(b);

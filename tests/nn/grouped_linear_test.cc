@@ -36,7 +36,7 @@ LinearPrecision prec(const std::string& recipe, bool defer = false) {
 GroupedLinear make_grouped(const LinearPrecision& p, int64_t E, int64_t in, int64_t out,
                            uint32_t seed) {
   GroupedLinear l("experts.fc1", E, in, out, p);
-  l.weight.value = randn(E * in * out, seed, 0.05f);
+  l.weight.value = buffer(randn(E * in * out, seed, 0.05f));
   return l;
 }
 
@@ -56,7 +56,7 @@ Result run_grouped(GroupedLinear& l, const std::vector<float>& x, const std::vec
   if (want_dx) r.dx.assign(size_t(T * l.in_features()), -7.f);
   l.weight.zero_grad();
   l.backward(s, dy.data(), want_dx ? r.dx.data() : nullptr);
-  r.dW = l.weight.grad;
+  r.dW.assign(l.weight.grad.begin(), l.weight.grad.end());
   return r;
 }
 
@@ -241,12 +241,12 @@ TEST(GroupedLinear, WeightReuseAcrossMicroBatchesAndVersionBump) {
     }
     EXPECT_EQ(l.weight_quantizations(), c.per_step);
     auto w_new = randn(E * in * out, 73, 0.05f);
-    l.weight.value = w_new;
+    l.weight.value = buffer(w_new);
     ++l.weight.version;
     Result r = run_grouped(l, x, dy, groups);
     EXPECT_EQ(l.weight_quantizations(), 2 * c.per_step);
     GroupedLinear fresh = make_grouped(prec(c.recipe, c.defer), E, in, out, 72);
-    fresh.weight.value = w_new;
+    fresh.weight.value = buffer(w_new);
     Result rf = run_grouped(fresh, x, dy, groups);
     EXPECT_TRUE(same_bytes(r.y, rf.y));
     EXPECT_FALSE(same_bytes(r.y, first.y));
@@ -260,7 +260,7 @@ TEST(GroupedLinear, ProviderPerExpert) {
   GroupedLinear plain = make_grouped(prec("mxfp8", true), E, in, out, 82);
   Result want = run_grouped(plain, x, dy, groups);
   GroupedLinear l = make_grouped(prec("mxfp8", true), E, in, out, 82);
-  const std::vector<float> master = l.weight.value;
+  const FloatBuffer master = l.weight.value;
   l.weight.value.clear();
   std::vector<int> calls(E, 0);
   Recipe rc = get_recipe("mxfp8");

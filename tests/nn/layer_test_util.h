@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -25,19 +26,22 @@ inline std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.f) {
   return v;
 }
 
-inline std::vector<float> round_bf16(const std::vector<float>& v) {
+// A parameter's storage holding v (parameters keep FloatBuffer, tests build std::vector).
+inline FloatBuffer buffer(std::span<const float> v) { return FloatBuffer(v.begin(), v.end()); }
+
+inline std::vector<float> round_bf16(std::span<const float> v) {
   std::vector<float> r(v.size());
   for (size_t i = 0; i < v.size(); ++i) r[i] = bf16_to_f32(f32_to_bf16(v[i]));
   return r;
 }
 
 // Empty vectors may have null data(), which memcmp must not be given even for 0 bytes.
-inline bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+inline bool same_bytes(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
-inline double cosine(const std::vector<float>& a, const std::vector<float>& b) {
+inline double cosine(std::span<const float> a, std::span<const float> b) {
   double ab = 0, aa = 0, bb = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     ab += double(a[i]) * b[i];
@@ -52,10 +56,10 @@ struct RefProduct {
   std::vector<double> c, abs;
 };
 inline RefProduct ref_product(bool ta, bool tb, int64_t M, int64_t N, int64_t K,
-                              const std::vector<float>& A, const std::vector<float>& B) {
+                              std::span<const float> A, std::span<const float> B) {
   RefProduct r{std::vector<double>(size_t(M * N)), std::vector<double>(size_t(M * N))};
   gemm_ref_f64(ta, tb, M, N, K, A.data(), ta ? M : K, B.data(), tb ? K : N, r.c.data(), N);
-  std::vector<float> aa(A), ab(B);
+  std::vector<float> aa(A.begin(), A.end()), ab(B.begin(), B.end());
   for (float& x : aa) x = std::fabs(x);
   for (float& x : ab) x = std::fabs(x);
   gemm_ref_f64(ta, tb, M, N, K, aa.data(), ta ? M : K, ab.data(), tb ? K : N, r.abs.data(), N);

@@ -45,8 +45,8 @@ LinearPrecision prec(const std::string& recipe, bool defer = false) {
 Linear make_layer(const std::string& recipe, bool defer, int64_t in, int64_t out, bool bias,
                   uint32_t seed) {
   Linear l("fc", in, out, bias, prec(recipe, defer));
-  l.weight.value = randn(in * out, seed, 0.05f);
-  if (bias) l.bias.value = randn(out, seed + 1, 0.1f);
+  l.weight.value = buffer(randn(in * out, seed, 0.05f));
+  if (bias) l.bias.value = buffer(randn(out, seed + 1, 0.1f));
   return l;
 }
 
@@ -66,8 +66,8 @@ Result run_layer(Linear& l, const std::vector<float>& x, const std::vector<float
   l.weight.zero_grad();
   if (!l.bias.shape.empty()) l.bias.zero_grad();
   l.backward(s, dy.data(), want_dx ? r.dx.data() : nullptr);
-  r.dW = l.weight.grad;
-  r.db = l.bias.grad;
+  r.dW.assign(l.weight.grad.begin(), l.weight.grad.end());
+  r.db.assign(l.bias.grad.begin(), l.bias.grad.end());
   return r;
 }
 
@@ -141,8 +141,8 @@ TEST(LinearBf16, FiniteDifferenceGradientsAreExactOnDyadicData) {
     return v;
   };
   Linear l("fd", in, out, true, prec("bf16"));
-  l.weight.value = dyadic(in * out, 1);
-  l.bias.value = dyadic(out, 2);
+  l.weight.value = buffer(dyadic(in * out, 1));
+  l.bias.value = buffer(dyadic(out, 2));
   auto x = dyadic(T * in, 3), g = dyadic(T * out, 4);
   auto loss = [&](std::vector<float>& xx) {
     std::vector<float> y(size_t(T * out));
@@ -245,8 +245,8 @@ TEST(LinearMx, DeferOnAndOffGiveIdenticalBytesAndDeferHoldsLess) {
         p.recipe = rc;
         p.defer_backward_quant = defer;
         Linear l("fc", in, out, true, p);
-        l.weight.value = randn(in * out, 32, 0.05f);
-        l.bias.value = randn(out, 33);
+        l.weight.value = buffer(randn(in * out, 32, 0.05f));
+        l.bias.value = buffer(randn(out, 33));
         res[defer] = run_layer(l, x, dy, T, want_dx);
       }
       EXPECT_TRUE(same_bytes(res[0].y, res[1].y));
@@ -335,13 +335,13 @@ TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
     LinearSaved s;
     l.forward(x.data(), T, y0.data(), s);
     auto w_new = randn(in * out, 62, 0.05f);
-    l.weight.value = w_new;  // changed without a version bump: the cached copy is still used
+    l.weight.value = buffer(w_new);  // changed without a version bump: the cached copy is still used
     l.forward(x.data(), T, y1.data(), s);
     EXPECT_TRUE(same_bytes(y0, y1));
     ++l.weight.version;
     l.forward(x.data(), T, y2.data(), s);
     Linear fresh = make_layer(name, false, in, out, false, 61);
-    fresh.weight.value = w_new;
+    fresh.weight.value = buffer(w_new);
     fresh.forward(x.data(), T, yf.data(), s);
     EXPECT_TRUE(same_bytes(y2, yf));
     EXPECT_FALSE(same_bytes(y2, y0));
@@ -359,7 +359,7 @@ TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
       Linear plain = make_layer(name, defer, in, out, true, 72);
       Result want = run_layer(plain, x, dy, T);
       Linear l = make_layer(name, defer, in, out, true, 72);
-      const std::vector<float> master = l.weight.value;
+      const FloatBuffer master = l.weight.value;
       l.weight.value.clear();  // as on an FSDP rank
       int calls = 0;
       Recipe rc = get_recipe(name);

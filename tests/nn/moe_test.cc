@@ -27,6 +27,7 @@ using testing_nn::kAtol;
 using testing_nn::kH;
 using testing_nn::kRtol;
 using testing_nn::random_vector;
+using layer_test::buffer;
 using layer_test::same_bytes;
 
 // Smallest gap between the k-th and (k+1)-th largest logit over all tokens.
@@ -270,14 +271,14 @@ MoECase moe_case() {
 MoELayer make_moe(const MoECase& c, const char* recipe, bool defer = false) {
   MoELayer m("layers.0.mlp", c.D, c.F, c.E, c.k, precision(recipe, defer),
              precision(recipe, defer));
-  m.router.value = random_vector(m.router.value.size(), 203, -1.f, 1.f);
-  m.fc1.weight.value = random_vector(m.fc1.weight.value.size(), 204, -0.5f, 0.5f);
-  m.fc2.weight.value = random_vector(m.fc2.weight.value.size(), 205, -0.5f, 0.5f);
+  m.router.value = buffer(random_vector(m.router.value.size(), 203, -1.f, 1.f));
+  m.fc1.weight.value = buffer(random_vector(m.fc1.weight.value.size(), 204, -0.5f, 0.5f));
+  m.fc2.weight.value = buffer(random_vector(m.fc2.weight.value.size(), 205, -0.5f, 0.5f));
   return m;
 }
 
 std::vector<float> grads_of(MoELayer& m) {
-  std::vector<float> g = m.router.grad;
+  std::vector<float> g(m.router.grad.begin(), m.router.grad.end());
   g.insert(g.end(), m.fc1.weight.grad.begin(), m.fc1.weight.grad.end());
   g.insert(g.end(), m.fc2.weight.grad.begin(), m.fc2.weight.grad.end());
   return g;
@@ -345,7 +346,7 @@ TEST(MoELayer, BackwardMatchesFiniteDifferencesFp32) {
     return dot_f64(y, c.w) + double(daux) * aux;
   };
   int skipped = 0, checked = 0;
-  auto check = [&](std::vector<float>& v, const std::vector<float>& g, const char* what) {
+  auto check = [&](auto& v, const auto& g, const char* what) {
     for (size_t i = 0; i < v.size(); i += 5) {
       changed = false;
       const float x0 = v[i];

@@ -284,7 +284,7 @@ TEST(GPT, Bf16GradientIsTheSlopeAlongItself) {
     for (Parameter* p : m.parameters())
       for (float g : p->grad) norm2 += double(g) * g;
     const double norm = std::sqrt(norm2), h = 0.03;
-    std::vector<std::vector<float>> v0;
+    std::vector<FloatBuffer> v0;
     for (Parameter* p : m.parameters()) v0.push_back(p->value);
     const double coef = m.config().aux_loss_coef;
     auto at = [&](double s) {
@@ -462,12 +462,12 @@ TEST(GPT, WorksWithProviderSuppliedWeights) {
   GPT plain(tiny(false), recipe_resolver("bf16"), 9), fsdp(tiny(false), recipe_resolver("bf16"), 9);
   Linear* head = fsdp.linear("lm_head");
   ASSERT_NE(head, nullptr);
-  const std::vector<float> full = head->weight.value;
+  const FloatBuffer full = head->weight.value;
   head->set_weight_provider([full](WeightUse, QuantizedWeight& c) {
     c.bf16.resize(full.size());
     f32_to_bf16_array(full.data(), c.bf16.data(), int64_t(full.size()));
   });
-  std::vector<float>().swap(head->weight.value);
+  FloatBuffer().swap(head->weight.value);
   for (int micro = 0; micro < 2; ++micro) {  // gradients accumulate across micro-batches
     const float l1 = plain.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
     const float l2 = fsdp.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);

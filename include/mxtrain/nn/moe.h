@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/aligned.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
@@ -144,8 +145,8 @@ class MoELayer {
   bool fp32_ref_ = false;
   MoERouting routing_;
   GroupList groups_;
-  std::vector<float> logits_, xp_, a_, h_, yp_;           // forward activations
-  std::vector<float> dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
+  FloatBuffer logits_, xp_, a_, h_, yp_;           // forward activations
+  FloatBuffer dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
   GroupedLinearSaved saved1_, saved2_;
 };
 

@@ -16,13 +16,15 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/aligned.h"
+
 namespace mxtrain {
 
 struct Parameter {
   std::string name;              // stable dotted path, e.g. "layers.3.attention.qkv.weight"
   std::vector<int64_t> shape;
-  std::vector<float> value;      // FP32 master, row-major
-  std::vector<float> grad;       // FP32, accumulated over micro-batches
+  FloatBuffer value;             // FP32 master, row-major
+  FloatBuffer grad;              // FP32, accumulated over micro-batches
   bool grad_live = true;         // false after clear_grad(): grad's contents are stale
   uint64_t version = 0;          // bumped by the optimizer step
 

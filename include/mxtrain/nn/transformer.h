@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/aligned.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/ops.h"
@@ -170,7 +171,7 @@ class GPT {
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);
-  float* linear_input(const Linear& l, std::vector<float>& own, int64_t n);
+  float* linear_input(const Linear& l, FloatBuffer& own, int64_t n);
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
@@ -179,12 +180,12 @@ class GPT {
   Linear lm_head_;
   LinearSaved lm_saved_;
   // Activations: resid_[l] is the input of layer l (resid_[L] the final one).
-  std::vector<std::vector<float>> resid_;
-  std::vector<float> lnf_, rstdf_, logits_;
-  std::vector<float> branch_;  // forward scratch: a branch output before the residual add
-  std::vector<float> lin_in_;  // forward scratch: a Linear's input when it keeps its own copy
+  std::vector<FloatBuffer> resid_;
+  FloatBuffer lnf_, rstdf_, logits_;
+  FloatBuffer branch_;  // forward scratch: a branch output before the residual add
+  FloatBuffer lin_in_;  // forward scratch: a Linear's input when it keeps its own copy
   // Backward scratch shared by all layers.
-  std::vector<float> dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
+  FloatBuffer dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
   std::map<std::string, Linear*> linears_;
   std::map<std::string, GroupedLinear*> grouped_;
   std::vector<Parameter*> params_;  // parameters() order, fixed at construction

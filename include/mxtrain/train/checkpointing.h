@@ -32,8 +32,8 @@ struct TrainerState {
 
 void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
-                              const std::vector<std::vector<float>>& m,
-                              const std::vector<std::vector<float>>& v, const TrainerState& st);
+                              const std::vector<FloatBuffer>& m,
+                              const std::vector<FloatBuffer>& v, const TrainerState& st);
 
 // The grad_accum to resume with at `world` ranks of `micro_batch` sequences, given the
 // checkpoint's state `saved` and the configured `grad_accum`. At the checkpoint's world size,
@@ -48,8 +48,8 @@ int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int
 // returns the trainer state. The checkpoint's model section must equal cfg's.
 TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                       const std::vector<Parameter*>& params,
-                                      std::vector<std::vector<float>>& m,
-                                      std::vector<std::vector<float>>& v);
+                                      std::vector<FloatBuffer>& m,
+                                      std::vector<FloatBuffer>& v);
 
 // A trained model for inference (nn/generate.h): the FP32 master weights of the latest
 // checkpoint in `dir` (or of a step directory), whatever recipe or world size wrote it, with
