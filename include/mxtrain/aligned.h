@@ -11,10 +11,11 @@
 // pages that is a TLB miss per page and row, which measured 20-35% of the single-thread time
 // of dual-axis quantization on a virtual machine (docs/results/quantize.md).
 // The model's FP32 and BF16 tensors (parameters, gradients, optimizer moments, activations,
-// saved copies) live in FloatBuffer / Bf16Buffer for the same reason: with glibc's 16-byte
-// placement every 64-byte vector access of the streaming kernels straddles two cache lines,
-// and on the 2-vCPU virtual machine of docs/results/linear.md ("Training step") the MXFP8
-// step then took 1.0x-2.3x of BF16's from one run to the next; placed here, 0.98x-1.08x.
+// saved copies) live in FloatBuffer / Bf16Buffer too. In std::vector's storage (glibc puts
+// large blocks 16 bytes into a page, so every 64-byte vector access straddles two cache
+// lines) the MXFP8 step on the 2-vCPU virtual machine of docs/results/linear.md ("Training
+// step") took 1.0x-2.3x of BF16's from one run to the next, the elementwise kernels several
+// times slower in the slow runs; placed here, 0.98x-1.08x.
 // MXTRAIN_HUGE_PAGES=0 in the environment turns the advice off (the 2 MiB placement stays).
 #pragma once
 
