@@ -94,11 +94,20 @@ inline void interleave(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
   hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
 }
 
-// Pairs of stored rows k, k+1 (k even, k < K) over columns c0 .. c0 + 32·nv of a matrix stored
-// [K, cols] with blocks along K (colwise/tile32): out[q] (q < 2·nv) = 16 pairs, columns
-// c0 + 16q... Columns past `cols` and a row k+1 = K are zero.
-inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512i* out) {
+// Multipliers of columns c0 .. c0 + 32·nv at stored row k of a matrix stored [K, cols] with
+// blocks along K (colwise/tile32): m[q] (q < 2·nv) for columns c0 + 16q... They hold for all
+// 32 rows of k's block, so the packers fetch them once per block, not per row pair.
+inline void block_multipliers(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512* m) {
   const float* mult = multipliers(S.elem).v;
+  for (int q = 0; q < 2 * nv; ++q) m[q] = col_multipliers(S, mult, k, c0 + 16 * q);
+}
+
+// Pairs of stored rows k, k+1 (k even, k < K) over columns c0 .. c0 + 32·nv of a matrix stored
+// [K, cols] with blocks along K (colwise/tile32), with m from block_multipliers for k's
+// block: out[q] (q < 2·nv) = 16 pairs, columns c0 + 16q... Columns past `cols` and a row
+// k+1 = K are zero.
+inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, const __m512* m,
+                      __m512i* out) {
   const bool e4m3 = S.elem == Elem::e4m3, has_b = k + 1 < S.rows;
   const uint8_t* ra = S.codes + k * S.cols;
   for (int v = 0; v < nv; ++v) {
@@ -107,7 +116,7 @@ inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512i
       out[2 * v] = out[2 * v + 1] = _mm512_setzero_si512();
       continue;
     }
-    const __m512 m_lo = col_multipliers(S, mult, k, c), m_hi = col_multipliers(S, mult, k, c + 16);
+    const __m512 m_lo = m[2 * v], m_hi = m[2 * v + 1];
     const __m512i a = decode32(load_codes(ra + c, S.cols - c), m_lo, m_hi, e4m3);
     const __m512i b = has_b ? decode32(load_codes(ra + S.cols + c, S.cols - c), m_lo, m_hi, e4m3)
                             : _mm512_setzero_si512();
@@ -119,8 +128,12 @@ inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512i
 void pack_a_pairs(const MXOperand& S, int64_t c0, int64_t mc, int64_t k0, int64_t kc,
                   uint32_t* Ap) {
   __m512i v[6];  // MC = 96 = 3 x 32 columns
+  __m512 m[6];
+  const int nv = int((mc + 31) / 32);
   for (int64_t p = 0; 2 * p < kc; ++p) {
-    row_pairs(S, k0 + 2 * p, c0, int((mc + 31) / 32), v);
+    const int64_t k = k0 + 2 * p;
+    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, nv, m);
+    row_pairs(S, k, c0, nv, m, v);
     for (int64_t q = 0; q * 16 < mc; ++q) _mm512_storeu_si512(Ap + p * MC + q * 16, v[q]);
   }
 }
@@ -128,8 +141,11 @@ void pack_a_pairs(const MXOperand& S, int64_t c0, int64_t mc, int64_t k0, int64_
 // B rows (nn, tn): panel Bp[p * NR + n] = pairs of stored rows k0 + 2p, +1 at column c0 + n.
 void pack_b_rows(const MXOperand& S, int64_t c0, int64_t k0, int64_t kc, uint32_t* Bp) {
   __m512i v[4];
+  __m512 m[4];
   for (int64_t p = 0; 2 * p < kc; ++p) {
-    row_pairs(S, k0 + 2 * p, c0, 2, v);
+    const int64_t k = k0 + 2 * p;
+    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, 2, m);
+    row_pairs(S, k, c0, 2, m, v);
     for (int q = 0; q < 4; ++q) _mm512_storeu_si512(Bp + p * NR + q * 16, v[q]);
   }
 }
@@ -173,8 +189,12 @@ void pack_b_transposed(const MXOperand& B, int64_t c0, int64_t k0, int64_t kc, u
           r[i] = _mm512_setzero_si512();
           continue;
         }
+        const uint8_t* row = B.codes + n * B.cols;
+        // The 16 rows are read 32 bytes at a time, each 1 row stride apart: too many streams
+        // for the hardware prefetcher, so each row's line four lines ahead is asked for.
+        if ((j & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(row + k + 256), _MM_HINT_T0);
         const __m512 f = _mm512_set1_ps(mult[B.scale(n, k)]);
-        r[i] = decode32(load_codes(B.codes + n * B.cols + k, B.cols - k), f, f, e4m3);
+        r[i] = decode32(load_codes(row + k, B.cols - k), f, f, e4m3);
       }
       transpose16(r);  // r[q] = pair j*16 + q of the 16 rows
       for (int q = 0; q < 16; ++q) _mm512_storeu_si512(Bp + (j * 16 + q) * NR + g * 16, r[q]);
