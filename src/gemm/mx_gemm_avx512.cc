@@ -7,9 +7,12 @@
 // block of op(A) into Ap (pairs along K) and runs the micro-kernel over every (6-row, 64-col)
 // tile. The micro-kernel keeps a 6x64 FP32 tile of C in 24 registers and issues one
 // VDPBF16PS per (row, 16 columns) and K pair; C is loaded at the start of every chunk but the
-// first (or the first too when accumulating), so C is FP32 throughout. Threads split N by
-// 64-column panels (M by MC blocks when N has too few panels); each output element is written
-// by one thread, in a fixed order, so results do not depend on the thread count.
+// first (or the first too when accumulating), so C is FP32 throughout. Threads split the
+// larger side of C (N by 64-column panels, or M by row ranges), so the operand every thread
+// decodes whole is the smaller one; each output element is written by one thread, in a fixed
+// order, so results do not depend on the thread count; a forward product with fewer rows than outputs runs as
+// C^T = B · A^T, so that the transposing packer gets the small activation and the weight is
+// packed in rows (C then takes the transpose: the same FP32 sums, moved).
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
@@ -273,25 +276,20 @@ Buffers& thread_buffers() {
   return buf;
 }
 
-}  // namespace
-
-void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
-                        int64_t ldc, bool accumulate) {
-  const int64_t M = o == Orient::tn ? A.cols : A.rows;
-  const int64_t K = o == Orient::tn ? A.rows : A.cols;
-  const int64_t N = o == Orient::nt ? B.rows : B.cols;
-  if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && M <= kGemvMaxRows && active_isa() == Isa::avx512vbmi)
-    return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
-  const int64_t panels = ceil_div(N, NR), mblocks = ceil_div(M, MC);
-  const int threads = int(std::min<int64_t>(omp_get_max_threads(), panels * mblocks));
-  // Split N by panels when there are enough of them, else M by blocks.
-  const bool split_n = panels >= threads;
+// C [M, N] (row stride ldc) = op(A) · op(B) (+ C when accumulate), both operands' scales
+// foldable. Threads split M into row ranges (multiples of kRowGrain) when split_m, else N by
+// 64-column panels.
+constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
+void panel_product(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
+                   bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m) {
+  const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
+  const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
   {
     const int t = omp_get_thread_num(), T = omp_get_num_threads();
-    const int64_t p0 = split_n ? panels * t / T : 0, p1 = split_n ? panels * (t + 1) / T : panels;
-    const int64_t b0 = split_n ? 0 : mblocks * t / T, b1 = split_n ? mblocks : mblocks * (t + 1) / T;
+    const int64_t p0 = split_m ? 0 : panels * t / T, p1 = split_m ? panels : panels * (t + 1) / T;
+    const int64_t r0 = split_m ? std::min(M, grains * t / T * kRowGrain) : 0;
+    const int64_t r1 = split_m ? std::min(M, grains * (t + 1) / T * kRowGrain) : M;
     Buffers& buf = thread_buffers();
     buf.b.resize(size_t(std::max<int64_t>(p1 - p0, 1) * KP * NR));
     buf.a.resize(size_t(MC * KP));
@@ -305,8 +303,8 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
         else
           pack_b_rows(B, p * NR, k0, kc, Bp);
       }
-      for (int64_t blk = b0; blk < b1; ++blk) {
-        const int64_t i0 = blk * MC, mc = std::min(MC, M - i0);
+      for (int64_t i0 = r0; i0 < r1; i0 += MC) {
+        const int64_t mc = std::min(MC, r1 - i0);
         int64_t sm, sp;
         if (o == Orient::tn) {
           pack_a_pairs(A, i0, mc, k0, kc, buf.a.data());
@@ -325,6 +323,61 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
       }
     }
   }
+}
+
+// C [M, N] (+)= T^T for T [N, M] (row stride M), 16x16 blocks through transpose16.
+void add_transposed(const float* T, int64_t N, int64_t M, float* C, int64_t ldc,
+                    bool accumulate) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i0 = 0; i0 < M; i0 += 16) {
+    const int64_t mi = std::min<int64_t>(16, M - i0);
+    const __mmask16 km = __mmask16((1u << mi) - 1);
+    for (int64_t j0 = 0; j0 < N; j0 += 16) {
+      const int64_t nj = std::min<int64_t>(16, N - j0);
+      const __mmask16 kn = __mmask16((1u << nj) - 1);
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j)
+        r[j] = j < nj ? _mm512_maskz_loadu_epi32(km, T + (j0 + j) * M + i0) : _mm512_setzero_si512();
+      transpose16(r);  // r[i] = column i0 + i of T's 16 rows = row i0 + i of C
+      for (int64_t i = 0; i < mi; ++i) {
+        float* c = C + (i0 + i) * ldc + j0;
+        __m512 v = _mm512_castsi512_ps(r[i]);
+        if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(kn, c), v);
+        _mm512_mask_storeu_ps(c, kn, v);
+      }
+    }
+  }
+}
+
+Buffers& swap_buffer() {
+  thread_local Buffers buf;  // .a holds the transposed product (FP32 bits)
+  return buf;
+}
+
+}  // namespace
+
+void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                        int64_t ldc, bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows;
+  const int64_t K = o == Orient::tn ? A.rows : A.cols;
+  const int64_t N = o == Orient::nt ? B.rows : B.cols;
+  if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
+  if (o == Orient::nt && M <= kGemvMaxRows && active_isa() == Isa::avx512vbmi)
+    return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
+  // Which operand each thread decodes whole: threads split the larger side of C, so the
+  // operand they all decode is the smaller one.
+  if (o == Orient::nt && M < N) {
+    // The nt packer transposes its operand (16x16 blocks), the row packer does not: with
+    // fewer tokens than outputs the product runs as C^T = B · A^T, so the transposing packer
+    // gets the small activation and the weight is read in rows, then C takes the transpose
+    // (exact: the same FP32 sums, moved).
+    Buffers& sb = swap_buffer();
+    sb.a.resize(size_t(N * M));
+    float* T = reinterpret_cast<float*>(sb.a.data());
+    panel_product(o, B, A, T, M, false, N, M, K, /*split_m=*/true);
+    return add_transposed(T, N, M, C, ldc, accumulate);
+  }
+  panel_product(o, A, B, C, ldc, accumulate, M, N, K, /*split_m=*/M > N);
 }
 
 }  // namespace mxtrain::gemm_detail

@@ -98,9 +98,13 @@ void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, boo
 struct Shape {
   int64_t M, N, K;
 };
-const Shape kShapes[] = {{1, 1, 1},     {1, 64, 32},   {4, 65, 33},  {31, 33, 63},
-                         {6, 128, 256}, {7, 129, 257}, {33, 31, 511}, {97, 70, 300},
-                         {193, 17, 65}, {2, 200, 1025}};
+// Beyond the blocking edges: forward products with fewer rows than outputs run transposed
+// ({31,33,63}, {40,300,100}, {200,1100,70}: several row ranges, a ragged last panel), and
+// products with more rows than outputs split rows between threads ({250,40,64}).
+const Shape kShapes[] = {{1, 1, 1},      {1, 64, 32},    {4, 65, 33},   {31, 33, 63},
+                         {6, 128, 256},  {7, 129, 257},  {33, 31, 511}, {97, 70, 300},
+                         {193, 17, 65},  {2, 200, 1025}, {40, 300, 100}, {200, 1100, 70},
+                         {250, 40, 64}};
 
 MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
            ScaleRounding rnd = ScaleRounding::rceil) {
