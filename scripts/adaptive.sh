@@ -3,7 +3,7 @@
 # layer kind in BF16 and MXFP8 over a short token sweep (`mxtrain bench-layers`), merge the
 # report into a policy (`mxtrain policy merge`), print the per-module decisions (`--dry-run`),
 # then time training steps in bf16, mxfp8 and adaptive (mxfp8 + the policy) back to back.
-# Sized to finish in under 10 minutes on 2 cores (the medium model dominates).
+# Sized to finish in about 15 minutes on 2 cores (the medium model dominates).
 # Usage: bash scripts/adaptive.sh   (MXTRAIN_BIN=path overrides build/mxtrain; ROUNDS=N, default 2)
 # Output: runs/adaptive/* (reports, policies, decision tables, metrics; train stderr in *.log),
 #         docs/results/adaptive_speedup.svg, docs/results/adaptive_table.md
@@ -20,15 +20,19 @@ rounds=${ROUNDS:-2}
 rm -rf "$out"
 mkdir -p "$out" docs/results
 
-# name | token sweep | bench warmup | bench iters | train steps (the first step is not timed)
+# name | config | token sweep | bench warmup | bench iters | train steps (the first step is not
+# timed) | extra train options. medium-2k is the medium model at 2048 tokens per step
+# (micro-batch 8), where its products are large enough for FP8 to win.
 cases=(
-  "tiny|256 1024 4096|1|5|12"
-  "tiny-moe|256 1024 4096|1|5|12"
-  "medium|128 512 1024|1|3|5"
+  "tiny|tiny|256 1024 4096|1|5|12|"
+  "tiny-moe|tiny-moe|256 1024 4096|1|5|12|"
+  "medium|medium|128 512 1024|1|3|5|"
+  "medium-2k|medium|512 2048 4096|1|3|5|--micro-batch-size 8"
 )
 for c in "${cases[@]}"; do
-  IFS='|' read -r name tokens warmup iters steps <<<"$c"
-  cfg=configs/$name.yaml
+  IFS='|' read -r name config tokens warmup iters steps train_opts <<<"$c"
+  cfg=configs/$config.yaml
+  read -r -a topts <<<"$train_opts"
   echo "== $name: bench-layers (tokens $tokens)" >&2
   # shellcheck disable=SC2086
   "$bin" bench-layers --config "$cfg" --recipe mxfp8 --warmup "$warmup" --iters "$iters" \
@@ -36,7 +40,7 @@ for c in "${cases[@]}"; do
   "$bin" policy merge --reports "$out/$name-report.json" --output "$out/$name-policy.json" \
     > "$out/$name-merge.txt"
   "$bin" policy show "$out/$name-policy.json" > "$out/$name-policy.txt"
-  "$bin" train --config "$cfg" --recipe mxfp8 --fp8-policy "$out/$name-policy.json" --dry-run \
+  "$bin" train --config "$cfg" "${topts[@]}" --recipe mxfp8 --fp8-policy "$out/$name-policy.json" --dry-run \
     --decisions-out "$out/$name-decisions.json" > "$out/$name-decisions.txt" 2>&1
   # Rounds of bf16, mxfp8, adaptive back to back, so a change in machine load during the
   # script hits all three alike; the table takes the median over every round's timed steps.
@@ -45,13 +49,13 @@ for c in "${cases[@]}"; do
       echo "== $name: train $run ($steps steps, round $round of $rounds)" >&2
       extra=(--recipe "$run")
       [ "$run" = adaptive ] && extra=(--recipe mxfp8 --fp8-policy "$out/$name-policy.json")
-      "$bin" train --config "$cfg" "${extra[@]}" --steps "$steps" --quiet \
+      "$bin" train --config "$cfg" "${topts[@]}" "${extra[@]}" --steps "$steps" --quiet \
         --metrics-out "$out/$name-$run-r$round.jsonl" > "$out/$name-$run-r$round.log" 2>&1
     done
   done
 done
 python3 tools/plot_speedup.py --out docs/results/adaptive_speedup.svg \
   tiny="$out/tiny-report.json" tiny-moe="$out/tiny-moe-report.json" \
-  medium="$out/medium-report.json"
-python3 tools/adaptive_table.py "$out" tiny tiny-moe medium > docs/results/adaptive_table.md
+  medium="$out/medium-report.json" medium-2k="$out/medium-2k-report.json"
+python3 tools/adaptive_table.py "$out" tiny tiny-moe medium medium-2k > docs/results/adaptive_table.md
 cat docs/results/adaptive_table.md
