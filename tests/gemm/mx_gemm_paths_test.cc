@@ -197,6 +197,40 @@ TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
 }
 
 // Each output element is summed by one thread in a fixed order: 1 and 2 threads agree bytewise.
+// A forward with fewer tokens than outputs runs as C^T = W · X^T on the panel kernel; the
+// product of the transposed problem (more rows than outputs: run directly) must be its
+// transpose bit for bit, and accumulating must add exactly C0 to it.
+TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
+  for (Isa isa : path_isas()) {
+    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    IsaGuard guard;
+    set_isa(isa);
+    for (const Shape& s : {Shape{40, 300, 100}, Shape{17, 33, 1100}, Shape{200, 1100, 70}}) {
+      const auto x = randn(s.M * s.K, 21), w = randn(s.N * s.K, 22, 0.05f);
+      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, Elem::e4m3);
+      std::vector<float> c(size_t(s.M * s.N)), ct(size_t(s.N * s.M));
+      gemm_mx(false, xq, true, wq, c.data(), s.N, false);   // M < N: transposed
+      gemm_mx(false, wq, true, xq, ct.data(), s.M, false);  // N > M rows: direct
+      int bad = 0;
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t j = 0; j < s.N; ++j)
+          bad += std::memcmp(&c[size_t(i * s.N + j)], &ct[size_t(j * s.M + i)], sizeof(float)) != 0;
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << s.M << "x" << s.N << "x" << s.K;
+      std::vector<float> acc = randn(s.M * s.N, 23);
+      const std::vector<float> c0 = acc;
+      gemm_mx(false, xq, true, wq, acc.data(), s.N, true);
+      bad = 0;
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t j = 0; j < s.N; ++j) {
+          const float want = c0[size_t(i * s.N + j)] + ct[size_t(j * s.M + i)];
+          bad += std::memcmp(&acc[size_t(i * s.N + j)], &want, sizeof(float)) != 0;
+        }
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " accumulate " << s.M << "x" << s.N;
+    }
+  }
+}
+
 TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
   const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
