@@ -10,9 +10,10 @@
 // first (or the first too when accumulating), so C is FP32 throughout. Threads split the
 // larger side of C (N by 64-column panels, or M by row ranges), so the operand every thread
 // decodes whole is the smaller one; each output element is written by one thread, in a fixed
-// order, so results do not depend on the thread count; a forward product with fewer rows than outputs runs as
-// C^T = B · A^T, so that the transposing packer gets the small activation and the weight is
-// packed in rows (C then takes the transpose: the same FP32 sums, moved).
+// order, so results do not depend on the thread count. A forward product with fewer rows than
+// outputs (and C at most kSwapMax elements) runs as C^T = B · A^T, so that the transposing
+// packer gets the small activation and the weight is packed in rows; C then takes the
+// transpose (the same FP32 sums, moved) from a per-thread buffer of that size.
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
@@ -280,6 +281,7 @@ Buffers& thread_buffers() {
 // foldable. Threads split M into row ranges (multiples of kRowGrain) when split_m, else N by
 // 64-column panels.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
+constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
                    bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
@@ -291,35 +293,56 @@ void panel_product(Orient o, const MXOperand& A, const MXOperand& B, float* C, i
     const int64_t r0 = split_m ? std::min(M, grains * t / T * kRowGrain) : 0;
     const int64_t r1 = split_m ? std::min(M, grains * (t + 1) / T * kRowGrain) : M;
     Buffers& buf = thread_buffers();
-    buf.b.resize(size_t(std::max<int64_t>(p1 - p0, 1) * KP * NR));
-    buf.a.resize(size_t(MC * KP));
+    // Few rows: every A block of this thread is packed first (at most kAFirstRows rows, a few
+    // hundred KiB) and each B panel is packed right before the tiles that read it, so it is
+    // still in L2; the B panels of a whole chunk (up to MiBs) would go out to memory and back
+    // with nothing to amortize them over. Many rows: all of the chunk's B panels first, then
+    // A block by block, each reusing every panel.
+    const int64_t nblk = ceil_div(r1 - r0, MC);
+    const bool a_first = r1 - r0 <= kAFirstRows;
+    buf.b.resize(size_t((a_first ? 1 : std::max<int64_t>(p1 - p0, 1)) * KP * NR));
+    buf.a.resize(size_t((a_first ? std::max<int64_t>(nblk, 1) : 1) * MC * KP));
+    const int64_t sm = o == Orient::tn ? 1 : KP, sp = o == Orient::tn ? MC : 1;
+    const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
+      if (o == Orient::tn)
+        pack_a_pairs(A, i0, mc, k0, kc, Ap);
+      else
+        pack_a_rows(A, i0, mc, k0, kc, Ap);
+    };
+    const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
+      if (o == Orient::nt)
+        pack_b_transposed(B, p * NR, k0, kc, Bp);
+      else
+        pack_b_rows(B, p * NR, k0, kc, Bp);
+    };
+    // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
+    const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
+                           const uint32_t* Bp, int64_t kp, bool load) {
+      const int ncols = int(std::min<int64_t>(NR, N - p * NR));
+      for (int64_t i = 0; i < mc; i += MR)
+        run_tile(int(std::min<int64_t>(MR, mc - i)), kp, Ap + i * sm, sm, sp, Bp,
+                 C + (i0 + i) * ldc + p * NR, ldc, ncols, load);
+    };
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
       const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
       const bool load = accumulate || k0 > 0;
-      for (int64_t p = p0; p < p1; ++p) {
-        uint32_t* Bp = buf.b.data() + (p - p0) * KP * NR;
-        if (o == Orient::nt)
-          pack_b_transposed(B, p * NR, k0, kc, Bp);
-        else
-          pack_b_rows(B, p * NR, k0, kc, Bp);
+      if (a_first) {
+        for (int64_t b = 0; b < nblk; ++b)
+          pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * KP);
+        for (int64_t p = p0; p < p1; ++p) {
+          pack_b(p, k0, kc, buf.b.data());
+          for (int64_t b = 0; b < nblk; ++b)
+            tiles(buf.a.data() + b * MC * KP, r0 + b * MC, std::min(MC, r1 - r0 - b * MC), p,
+                  buf.b.data(), kp, load);
+        }
+        continue;
       }
+      for (int64_t p = p0; p < p1; ++p) pack_b(p, k0, kc, buf.b.data() + (p - p0) * KP * NR);
       for (int64_t i0 = r0; i0 < r1; i0 += MC) {
         const int64_t mc = std::min(MC, r1 - i0);
-        int64_t sm, sp;
-        if (o == Orient::tn) {
-          pack_a_pairs(A, i0, mc, k0, kc, buf.a.data());
-          sm = 1, sp = MC;
-        } else {
-          pack_a_rows(A, i0, mc, k0, kc, buf.a.data());
-          sm = KP, sp = 1;
-        }
-        for (int64_t p = p0; p < p1; ++p) {
-          const uint32_t* Bp = buf.b.data() + (p - p0) * KP * NR;
-          const int ncols = int(std::min<int64_t>(NR, N - p * NR));
-          for (int64_t i = 0; i < mc; i += MR)
-            run_tile(int(std::min<int64_t>(MR, mc - i)), kp, buf.a.data() + i * sm, sm, sp, Bp,
-                     C + (i0 + i) * ldc + p * NR, ldc, ncols, load);
-        }
+        pack_a(i0, mc, k0, kc, buf.a.data());
+        for (int64_t p = p0; p < p1; ++p)
+          tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * KP * NR, kp, load);
       }
     }
   }
@@ -349,6 +372,10 @@ void add_transposed(const float* T, int64_t N, int64_t M, float* C, int64_t ldc,
   }
 }
 
+// Largest C (elements) a forward runs transposed for: the buffer it needs stays allocated
+// per calling thread (8 MiB), and with more rows the packing is amortized anyway.
+constexpr int64_t kSwapMax = int64_t(1) << 21;
+
 Buffers& swap_buffer() {
   thread_local Buffers buf;  // .a holds the transposed product (FP32 bits)
   return buf;
@@ -366,7 +393,7 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
   // Which operand each thread decodes whole: threads split the larger side of C, so the
   // operand they all decode is the smaller one.
-  if (o == Orient::nt && M < N) {
+  if (o == Orient::nt && M < N && M * N <= kSwapMax) {
     // The nt packer transposes its operand (16x16 blocks), the row packer does not: with
     // fewer tokens than outputs the product runs as C^T = B · A^T, so the transposing packer
     // gets the small activation and the weight is read in rows, then C takes the transpose
