@@ -11,9 +11,10 @@
 // larger side of C (N by 64-column panels, or M by row ranges), so the operand every thread
 // decodes whole is the smaller one; each output element is written by one thread, in a fixed
 // order, so results do not depend on the thread count. A forward product with fewer rows than
-// outputs (and C at most kSwapMax elements) runs as C^T = B · A^T, so that the transposing
-// packer gets the small activation and the weight is packed in rows; C then takes the
-// transpose (the same FP32 sums, moved) from a per-thread buffer of that size.
+// outputs, but at least 64 (one full panel), and C at most kSwapMax elements, runs as
+// C^T = B · A^T, so that the transposing packer gets the small activation and the weight is
+// packed in rows; C then takes the transpose (the same FP32 sums, moved) from a per-thread
+// buffer of that size.
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
@@ -393,7 +394,7 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
   // Which operand each thread decodes whole: threads split the larger side of C, so the
   // operand they all decode is the smaller one.
-  if (o == Orient::nt && M < N && M * N <= kSwapMax) {
+  if (o == Orient::nt && M >= NR && M < N && M * N <= kSwapMax) {
     // The nt packer transposes its operand (16x16 blocks), the row packer does not: with
     // fewer tokens than outputs the product runs as C^T = B · A^T, so the transposing packer
     // gets the small activation and the weight is read in rows, then C takes the transpose

@@ -98,12 +98,12 @@ void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, boo
 struct Shape {
   int64_t M, N, K;
 };
-// Beyond the blocking edges: forward products with fewer rows than outputs run transposed
-// ({31,33,63}, {40,300,100}, {200,1100,70}: several row ranges, a ragged last panel), and
+// Beyond the blocking edges: forward products with 64 rows or more but fewer rows than outputs
+// run transposed ({70,300,100}, {200,1100,70}: several row ranges, a ragged last panel), and
 // products with more rows than outputs split rows between threads ({250,40,64}).
 const Shape kShapes[] = {{1, 1, 1},      {1, 64, 32},    {4, 65, 33},   {31, 33, 63},
                          {6, 128, 256},  {7, 129, 257},  {33, 31, 511}, {97, 70, 300},
-                         {193, 17, 65},  {2, 200, 1025}, {40, 300, 100}, {200, 1100, 70},
+                         {193, 17, 65},  {2, 200, 1025}, {70, 300, 100}, {200, 1100, 70},
                          {250, 40, 64}};
 
 MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
@@ -205,7 +205,7 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
     if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
     IsaGuard guard;
     set_isa(isa);
-    for (const Shape& s : {Shape{40, 300, 100}, Shape{17, 33, 1100}, Shape{200, 1100, 70}}) {
+    for (const Shape& s : {Shape{64, 300, 100}, Shape{100, 130, 1100}, Shape{200, 1100, 70}}) {
       const auto x = randn(s.M * s.K, 21), w = randn(s.N * s.K, 22, 0.05f);
       const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
       const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, Elem::e4m3);
