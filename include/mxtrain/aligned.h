@@ -15,7 +15,7 @@
 // large blocks 16 bytes into a page, so every 64-byte vector access straddles two cache
 // lines) the MXFP8 step on the 2-vCPU virtual machine of docs/results/linear.md ("Training
 // step") took 1.0x-2.3x of BF16's from one run to the next, the elementwise kernels several
-// times slower in the slow runs; placed here, 0.98x-1.08x.
+// times slower in the slow runs; placed here, 1.0x-1.1x.
 // MXTRAIN_HUGE_PAGES=0 in the environment turns the advice off (the 2 MiB placement stays).
 #pragma once
 

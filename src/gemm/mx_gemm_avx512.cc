@@ -392,8 +392,6 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
   if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
   if (o == Orient::nt && M <= kGemvMaxRows && active_isa() == Isa::avx512vbmi)
     return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
-  // Which operand each thread decodes whole: threads split the larger side of C, so the
-  // operand they all decode is the smaller one.
   if (o == Orient::nt && M >= NR && M < N && M * N <= kSwapMax) {
     // The nt packer transposes its operand (16x16 blocks), the row packer does not: with
     // fewer tokens than outputs the product runs as C^T = B · A^T, so the transposing packer
@@ -405,6 +403,7 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     panel_product(o, B, A, T, M, false, N, M, K, /*split_m=*/true);
     return add_transposed(T, N, M, C, ldc, accumulate);
   }
+  // Threads split the larger side of C, so the operand they all decode whole is the smaller.
   panel_product(o, A, B, C, ldc, accumulate, M, N, K, /*split_m=*/M > N);
 }
 
