@@ -7,6 +7,7 @@
 // spacing and trailing commas written by any NumPy version are all accepted.
 #include "mxtrain/io/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -219,7 +220,11 @@ uint32_t load_le(const uint8_t* p, int n) {
 
 // ---- NpyArray -------------------------------------------------------------------------------
 
+// 0 when any dimension is 0, whatever the others (numpy allows (2**40, 2**40, 0)); the
+// decoder refuses shapes whose other dimensions multiply past int64.
 int64_t NpyArray::numel() const {
+  for (int64_t d : shape)
+    if (d == 0) return 0;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
@@ -290,11 +295,16 @@ NpyArray npy_decode(const uint8_t* bytes, size_t size, const std::string& what) 
             "(np.ascontiguousarray(x))");
   const size_t item = npy_itemsize(a.dtype);
   // numel * itemsize without overflow.
-  unsigned __int128 nbytes = item;
+  unsigned __int128 nbytes = item, nonzero = 1;
   for (int64_t d : a.shape) {
     MXT_CHECK(d >= 0, what, ": negative dimension in shape ", shape_str(a.shape));
     if (d == 0) nbytes = 0;
+    if (d > 0) nonzero = std::min<unsigned __int128>(nonzero * uint64_t(d), uint64_t(1) << 63);
   }
+  // An empty array still must not name more elements than int64 holds in its other dimensions
+  // (a non-empty one is bounded by the file size below).
+  MXT_CHECK(nbytes != 0 || nonzero < (uint64_t(1) << 63), what, ": shape ", shape_str(a.shape),
+            " has more than 2^63 elements besides its zero dimension");
   for (int64_t d : a.shape) {
     nbytes *= uint64_t(d);
     MXT_CHECK(nbytes <= (unsigned __int128)size, what, ": truncated .npy file: shape ",

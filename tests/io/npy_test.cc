@@ -202,6 +202,15 @@ TEST(Npy, UnsupportedContentsAreNamed) {
   EXPECT_ERROR_CONTAINS(decode("{'descr': '<f4', 'fortran_order': False, 'shape': (4000000000, "
                                "4000000000, 4000000000), }"),
                         "truncated");
+  // Found by fuzz_npy: an empty array whose other dimensions multiply past int64.
+  EXPECT_ERROR_CONTAINS(decode("{'descr': '<i2', 'fortran_order': False, 'shape': (2, "
+                               "2020320022, 200221, 112, 200221, 11, 0, 11), }", 0),
+                        "more than 2^63 elements");
+  const std::vector<uint8_t> empty =
+      npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 3000000, 0), }", {});
+  const NpyArray e = npy_decode(empty.data(), empty.size(), "x.npy");
+  EXPECT_EQ(e.numel(), 0);
+  EXPECT_TRUE(e.data.empty());
   std::vector<uint8_t> v4 = npy_bytes("{}", {}, 1);
   v4[6] = 4;
   EXPECT_ERROR_CONTAINS(npy_decode(v4.data(), v4.size(), "x.npy"),
