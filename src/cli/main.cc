@@ -1,6 +1,4 @@
 // cli/main.cc — the `mxtrain` program: global options, subcommand registry, error reporting.
-#include <xmmintrin.h>
-#include <cstdlib>
 //
 // Global option --isa forces a kernel path (same as MXTRAIN_ISA). Subcommands live in
 // cmd_*.cc files (see commands.h). An error ends the program with status 1; under mpirun with
@@ -43,7 +41,6 @@ int main(int argc, char** argv) {
   // which large buffers freed and made again (FSDP's gathered weights, reshard after forward)
   // stay in the heap and the process grows (docs/distributed.md, "Memory").
   mallopt(M_MMAP_THRESHOLD, 1 << 20);
-  if (std::getenv("FTZ_TEST")) _mm_setcsr(_mm_getcsr() | 0x8040);
   CLI::App app{"mxtrain — MXFP8 low-precision training engine for x86-64 CPUs and MPI"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
