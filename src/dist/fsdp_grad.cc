@@ -200,7 +200,7 @@ std::vector<FsdpParamInfo> Fsdp::params() const {
   return out;
 }
 
-std::vector<float> Fsdp::gather_full(const std::string& name, ShardField field, int root) {
+FloatBuffer Fsdp::gather_full(const std::string& name, ShardField field, int root) {
   for (auto& mp : modules_) {
     Module& M = *mp;
     if (M.weight->name != name) continue;
@@ -209,16 +209,12 @@ std::vector<float> Fsdp::gather_full(const std::string& name, ShardField field, 
     std::vector<float> all(comm_.rank() == root ? sn * size_t(comm_.size()) : 0);
     comm_.gather(M.field(field).data(), all.data(), sizeof(float) * sn, root);
     if (comm_.rank() != root) return {};
-    std::vector<float> full(size_t(L.numel()));
+    FloatBuffer full(size_t(L.numel()));
     for (int r = 0; r < comm_.size(); ++r) place_shard(L, r, all.data() + sn * size_t(r), full.data());
     return full;
   }
   for (auto& rp : replicated_)
-    if (rp->p->name == name) {
-      if (comm_.rank() != root) return {};
-      const FloatBuffer& f = rp->field(field);
-      return std::vector<float>(f.begin(), f.end());
-    }
+    if (rp->p->name == name) return comm_.rank() == root ? rp->field(field) : FloatBuffer{};
   MXT_FAIL("FSDP: no parameter named '", name, "' (see Fsdp::params())");
 }
 

@@ -377,8 +377,8 @@ void add_transposed(const float* T, int64_t N, int64_t M, float* C, int64_t ldc,
 // per calling thread (8 MiB), and with more rows the packing is amortized anyway.
 constexpr int64_t kSwapMax = int64_t(1) << 21;
 
-Buffers& swap_buffer() {
-  thread_local Buffers buf;  // .a holds the transposed product (FP32 bits)
+FloatBuffer& swap_buffer() {
+  thread_local FloatBuffer buf;  // the transposed product
   return buf;
 }
 
@@ -397,9 +397,9 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     // fewer tokens than outputs the product runs as C^T = B · A^T, so the transposing packer
     // gets the small activation and the weight is read in rows, then C takes the transpose
     // (exact: the same FP32 sums, moved).
-    Buffers& sb = swap_buffer();
-    sb.a.resize(size_t(N * M));
-    float* T = reinterpret_cast<float*>(sb.a.data());
+    FloatBuffer& sb = swap_buffer();
+    sb.resize(size_t(N * M));
+    float* T = sb.data();
     panel_product(o, B, A, T, M, false, N, M, K, /*split_m=*/true);
     return add_transposed(T, N, M, C, ldc, accumulate);
   }

@@ -94,16 +94,12 @@ class FsdpSync : public ParamSync {
     // Whole tensors on rank 0, in the model's parameter order.
     std::vector<Parameter> full(params_.size());
     std::vector<FloatBuffer> m(params_.size()), v(params_.size());
-    const auto gather = [&](FloatBuffer& dst, const std::string& name, ShardField f) {
-      const std::vector<float> t = fsdp_->gather_full(name, f);
-      dst.assign(t.begin(), t.end());
-    };
     for (size_t i = 0; i < params_.size(); ++i) {
       full[i].name = params_[i].first;
       full[i].shape = params_[i].second;
-      gather(full[i].value, full[i].name, ShardField::value);
-      gather(m[i], full[i].name, ShardField::m);
-      gather(v[i], full[i].name, ShardField::v);
+      full[i].value = fsdp_->gather_full(full[i].name, ShardField::value);
+      m[i] = fsdp_->gather_full(full[i].name, ShardField::m);
+      v[i] = fsdp_->gather_full(full[i].name, ShardField::v);
     }
     if (rank() == 0) {
       std::vector<Parameter*> ptrs;

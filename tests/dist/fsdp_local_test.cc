@@ -33,7 +33,7 @@ std::string error_of(const std::function<void()>& f) {
 TEST(FsdpLocal, OneRankGathersNothingAndKeepsWholeShards) {
   Linear l("l", 40, 33, true, prec("mxfp8-32x32"));
   for (size_t i = 0; i < l.weight.value.size(); ++i) l.weight.value[i] = float(i % 7) - 3.f;
-  const std::vector<float> full(l.weight.value.begin(), l.weight.value.end());
+  const auto full = l.weight.value;
   Fsdp f(Comm::local());
   EXPECT_EQ(f.add(l), 0);
   EXPECT_EQ(f.world(), 1);

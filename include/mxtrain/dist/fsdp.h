@@ -203,7 +203,7 @@ class Fsdp {
   // ---- checkpoints ------------------------------------------------------------------------
   std::vector<FsdpParamInfo> params() const;
   // Collective: the whole parameter (or its grad/m/v) [shape] on `root`, empty elsewhere.
-  std::vector<float> gather_full(const std::string& name, ShardField field, int root = 0);
+  FloatBuffer gather_full(const std::string& name, ShardField field, int root = 0);
   // Collective: sets the whole parameter field from `full` [shape] given on `root` (ignored
   // elsewhere, may be null there); each rank keeps its shard. Works for any world size the
   // checkpoint was written with. Setting `value` bumps the version.
