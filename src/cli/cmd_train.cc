@@ -15,7 +15,8 @@ namespace mxtrain::cli {
 namespace {
 
 struct TrainArgs {
-  std::string config, recipe, data, metrics_out, checkpoint_dir, decisions_out, fp8_policy;
+  std::string config, recipe, data, metrics_out, checkpoint_dir, decisions_out, fp8_policy,
+      swiglu_input;
   int64_t steps = 0, stop_after = 0;
   int seq_len = 0, micro_batch_size = 0, grad_accum = 0;
   uint64_t seed = 0;
@@ -30,7 +31,11 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
     MXT_CHECK(!(cfg.precision.defer_backward_quant && !get_recipe(a.recipe).quantized()),
               "--recipe ", a.recipe, ": precision.defer_backward_quant is only valid with an "
               "FP8 recipe; set it to false in the config");
+    MXT_CHECK(!(cfg.precision.swiglu_input == "fp8" && !get_recipe(a.recipe).quantized()),
+              "--recipe ", a.recipe, ": precision.swiglu_input fp8 is only valid with an FP8 "
+              "recipe; set it to fp32 in the config");
   }
+  if (!a.swiglu_input.empty()) cfg.precision.swiglu_input = a.swiglu_input;
   if (a.steps) cfg.training.steps = a.steps;
   if (a.seq_len) cfg.training.seq_len = a.seq_len;
   if (a.micro_batch_size) cfg.training.micro_batch_size = a.micro_batch_size;
@@ -70,6 +75,9 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--config", a->config, "Model/training YAML (e.g. configs/tiny.yaml)")
       ->required()->check(CLI::ExistingFile);
   sub->add_option("--recipe", a->recipe, "Precision recipe: bf16, mxfp8, mxfp8-32x32");
+  sub->add_option("--swiglu-input", a->swiglu_input,
+                  "What SwiGLU's input is kept in for backward: fp32 or fp8 "
+                  "(precision.swiglu_input)");
   sub->add_option("--steps", a->steps, "Optimizer steps (training.steps)");
   sub->add_option("--seq-len", a->seq_len, "Sequence length (training.seq_len)");
   sub->add_option("--micro-batch-size", a->micro_batch_size,

@@ -62,7 +62,13 @@ void MoELayer::reserve(int64_t N) {
   MXT_CHECK(N >= 1, "MoE reserve: needs at least one token, got ", N);
   const int64_t rows = N * k_;
   for (auto* v : {&xp_, &yp_, &dyp_, &dxp_}) v->resize(size_t(rows * D_));
-  for (auto* v : {&a_, &da_}) v->resize(size_t(rows * 2 * F_));
+  da_.resize(size_t(rows * 2 * F_));
+  if (a_fp8()) {
+    a_ = FloatBuffer();  // fc1 writes da_ (free until the backward); a8_ keeps the FP8 copy
+  } else {
+    a_.resize(size_t(rows * 2 * F_));
+    a8_.clear();
+  }
   for (auto* v : {&h_, &dh_}) v->resize(size_t(rows * F_));
   logits_.resize(size_t(N * E_));
   dlogits_.resize(size_t(N * E_));
@@ -95,8 +101,10 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
     swiglu_forward(h_.data(), a_.data(), rows, F_);
     grouped_forward_f32(fc2, h_.data(), groups_, yp_.data());
   } else {
-    fc1.forward(xp_.data(), rows, groups_, a_.data(), saved1_);
-    swiglu_forward(h_.data(), a_.data(), rows, F_);
+    float* a = a_fp8() ? da_.data() : a_.data();
+    fc1.forward(xp_.data(), rows, groups_, a, saved1_);
+    swiglu_forward(h_.data(), a, rows, F_);
+    if (a_fp8()) a8_.keep(a, 2 * rows, F_, swiglu_rounding_);  // [2 rows, F]
     fc2.forward(h_.data(), rows, groups_, yp_.data(), saved2_);
   }
   moe_combine(y, yp_.data(), routing_, D_);
@@ -120,7 +128,12 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
     grouped_backward_f32(fc1, xp_.data(), groups_, da_.data(), dxp_.data());
   } else {
     fc2.backward(saved2_, dyp_.data(), dh_.data());
-    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_, Accum::write);
+    const float* a = a_.data();
+    if (a_fp8()) {  // dequantized into da_, then SwiGLU's backward runs in place
+      a8_.restore(da_.data());
+      a = da_.data();
+    }
+    swiglu_backward(da_.data(), dh_.data(), a, rows, F_, Accum::write);
     fc1.backward(saved1_, da_.data(), dxp_.data());
   }
   moe_permute_backward(dx, dxp_.data(), routing_, D_, dx_mode);

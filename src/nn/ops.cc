@@ -136,6 +136,8 @@ void swiglu_backward_k(const Kernels& k, float* da, const float* dh, const float
                        int64_t F, Accum mode) {
   MXT_CHECK(da && dh && a, "swiglu_backward: null pointer");
   MXT_CHECK(N >= 1 && F >= 1, "swiglu_backward: N, F must be >= 1");
+  MXT_CHECK(da != a || mode == Accum::write,
+            "swiglu_backward: in place (da == a) needs Accum::write");
   run(N * F, kParSwigluBwd, [&](int T, int t) {
     const auto [n0, n1] = share(N, 1, T, t);
     if (n0 < n1) k.swiglu_bwd(da, dh, a, F, n0, n1, mode == Accum::write);

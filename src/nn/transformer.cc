@@ -14,9 +14,11 @@
 // reference and quantizes at backward), the FP32 reference path, and an MoE block (its router
 // backward reads its input) get a per-layer FP32 input. The attention output atty is always
 // per layer: attention's backward reads it (with the row log-sum-exp lse) besides proj's
-// wgrad. GEMMs go through Linear/GroupedLinear in the precision the resolver chose; attention
-// multiplies BF16 operands (FP32 in the reference mode); everything else is FP32 (nn/ops.h,
-// nn/moe.h).
+// wgrad. SwiGLU's input (fc1's output) is per layer in FP32, or with set_swiglu_input(fp8) per
+// layer in FP8 only (nn/fp8_activation.h), its FP32 form living in the backward's dfc1_
+// scratch between fc1 and SwiGLU. GEMMs go through Linear/GroupedLinear in the precision the
+// resolver chose; attention multiplies BF16 operands (FP32 in the reference mode); everything
+// else is FP32 (nn/ops.h, nn/moe.h).
 #include "mxtrain/nn/transformer.h"
 
 #include <algorithm>
@@ -105,6 +107,7 @@ struct GPT::Layer {
   // Activations of the last forward, [N, ...] with N = B*T.
   // atty (attention output) is always this layer's own: attention's backward reads it.
   FloatBuffer ln1, rstd1, qkv_out, lse, atty, resid_mid, ln2, rstd2, fc1_out, h;
+  Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
 };
 
 GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed) : cfg_(cfg) {
@@ -228,6 +231,13 @@ void GPT::set_fp32_reference(bool on) {
     if (L->experts) L->experts->set_fp32_reference(on);
 }
 
+void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
+  swiglu_input_ = s;
+  swiglu_rounding_ = rounding;
+  for (auto& L : layers_)
+    if (L->experts) L->experts->set_swiglu_input(s, rounding);
+}
+
 // The buffer a Linear's FP32 input goes to: the layer's own (kept until backward) when the
 // Linear does not keep a copy of it or the FP32 reference needs it, else the shared scratch.
 float* GPT::linear_input(const Linear& l, FloatBuffer& own, int64_t n) {
@@ -246,9 +256,12 @@ size_t GPT::activation_bytes() const {
   for (const auto& L : layers_)
     n += L->ln1.size() + L->rstd1.size() + L->qkv_out.size() + L->lse.size() +
          L->atty.size() + L->resid_mid.size() + L->ln2.size() + L->rstd2.size() +
-         L->fc1_out.size() + L->h.size() + (L->moe ? L->experts->activation_bytes() / sizeof(float) : 0);
+         L->fc1_out.size() + L->h.size();
   n += lnf_.size() + rstdf_.size() + logits_.size();
-  return n * sizeof(float);
+  size_t bytes = n * sizeof(float);
+  for (const auto& L : layers_)
+    bytes += L->fc1_out8.bytes() + (L->moe ? L->experts->activation_bytes() : 0);
+  return bytes;
 }
 
 // ---- forward / backward ---------------------------------------------------------------------
@@ -268,7 +281,12 @@ void GPT::ensure_buffers(int B, int T) {
     L->rstd2.resize(N);
     if (!L->moe) {
       linear_input(L->fc1, L->ln2, N * D);
-      L->fc1_out.resize(N * 2 * cfg_.d_ff);
+      if (fc1_out_fp8()) {
+        L->fc1_out = FloatBuffer();  // fc1 writes the shared dfc1_ (see forward)
+      } else {
+        L->fc1_out.resize(N * 2 * cfg_.d_ff);
+        L->fc1_out8.clear();
+      }
       linear_input(L->fc2, L->h, N * cfg_.d_ff);
     }
   }
@@ -276,6 +294,7 @@ void GPT::ensure_buffers(int B, int T) {
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
+  if (fc1_out_fp8()) dfc1_.resize(N * 2 * cfg_.d_ff);
 }
 
 // The backward's scratch gradients [N, ...] and every parameter's gradient.
@@ -338,10 +357,14 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
       float* ln2 = linear_input(L.fc1, L.ln2, N * D);
       rmsnorm_forward(ln2, L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(), N, D,
                       eps);
-      linear_forward(fp32_ref_, L.fc1, ln2, N, L.fc1_out.data(), L.s_fc1);
+      // With the SwiGLU input kept in FP8, fc1 writes the backward's scratch dfc1_ (free until
+      // the backward), and only the FP8 copy stays per layer.
+      float* a = fc1_out_fp8() ? dfc1_.data() : L.fc1_out.data();
+      linear_forward(fp32_ref_, L.fc1, ln2, N, a, L.s_fc1);
       event(L.fc1.name(), ModuleEvent::forward_done);
       float* h = linear_input(L.fc2, L.h, N * cfg_.d_ff);
-      swiglu_forward(h, L.fc1_out.data(), N, cfg_.d_ff);
+      swiglu_forward(h, a, N, cfg_.d_ff);
+      if (fc1_out_fp8()) L.fc1_out8.keep(a, 2 * N, cfg_.d_ff, swiglu_rounding_);  // [2N, F]
       linear_forward(fp32_ref_, L.fc2, h, N, branch_.data(), L.s_fc2);
       event(L.fc2.name(), ModuleEvent::forward_done);
       held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
@@ -410,7 +433,12 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       event(L.fc2.name(), ModuleEvent::backward_start);
       linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
       event(L.fc2.name(), ModuleEvent::backward_done);
-      swiglu_backward(dfc1_.data(), dh_.data(), L.fc1_out.data(), N, cfg_.d_ff, Accum::write);
+      const float* a = L.fc1_out.data();
+      if (fc1_out_fp8()) {  // dequantized into dfc1_, then SwiGLU's backward runs in place
+        L.fc1_out8.restore(dfc1_.data());
+        a = dfc1_.data();
+      }
+      swiglu_backward(dfc1_.data(), dh_.data(), a, N, cfg_.d_ff, Accum::write);
       event(L.fc1.name(), ModuleEvent::backward_start);
       linear_backward(fp32_ref_, L.fc1, L.s_fc1, L.ln2.data(), N, dfc1_.data(), dln_.data());
       event(L.fc1.name(), ModuleEvent::backward_done);

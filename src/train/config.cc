@@ -16,6 +16,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -145,6 +146,7 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("bf16_first_layers", p.bf16_first_layers);
   f("bf16_last_layers", p.bf16_last_layers);
   f("lm_head", p.lm_head);
+  f("swiglu_input", p.swiglu_input);
   f("selective_fp8", p.selective_fp8);
   f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
 }
@@ -218,6 +220,11 @@ void parse_precision(Section s, PrecisionConfig& p) {
   check_recipe(s, "recipe", p.recipe);
   check_recipe(s, "lm_head", p.lm_head);
   try {
+    parse_swiglu_input(p.swiglu_input);
+  } catch (const Error& e) {
+    MXT_FAIL(s.origin(), ": `", s.full("swiglu_input"), "`: ", e.what());
+  }
+  try {
     p.scale_rounding = parse_rounding(rounding.c_str());
   } catch (const Error& e) {
     MXT_FAIL(s.origin(), ": `", s.full("scale_rounding"), "`: ", e.what());
@@ -250,6 +257,9 @@ void parse_precision(Section s, PrecisionConfig& p) {
               "` is true but `", s.full("fp8_dynamic_policy_path"), "` is not set");
   MXT_CHECK(!(p.defer_backward_quant && !get_recipe(p.recipe).quantized()), s.origin(), ": `",
             s.full("defer_backward_quant"), "` is only valid with an FP8 recipe (recipe is `",
+            p.recipe, "`)");
+  MXT_CHECK(p.swiglu_input != "fp8" || get_recipe(p.recipe).quantized(), s.origin(), ": `",
+            s.full("swiglu_input"), ": fp8` is only valid with an FP8 recipe (recipe is `",
             p.recipe, "`)");
 }
 

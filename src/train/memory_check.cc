@@ -53,9 +53,12 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
 
   // Activations kept for backward, FP32, per token and layer: normed inputs (2D), QKV (3D),
   // attention output and residual (2D), the attention row log-sum-exp (H), SwiGLU fc1 output
-  // and product (3F; experts: top_k visits of 3*Fe).
+  // and product (3F; experts: top_k visits of 3*Fe). With swiglu_input fp8 the fc1 output
+  // (2F) takes 1 + 1/32 bytes per element instead of 4.
   const double tokens = B * T;
-  const double dense_tok = 7 * D + H + 3 * F, moe_tok = 7 * D + H + K * 3 * Fe + E;
+  const double fc1_out = cfg.precision.swiglu_input == "fp8" ? (1 + 1 / 32.0) / 4 : 1;
+  const double dense_tok = 7 * D + H + F + 2 * F * fc1_out;
+  const double moe_tok = 7 * D + H + K * (Fe + 2 * Fe * fc1_out) + E;
   e.activation_bytes = 4 * tokens * (n_dense * dense_tok + n_moe * moe_tok) + 8 * tokens * V;
   // Workspaces: the widest layer's output and input gradient, FP32.
   const double widest = std::max({3 * D, 2 * F, n_moe > 0 ? K * 2 * Fe : 0.0, V});

@@ -116,6 +116,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
   if (!opt.dry_run)
     model = std::make_unique<GPT>(cfg.model, [&](const ModuleInfo& m) { return resolver(m); },
                                   tc.seed);
+  if (model)
+    model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
+                            cfg.precision.scale_rounding);
   if (!opt.decisions_out.empty() && lead)
     io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
   if ((opt.print_decisions || opt.dry_run) && lead)

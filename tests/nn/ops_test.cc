@@ -12,6 +12,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/ops.h"
+#include "nn/ops_kernels.h"
 #include "nn/finite_diff.h"
 #include "nn/layer_test_util.h"
 
@@ -150,6 +151,27 @@ TEST(SwiGLU, BackwardMatchesFiniteDifferences) {
     swiglu_backward(da.data(), w.data(), a.data(), N, F);
     expect_fd_close(a, da, f, kH, kRtol, kAtol, "swiglu da F=" + std::to_string(F));
   }
+}
+
+// In place (da == a, Accum::write) gives the same bytes as into a separate buffer, on the
+// dispatched and the scalar kernels, for widths that end inside a 16-lane vector; in place with
+// Accum::add (it would read da as a) is refused.
+TEST(SwiGLU, BackwardInPlaceEqualsOutOfPlace) {
+  for (int64_t F : {1, 15, 16, 17, 31, 33, 65}) {
+    for (int64_t N : {1, 3}) {
+      const auto a = random_vector(N * 2 * F, 70 + F, -4.f, 4.f), dh = random_vector(N * F, 75);
+      std::vector<float> out(a.size()), in_place = a, out_ref(a.size()), in_place_ref = a;
+      swiglu_backward(out.data(), dh.data(), a.data(), N, F, Accum::write);
+      swiglu_backward(in_place.data(), dh.data(), in_place.data(), N, F, Accum::write);
+      ref::swiglu_backward(out_ref.data(), dh.data(), a.data(), N, F, Accum::write);
+      ref::swiglu_backward(in_place_ref.data(), dh.data(), in_place_ref.data(), N, F,
+                           Accum::write);
+      EXPECT_TRUE(same_bytes(out, in_place)) << "N=" << N << " F=" << F;
+      EXPECT_TRUE(same_bytes(out_ref, in_place_ref)) << "N=" << N << " F=" << F;
+    }
+  }
+  std::vector<float> a(2, 1.f), dh(1, 1.f);
+  EXPECT_THROW(swiglu_backward(a.data(), dh.data(), a.data(), 1, 1, Accum::add), Error);
 }
 
 // ---- cross-entropy --------------------------------------------------------------------------

@@ -81,6 +81,10 @@ TEST(Config, BadValuesAreNamed) {
                {"precision.scale_rounding"});
   expect_error(with("recipe: mxfp8", "recipe: bf16, defer_backward_quant: true"),
                {"defer_backward_quant", "FP8 recipe"});
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, swiglu_input: fp16"),
+               {"precision.swiglu_input", "fp32 or fp8"});
+  expect_error(with("recipe: mxfp8", "recipe: bf16, swiglu_input: fp8"),
+               {"swiglu_input", "FP8 recipe"});
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, selective_fp8: true"),
                {"fp8_dynamic_policy_path"});
   expect_error(with("seq_len: 32, micro", "seq_len: 64, micro"), {"seq_len", "max_seq_len"});

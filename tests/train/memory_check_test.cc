@@ -43,6 +43,10 @@ TEST(MemoryCheck, EstimateAddsUp) {
   // Activations: 128 tokens x 2 layers x (7*64 + 2 + 3*128) floats + logits and grads.
   EXPECT_EQ(e.activation_bytes, 4.0 * 128 * 2 * (7 * 64 + 2 + 3 * 128) + 8.0 * 128 * 256);
   EXPECT_EQ(e.workspace_bytes, 8.0 * 128 * 256);
+  // swiglu_input fp8: the fc1 output (2 x 128 floats per token) takes 1 + 1/32 bytes each.
+  c.precision.swiglu_input = "fp8";
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes,
+            e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 33 / 32.0));
 }
 
 TEST(MemoryCheck, ImpossibleConfigsAreRefusedWithEstimateAndLimit) {

@@ -28,6 +28,7 @@
 
 #include "mxtrain/aligned.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/ops.h"
@@ -127,6 +128,12 @@ class MoELayer {
   // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.
   void set_fp32_reference(bool on) { fp32_ref_ = on; }
   bool fp32_reference() const { return fp32_ref_; }
+  // Keep the experts' SwiGLU input (fc1's output) in FP8 for backward (nn/fp8_activation.h);
+  // the FP32 reference mode keeps FP32 whatever this says.
+  void set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
+    swiglu_ = s;
+    swiglu_rounding_ = rounding;
+  }
 
   const MoERouting& routing() const { return routing_; }
   double aux_loss() const { return aux_; }
@@ -135,7 +142,7 @@ class MoELayer {
   // Bytes of this block's FP32 activation buffers (kept for backward).
   size_t activation_bytes() const {
     return (logits_.size() + routing_.probs.size() + routing_.gate.size() + xp_.size() +
-            a_.size() + h_.size() + yp_.size()) * sizeof(float);
+            a_.size() + h_.size() + yp_.size()) * sizeof(float) + a8_.bytes();
   }
 
  private:
@@ -143,9 +150,13 @@ class MoELayer {
   const float* x_ = nullptr;
   double aux_ = 0.0;
   bool fp32_ref_ = false;
+  SwigluInput swiglu_ = SwigluInput::fp32;
+  ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
+  bool a_fp8() const { return swiglu_ == SwigluInput::fp8 && !fp32_ref_; }
   MoERouting routing_;
   GroupList groups_;
   FloatBuffer logits_, xp_, a_, h_, yp_;           // forward activations
+  Fp8Activation a8_;                               // a_ in FP8 instead (swiglu_input fp8)
   FloatBuffer dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
   GroupedLinearSaved saved1_, saved2_;
 };

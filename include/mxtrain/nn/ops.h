@@ -90,7 +90,8 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
 // ---- SwiGLU: h = silu(gate) * up, fc1 output a = [gate | up] ----------------------------
 // h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F);
-// da: [N, 2*F] +=; dh: [N, F]; a: [N, 2*F] from the forward.
+// da: [N, 2*F] +=; dh: [N, F]; a: [N, 2*F] from the forward. With Accum::write, da may be a
+// itself (each element of a is read before the same element of da is written).
 void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
                      Accum mode = Accum::add);
 

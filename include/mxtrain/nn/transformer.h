@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "mxtrain/aligned.h"
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/ops.h"
@@ -165,6 +166,13 @@ class GPT {
   void set_fp32_reference(bool on);
   bool fp32_reference() const { return fp32_ref_; }
 
+  // What SwiGLU's input (the fc1 output, dense and expert layers) is kept in for backward:
+  // FP32 (default) or MX E4M3 with 1x32 scales of the given rounding (nn/fp8_activation.h). The
+  // forward is the same either way; with fp8 the SwiGLU backward reads the dequantized values.
+  // The FP32 reference mode always keeps FP32.
+  void set_swiglu_input(SwigluInput s, ScaleRounding rounding = ScaleRounding::rceil);
+  SwigluInput swiglu_input() const { return swiglu_input_; }
+
  private:
   struct Layer;
   void event(const std::string& module, ModuleEvent e);
@@ -172,6 +180,7 @@ class GPT {
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);
   float* linear_input(const Linear& l, FloatBuffer& own, int64_t n);
+  bool fc1_out_fp8() const { return swiglu_input_ == SwigluInput::fp8 && !fp32_ref_; }
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
@@ -185,6 +194,7 @@ class GPT {
   FloatBuffer branch_;  // forward scratch: a branch output before the residual add
   FloatBuffer lin_in_;  // forward scratch: a Linear's input when it keeps its own copy
   // Backward scratch shared by all layers.
+  // dfc1_ is also the fc1 output's forward scratch when the SwiGLU input is kept in FP8.
   FloatBuffer dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
   std::map<std::string, Linear*> linears_;
   std::map<std::string, GroupedLinear*> grouped_;
@@ -194,6 +204,8 @@ class GPT {
   double last_loss_ = 0.0;
   size_t last_held_ = 0;
   bool fp32_ref_ = false;
+  SwigluInput swiglu_input_ = SwigluInput::fp32;
+  ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
   ModuleHook hook_;
 };
 

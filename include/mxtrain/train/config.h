@@ -49,6 +49,7 @@ struct PrecisionConfig {
   int bf16_first_layers = 0;
   int bf16_last_layers = 0;
   std::string lm_head = "bf16";       // recipe for the LM head
+  std::string swiglu_input = "fp32";  // SwiGLU input kept for backward: fp32 | fp8
   // Module-name glob -> recipe name, applied in order; the last match wins.
   std::vector<std::pair<std::string, std::string>> overrides;
   bool selective_fp8 = false;

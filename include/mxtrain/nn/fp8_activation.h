@@ -1,0 +1,38 @@
+// mxtrain/nn/fp8_activation.h — an FP32 activation kept between forward and backward as MX
+// E4M3 (docs/design.md, "Saved for backward"; docs/numerics.md, "SwiGLU input in FP8").
+//
+// The model keeps SwiGLU's input (the fc1 output a = [gate | up], [N, 2F]) for the SwiGLU
+// backward. With precision.swiglu_input: fp8 it is kept as E4M3 codes with one E8M0 scale per
+// 32 elements along F — viewed as [2N, F], so the gate half and the up half of a row never
+// share a block — instead of FP32: 1 + 1/32 bytes per element instead of 4. The forward is
+// unchanged (it reads the FP32 values before they are quantized); the backward reads the
+// dequantized values, as DeepSeek-V3 does for its SwiGLU inputs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mxtrain/quantize.h"
+
+namespace mxtrain {
+
+// What a SwiGLU input is kept in for backward (config: precision.swiglu_input).
+enum class SwigluInput : uint8_t { fp32, fp8 };
+const char* swiglu_input_name(SwigluInput s);    // "fp32" | "fp8"
+SwigluInput parse_swiglu_input(const std::string& name);  // throws naming the valid values
+
+class Fp8Activation {
+ public:
+  // x: [rows, cols] FP32, quantized rowwise (blocks of 32 along cols) with E4M3 elements and
+  // the given scale rounding. Storage is reused across calls of the same or smaller size.
+  void keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding);
+  // out: [rows, cols] = the kept values, dequantized (exact: codes times powers of two).
+  void restore(float* out) const;
+  size_t bytes() const { return q_.bytes(); }
+  void clear() { q_ = MXTensor(); }
+
+ private:
+  MXTensor q_;
+};
+
+}  // namespace mxtrain

@@ -1,0 +1,37 @@
+// nn/fp8_activation.cc — an activation kept for backward as MX E4M3 (nn/fp8_activation.h):
+// quantize_into / dequantize on storage that is allocated once and reused.
+#include "mxtrain/nn/fp8_activation.h"
+
+#include "mxtrain/common.h"
+
+namespace mxtrain {
+
+const char* swiglu_input_name(SwigluInput s) { return s == SwigluInput::fp8 ? "fp8" : "fp32"; }
+
+SwigluInput parse_swiglu_input(const std::string& name) {
+  if (name == "fp32") return SwigluInput::fp32;
+  if (name == "fp8") return SwigluInput::fp8;
+  MXT_FAIL("unknown SwiGLU input storage '", name, "': use fp32 or fp8");
+}
+
+void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding) {
+  MXT_CHECK(x && rows >= 1 && cols >= 1, "Fp8Activation::keep: null input or empty shape ",
+            rows, "x", cols);
+  if (q_.rows != rows || q_.cols != cols) {  // a smaller shape keeps the grown storage
+    q_.rows = rows;
+    q_.cols = cols;
+    q_.layout = MXLayout::rowwise;
+    q_.elem = Elem::e4m3;
+    q_.data.resize(size_t(rows * cols));
+    q_.scales.resize(size_t(q_.scale_rows() * q_.scale_cols()));
+  }
+  quantize_into(x, rows, cols, QuantConfig{Elem::e4m3, rounding}, q_);
+}
+
+void Fp8Activation::restore(float* out) const {
+  MXT_CHECK(out, "Fp8Activation::restore: null output");
+  MXT_CHECK(!q_.data.empty(), "Fp8Activation::restore: nothing kept (no forward ran)");
+  dequantize(q_, out);
+}
+
+}  // namespace mxtrain
