@@ -4,7 +4,9 @@
 # run's timed steps (metrics `step_ms`, the first step excluded). Runs alternate recipes for
 # ROUNDS rounds so machine load hits all alike.
 # Usage: bash scripts/memory.sh [config, default configs/act512.yaml]
-#        (MXTRAIN_BIN overrides build/mxtrain; ROUNDS=N, default 2; RECIPES="bf16 mxfp8 ...")
+#        (MXTRAIN_BIN overrides build/mxtrain; ROUNDS=N, default 2; RECIPES="bf16 mxfp8 ...",
+#        where RECIPE:defer turns defer_backward_quant on and RECIPE:sw8 keeps the SwiGLU input
+#        in FP8)
 # Output: runs/memory/*.jsonl and a table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,21 +14,25 @@ cfg=${1:-configs/act512.yaml}
 bin=${MXTRAIN_BIN:-build/mxtrain}
 [ -x "$bin" ] || bash scripts/build.sh
 rounds=${ROUNDS:-2}
-recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32"}
+recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32 mxfp8:sw8 mxfp8-32x32:sw8"}
 out=runs/memory
 rm -rf "$out"
 mkdir -p "$out"
 for round in $(seq 1 "$rounds"); do
   for run in $recipes; do
-    # RECIPE:defer runs the recipe with precision.defer_backward_quant on.
+    # RECIPE:defer runs the recipe with precision.defer_backward_quant on; RECIPE:sw8 keeps the
+    # SwiGLU input in FP8 (precision.swiglu_input fp8).
     c=$cfg
-    if [ "$run" != "${run%:defer}" ]; then
+    recipe=${run%%:*}
+    extra=()
+    if [[ $run == *:defer* ]]; then
       c=$out/defer.yaml
       sed 's/defer_backward_quant: false/defer_backward_quant: true/' "$cfg" > "$c"
     fi
-    tag=${run/:/-}
-    /usr/bin/time -f %M -o "$out/$tag-r$round.rss" "$bin" train --config "$c" --recipe "${run%:defer}" \
-      --quiet --metrics-out "$out/$tag-r$round.jsonl" > "$out/$tag-r$round.log" 2>&1
+    [[ $run == *:sw8* ]] && extra=(--swiglu-input fp8)
+    tag=${run//:/-}
+    /usr/bin/time -f %M -o "$out/$tag-r$round.rss" "$bin" train --config "$c" --recipe "$recipe" \
+      "${extra[@]}" --quiet --metrics-out "$out/$tag-r$round.jsonl" > "$out/$tag-r$round.log" 2>&1
   done
 done
 python3 - "$out" $recipes <<'PY'
