@@ -231,6 +231,47 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
   }
 }
 
+// The same for the dgrad form dX = dY · W (nn) with fewer tokens than inputs, which runs as
+// dX^T = W^T · dY^T. Its direct counterpart: the tn product of W's colwise copy and dY^T
+// quantized colwise (the same codes and scales as dY rowwise, transposed), which has more
+// rows than columns and runs directly.
+TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
+  for (Isa isa : path_isas()) {
+    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    IsaGuard guard;
+    set_isa(isa);
+    // {M tokens, N inputs, K outputs (the sum)}, all M < N: ragged K blocks and panels, one
+    // K of two chunks.
+    for (const Shape& s : {Shape{64, 100, 300}, Shape{100, 130, 1100}, Shape{70, 1100, 33}}) {
+      const auto dy = randn(s.M * s.K, 31), w = randn(s.K * s.N, 32, 0.05f);
+      std::vector<float> dyt(dy.size());
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t k = 0; k < s.K; ++k) dyt[size_t(k * s.M + i)] = dy[size_t(i * s.K + k)];
+      const MXTensor dyq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const MXTensor dytq = q(dyt, s.K, s.M, MXLayout::colwise, Elem::e4m3);
+      const MXTensor wq = q(w, s.K, s.N, MXLayout::colwise, Elem::e4m3);
+      std::vector<float> c(size_t(s.M * s.N)), ct(size_t(s.N * s.M));
+      gemm_mx(false, dyq, false, wq, c.data(), s.N, false);   // M < N: transposed
+      gemm_mx(true, wq, false, dytq, ct.data(), s.M, false);  // tn, N > M rows: direct
+      int bad = 0;
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t j = 0; j < s.N; ++j)
+          bad += std::memcmp(&c[size_t(i * s.N + j)], &ct[size_t(j * s.M + i)], sizeof(float)) != 0;
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << s.M << "x" << s.K << "x" << s.N;
+      std::vector<float> acc = randn(s.M * s.N, 33);
+      const std::vector<float> c0 = acc;
+      gemm_mx(false, dyq, false, wq, acc.data(), s.N, true);
+      bad = 0;
+      for (int64_t i = 0; i < s.M; ++i)
+        for (int64_t j = 0; j < s.N; ++j) {
+          const float want = c0[size_t(i * s.N + j)] + ct[size_t(j * s.M + i)];
+          bad += std::memcmp(&acc[size_t(i * s.N + j)], &want, sizeof(float)) != 0;
+        }
+      EXPECT_EQ(bad, 0) << isa_name(isa) << " accumulate " << s.M << "x" << s.N;
+    }
+  }
+}
+
 TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
   const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
