@@ -65,6 +65,11 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
 // AVX512-BF16 and VBMI, and operands whose E4M3 scales are below 247 (see mx_gemm_avx512.cc).
 void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
                            bool accumulate);
+// The panel kernel's row packer with VBMI decoding (mx_pack_avx512vbmi.cc): rows r0 .. r0+mc
+// of A (stored [rows, K], blocks along K) as BF16 pairs over [k0, k0 + kc), row m at
+// Ap + m * ld; the same words as the general packer of mx_gemm_avx512.cc.
+void pack_a_rows_avx512vbmi(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
+                            uint32_t* Ap, int64_t ld);
 // Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi).
 constexpr int64_t kGemvMaxRows = 16;
 

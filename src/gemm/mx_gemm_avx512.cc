@@ -295,6 +295,7 @@ constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A fi
 void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
                    bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
+  const bool vbmi = active_isa() == Isa::avx512vbmi;  // rows packed by VBMI table decoding
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
   {
@@ -316,6 +317,8 @@ void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C,
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs)
         pack_a_pairs(A, i0, mc, k0, kc, Ap);
+      else if (vbmi)
+        pack_a_rows_avx512vbmi(A, i0, mc, k0, kc, Ap, KP);
       else
         pack_a_rows(A, i0, mc, k0, kc, Ap);
     };

@@ -272,6 +272,54 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
   }
 }
 
+// The VBMI row packer (pack_a_rows_avx512vbmi) decodes by table lookup where the scale folds
+// exactly and falls back to the general decoder elsewhere: the panel products on the avx512vbmi
+// path equal the avx512 path's bit for bit, with ordinary scales, scales at both ends of the
+// table's range and outside it (blocks scaled by 2^-120 and 2^120), NaN blocks, E5M2, and
+// K ending inside a 64-code piece or a chunk.
+TEST(MxGemmPaths, VbmiRowPackerGivesTheSameBytes) {
+  if (!cpu_features().avx512_bf16 || !cpu_features().avx512vbmi) GTEST_SKIP() << "no VBMI";
+  for (Elem e : {Elem::e4m3, Elem::e5m2}) {
+    // Forward with rows >= outputs (A = x in rows), transposed forward (A = W in rows), dgrad
+    // (A = dy in rows).
+    for (const Shape& s : {Shape{100, 70, 33}, Shape{70, 300, 100}, Shape{130, 64, 1100},
+                           Shape{97, 40, 1025}}) {
+      auto x = randn(s.M * s.K, 41), w = randn(s.N * s.K, 42, 0.05f);
+      for (int64_t k = 0; k < std::min<int64_t>(s.K, 32); ++k) {
+        x[size_t(k)] *= 0x1p-120f;       // row 0, first block
+        x[size_t(s.K + k)] *= 0x1p120f;  // row 1, first block
+      }
+      if (s.M > 2) x[size_t(2 * s.K + s.K / 2)] = NAN;  // a NaN block in row 2
+      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, e);
+      const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, e);
+      const auto dy = randn(s.M * s.N, 43);
+      const MXTensor dyq = q(dy, s.M, s.N, MXLayout::rowwise, e);
+      const MXTensor wc = q(w, s.N, s.K, MXLayout::colwise, e);
+      std::vector<float> f[2], ft[2], d[2];
+      IsaGuard guard;
+      int i = 0;
+      for (Isa isa : {Isa::avx512, Isa::avx512vbmi}) {
+        set_isa(isa);
+        f[i].resize(size_t(s.M * s.N));
+        ft[i].resize(size_t(s.N * s.M));
+        d[i].resize(size_t(s.M * s.K));
+        gemm_mx(false, xq, true, wq, f[i].data(), s.N, false);
+        gemm_mx(false, wq, true, xq, ft[i].data(), s.M, false);
+        gemm_mx(false, dyq, false, wc, d[i].data(), s.K, false);
+        ++i;
+      }
+      const std::string what = std::string(elem_name(e)) + " " + std::to_string(s.M) + "x" +
+                               std::to_string(s.N) + "x" + std::to_string(s.K);
+      const auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+        return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+      };
+      EXPECT_TRUE(same(f[0], f[1])) << "forward " << what;
+      EXPECT_TRUE(same(ft[0], ft[1])) << "forward, W as A " << what;
+      EXPECT_TRUE(same(d[0], d[1])) << "dgrad " << what;
+    }
+  }
+}
+
 TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
   const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
