@@ -274,9 +274,9 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
 
 // The VBMI row packer (pack_a_rows_avx512vbmi) decodes by table lookup where the scale folds
 // exactly and falls back to the general decoder elsewhere: the panel products on the avx512vbmi
-// path equal the avx512 path's bit for bit, with ordinary scales, scales at both ends of the
-// table's range and outside it (blocks scaled by 2^-120 and 2^120), NaN blocks, E5M2, and
-// K ending inside a 64-code piece or a chunk.
+// path equal the avx512 path's bit for bit, with ordinary scales, a block scaled by 2^-120
+// (scale below the table's range: the general decoder), one by 2^120 (near its top), a NaN
+// block (the general decoder), E5M2, and K ending inside a 64-code piece or a chunk.
 TEST(MxGemmPaths, VbmiRowPackerGivesTheSameBytes) {
   if (!cpu_features().avx512_bf16 || !cpu_features().avx512vbmi) GTEST_SKIP() << "no VBMI";
   for (Elem e : {Elem::e4m3, Elem::e5m2}) {
