@@ -49,8 +49,8 @@ const Tables& tables(Elem e) {
 // 64 codes of one row at p (n valid, the rest zero) with block scales s0 (codes 0-31) and
 // s1 (32-63) -> 64 BF16 values in unpack order, by the table path. Returns true when the
 // piece cannot be folded exactly (scale out of range, NaN/Inf code); the values are then
-// wrong and the caller redoes the piece's tile with decode64_general. Branch-free, so the
-// caller's accumulators stay in registers.
+// wrong and the caller decodes the piece with the general decoder (the streaming forward
+// redoes the whole tile afterwards). Branch-free, so a caller's accumulators stay in registers.
 __attribute__((always_inline)) inline bool decode64(const uint8_t* p, int64_t n, uint8_t s0,
                                                     uint8_t s1, const Tables& t, __m512i& lo,
                                                     __m512i& hi) {

@@ -28,6 +28,8 @@
 //   A pairs  (tn):     A stored [K, M] with blocks along K  -> Ap[KC/2][MC] (pair-major)
 //   B rows   (nn, tn): B stored [K, N]                      -> rows k, k+1 interleaved
 //   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
+// On VBMI CPUs the A-rows packer is pack_a_rows_avx512vbmi (mx_pack_avx512vbmi.cc: table
+// decoding, the same words).
 // GCC 12 reports the undefined-source operands inside its own AVX-512 conversion intrinsics
 // as maybe-uninitialized; they are not read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -2,8 +2,11 @@
 // SwiGLU experts -> gated combine, and its backward.
 //
 // Glue only: the routing math is in ops_router.cc, the expert GEMMs in GroupedLinear. Every
-// activation the backward needs stays in a member buffer until the next forward (the experts'
-// GroupedLinear may keep pointers to xp_ and h_ when the recipe defers quantization).
+// activation the backward needs stays in a member buffer until the next forward. The experts'
+// inputs xp (fc1) and h (fc2) are needed only by their wgrad: when the GroupedLinear keeps its
+// own copy (BF16, or FP8 with defer_backward_quant off) they are written into the backward's
+// dxp_ / dh_ scratch, free during the forward; with defer on (the layer keeps a pointer) and in
+// the FP32 reference they get their own buffers xp_ / h_.
 #include <algorithm>
 
 #include "mxtrain/common.h"
@@ -61,7 +64,11 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
 void MoELayer::reserve(int64_t N) {
   MXT_CHECK(N >= 1, "MoE reserve: needs at least one token, got ", N);
   const int64_t rows = N * k_;
-  for (auto* v : {&xp_, &yp_, &dyp_, &dxp_}) v->resize(size_t(rows * D_));
+  for (auto* v : {&yp_, &dyp_, &dxp_}) v->resize(size_t(rows * D_));
+  if (own_input(fc1))
+    xp_.resize(size_t(rows * D_));
+  else
+    xp_ = FloatBuffer();
   da_.resize(size_t(rows * 2 * F_));
   if (a_fp8()) {
     a_ = FloatBuffer();  // fc1 writes da_ (free until the backward); a8_ keeps the FP8 copy
@@ -69,7 +76,11 @@ void MoELayer::reserve(int64_t N) {
     a_.resize(size_t(rows * 2 * F_));
     a8_.clear();
   }
-  for (auto* v : {&h_, &dh_}) v->resize(size_t(rows * F_));
+  dh_.resize(size_t(rows * F_));
+  if (own_input(fc2))
+    h_.resize(size_t(rows * F_));
+  else
+    h_ = FloatBuffer();
   logits_.resize(size_t(N * E_));
   dlogits_.resize(size_t(N * E_));
   dgate_.resize(size_t(rows));
@@ -93,19 +104,21 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   moe_route(routing_, logits_.data(), N, E_, k_);
   aux_ = moe_aux_loss(routing_);
   routing_.groups_into(groups_);
-  moe_permute(xp_.data(), x, routing_, D_);
+  float* xp = own_input(fc1) ? xp_.data() : dxp_.data();
+  float* h = own_input(fc2) ? h_.data() : dh_.data();
+  moe_permute(xp, x, routing_, D_);
   if (fp32_ref_) {
     saved1_ = GroupedLinearSaved{};
     saved2_ = GroupedLinearSaved{};
-    grouped_forward_f32(fc1, xp_.data(), groups_, a_.data());
-    swiglu_forward(h_.data(), a_.data(), rows, F_);
-    grouped_forward_f32(fc2, h_.data(), groups_, yp_.data());
+    grouped_forward_f32(fc1, xp, groups_, a_.data());
+    swiglu_forward(h, a_.data(), rows, F_);
+    grouped_forward_f32(fc2, h, groups_, yp_.data());
   } else {
     float* a = a_fp8() ? da_.data() : a_.data();
-    fc1.forward(xp_.data(), rows, groups_, a, saved1_);
-    swiglu_forward(h_.data(), a, rows, F_);
+    fc1.forward(xp, rows, groups_, a, saved1_);
+    swiglu_forward(h, a, rows, F_);
     if (a_fp8()) a8_.keep(a, 2 * rows, F_, swiglu_rounding_);  // [2 rows, F]
-    fc2.forward(h_.data(), rows, groups_, yp_.data(), saved2_);
+    fc2.forward(h, rows, groups_, yp_.data(), saved2_);
   }
   moe_combine(y, yp_.data(), routing_, D_);
   return aux_;

@@ -422,5 +422,25 @@ TEST(MoELayer, DeferOnOffAndThreadCountGiveIdenticalBytes) {
   }
 }
 
+// The experts' inputs (xp for fc1, h for fc2) have buffers of their own only when the
+// GroupedLinear keeps a pointer instead of a copy (defer on): bf16 and mxfp8 with defer off
+// write them into the backward's scratch, so the block holds exactly rows x (D + F) floats less.
+TEST(MoELayer, ExpertInputsAreKeptOnlyWhenTheLayerKeepsNoCopy) {
+  MoECase c = moe_case();
+  const int64_t rows = c.N * c.k;
+  size_t bytes[3];
+  int i = 0;
+  for (auto [recipe, defer] : {std::pair{"bf16", false}, std::pair{"mxfp8", false},
+                               std::pair{"mxfp8", true}}) {
+    MoELayer m = make_moe(c, recipe, defer);
+    std::vector<float> y(c.N * c.D), dx(c.N * c.D, 0.f);
+    m.forward(c.x.data(), c.N, y.data());
+    m.backward(c.w.data(), 0.1f, dx.data());
+    bytes[i++] = m.activation_bytes();
+  }
+  EXPECT_EQ(bytes[0], bytes[1]);
+  EXPECT_EQ(bytes[2] - bytes[1], size_t(rows * (c.D + c.F)) * sizeof(float));
+}
+
 }  // namespace
 }  // namespace mxtrain

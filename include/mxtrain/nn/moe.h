@@ -153,9 +153,11 @@ class MoELayer {
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
   bool a_fp8() const { return swiglu_ == SwigluInput::fp8 && !fp32_ref_; }
+  // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
+  bool own_input(const GroupedLinear& l) const { return fp32_ref_ || !l.keeps_input_copy(); }
   MoERouting routing_;
   GroupList groups_;
-  FloatBuffer logits_, xp_, a_, h_, yp_;           // forward activations
+  FloatBuffer logits_, xp_, a_, h_, yp_;           // forward activations (xp_, h_: see moe.cc)
   Fp8Activation a8_;                               // a_ in FP8 instead (swiglu_input fp8)
   FloatBuffer dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
   GroupedLinearSaved saved1_, saved2_;
