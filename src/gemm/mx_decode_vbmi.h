@@ -10,7 +10,7 @@
 // which stays exact while every result is a normal BF16 number: scale bytes 10..246 (E4M3) and
 // 17..239 (E5M2), and no NaN/Inf code. decode64 reports a piece outside that; the caller then
 // decodes it with decode32 (gemm/mx_decode_avx512.h), which gives the same values where both
-// apply.
+// apply. scale_row / piece_scales find the scale bytes of a piece of a rowwise or tile32 row.
 #pragma once
 
 #include <immintrin.h>
@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "gemm/mx_gemm.h"
 #include "mxtrain/formats.h"
 
 namespace mxtrain::gemm_detail {
@@ -72,6 +73,17 @@ __attribute__((always_inline)) inline bool decode64(const uint8_t* p, int64_t n,
   lo = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w0, m15), w0, d);
   hi = _mm512_maskz_add_epi16(_mm512_test_epi16_mask(w1, m15), w1, d);
   return bad;
+}
+
+// Scale row of stored row r of a rowwise or tile32 operand (one byte per 32 columns).
+inline const uint8_t* scale_row(const MXOperand& t, int64_t r) {
+  return t.scales + (t.layout == MXLayout::rowwise ? r : r / kMXBlock) * t.scale_ld;
+}
+
+// Scale bytes of the 64-code piece at column k of a row (the second block may lie past K).
+inline void piece_scales(const uint8_t* srow, int64_t k, int64_t K, uint8_t& s0, uint8_t& s1) {
+  s0 = srow[k / 32];
+  s1 = k + 32 < K ? srow[k / 32 + 1] : s0;
 }
 
 }  // namespace

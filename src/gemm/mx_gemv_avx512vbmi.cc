@@ -51,17 +51,6 @@ __attribute__((always_inline)) inline void decode64_general(const uint8_t* p, in
   to_unpack_order(a, b, lo, hi);
 }
 
-// Scale row of stored row r of a rowwise or tile32 operand (one byte per 32 columns).
-inline const uint8_t* scale_row(const MXOperand& t, int64_t r) {
-  return t.scales + (t.layout == MXLayout::rowwise ? r : r / kMXBlock) * t.scale_ld;
-}
-
-// Scale bytes of the 64-code piece at column k of a row (the second block may lie past K).
-inline void piece_scales(const uint8_t* srow, int64_t k, int64_t K, uint8_t& s0, uint8_t& s1) {
-  s0 = srow[k / 32];
-  s1 = k + 32 < K ? srow[k / 32 + 1] : s0;
-}
-
 // x rows [M, Kp] in unpack order, scale folded in (Kp = K rounded up to 64, zero padded).
 void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
   const float* mult = multipliers(x.elem).v;

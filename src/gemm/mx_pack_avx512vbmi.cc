@@ -25,11 +25,12 @@ void pack_a_rows_avx512vbmi(const MXOperand& A, int64_t r0, int64_t mc, int64_t 
   for (int64_t m = 0; m < mc; ++m) {
     const int64_t r = r0 + m;
     const uint8_t* row = A.codes + r * A.cols;
-    const uint8_t* srow = A.scales + (A.layout == MXLayout::rowwise ? r : r / kMXBlock) * A.scale_ld;
+    const uint8_t* srow = scale_row(A, r);
     uint32_t* out = Ap + m * ld;
     for (int64_t j = 0; j * 64 < kc; ++j) {
       const int64_t k = k0 + j * 64, n = A.cols - k;
-      const uint8_t s0 = srow[k / kMXBlock], s1 = n > 32 ? srow[k / kMXBlock + 1] : s0;
+      uint8_t s0, s1;
+      piece_scales(srow, k, A.cols, s0, s1);
       __m512i lo, hi;
       __m512i v0, v1;
       if (!decode64(row + k, n, s0, s1, t, lo, hi)) {

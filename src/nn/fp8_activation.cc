@@ -6,8 +6,6 @@
 
 namespace mxtrain {
 
-const char* swiglu_input_name(SwigluInput s) { return s == SwigluInput::fp8 ? "fp8" : "fp32"; }
-
 SwigluInput parse_swiglu_input(const std::string& name) {
   if (name == "fp32") return SwigluInput::fp32;
   if (name == "fp8") return SwigluInput::fp8;

@@ -18,7 +18,6 @@ namespace mxtrain {
 
 // What a SwiGLU input is kept in for backward (config: precision.swiglu_input).
 enum class SwigluInput : uint8_t { fp32, fp8 };
-const char* swiglu_input_name(SwigluInput s);    // "fp32" | "fp8"
 SwigluInput parse_swiglu_input(const std::string& name);  // throws naming the valid values
 
 class Fp8Activation {
