@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gemm/mx_gemm.h"
@@ -196,6 +197,30 @@ TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
   }
 }
 
+// `product(C, accumulate)` runs a product C [M, N] on the transposed path; ct [N, M] is the
+// direct product of the transposed problem. C must equal ct's transpose bit for bit, and
+// accumulating into random C0 must give exactly C0 + ct^T (C0 is added once, in FP32).
+template <class Product>
+void expect_transpose_of_direct(const Product& product, const std::vector<float>& ct, int64_t M,
+                                int64_t N, uint32_t seed, const std::string& what) {
+  const auto differing = [&](const std::vector<float>& c, const std::vector<float>* c0) {
+    int bad = 0;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const float want = (c0 ? (*c0)[size_t(i * N + j)] : 0.f) + ct[size_t(j * M + i)];
+        bad += std::memcmp(&c[size_t(i * N + j)], &want, sizeof(float)) != 0;
+      }
+    return bad;
+  };
+  std::vector<float> c(size_t(M * N));
+  product(c.data(), false);
+  EXPECT_EQ(differing(c, nullptr), 0) << what;
+  std::vector<float> acc = randn(M * N, seed);
+  const std::vector<float> c0 = acc;
+  product(acc.data(), true);
+  EXPECT_EQ(differing(acc, &c0), 0) << what << ", accumulate";
+}
+
 // Each output element is summed by one thread in a fixed order: 1 and 2 threads agree bytewise.
 // A forward with fewer tokens than outputs runs as C^T = W · X^T on the panel kernel; the
 // product of the transposed problem (more rows than outputs: run directly) must be its
@@ -209,24 +234,13 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
       const auto x = randn(s.M * s.K, 21), w = randn(s.N * s.K, 22, 0.05f);
       const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
       const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, Elem::e4m3);
-      std::vector<float> c(size_t(s.M * s.N)), ct(size_t(s.N * s.M));
-      gemm_mx(false, xq, true, wq, c.data(), s.N, false);   // M < N: transposed
+      std::vector<float> ct(size_t(s.N * s.M));
       gemm_mx(false, wq, true, xq, ct.data(), s.M, false);  // N > M rows: direct
-      int bad = 0;
-      for (int64_t i = 0; i < s.M; ++i)
-        for (int64_t j = 0; j < s.N; ++j)
-          bad += std::memcmp(&c[size_t(i * s.N + j)], &ct[size_t(j * s.M + i)], sizeof(float)) != 0;
-      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << s.M << "x" << s.N << "x" << s.K;
-      std::vector<float> acc = randn(s.M * s.N, 23);
-      const std::vector<float> c0 = acc;
-      gemm_mx(false, xq, true, wq, acc.data(), s.N, true);
-      bad = 0;
-      for (int64_t i = 0; i < s.M; ++i)
-        for (int64_t j = 0; j < s.N; ++j) {
-          const float want = c0[size_t(i * s.N + j)] + ct[size_t(j * s.M + i)];
-          bad += std::memcmp(&acc[size_t(i * s.N + j)], &want, sizeof(float)) != 0;
-        }
-      EXPECT_EQ(bad, 0) << isa_name(isa) << " accumulate " << s.M << "x" << s.N;
+      expect_transpose_of_direct(
+          [&](float* c, bool acc) { gemm_mx(false, xq, true, wq, c, s.N, acc); },  // transposed
+          ct, s.M, s.N, 23,
+          std::string(isa_name(isa)) + " " + std::to_string(s.M) + "x" + std::to_string(s.N) +
+              "x" + std::to_string(s.K));
     }
   }
 }
@@ -250,24 +264,13 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
       const MXTensor dyq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
       const MXTensor dytq = q(dyt, s.K, s.M, MXLayout::colwise, Elem::e4m3);
       const MXTensor wq = q(w, s.K, s.N, MXLayout::colwise, Elem::e4m3);
-      std::vector<float> c(size_t(s.M * s.N)), ct(size_t(s.N * s.M));
-      gemm_mx(false, dyq, false, wq, c.data(), s.N, false);   // M < N: transposed
+      std::vector<float> ct(size_t(s.N * s.M));
       gemm_mx(true, wq, false, dytq, ct.data(), s.M, false);  // tn, N > M rows: direct
-      int bad = 0;
-      for (int64_t i = 0; i < s.M; ++i)
-        for (int64_t j = 0; j < s.N; ++j)
-          bad += std::memcmp(&c[size_t(i * s.N + j)], &ct[size_t(j * s.M + i)], sizeof(float)) != 0;
-      EXPECT_EQ(bad, 0) << isa_name(isa) << " " << s.M << "x" << s.K << "x" << s.N;
-      std::vector<float> acc = randn(s.M * s.N, 33);
-      const std::vector<float> c0 = acc;
-      gemm_mx(false, dyq, false, wq, acc.data(), s.N, true);
-      bad = 0;
-      for (int64_t i = 0; i < s.M; ++i)
-        for (int64_t j = 0; j < s.N; ++j) {
-          const float want = c0[size_t(i * s.N + j)] + ct[size_t(j * s.M + i)];
-          bad += std::memcmp(&acc[size_t(i * s.N + j)], &want, sizeof(float)) != 0;
-        }
-      EXPECT_EQ(bad, 0) << isa_name(isa) << " accumulate " << s.M << "x" << s.N;
+      expect_transpose_of_direct(
+          [&](float* c, bool acc) { gemm_mx(false, dyq, false, wq, c, s.N, acc); },  // transposed
+          ct, s.M, s.N, 33,
+          std::string(isa_name(isa)) + " " + std::to_string(s.M) + "x" + std::to_string(s.K) +
+              "x" + std::to_string(s.N));
     }
   }
 }

@@ -92,6 +92,18 @@ inline ModelConfig tiny_model(const TinyModel& s) {
   return c;
 }
 
+// A batch of B sequences of T byte tokens and their targets, uniform over a 256-token vocabulary.
+struct TokenBatch {
+  std::vector<int32_t> tokens, targets;
+};
+inline TokenBatch make_batch(int B, int T, uint32_t seed) {
+  std::mt19937 rng(seed);
+  TokenBatch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
+  for (auto& t : b.tokens) t = int32_t(rng() % 256);
+  for (auto& t : b.targets) t = int32_t(rng() % 256);
+  return b;
+}
+
 // A precision resolver giving every module the named recipe (and defer_backward_quant).
 inline LinearPrecisionFn recipe_resolver(const std::string& recipe, bool defer = false) {
   return [recipe, defer](const ModuleInfo&) {

@@ -22,18 +22,10 @@ namespace {
 
 using layer_test::cosine;
 using layer_test::recipe_resolver;
+using layer_test::make_batch;
+using layer_test::TokenBatch;
 using layer_test::same_bytes;
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-Batch make_batch(int B, int T, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (auto& t : b.tokens) t = int32_t(rng() % 256);
-  for (auto& t : b.targets) t = int32_t(rng() % 256);
-  return b;
-}
 
 // Dense with d_ff 48 (rows of 2 x 48: a full and a 16-wide block per half) or 33; MoE with
 // experts of width 24 (one ragged block per half), top-2.
@@ -83,7 +75,7 @@ TEST(SwigluFp8, ForwardIsUnchangedAndHeldBytesDropByTheFp32Copy) {
   for (bool moe : {false, true}) {
     for (int d_ff : {48, 33}) {
       const int B = 4, T = 8;
-      Batch b = make_batch(B, T, 31);
+      TokenBatch b = make_batch(B, T, 31);
       GPT f32(model(moe, d_ff), recipe_resolver("mxfp8"), 7);
       GPT f8(model(moe, d_ff), recipe_resolver("mxfp8"), 7);
       f8.set_swiglu_input(SwigluInput::fp8);
@@ -114,7 +106,7 @@ TEST(SwigluFp8, GradientsBeforeTheSwigluBackwardAreUnchangedAndTheRestStayClose)
   for (bool moe : {false, true}) {
     for (const char* recipe : {"mxfp8", "mxfp8-32x32"}) {
       const int B = 2, T = 8;
-      Batch b = make_batch(B, T, 8);
+      TokenBatch b = make_batch(B, T, 8);
       GPT f32(model(moe), recipe_resolver(recipe), 8), f8(model(moe), recipe_resolver(recipe), 8);
       f8.set_swiglu_input(SwigluInput::fp8, ScaleRounding::rceil);
       f32.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
@@ -139,7 +131,7 @@ TEST(SwigluFp8, GradientsBeforeTheSwigluBackwardAreUnchangedAndTheRestStayClose)
 // reuses the FP8 storage and gives the bytes of a fresh model.
 TEST(SwigluFp8, ReferenceModeIgnoresItAndSmallerBatchesReuseStorage) {
   for (bool moe : {false, true}) {
-    Batch b = make_batch(2, 8, 12);
+    TokenBatch b = make_batch(2, 8, 12);
     GPT a(model(moe), recipe_resolver("mxfp8"), 9), c(model(moe), recipe_resolver("mxfp8"), 9);
     a.set_fp32_reference(true);
     c.set_fp32_reference(true);
@@ -150,7 +142,7 @@ TEST(SwigluFp8, ReferenceModeIgnoresItAndSmallerBatchesReuseStorage) {
     for (size_t i = 0; i < a.parameters().size(); ++i)
       EXPECT_TRUE(same_bytes(a.parameters()[i]->grad, c.parameters()[i]->grad)) << "moe=" << moe;
 
-    Batch big = make_batch(4, 8, 13);
+    TokenBatch big = make_batch(4, 8, 13);
     GPT grown(model(moe), recipe_resolver("mxfp8"), 9), fresh(model(moe), recipe_resolver("mxfp8"), 9);
     grown.set_swiglu_input(SwigluInput::fp8);
     fresh.set_swiglu_input(SwigluInput::fp8);

@@ -33,17 +33,9 @@ ModelConfig tiny(bool moe) {
 }
 
 using layer_test::recipe_resolver;
+using layer_test::make_batch;
+using layer_test::TokenBatch;
 
-struct Batch {
-  std::vector<int32_t> tokens, targets;
-};
-Batch make_batch(int B, int T, uint32_t seed) {
-  std::mt19937 rng(seed);
-  Batch b{std::vector<int32_t>(B * T), std::vector<int32_t>(B * T)};
-  for (auto& t : b.tokens) t = int32_t(rng() % 256);
-  for (auto& t : b.targets) t = int32_t(rng() % 256);
-  return b;
-}
 
 std::vector<float> all_grads(GPT& m) {
   std::vector<float> g;
@@ -152,7 +144,7 @@ TEST(GPT, ResolverSeesEveryModuleOnceAndAccessorsFindThem) {
 
 TEST(GPT, BadBatchIsAnError) {
   GPT m(tiny(false), recipe_resolver("bf16"), 1);
-  Batch b = make_batch(1, 9, 1);
+  TokenBatch b = make_batch(1, 9, 1);
   EXPECT_THROW(m.forward_loss(b.tokens.data(), b.targets.data(), 1, 9), Error);  // T > max
   b.tokens[3] = 256;
   EXPECT_THROW(m.forward_loss(b.tokens.data(), b.targets.data(), 1, 8), Error);
@@ -163,7 +155,7 @@ TEST(GPT, BadBatchIsAnError) {
 TEST(GPT, InitialLossIsNearLogVocab) {
   for (bool moe : {false, true}) {
     GPT m(tiny(moe), recipe_resolver("bf16"), 3);
-    Batch b = make_batch(4, 8, 2);
+    TokenBatch b = make_batch(4, 8, 2);
     const float loss = m.forward_loss(b.tokens.data(), b.targets.data(), 4, 8);
     // init_std 0.02 keeps the logits within ~0.1 of each other: near-uniform predictions.
     EXPECT_NEAR(loss, std::log(256.0), 0.1) << "moe=" << moe;
@@ -192,7 +184,7 @@ void fp32_gradient_check(bool moe) {
   const int B = 2, T = 8;
   GPT m(tiny(moe), recipe_resolver("bf16"), 11);
   m.set_fp32_reference(true);
-  Batch b = make_batch(B, T, 5);
+  TokenBatch b = make_batch(B, T, 5);
   m.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
   auto routing = [&] {
     std::vector<int32_t> r;
@@ -256,7 +248,7 @@ TEST(GPT, RecipeGradientsTrackFp32Reference) {
   for (bool moe : {false, true}) {
     for (const char* recipe : {"bf16", "mxfp8", "mxfp8-32x32"}) {
       const int B = 2, T = 8;
-      Batch b = make_batch(B, T, 29);
+      TokenBatch b = make_batch(B, T, 29);
       GPT ref(tiny(moe), recipe_resolver(recipe), 12), real(tiny(moe), recipe_resolver(recipe), 12);
       ref.set_fp32_reference(true);
       const float l_ref = ref.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
@@ -278,7 +270,7 @@ TEST(GPT, Bf16GradientIsTheSlopeAlongItself) {
   for (bool moe : {false, true}) {
     const int B = 2, T = 8;
     GPT m(tiny(moe), recipe_resolver("bf16"), 11);
-    Batch b = make_batch(B, T, 5);
+    TokenBatch b = make_batch(B, T, 5);
     m.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
     double norm2 = 0;
     for (Parameter* p : m.parameters())
@@ -310,7 +302,7 @@ TEST(GPT, Bf16GradientIsTheSlopeAlongItself) {
 // rounding: 1e-6 of the largest gradient.
 TEST(GPT, GradScaleScalesExactlyAndAccumulates) {
   for (bool moe : {false, true}) {
-    Batch b = make_batch(2, 8, 9);
+    TokenBatch b = make_batch(2, 8, 9);
     GPT m1(tiny(moe), recipe_resolver("mxfp8"), 4), m2(tiny(moe), recipe_resolver("mxfp8"), 4);
     const float l1 = m1.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
     const float l2 = m2.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 0.5f);
@@ -329,7 +321,7 @@ TEST(GPT, GradScaleScalesExactlyAndAccumulates) {
 
 TEST(GPT, SameSeedGivesIdenticalLossAndGradients) {
   for (bool moe : {false, true}) {
-    Batch b = make_batch(2, 8, 13);
+    TokenBatch b = make_batch(2, 8, 13);
     GPT a(tiny(moe), recipe_resolver("mxfp8"), 21), c(tiny(moe), recipe_resolver("mxfp8"), 21);
     GPT other(tiny(moe), recipe_resolver("mxfp8"), 22);
     const float la = a.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
@@ -345,7 +337,7 @@ TEST(GPT, SameSeedGivesIdenticalLossAndGradients) {
 TEST(GPT, OneAndTwoThreadsGiveIdenticalLossAndGradients) {
   for (bool moe : {false, true}) {
     for (const char* recipe : {"bf16", "mxfp8"}) {
-      Batch b = make_batch(2, 8, 17);
+      TokenBatch b = make_batch(2, 8, 17);
       GPT a(tiny(moe), recipe_resolver(recipe), 5), c(tiny(moe), recipe_resolver(recipe), 5);
       const int prev = omp_get_max_threads();
       omp_set_num_threads(1);
@@ -361,7 +353,7 @@ TEST(GPT, OneAndTwoThreadsGiveIdenticalLossAndGradients) {
 
 TEST(GPT, DeferBackwardQuantGivesSameNumbersAndHoldsLess) {
   for (bool moe : {false, true}) {
-    Batch b = make_batch(2, 8, 19);
+    TokenBatch b = make_batch(2, 8, 19);
     GPT off(tiny(moe), recipe_resolver("mxfp8", false), 6);
     GPT on(tiny(moe), recipe_resolver("mxfp8", true), 6);
     const float l_off = off.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
@@ -384,7 +376,7 @@ TEST(GPT, DeferBackwardQuantGivesSameNumbersAndHoldsLess) {
 TEST(GPT, HeldBytesAreExactlyTheRecipesSavedCopies) {
   const int B = 4, T = 8;
   const int64_t N = int64_t(B) * T;
-  Batch b = make_batch(B, T, 29);
+  TokenBatch b = make_batch(B, T, 29);
   GPT bf(tiny(false), recipe_resolver("bf16"), 3);
   GPT off(tiny(false), recipe_resolver("mxfp8", false), 3);
   GPT on(tiny(false), recipe_resolver("mxfp8", true), 3);
@@ -412,7 +404,7 @@ TEST(GPT, HeldBytesAreExactlyTheRecipesSavedCopies) {
 
 TEST(GPT, ForwardLossLeavesGradientsAlone) {
   GPT m(tiny(true), recipe_resolver("bf16"), 8);
-  Batch b = make_batch(2, 8, 23);
+  TokenBatch b = make_batch(2, 8, 23);
   m.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
   const auto g = all_grads(m);
   const float l1 = m.forward_loss(b.tokens.data(), b.targets.data(), 2, 8);
@@ -433,7 +425,7 @@ TEST(GPT, ModuleHookReportsForwardAndBackwardOrder) {
                                                          : "B ";
     seen.push_back(tag + module);
   });
-  Batch b = make_batch(1, 8, 31);
+  TokenBatch b = make_batch(1, 8, 31);
   m.forward_backward(b.tokens.data(), b.targets.data(), 1, 8, 1.f);
   std::vector<std::string> want;
   const auto mods = m.quantizable_modules();
@@ -458,7 +450,7 @@ TEST(GPT, ModuleHookReportsForwardAndBackwardOrder) {
 // gradient buffer alone (it accumulates over micro-batches): same loss and gradients, bit for
 // bit, as the plain model.
 TEST(GPT, WorksWithProviderSuppliedWeights) {
-  Batch b = make_batch(2, 8, 37);
+  TokenBatch b = make_batch(2, 8, 37);
   GPT plain(tiny(false), recipe_resolver("bf16"), 9), fsdp(tiny(false), recipe_resolver("bf16"), 9);
   Linear* head = fsdp.linear("lm_head");
   ASSERT_NE(head, nullptr);
