@@ -71,7 +71,14 @@ void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
     }
 }
 
-// C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T.
+// Bytes of each W row requested ahead of the decoder. The NBV rows of a tile are NBV streams
+// 4 KiB or more apart, which the hardware prefetcher alone leaves the kernel waiting on: three
+// cache lines ahead made m = 4, K = N = 4096 (W not in cache) 35% faster on Zen 5, and 128 to
+// 320 bytes all did about as well (docs/results/gemm.md, "Streaming forward: prefetch"). A
+// prefetch past the end of a row touches the next row of W, or at most 192 bytes past W (a
+// prefetch never faults).
+constexpr int64_t kPrefetchAhead = 192;
+
 // C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T, every W piece
 // through `Decode` (the table path, or the general decoder when `general`).
 template <int MB, int NBV, bool general>
@@ -96,6 +103,7 @@ bool gemv_tile_pass(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t 
     // and two vectors of W stay live (x is re-read from L1).
 #pragma GCC unroll 8
     for (int j = 0; j < NBV; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(wrow[j] + k + kPrefetchAhead), _MM_HINT_T0);
       uint8_t s0, s1;
       piece_scales(srow[j], k, K, s0, s1);
       __m512i wl, wh;
