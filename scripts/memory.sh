@@ -5,8 +5,8 @@
 # ROUNDS rounds so machine load hits all alike.
 # Usage: bash scripts/memory.sh [config, default configs/act512.yaml]
 #        (MXTRAIN_BIN overrides build/mxtrain; ROUNDS=N, default 2; RECIPES="bf16 mxfp8 ...",
-#        where RECIPE:defer turns defer_backward_quant on and RECIPE:sw8 keeps the SwiGLU input
-#        in FP8)
+#        where RECIPE:defer turns defer_backward_quant on, RECIPE:sw32 keeps the SwiGLU input
+#        in FP32 and RECIPE:sw8 in FP8; the default, auto, is FP8 under FP8 recipes with defer off)
 # Output: runs/memory/*.jsonl and a table on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,14 +14,14 @@ cfg=${1:-configs/act512.yaml}
 bin=${MXTRAIN_BIN:-build/mxtrain}
 [ -x "$bin" ] || bash scripts/build.sh
 rounds=${ROUNDS:-2}
-recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32 mxfp8:sw8 mxfp8-32x32:sw8"}
+recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32 mxfp8:sw32 mxfp8-32x32:sw32"}
 out=runs/memory
 rm -rf "$out"
 mkdir -p "$out"
 for round in $(seq 1 "$rounds"); do
   for run in $recipes; do
-    # RECIPE:defer runs the recipe with precision.defer_backward_quant on; RECIPE:sw8 keeps the
-    # SwiGLU input in FP8 (precision.swiglu_input fp8).
+    # RECIPE:defer runs the recipe with precision.defer_backward_quant on; RECIPE:sw32 and :sw8
+    # set precision.swiglu_input to fp32 or fp8.
     c=$cfg
     recipe=${run%%:*}
     extra=()
@@ -30,6 +30,7 @@ for round in $(seq 1 "$rounds"); do
       sed 's/defer_backward_quant: false/defer_backward_quant: true/' "$cfg" > "$c"
     fi
     [[ $run == *:sw8* ]] && extra=(--swiglu-input fp8)
+    [[ $run == *:sw32* ]] && extra=(--swiglu-input fp32)
     tag=${run//:/-}
     /usr/bin/time -f %M -o "$out/$tag-r$round.rss" "$bin" train --config "$c" --recipe "$recipe" \
       "${extra[@]}" --quiet --metrics-out "$out/$tag-r$round.jsonl" > "$out/$tag-r$round.log" 2>&1

@@ -45,7 +45,7 @@ def main():
             if run == "bf16":
                 base = mean
             gap = (mean / base - 1) * 100 if base else float("nan")
-            name = run.replace(":sw8", ", swiglu_input fp8")
+            name = run.replace(":sw8", ", swiglu_input fp8").replace(":sw32", ", swiglu_input fp32")
             per_seed = ", ".join(f"{x:.4f}" for x in losses)
             tps = statistics.mean(s["tokens_per_s"] for s in sums)
             print(f"| {model} | {name} | {per_seed} | {mean:.4f} ± {spread:.4f} | {gap:+.2f}% | "

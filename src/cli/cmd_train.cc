@@ -76,8 +76,8 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   sub->add_option("--recipe", a->recipe, "Precision recipe: bf16, mxfp8, mxfp8-32x32");
   sub->add_option("--swiglu-input", a->swiglu_input,
-                  "What SwiGLU's input is kept in for backward: fp32 or fp8 "
-                  "(precision.swiglu_input)");
+                  "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an "
+                  "FP8 recipe), fp32 or fp8 (precision.swiglu_input)");
   sub->add_option("--steps", a->steps, "Optimizer steps (training.steps)");
   sub->add_option("--seq-len", a->seq_len, "Sequence length (training.seq_len)");
   sub->add_option("--micro-batch-size", a->micro_batch_size,

@@ -9,7 +9,8 @@ namespace mxtrain {
 SwigluInput parse_swiglu_input(const std::string& name) {
   if (name == "fp32") return SwigluInput::fp32;
   if (name == "fp8") return SwigluInput::fp8;
-  MXT_FAIL("unknown SwiGLU input storage '", name, "': use fp32 or fp8");
+  if (name == "auto") return SwigluInput::follow_fc1;
+  MXT_FAIL("unknown SwiGLU input storage '", name, "': use auto, fp32 or fp8");
 }
 
 void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding) {

@@ -14,9 +14,9 @@
 // reference and quantizes at backward), the FP32 reference path, and an MoE block (its router
 // backward reads its input) get a per-layer FP32 input. The attention output atty is always
 // per layer: attention's backward reads it (with the row log-sum-exp lse) besides proj's
-// wgrad. SwiGLU's input (fc1's output) is per layer in FP32, or with set_swiglu_input(fp8) per
-// layer in FP8 only (nn/fp8_activation.h), its FP32 form living in the backward's dfc1_
-// scratch between fc1 and SwiGLU. GEMMs go through Linear/GroupedLinear in the precision the
+// wgrad. SwiGLU's input (fc1's output) is per layer in FP32, or per layer in FP8 only
+// (set_swiglu_input: fp8, or follow_fc1 where fc1 quantizes its input; nn/fp8_activation.h),
+// its FP32 form living in the backward's dfc1_ scratch between fc1 and SwiGLU. GEMMs go through Linear/GroupedLinear in the precision the
 // resolver chose; attention multiplies BF16 operands (FP32 in the reference mode); everything
 // else is FP32 (nn/ops.h, nn/moe.h).
 #include "mxtrain/nn/transformer.h"
@@ -231,6 +231,11 @@ void GPT::set_fp32_reference(bool on) {
     if (L->experts) L->experts->set_fp32_reference(on);
 }
 
+bool GPT::fc1_out_fp8(const Layer& L) const {
+  return !fp32_ref_ && swiglu_input_fp8(swiglu_input_, L.fc1.precision().recipe.quantized() &&
+                                                           L.fc1.keeps_input_copy());
+}
+
 void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
   swiglu_input_ = s;
   swiglu_rounding_ = rounding;
@@ -281,7 +286,7 @@ void GPT::ensure_buffers(int B, int T) {
     L->rstd2.resize(N);
     if (!L->moe) {
       linear_input(L->fc1, L->ln2, N * D);
-      if (fc1_out_fp8()) {
+      if (fc1_out_fp8(*L)) {
         L->fc1_out = FloatBuffer();  // fc1 writes the shared dfc1_ (see forward)
       } else {
         L->fc1_out.resize(N * 2 * cfg_.d_ff);
@@ -294,7 +299,8 @@ void GPT::ensure_buffers(int B, int T) {
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
-  if (fc1_out_fp8()) dfc1_.resize(N * 2 * cfg_.d_ff);
+  for (const auto& L : layers_)
+    if (!L->moe && fc1_out_fp8(*L)) dfc1_.resize(N * 2 * cfg_.d_ff);
 }
 
 // The backward's scratch gradients [N, ...] and every parameter's gradient.
@@ -359,12 +365,12 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
                       eps);
       // With the SwiGLU input kept in FP8, fc1 writes the backward's scratch dfc1_ (free until
       // the backward), and only the FP8 copy stays per layer.
-      float* a = fc1_out_fp8() ? dfc1_.data() : L.fc1_out.data();
+      float* a = fc1_out_fp8(L) ? dfc1_.data() : L.fc1_out.data();
       linear_forward(fp32_ref_, L.fc1, ln2, N, a, L.s_fc1);
       event(L.fc1.name(), ModuleEvent::forward_done);
       float* h = linear_input(L.fc2, L.h, N * cfg_.d_ff);
       swiglu_forward(h, a, N, cfg_.d_ff);
-      if (fc1_out_fp8()) L.fc1_out8.keep(a, 2 * N, cfg_.d_ff, swiglu_rounding_);  // [2N, F]
+      if (fc1_out_fp8(L)) L.fc1_out8.keep(a, 2 * N, cfg_.d_ff, swiglu_rounding_);  // [2N, F]
       linear_forward(fp32_ref_, L.fc2, h, N, branch_.data(), L.s_fc2);
       event(L.fc2.name(), ModuleEvent::forward_done);
       held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
@@ -434,7 +440,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
       event(L.fc2.name(), ModuleEvent::backward_done);
       const float* a = L.fc1_out.data();
-      if (fc1_out_fp8()) {  // dequantized into dfc1_, then SwiGLU's backward runs in place
+      if (fc1_out_fp8(L)) {  // dequantized into dfc1_, then SwiGLU's backward runs in place
         L.fc1_out8.restore(dfc1_.data());
         a = dfc1_.data();
       }

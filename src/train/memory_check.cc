@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "mxtrain/common.h"
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -53,10 +54,14 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
 
   // Activations kept for backward, FP32, per token and layer: normed inputs (2D), QKV (3D),
   // attention output and residual (2D), the attention row log-sum-exp (H), SwiGLU fc1 output
-  // and product (3F; experts: top_k visits of 3*Fe). With swiglu_input fp8 the fc1 output
-  // (2F) takes 1 + 1/32 bytes per element instead of 4.
+  // and product (3F; experts: top_k visits of 3*Fe). With the SwiGLU input in FP8 (fp8, or auto
+  // under an FP8 recipe without deferred quantization) the fc1 output (2F) takes 1 + 1/32 bytes
+  // per element instead of 4.
   const double tokens = B * T;
-  const double fc1_out = cfg.precision.swiglu_input == "fp8" ? (1 + 1 / 32.0) / 4 : 1;
+  const Recipe recipe = get_recipe(cfg.precision.recipe);
+  const bool fc1_fp8 = swiglu_input_fp8(parse_swiglu_input(cfg.precision.swiglu_input),
+                                        recipe.quantized() && !cfg.precision.defer_backward_quant);
+  const double fc1_out = fc1_fp8 ? (1 + 1 / 32.0) / 4 : 1;
   const double dense_tok = 7 * D + H + F + 2 * F * fc1_out;
   const double moe_tok = 7 * D + H + K * (Fe + 2 * Fe * fc1_out) + E;
   e.activation_bytes = 4 * tokens * (n_dense * dense_tok + n_moe * moe_tok) + 8 * tokens * V;

@@ -96,6 +96,37 @@ TEST(SwigluFp8, ForwardIsUnchangedAndHeldBytesDropByTheFp32Copy) {
   }
 }
 
+// follow_fc1 (the trainer's `auto`): FP8 only in the layers whose fc1 quantizes its input. Three
+// layers, fc1 of layer 0 in bf16, of layer 1 in mxfp8 with deferred quantization (it keeps its
+// FP32 input, so the SwiGLU input stays FP32 too), of layer 2 in mxfp8: the held bytes drop by
+// layer 2's FP32 copy minus its FP8 one and nothing else, and the loss is the same bytes.
+TEST(SwigluFp8, FollowFc1KeepsFp8OnlyWhereFc1Quantizes) {
+  for (bool moe : {false, true}) {
+    ModelConfig c = layer_test::tiny_model({.n_layers = 3, .moe_d_ff = moe ? 24 : 0});
+    const LinearPrecisionFn mixed = [](const ModuleInfo& m) {
+      LinearPrecision p;
+      p.recipe = get_recipe(m.name == "fc1" && m.layer == 0 ? "bf16" : "mxfp8");
+      p.defer_backward_quant = m.name == "fc1" && m.layer == 1;
+      return p;
+    };
+    const int B = 2, T = 8;
+    TokenBatch b = make_batch(B, T, 14);
+    GPT f32(c, mixed, 5), follow(c, mixed, 5);
+    follow.set_swiglu_input(SwigluInput::follow_fc1);
+    const float l32 = f32.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+    const float lf = follow.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
+    EXPECT_EQ(std::memcmp(&l32, &lf, sizeof(float)), 0) << "moe=" << moe;
+    const int64_t R = int64_t(B) * T * (moe ? c.moe_top_k : 1);
+    const int64_t F = moe ? c.expert_d_ff() : c.d_ff;
+    EXPECT_EQ(int64_t(f32.last_held_bytes()) - int64_t(follow.last_held_bytes()),
+              4 * R * 2 * F - (2 * R * F + 2 * R * ceil_div(F, 32)))
+        << "moe=" << moe;
+    EXPECT_TRUE(swiglu_input_fp8(SwigluInput::fp8, false));
+    EXPECT_FALSE(swiglu_input_fp8(SwigluInput::fp32, true));
+    EXPECT_EQ(parse_swiglu_input("auto"), SwigluInput::follow_fc1);
+  }
+}
+
 // The backward runs lm_head, the final norm and the last layer's fc2 before the first SwiGLU
 // backward: their gradients are the same bytes. From there on the SwiGLU backward reads
 // E4M3-rounded inputs (up to 2^-4 relative error each); measured minimum cosine to the

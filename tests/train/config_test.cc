@@ -14,6 +14,13 @@ training: {steps: 10, seq_len: 32, micro_batch_size: 2}
 precision: {recipe: mxfp8}
 )";
 
+// kBase with its first `from` replaced by `to`.
+std::string replaced(const std::string& from, const std::string& to) {
+  std::string t = kBase;
+  t.replace(t.find(from), from.size(), to);
+  return t;
+}
+
 // Expect parse_config(text) to throw with every fragment in the message.
 void expect_error(const std::string& text, std::vector<std::string> fragments) {
   try {
@@ -35,7 +42,13 @@ TEST(Config, ParsesValuesAndDefaults) {
   EXPECT_FLOAT_EQ(c.training.lr, 3e-3f);
   EXPECT_EQ(c.precision.recipe, "mxfp8");
   EXPECT_EQ(c.precision.scale_rounding, ScaleRounding::rceil);
+  EXPECT_EQ(c.precision.swiglu_input, "auto");
   EXPECT_EQ(c.data.path, "fortunes");
+  // auto is valid under every recipe (it keeps FP32 under bf16); fp32 too.
+  for (const char* p : {"recipe: bf16, swiglu_input: auto", "recipe: bf16, swiglu_input: fp32",
+                        "recipe: mxfp8-32x32, swiglu_input: fp8"})
+    EXPECT_EQ(parse_config(replaced("recipe: mxfp8", p)).precision.swiglu_input,
+              std::string(p).substr(std::string(p).rfind(' ') + 1)) << p;
 }
 
 TEST(Config, RoundTripThroughCanonicalYaml) {
@@ -68,11 +81,7 @@ TEST(Config, UnknownKeysAreNamed) {
 }
 
 TEST(Config, BadValuesAreNamed) {
-  auto with = [](const std::string& from, const std::string& to) {
-    std::string t = kBase;
-    t.replace(t.find(from), from.size(), to);
-    return t;
-  };
+  const auto with = replaced;
   expect_error(with("steps: 10", "steps: 0"), {"training.steps", "must be >= 1"});
   expect_error(with("steps: 10", "steps: ten"), {"training.steps", "wrong type"});
   expect_error(with("steps: 10", "steps: 10, lr: -1"), {"training.lr", "> 0"});
@@ -82,7 +91,7 @@ TEST(Config, BadValuesAreNamed) {
   expect_error(with("recipe: mxfp8", "recipe: bf16, defer_backward_quant: true"),
                {"defer_backward_quant", "FP8 recipe"});
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, swiglu_input: fp16"),
-               {"precision.swiglu_input", "fp32 or fp8"});
+               {"precision.swiglu_input", "auto, fp32 or fp8"});
   expect_error(with("recipe: mxfp8", "recipe: bf16, swiglu_input: fp8"),
                {"swiglu_input", "FP8 recipe"});
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, selective_fp8: true"),

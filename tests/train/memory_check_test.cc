@@ -36,6 +36,7 @@ TEST(MemoryCheck, ParameterCountMatchesTheBuiltModel) {
 TEST(MemoryCheck, EstimateAddsUp) {
   TrainConfig c = config("d_model: 64, n_layers: 2, n_heads: 2, d_ff: 128, max_seq_len: 32",
                          "seq_len: 32, micro_batch_size: 4");
+  c.precision.swiglu_input = "fp32";
   const MemoryEstimate e = estimate_training_memory(c);
   EXPECT_EQ(e.param_grad_bytes, 8 * e.parameters);
   EXPECT_EQ(e.optimizer_bytes, 8 * e.parameters);
@@ -43,10 +44,18 @@ TEST(MemoryCheck, EstimateAddsUp) {
   // Activations: 128 tokens x 2 layers x (7*64 + 2 + 3*128) floats + logits and grads.
   EXPECT_EQ(e.activation_bytes, 4.0 * 128 * 2 * (7 * 64 + 2 + 3 * 128) + 8.0 * 128 * 256);
   EXPECT_EQ(e.workspace_bytes, 8.0 * 128 * 256);
-  // swiglu_input fp8: the fc1 output (2 x 128 floats per token) takes 1 + 1/32 bytes each.
+  // swiglu_input fp8: the fc1 output (2 x 128 floats per token) takes 1 + 1/32 bytes each;
+  // auto (the default) does the same under mxfp8, and keeps FP32 with defer on or under bf16.
+  const double fp8_act = e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 33 / 32.0);
   c.precision.swiglu_input = "fp8";
-  EXPECT_EQ(estimate_training_memory(c).activation_bytes,
-            e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 33 / 32.0));
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes, fp8_act);
+  c.precision.swiglu_input = "auto";
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes, fp8_act);
+  c.precision.defer_backward_quant = true;
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes, e.activation_bytes);
+  c.precision.defer_backward_quant = false;
+  c.precision.recipe = "bf16";
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes, e.activation_bytes);
 }
 
 TEST(MemoryCheck, ImpossibleConfigsAreRefusedWithEstimateAndLimit) {

@@ -90,12 +90,17 @@ std::vector<double> expect_resume_bit_identical(const TrainConfig& c, const std:
   return full.losses;
 }
 
-// Also with the SwiGLU input kept in FP8 (precision.swiglu_input), whose first loss equals the
-// FP32-input run's (the forward is the same) and whose last does not (the trainer wired the
-// setting through to the model).
+// With the SwiGLU input kept in FP32 and in FP8 (precision.swiglu_input): the FP8 run's first
+// loss equals the FP32-input run's (the forward is the same) and its last does not (the
+// trainer wired the setting through to the model); the default (auto) under mxfp8 is the FP8
+// run, loss for loss.
 TEST(Trainer, ResumeIsBitIdentical) {
   for (bool moe : {false, true}) {
     TrainConfig c = tiny("mxfp8", 8, moe);
+    EXPECT_EQ(c.precision.swiglu_input, "auto");
+    const std::vector<double> lauto = run_training(c, quiet()).losses;
+    c.precision.swiglu_input = "fp32";
+    c = parse_config(config_to_yaml(c), "tiny-test");
     const std::vector<double> l32 = expect_resume_bit_identical(c, moe ? "moe" : "dense");
     c.precision.swiglu_input = "fp8";
     c = parse_config(config_to_yaml(c), "tiny-test");
@@ -103,6 +108,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
     ASSERT_EQ(l8.size(), l32.size());
     EXPECT_EQ(l8.front(), l32.front());
     EXPECT_NE(l8.back(), l32.back());
+    EXPECT_EQ(lauto, l8);
   }
 }
 

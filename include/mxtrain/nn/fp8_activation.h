@@ -2,7 +2,8 @@
 // E4M3 (docs/design.md, "Saved for backward"; docs/numerics.md, "SwiGLU input in FP8").
 //
 // The model keeps SwiGLU's input (the fc1 output a = [gate | up], [N, 2F]) for the SwiGLU
-// backward. With precision.swiglu_input: fp8 it is kept as E4M3 codes with one E8M0 scale per
+// backward. With precision.swiglu_input: fp8 (or auto, the default, where fc1 runs an FP8
+// recipe) it is kept as E4M3 codes with one E8M0 scale per
 // 32 elements along F — viewed as [2N, F], so the gate half and the up half of a row never
 // share a block — instead of FP32: 1 + 1/32 bytes per element instead of 4. The forward is
 // unchanged (it reads the FP32 values before they are quantized); the backward reads the
@@ -16,9 +17,17 @@
 
 namespace mxtrain {
 
-// What a SwiGLU input is kept in for backward (config: precision.swiglu_input).
-enum class SwigluInput : uint8_t { fp32, fp8 };
+// What a SwiGLU input is kept in for backward (config: precision.swiglu_input): FP32, FP8,
+// or follow_fc1 ("auto"): FP8 where the fc1 that makes it runs an FP8 recipe and keeps a
+// quantized copy of its own input (defer_backward_quant off), FP32 elsewhere — so a layer
+// kept in BF16 (overrides, an adaptive policy) keeps what the bf16 recipe keeps.
+enum class SwigluInput : uint8_t { fp32, fp8, follow_fc1 };
 SwigluInput parse_swiglu_input(const std::string& name);  // throws naming the valid values
+// Whether a SwiGLU input is kept in FP8, given whether its fc1 quantizes its own input for
+// backward (an FP8 recipe without deferred quantization).
+inline bool swiglu_input_fp8(SwigluInput s, bool fc1_quantizes_input) {
+  return s == SwigluInput::fp8 || (s == SwigluInput::follow_fc1 && fc1_quantizes_input);
+}
 
 class Fp8Activation {
  public:

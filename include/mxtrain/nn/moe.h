@@ -128,8 +128,9 @@ class MoELayer {
   // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.
   void set_fp32_reference(bool on) { fp32_ref_ = on; }
   bool fp32_reference() const { return fp32_ref_; }
-  // Keep the experts' SwiGLU input (fc1's output) in FP8 for backward (nn/fp8_activation.h);
-  // the FP32 reference mode keeps FP32 whatever this says.
+  // Keep the experts' SwiGLU input (fc1's output) in FP8 for backward (nn/fp8_activation.h;
+  // follow_fc1: when the experts' fc1 quantizes its input); the FP32 reference mode keeps FP32
+  // whatever this says.
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
     swiglu_ = s;
     swiglu_rounding_ = rounding;
@@ -152,7 +153,10 @@ class MoELayer {
   bool fp32_ref_ = false;
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
-  bool a_fp8() const { return swiglu_ == SwigluInput::fp8 && !fp32_ref_; }
+  bool a_fp8() const {
+    return !fp32_ref_ &&
+           swiglu_input_fp8(swiglu_, fc1.precision().recipe.quantized() && fc1.keeps_input_copy());
+  }
   // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
   bool own_input(const GroupedLinear& l) const { return fp32_ref_ || !l.keeps_input_copy(); }
   MoERouting routing_;

@@ -167,9 +167,11 @@ class GPT {
   bool fp32_reference() const { return fp32_ref_; }
 
   // What SwiGLU's input (the fc1 output, dense and expert layers) is kept in for backward:
-  // FP32 (default) or MX E4M3 with 1x32 scales of the given rounding (nn/fp8_activation.h). The
-  // forward is the same either way; with fp8 the SwiGLU backward reads the dequantized values.
-  // The FP32 reference mode always keeps FP32.
+  // FP32 (the model's default), MX E4M3 with 1x32 scales of the given rounding
+  // (nn/fp8_activation.h), or follow_fc1: E4M3 in the layers whose fc1 quantizes its input
+  // (the trainer's default, precision.swiglu_input: auto). The forward is the same either way;
+  // with FP8 the SwiGLU backward reads the dequantized values. The FP32 reference mode always
+  // keeps FP32.
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding = ScaleRounding::rceil);
   SwigluInput swiglu_input() const { return swiglu_input_; }
 
@@ -180,7 +182,7 @@ class GPT {
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);
   float* linear_input(const Linear& l, FloatBuffer& own, int64_t n);
-  bool fc1_out_fp8() const { return swiglu_input_ == SwigluInput::fp8 && !fp32_ref_; }
+  bool fc1_out_fp8(const Layer& L) const;  // this dense layer keeps SwiGLU's input in FP8
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;

@@ -49,7 +49,9 @@ struct PrecisionConfig {
   int bf16_first_layers = 0;
   int bf16_last_layers = 0;
   std::string lm_head = "bf16";       // recipe for the LM head
-  std::string swiglu_input = "fp32";  // SwiGLU input kept for backward: fp32 | fp8
+  // SwiGLU input kept for backward: auto (FP8 where fc1 runs an FP8 recipe without
+  // defer_backward_quant) | fp32 | fp8 (nn/fp8_activation.h)
+  std::string swiglu_input = "auto";
   // Module-name glob -> recipe name, applied in order; the last match wins.
   std::vector<std::pair<std::string, std::string>> overrides;
   bool selective_fp8 = false;
