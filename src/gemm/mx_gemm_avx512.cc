@@ -14,8 +14,8 @@
 // with fewer rows than columns, but at least 64 (one full panel), and C at most kSwapMax
 // elements, runs as C^T = op(B)^T · op(A)^T: the threads then split the weight's side and
 // reuse the small activation's few panels, and forward the transposing packer gets the
-// activation; C takes the transpose (the same FP32 sums, moved) from a per-thread buffer of
-// that size.
+// activation; C takes the transpose (the same FP32 sums, moved) from a per-caller buffer of
+// that size, each thread moving the rows it finished while they are still in its cache.
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
@@ -82,8 +82,10 @@ void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t
   for (int64_t m = 0; m < mc; ++m) {
     const int64_t r = r0 + m;
     const uint8_t* row = A.codes + r * A.cols;
+    const uint8_t* ahead = m + kPackRowsAhead < mc ? row + kPackRowsAhead * A.cols : nullptr;
     for (int64_t j = 0; j * 32 < kc; ++j) {
       const int64_t k = k0 + j * 32;
+      if (ahead && j % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T0);
       const __m512 f = _mm512_set1_ps(mult[A.scale(r, k)]);
       const __m512i v = decode32(load_codes(row + k, A.cols - k), f, f, e4m3);
       _mm512_storeu_si512(Ap + m * KP + j * 16, v);
@@ -281,6 +283,30 @@ Buffers& thread_buffers() {
   return buf;
 }
 
+// C[:, j0 .. j1) (+)= T[j0 .. j1, :]^T for T [N, M] (row stride M) and C [M, N], in 16x16
+// blocks through transpose16: the columns of C that rows j0 .. j1 of T make.
+void add_transposed_rows(const float* T, int64_t j0, int64_t j1, int64_t M, float* C,
+                         int64_t ldc, bool accumulate) {
+  for (int64_t jb = j0; jb < j1; jb += 16) {
+    const int64_t nj = std::min<int64_t>(16, j1 - jb);
+    const __mmask16 kn = __mmask16((1u << nj) - 1);
+    for (int64_t i0 = 0; i0 < M; i0 += 16) {
+      const int64_t mi = std::min<int64_t>(16, M - i0);
+      const __mmask16 km = __mmask16((1u << mi) - 1);
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j)
+        r[j] = j < nj ? _mm512_maskz_loadu_epi32(km, T + (jb + j) * M + i0) : _mm512_setzero_si512();
+      transpose16(r);  // r[i] = column i0 + i of T's 16 rows = row i0 + i of C
+      for (int64_t i = 0; i < mi; ++i) {
+        float* c = C + (i0 + i) * ldc + jb;
+        __m512 v = _mm512_castsi512_ps(r[i]);
+        if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(kn, c), v);
+        _mm512_mask_storeu_ps(c, kn, v);
+      }
+    }
+  }
+}
+
 // How panel_product reads its operands: A in rows ([M, K] stored, nt/nn) or in pairs of
 // stored rows ([K, M] stored, tn); B in rows ([K, N] stored, nn/tn) or transposed ([N, K]
 // stored, nt). The transposed products below also combine pairs with transposed.
@@ -289,13 +315,22 @@ struct Packing {
   static Packing of(Orient o) { return {o == Orient::tn, o == Orient::nt}; }
 };
 
+// Where a transposed product's result goes: Ct [N, M] (+)= C^T (see mx_gemm_avx512bf16).
+struct TransposeOut {
+  float* C;
+  int64_t ldc;
+  bool accumulate;
+};
+
 // C [M, N] (row stride ldc) = op(A) · op(B) (+ C when accumulate), both operands' scales
 // foldable. Threads split M into row ranges (multiples of kRowGrain) when split_m, else N by
-// 64-column panels.
+// 64-column panels. With `out` (split_m only, ldc = N), each thread adds the transpose of its
+// finished rows into out->C, while they are still in its cache.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                   bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m) {
+                   bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m,
+                   const TransposeOut* out = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
   const bool vbmi = active_isa() == Isa::avx512vbmi;  // rows packed by VBMI table decoding
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
@@ -360,30 +395,7 @@ void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C,
           tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * KP * NR, kp, load);
       }
     }
-  }
-}
-
-// C [M, N] (+)= T^T for T [N, M] (row stride M), 16x16 blocks through transpose16.
-void add_transposed(const float* T, int64_t N, int64_t M, float* C, int64_t ldc,
-                    bool accumulate) {
-#pragma omp parallel for schedule(static)
-  for (int64_t i0 = 0; i0 < M; i0 += 16) {
-    const int64_t mi = std::min<int64_t>(16, M - i0);
-    const __mmask16 km = __mmask16((1u << mi) - 1);
-    for (int64_t j0 = 0; j0 < N; j0 += 16) {
-      const int64_t nj = std::min<int64_t>(16, N - j0);
-      const __mmask16 kn = __mmask16((1u << nj) - 1);
-      __m512i r[16];
-      for (int j = 0; j < 16; ++j)
-        r[j] = j < nj ? _mm512_maskz_loadu_epi32(km, T + (j0 + j) * M + i0) : _mm512_setzero_si512();
-      transpose16(r);  // r[i] = column i0 + i of T's 16 rows = row i0 + i of C
-      for (int64_t i = 0; i < mi; ++i) {
-        float* c = C + (i0 + i) * ldc + j0;
-        __m512 v = _mm512_castsi512_ps(r[i]);
-        if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(kn, c), v);
-        _mm512_mask_storeu_ps(c, kn, v);
-      }
-    }
+    if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate);
   }
 }
 
@@ -419,8 +431,8 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     float* T = sb.data();
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
-    panel_product(swapped, B, A, T, M, false, N, M, K, /*split_m=*/true);
-    return add_transposed(T, N, M, C, ldc, accumulate);
+    const TransposeOut out{C, ldc, accumulate};
+    return panel_product(swapped, B, A, T, M, false, N, M, K, /*split_m=*/true, &out);
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
   panel_product(Packing::of(o), A, B, C, ldc, accumulate, M, N, K, /*split_m=*/M > N);

@@ -27,8 +27,10 @@ void pack_a_rows_avx512vbmi(const MXOperand& A, int64_t r0, int64_t mc, int64_t 
     const uint8_t* row = A.codes + r * A.cols;
     const uint8_t* srow = scale_row(A, r);
     uint32_t* out = Ap + m * ld;
+    const uint8_t* ahead = m + kPackRowsAhead < mc ? row + kPackRowsAhead * A.cols : nullptr;
     for (int64_t j = 0; j * 64 < kc; ++j) {
       const int64_t k = k0 + j * 64, n = A.cols - k;
+      if (ahead) _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T0);
       uint8_t s0, s1;
       piece_scales(srow, k, A.cols, s0, s1);
       __m512i lo, hi;
