@@ -30,9 +30,11 @@
 //   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
 // On VBMI CPUs the A-rows packer is pack_a_rows_avx512vbmi (mx_pack_avx512vbmi.cc: table
 // decoding, the same words).
-// GCC 12 reports the undefined-source operands inside its own AVX-512 conversion intrinsics
-// as maybe-uninitialized; they are not read.
+// GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
+// maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
+// transpose16); they are not read.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 #include <omp.h>
 

@@ -13,6 +13,7 @@
 // the table path cannot fold exactly takes the general decoder (mx_decode_avx512.h) and is
 // reordered to match.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
+#pragma GCC diagnostic ignored "-Wuninitialized"       // the same, inside _mm512_reduce_add_ps
 #include <immintrin.h>
 #include <omp.h>
 
