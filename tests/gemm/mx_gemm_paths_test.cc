@@ -101,11 +101,12 @@ struct Shape {
 };
 // Beyond the blocking edges: forward products with 64 rows or more but fewer rows than outputs
 // run transposed ({70,300,100}, {200,1100,70}: several row ranges, a ragged last panel), and
-// products with more rows than outputs split rows between threads ({250,40,64}).
+// products with more rows than outputs split rows between threads ({250,40,64}). Forwards with
+// 9 to 16 rows take the streaming kernel's passes of more than 8 rows ({9,65,97}, {16,48,130}).
 const Shape kShapes[] = {{1, 1, 1},      {1, 64, 32},    {4, 65, 33},   {31, 33, 63},
                          {6, 128, 256},  {7, 129, 257},  {33, 31, 511}, {97, 70, 300},
                          {193, 17, 65},  {2, 200, 1025}, {70, 300, 100}, {200, 1100, 70},
-                         {250, 40, 64}};
+                         {250, 40, 64},  {9, 65, 97},    {16, 48, 130}};
 
 MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
            ScaleRounding rnd = ScaleRounding::rceil) {
