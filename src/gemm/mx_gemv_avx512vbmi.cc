@@ -74,10 +74,10 @@ void prepare_x(const MXOperand& x, int64_t Kp, uint16_t* xs) {
 
 // Bytes of each W row requested ahead of the decoder. The NBV rows of a tile are NBV streams
 // 4 KiB or more apart, which the hardware prefetcher alone leaves the kernel waiting on: three
-// cache lines ahead made m = 4, K = N = 4096 (W not in cache) 35% faster on Zen 5, and 128 to
-// 320 bytes all did about as well (docs/results/gemm.md, "Streaming forward: prefetch"). A
-// prefetch past the end of a row touches the next row of W, or at most 192 bytes past W (a
-// prefetch never faults).
+// cache lines ahead took `bench gemm` m = 4, K = N = 4096 from 0.61-0.65x to 0.55-0.65x of
+// BF16 on Zen 5, and 128 to 320 bytes all did about as well (docs/results/gemm.md, "Streaming
+// forward: prefetch"). A prefetch past the end of a row touches the next row of W, or at most
+// 192 bytes past W (a prefetch never faults).
 constexpr int64_t kPrefetchAhead = 192;
 
 // C[MB rows, NBV cols at n0] = (load ? C : 0) + x[MB] · W[n0 .. n0 + NBV)^T, every W piece

@@ -16,9 +16,9 @@
 // per layer: attention's backward reads it (with the row log-sum-exp lse) besides proj's
 // wgrad. SwiGLU's input (fc1's output) is per layer in FP32, or per layer in FP8 only
 // (set_swiglu_input: fp8, or follow_fc1 where fc1 quantizes its input; nn/fp8_activation.h),
-// its FP32 form living in the backward's dfc1_ scratch between fc1 and SwiGLU. GEMMs go through Linear/GroupedLinear in the precision the
-// resolver chose; attention multiplies BF16 operands (FP32 in the reference mode); everything
-// else is FP32 (nn/ops.h, nn/moe.h).
+// its FP32 form living in the backward's dfc1_ scratch between fc1 and SwiGLU. GEMMs go
+// through Linear/GroupedLinear in the precision the resolver chose; attention multiplies BF16
+// operands (FP32 in the reference mode); everything else is FP32 (nn/ops.h, nn/moe.h).
 #include "mxtrain/nn/transformer.h"
 
 #include <algorithm>
