@@ -3,6 +3,7 @@
 #include "mxtrain/nn/fp8_activation.h"
 
 #include "mxtrain/common.h"
+#include "mxtrain/nn/linear.h"
 
 namespace mxtrain {
 
@@ -11,6 +12,11 @@ SwigluInput parse_swiglu_input(const std::string& name) {
   if (name == "fp8") return SwigluInput::fp8;
   if (name == "auto") return SwigluInput::follow_fc1;
   MXT_FAIL("unknown SwiGLU input storage '", name, "': use auto, fp32 or fp8");
+}
+
+bool swiglu_input_fp8(SwigluInput s, const LinearPrecision& fc1) {
+  return s == SwigluInput::fp8 || (s == SwigluInput::follow_fc1 && fc1.recipe.quantized() &&
+                                   !fc1.defer_backward_quant);
 }
 
 void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding) {

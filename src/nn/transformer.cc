@@ -232,8 +232,7 @@ void GPT::set_fp32_reference(bool on) {
 }
 
 bool GPT::fc1_out_fp8(const Layer& L) const {
-  return !fp32_ref_ && swiglu_input_fp8(swiglu_input_, L.fc1.precision().recipe.quantized() &&
-                                                           L.fc1.keeps_input_copy());
+  return !fp32_ref_ && swiglu_input_fp8(swiglu_input_, L.fc1.precision());
 }
 
 void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
@@ -288,6 +287,7 @@ void GPT::ensure_buffers(int B, int T) {
       linear_input(L->fc1, L->ln2, N * D);
       if (fc1_out_fp8(*L)) {
         L->fc1_out = FloatBuffer();  // fc1 writes the shared dfc1_ (see forward)
+        dfc1_.resize(N * 2 * cfg_.d_ff);
       } else {
         L->fc1_out.resize(N * 2 * cfg_.d_ff);
         L->fc1_out8.clear();
@@ -299,8 +299,6 @@ void GPT::ensure_buffers(int B, int T) {
   rstdf_.resize(N);
   logits_.resize(N * cfg_.vocab_size);
   branch_.resize(N * D);
-  for (const auto& L : layers_)
-    if (!L->moe && fc1_out_fp8(*L)) dfc1_.resize(N * 2 * cfg_.d_ff);
 }
 
 // The backward's scratch gradients [N, ...] and every parameter's gradient.

@@ -106,8 +106,9 @@ TEST(Comm, BroadcastGatherBarrier) {
   int32_t mine = 100 + r;
   std::vector<int32_t> all(size_t(n), -1);
   W().gather(&mine, all.data(), sizeof(mine), 0);
-  if (r == 0)
+  if (r == 0) {
     for (int k = 0; k < n; ++k) EXPECT_EQ(all[size_t(k)], 100 + k);
+  }
   EXPECT_EQ(W().stats()[Coll::gather].bytes, r == 0 ? 0u : sizeof(mine));
   W().barrier();
   EXPECT_EQ(W().stats()[Coll::barrier].calls, 1u);
@@ -140,7 +141,9 @@ TEST(Comm, CheckConsistentThrowsOnEveryRankNamingTheRanks) {
                       "`lr: 0.002 and a longer tail`"),
             std::string::npos)
       << what;
-  if (n >= 4) EXPECT_NE(what.find("rank 3 has"), std::string::npos) << what;
+  if (n >= 4) {
+    EXPECT_NE(what.find("rank 3 has"), std::string::npos) << what;
+  }
   EXPECT_EQ(what.find("rank 2 has"), std::string::npos) << what;
 }
 

@@ -60,8 +60,11 @@ TEST(Fp8Activation, KeepsTheRowwiseE4M3CopyAndRestoresItsValues) {
     dequantize(q, want.data());
     EXPECT_TRUE(same_bytes(got, want)) << cols;
     // E4M3 keeps 3 mantissa bits: within half an ulp, 2^-4 of the value, for normal codes.
-    for (size_t i = 0; i < x.size(); ++i)
-      if (std::fabs(x[i]) > 1e-2f) EXPECT_NEAR(got[i], x[i], std::fabs(x[i]) / 16) << i;
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::fabs(x[i]) > 1e-2f) {
+        EXPECT_NEAR(got[i], x[i], std::fabs(x[i]) / 16) << i;
+      }
+    }
   }
   Fp8Activation empty;
   std::vector<float> out(4);
@@ -121,8 +124,10 @@ TEST(SwigluFp8, FollowFc1KeepsFp8OnlyWhereFc1Quantizes) {
     EXPECT_EQ(int64_t(f32.last_held_bytes()) - int64_t(follow.last_held_bytes()),
               4 * R * 2 * F - (2 * R * F + 2 * R * ceil_div(F, 32)))
         << "moe=" << moe;
-    EXPECT_TRUE(swiglu_input_fp8(SwigluInput::fp8, false));
-    EXPECT_FALSE(swiglu_input_fp8(SwigluInput::fp32, true));
+    LinearPrecision bf16, mx;
+    mx.recipe = get_recipe("mxfp8");
+    EXPECT_TRUE(swiglu_input_fp8(SwigluInput::fp8, bf16));
+    EXPECT_FALSE(swiglu_input_fp8(SwigluInput::fp32, mx));
     EXPECT_EQ(parse_swiglu_input("auto"), SwigluInput::follow_fc1);
   }
 }

@@ -23,11 +23,10 @@ namespace mxtrain {
 // kept in BF16 (overrides, an adaptive policy) keeps what the bf16 recipe keeps.
 enum class SwigluInput : uint8_t { fp32, fp8, follow_fc1 };
 SwigluInput parse_swiglu_input(const std::string& name);  // throws naming the valid values
-// Whether a SwiGLU input is kept in FP8, given whether its fc1 quantizes its own input for
-// backward (an FP8 recipe without deferred quantization).
-inline bool swiglu_input_fp8(SwigluInput s, bool fc1_quantizes_input) {
-  return s == SwigluInput::fp8 || (s == SwigluInput::follow_fc1 && fc1_quantizes_input);
-}
+struct LinearPrecision;  // nn/linear.h
+// Whether a SwiGLU input is kept in FP8 under setting s, given the precision of the fc1 that
+// makes it (follow_fc1: an FP8 recipe without deferred quantization).
+bool swiglu_input_fp8(SwigluInput s, const LinearPrecision& fc1);
 
 class Fp8Activation {
  public:

@@ -153,10 +153,7 @@ class MoELayer {
   bool fp32_ref_ = false;
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
-  bool a_fp8() const {
-    return !fp32_ref_ &&
-           swiglu_input_fp8(swiglu_, fc1.precision().recipe.quantized() && fc1.keeps_input_copy());
-  }
+  bool a_fp8() const { return !fp32_ref_ && swiglu_input_fp8(swiglu_, fc1.precision()); }
   // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
   bool own_input(const GroupedLinear& l) const { return fp32_ref_ || !l.keeps_input_copy(); }
   MoERouting routing_;
