@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/config.h"
+#include "mxtrain/train/trainer.h"
 
 namespace mxtrain {
 
@@ -61,5 +63,12 @@ class ParamSync {
 std::unique_ptr<ParamSync> make_local_sync(GPT& model);
 // Collective over MPI_COMM_WORLD: checks every rank has the same config, shards the model.
 std::unique_ptr<ParamSync> make_fsdp_sync(GPT& model, const TrainConfig& cfg);
+
+// How run_training gets its ParamSync. The public run_training (train/trainer.h) makes
+// FSDP's when cfg.fsdp.enabled and the one-process one otherwise; tests pass their own
+// (a wrapper that puts a NaN into chosen steps' gradients exercises the skip path).
+using SyncFactory = std::function<std::unique_ptr<ParamSync>(GPT& model, const TrainConfig& cfg)>;
+TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt,
+                          const SyncFactory& make_sync);
 
 }  // namespace mxtrain

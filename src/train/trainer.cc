@@ -1,7 +1,9 @@
-// train/trainer.cc — the training loop (train/trainer.h), read top to bottom:
-// build (policy -> precision decisions -> model) -> optional resume -> for each step:
-// micro-batches forward/backward -> finite check -> clip -> AdamW -> metrics/progress ->
-// validation -> checkpoint -> summary.
+// train/trainer.cc — the training loop (train/trainer.h). `run_training` reads top to bottom:
+// start (outputs checked, policy -> precision decisions -> model, data, parameter sync,
+// optional resume), then per step train_step (micro-batches forward/backward, finite check,
+// clip, AdamW) -> log_step (metrics row, progress) -> evaluate (when due) -> save_checkpoint
+// (when due), then the summary. The run's state lives in one `Run`; what differs between one
+// process and FSDP is behind ParamSync (train/param_sync.h).
 #include "mxtrain/train/trainer.h"
 
 #include <sys/resource.h>
@@ -9,7 +11,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/clock.h"
@@ -40,7 +41,7 @@ int64_t peak_rss_bytes() {
 // failed write (full disk) stops the run with the path.
 class MetricsWriter {
  public:
-  MetricsWriter(const std::string& path, bool append) {
+  void open(const std::string& path, bool append) {
     if (!path.empty()) out_ = std::make_unique<io::LineWriter>(path, append);
   }
   void write(const nlohmann::json& j) {
@@ -54,45 +55,57 @@ class MetricsWriter {
   std::unique_ptr<io::LineWriter> out_;
 };
 
-// Mean loss over `n_batches` validation batches of B sequences: the same sequences and the
-// same value (up to summation order) at every world size. The ranks share the batches: in
-// round k rank r computes batch k*W + r. Every rank runs the same number of forwards (FSDP's
-// weight gathers are collective), so a rank past the last batch computes batch 0 again and
-// leaves it out of the sum.
-double validation_loss(GPT& model, const TextCorpus& corpus, ParamSync& sync, int B, int T,
-                       int n_batches) {
-  const int W = sync.world();
-  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
-  double sum = 0;
-  for (int k = 0; int64_t(k) * W < n_batches; ++k) {
-    const int b = k * W + sync.rank();
-    const bool counted = b < n_batches;
-    for (int i = 0; i < B; ++i)
-      corpus.val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
-                          &tok[size_t(i) * T], &tgt[size_t(i) * T]);
-    const double loss = model.forward_loss(tok.data(), tgt.data(), B, T);
-    if (counted) sum += loss;
-  }
-  return sync.sum_over_ranks(sum) / n_batches;
+// The upper middle of `v` once sorted; 0 when empty.
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
-}  // namespace
+// Everything one training run holds, from start to summary.
+struct Run {
+  Run(const TrainConfig& config, const TrainOptions& options) : cfg(config), opt(options) {}
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
 
-TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
-  config.validate();
-  TrainConfig cfg = config;  // grad_accum may change on resume (see below)
-  const auto& tc = cfg.training;
-  const int B = tc.micro_batch_size, T = tc.seq_len;  // B: sequences per rank
+  TrainConfig cfg;  // grad_accum may change on resume (see resume())
+  const TrainOptions& opt;
+  bool lead = true;  // prints and writes files (under FSDP rank 0 only)
+  int B = 0, T = 0;  // sequences per micro-batch on this rank, tokens per sequence
+  int W = 1, rank = 0, A = 1;
+  int64_t global_batch = 0, tokens_per_step = 0, end_step = 0;
 
-  // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
-  const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
+  PolicyOracle oracle;
+  std::unique_ptr<PrecisionResolver> resolver;
+  std::unique_ptr<GPT> model;
+  std::vector<Parameter*> params;
+  TextCorpus corpus;
+  std::unique_ptr<ParamSync> sync;
+  TrainerState st;
 
-  // ---- memory: a model that cannot fit is refused before anything is allocated.
-  if (!opt.dry_run && !opt.ignore_memory_check) check_training_memory(cfg, machine_memory_limit());
+  MetricsWriter metrics;
+  std::unique_ptr<ProgressLine> progress;
+  std::vector<int32_t> tok, tgt;   // one micro-batch: [B, T] tokens and next-token targets
+  Clock::time_point t_run;
+  std::vector<double> step_times;  // seconds, steps that updated the weights
+  TrainSummary sum;
+};
 
-  // ---- outputs: every path is checked before any work, so a run that cannot save is
-  // refused now rather than after its last step.
-  if (lead) {
+// What one optimizer step produced, for log_step.
+struct StepResult {
+  bool finite = true;
+  double loss = 0, aux = 0, gnorm = 0, seconds = 0;
+  float lr = 0;
+  size_t held = 0;
+};
+
+// ---- start ---------------------------------------------------------------------------------
+
+// Every output path is checked before any work, so a run that cannot save is refused now
+// rather than after its last step.
+void check_outputs(const Run& r) {
+  const TrainOptions& opt = r.opt;
+  if (r.lead) {
     io::check_output_file(opt.decisions_out, "--decisions-out");
     if (!opt.dry_run) {
       io::check_output_file(opt.metrics_out, "--metrics-out");
@@ -102,212 +115,297 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt) {
   }
   if (opt.resume && !opt.dry_run) {
     MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    if (lead) io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
+    if (r.lead) io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
   }
+}
 
-  // ---- build: policy -> precision decisions -> model --------------------------------------
-  PolicyOracle oracle;
-  if (cfg.precision.selective_fp8) oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
-  PrecisionResolver resolver(cfg, oracle);
-  if (opt.dry_run) {
+// Policy -> precision decisions -> model (no model on a dry run); the decisions are printed
+// and written as asked.
+void build_model(Run& r) {
+  const TrainConfig& cfg = r.cfg;
+  if (cfg.precision.selective_fp8)
+    r.oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
+  r.resolver = std::make_unique<PrecisionResolver>(r.cfg, r.oracle);
+  PrecisionResolver& resolver = *r.resolver;
+  if (r.opt.dry_run) {
     for (const ModuleInfo& m : describe_modules(cfg.model)) resolver(m);
+  } else {
+    r.model = std::make_unique<GPT>(
+        cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
+    r.model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
+                              cfg.precision.scale_rounding);
   }
-  std::unique_ptr<GPT> model;
-  if (!opt.dry_run)
-    model = std::make_unique<GPT>(cfg.model, [&](const ModuleInfo& m) { return resolver(m); },
-                                  tc.seed);
-  if (model)
-    model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
-                            cfg.precision.scale_rounding);
-  if (!opt.decisions_out.empty() && lead)
-    io::write_file_atomic(opt.decisions_out, decisions_json(resolver.decisions()));
-  if ((opt.print_decisions || opt.dry_run) && lead)
+  if (!r.opt.decisions_out.empty() && r.lead)
+    io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
+  if ((r.opt.print_decisions || r.opt.dry_run) && r.lead)
     std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
-  TrainSummary sum;
-  if (opt.dry_run) return sum;
+}
 
-  const TextCorpus corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
-  std::vector<Parameter*> params = model->parameters();
-  std::unique_ptr<ParamSync> sync =
-      cfg.fsdp.enabled ? make_fsdp_sync(*model, cfg) : make_local_sync(*model);
-  const int W = sync->world(), rank = sync->rank();
+// The corpus and the parameter sync (one process or FSDP shards).
+void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
+  const TrainConfig& cfg = r.cfg;
+  r.corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
+  r.params = r.model->parameters();
+  r.sync = make_sync(*r.model, cfg);
+  r.W = r.sync->world();
+  r.rank = r.sync->rank();
   // Each rank reads data.path on its own machine: they must all have read the same bytes.
-  sync->check_same("training data (" + cfg.data.path + ")",
-                   corpus.description() + " fnv1a64 " + std::to_string(corpus.content_hash()));
-  if (opt.progress && lead)
+  r.sync->check_same("training data (" + cfg.data.path + ")",
+                     r.corpus.description() + " fnv1a64 " +
+                         std::to_string(r.corpus.content_hash()));
+  if (r.opt.progress && r.lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
-                 (long long)model->num_parameters(), cfg.model.n_layers,
-                 cfg.model.moe_num_experts ? " (MoE)" : "", corpus.description().c_str(),
-                 W > 1 ? ("; FSDP over " + std::to_string(W) + " ranks").c_str() : "");
+                 (long long)r.model->num_parameters(), cfg.model.n_layers,
+                 cfg.model.moe_num_experts ? " (MoE)" : "", r.corpus.description().c_str(),
+                 r.W > 1 ? ("; FSDP over " + std::to_string(r.W) + " ranks").c_str() : "");
+}
 
-  // ---- resume ------------------------------------------------------------------------------
-  TrainerState st;
-  if (opt.resume) {
-    MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-    st = sync->load(opt.checkpoint_dir, cfg);
-    if (opt.progress && lead)
-      std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
-                   (long long)st.step);
-    // Every rank has the same state (FSDP broadcasts it), so every rank decides alike.
-    std::string note;
-    const int a = resume_grad_accum(st, B, W, tc.grad_accum, &note);
-    if (a != tc.grad_accum) {
-      if (lead) std::fprintf(stderr, "%s\n", note.c_str());
-      cfg.training.grad_accum = a;
-      cfg.source_text = config_to_yaml(cfg);  // later checkpoints record what ran
-    }
+// Loads the latest checkpoint; at another world size grad_accum changes to keep the
+// checkpoint's global batch (train/checkpointing.h, resume_grad_accum).
+void resume(Run& r) {
+  const TrainOptions& opt = r.opt;
+  MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);
+  if (opt.progress && r.lead)
+    std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
+                 (long long)r.st.step);
+  // Every rank has the same state (FSDP broadcasts it), so every rank decides alike.
+  std::string note;
+  const int a = resume_grad_accum(r.st, r.B, r.W, r.cfg.training.grad_accum, &note);
+  if (a != r.cfg.training.grad_accum) {
+    if (r.lead) std::fprintf(stderr, "%s\n", note.c_str());
+    r.cfg.training.grad_accum = a;
+    r.cfg.source_text = config_to_yaml(r.cfg);  // later checkpoints record what ran
   }
-  const int A = tc.grad_accum;
-  const int64_t global_batch = int64_t(B) * W * A;  // sequences per optimizer step
-  model->reserve(B, T);  // activations, backward scratch and gradients, once
-  st.world_size = W;
-  st.global_batch = global_batch;
-  if (opt.progress && lead)
+}
+
+// The batch, buffers, metrics file and progress line of the steps to run.
+void prepare_steps(Run& r) {
+  const TrainingConfig& tc = r.cfg.training;
+  r.A = tc.grad_accum;
+  r.global_batch = int64_t(r.B) * r.W * r.A;  // sequences per optimizer step
+  r.tokens_per_step = r.global_batch * r.T;
+  r.model->reserve(r.B, r.T);  // activations, backward scratch and gradients, once
+  r.st.world_size = r.W;
+  r.st.global_batch = r.global_batch;
+  if (r.opt.progress && r.lead)
     std::fprintf(stderr, "batch: %lld sequences of %d tokens per step (micro_batch_size %d x "
                  "%d rank(s) x grad_accum %d)\n",
-                 (long long)global_batch, T, B, W, A);
-  MXT_CHECK(st.step < tc.steps, "checkpoint is at step ", st.step, " but training.steps is ",
-            tc.steps, ": nothing left to do (raise --steps)");
+                 (long long)r.global_batch, r.T, r.B, r.W, r.A);
+  MXT_CHECK(r.st.step < tc.steps, "checkpoint is at step ", r.st.step,
+            " but training.steps is ", tc.steps, ": nothing left to do (raise --steps)");
+  r.metrics.open(r.lead ? r.opt.metrics_out : std::string(), r.opt.resume);
+  r.progress = std::make_unique<ProgressLine>(r.st.step, tc.steps, r.opt.progress && r.lead);
+  r.tok.resize(size_t(r.B) * r.T);
+  r.tgt.resize(size_t(r.B) * r.T);
+  r.t_run = Clock::now();
+  r.sum.first_step = r.st.step;
+  r.end_step = r.opt.stop_after > 0 ? std::min(tc.steps, r.st.step + r.opt.stop_after)
+                                    : tc.steps;
+}
 
-  MetricsWriter metrics(lead ? opt.metrics_out : std::string(), opt.resume);
-  ProgressLine progress(st.step, tc.steps, opt.progress && lead);
-  std::vector<int32_t> tok(size_t(B) * T), tgt(size_t(B) * T);
-  const int64_t tokens_per_step = global_batch * T;
-  const auto t_run = Clock::now();
-  std::vector<double> step_times;  // seconds, steps that updated the weights
-  sum.first_step = st.step;
+// ---- one step ------------------------------------------------------------------------------
 
-  const int64_t end_step =
-      opt.stop_after > 0 ? std::min(tc.steps, st.step + opt.stop_after) : tc.steps;
-  for (int64_t step = st.step; step < end_step; ++step) {
-    const auto t_step = Clock::now();
-    sync->begin_step();
-    for (Parameter* p : params) p->clear_grad();  // the first micro-batch writes them
-
-    // Forward + backward over this rank's micro-batches; grads accumulate unscaled (their sum)
-    // and become the mean over the global batch after the reduction over ranks (mean) and the
-    // 1/A below. Scaling each micro-batch's loss by 1/A instead would scale the output
-    // gradients before the backward GEMMs quantize them, which rounds differently unless A is
-    // a power of two — and W ranks would not match one process with grad_accum W*A. Rank r's
-    // micro-batch a is global micro-batch a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B).
-    double loss = 0, aux = 0;
-    size_t held = 0;
-    for (int a = 0; a < A; ++a) {
-      const int64_t first = (int64_t(a) * W + rank) * B;
-      for (int i = 0; i < B; ++i)
-        corpus.train_sequence(tc.seed, step, first + i, T, &tok[size_t(i) * T],
-                              &tgt[size_t(i) * T]);
-      loss += model->forward_backward(tok.data(), tgt.data(), B, T, 1.0f) / A;
-      aux += model->last_aux_loss() / A;
-      held = std::max(held, model->last_held_bytes());
-    }
-    if (std::count(opt.poison_steps.begin(), opt.poison_steps.end(), step))
-      params[0]->grad[0] = std::nanf("");
-    sync->reduce_gradients();
-    loss = sync->mean_over_ranks(loss);
-    aux = sync->mean_over_ranks(aux);
-
-    // Non-finite loss or gradients: report and skip; weights stay untouched.
-    const bool finite = sync->grads_finite() && std::isfinite(loss);
-    if (!finite) {
-      ++st.skipped;
-      sum.losses.push_back(std::nan(""));
-      progress.message("step " + std::to_string(step + 1) +
-                       ": non-finite loss or gradient, step skipped (" +
-                       std::to_string(st.skipped) + " so far)");
-      metrics.write({{"step", step + 1}, {"skipped", true}, {"reason", "non-finite loss or gradient"}});
-      MXT_CHECK(st.skipped <= tc.max_nonfinite_steps, "training stopped: ", st.skipped,
-                " steps had non-finite loss or gradients (limit training.max_nonfinite_steps = ",
-                tc.max_nonfinite_steps, ")");
-    } else {
-      // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
-      // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
-      // is applied together with the clip factor.
-      const double gnorm = std::sqrt(sync->grad_sum_squares()) / A;
-      const float clip =
-          (tc.grad_clip > 0 && gnorm > tc.grad_clip) ? float(tc.grad_clip / gnorm) : 1.f;
-      const float grad_mult = clip / float(A);
-      AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
-                   tc.beta2, tc.eps, tc.weight_decay};
-      ++st.opt_steps;
-      for (const OptimView& ov : sync->views()) {
-        if (grad_mult != 1.f)
-          for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= grad_mult;
-        adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, st.opt_steps, ov.decay);
-        ++*ov.version;
-      }
-
-      const double step_s = seconds_since(t_step);
-      step_times.push_back(step_s);
-      sum.losses.push_back(loss);
-      sum.held_bytes = held;
-      const CommCounters cc = sync->counters();
-      nlohmann::json row = {{"step", step + 1}, {"loss", loss}, {"aux_loss", aux},
-                            {"lr", h.lr}, {"grad_norm", gnorm},
-                            {"tokens_per_s", double(tokens_per_step) / step_s},
-                            {"step_ms", step_s * 1e3}, {"held_bytes", held},
-                            {"peak_rss_bytes", peak_rss_bytes()}};
-      if (W > 1) {
-        row["allgather_bytes"] = cc.allgather_bytes;
-        row["allgather_ms"] = cc.allgather_ms;
-        row["reduce_scatter_bytes"] = cc.reduce_scatter_bytes;
-        row["reduce_scatter_ms"] = cc.reduce_scatter_ms;
-        row["allreduce_bytes"] = cc.allreduce_bytes;
-        row["allreduce_ms"] = cc.allreduce_ms;
-        // Communication time: total = in flight (all-gathers, reduce-scatters, all-reduce);
-        // exposed = spent waiting, with nothing to compute.
-        row["comm_total_ms"] = cc.allgather_span_ms + cc.reduce_scatter_span_ms + cc.allreduce_ms;
-        row["comm_exposed_ms"] = cc.allgather_ms + cc.reduce_scatter_ms + cc.allreduce_ms;
-      }
-      metrics.write(row);
-      progress.update(step, loss,
-                      double(tokens_per_step) * double(step + 1 - sum.first_step) /
-                          seconds_since(t_run),
-                      step_s, seconds_since(t_run));
-    }
-
-    const bool last = step + 1 == end_step;
-    if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) {
-      const double vl = validation_loss(*model, corpus, *sync, B, T, tc.eval_batches);
-      sum.val_losses.emplace_back(step + 1, vl);
-      sum.final_val_loss = vl;
-      metrics.write({{"step", step + 1}, {"val_loss", vl}});
-      char buf[96];
-      std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f", (long long)(step + 1), vl);
-      progress.message(buf);
-    }
-    st.step = step + 1;
-    if (!opt.checkpoint_dir.empty() &&
-        (last || (tc.checkpoint_every > 0 && st.step % tc.checkpoint_every == 0)))
-      sync->save(opt.checkpoint_dir, cfg, st);
+// Forward + backward over this rank's micro-batches, then (when loss and gradients are
+// finite) clip and AdamW. Grads accumulate unscaled (their sum) and become the mean over the
+// global batch after the reduction over ranks (mean) and the 1/A below. Scaling each
+// micro-batch's loss by 1/A instead would scale the output gradients before the backward
+// GEMMs quantize them, which rounds differently unless A is a power of two — and W ranks
+// would not match one process with grad_accum W*A. Rank r's micro-batch a is global
+// micro-batch a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B).
+StepResult train_step(Run& r, int64_t step) {
+  const TrainingConfig& tc = r.cfg.training;
+  const int A = r.A, B = r.B, T = r.T;
+  const auto t_step = Clock::now();
+  StepResult s;
+  r.sync->begin_step();
+  for (Parameter* p : r.params) p->clear_grad();  // the first micro-batch writes them
+  for (int a = 0; a < A; ++a) {
+    const int64_t first = (int64_t(a) * r.W + r.rank) * B;
+    for (int i = 0; i < B; ++i)
+      r.corpus.train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
+                              &r.tgt[size_t(i) * T]);
+    s.loss += r.model->forward_backward(r.tok.data(), r.tgt.data(), B, T, 1.0f) / A;
+    s.aux += r.model->last_aux_loss() / A;
+    s.held = std::max(s.held, r.model->last_held_bytes());
   }
+  r.sync->reduce_gradients();
+  s.loss = r.sync->mean_over_ranks(s.loss);
+  s.aux = r.sync->mean_over_ranks(s.aux);
 
-  sum.steps_done = st.step - sum.first_step;
-  sum.skipped_steps = st.skipped;
-  // Throughput over the steps that updated the weights; the median leaves out the first
-  // step (it builds oneDNN primitives and buffers).
+  // Non-finite loss or gradients: the step is skipped; weights stay untouched.
+  s.finite = r.sync->grads_finite() && std::isfinite(s.loss);
+  if (!s.finite) return s;
+
+  // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
+  // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
+  // is applied together with the clip factor.
+  s.gnorm = std::sqrt(r.sync->grad_sum_squares()) / A;
+  const float clip =
+      (tc.grad_clip > 0 && s.gnorm > tc.grad_clip) ? float(tc.grad_clip / s.gnorm) : 1.f;
+  const float grad_mult = clip / float(A);
+  const AdamWHyper h{lr_at(step, tc.warmup_steps, tc.steps, tc.lr, tc.min_lr), tc.beta1,
+                     tc.beta2, tc.eps, tc.weight_decay};
+  s.lr = h.lr;
+  ++r.st.opt_steps;
+  for (const OptimView& ov : r.sync->views()) {
+    if (grad_mult != 1.f)
+      for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= grad_mult;
+    adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, r.st.opt_steps, ov.decay);
+    ++*ov.version;
+  }
+  s.seconds = seconds_since(t_step);
+  return s;
+}
+
+// The step's metrics row and progress line; a skipped step is counted, said, and ends the
+// run once more than training.max_nonfinite_steps were skipped.
+void log_step(Run& r, int64_t step, const StepResult& s) {
+  if (!s.finite) {
+    ++r.st.skipped;
+    r.sum.losses.push_back(std::nan(""));
+    r.progress->message("step " + std::to_string(step + 1) +
+                        ": non-finite loss or gradient, step skipped (" +
+                        std::to_string(r.st.skipped) + " so far)");
+    r.metrics.write(
+        {{"step", step + 1}, {"skipped", true}, {"reason", "non-finite loss or gradient"}});
+    MXT_CHECK(r.st.skipped <= r.cfg.training.max_nonfinite_steps, "training stopped: ",
+              r.st.skipped, " steps had non-finite loss or gradients (limit "
+              "training.max_nonfinite_steps = ", r.cfg.training.max_nonfinite_steps, ")");
+    return;
+  }
+  r.step_times.push_back(s.seconds);
+  r.sum.losses.push_back(s.loss);
+  r.sum.held_bytes = s.held;
+  nlohmann::json row = {{"step", step + 1}, {"loss", s.loss}, {"aux_loss", s.aux},
+                        {"lr", s.lr}, {"grad_norm", s.gnorm},
+                        {"tokens_per_s", double(r.tokens_per_step) / s.seconds},
+                        {"step_ms", s.seconds * 1e3}, {"held_bytes", s.held},
+                        {"peak_rss_bytes", peak_rss_bytes()}};
+  if (r.W > 1) {
+    const CommCounters cc = r.sync->counters();
+    row["allgather_bytes"] = cc.allgather_bytes;
+    row["allgather_ms"] = cc.allgather_ms;
+    row["reduce_scatter_bytes"] = cc.reduce_scatter_bytes;
+    row["reduce_scatter_ms"] = cc.reduce_scatter_ms;
+    row["allreduce_bytes"] = cc.allreduce_bytes;
+    row["allreduce_ms"] = cc.allreduce_ms;
+    // Communication time: total = in flight (all-gathers, reduce-scatters, all-reduce);
+    // exposed = spent waiting, with nothing to compute.
+    row["comm_total_ms"] = cc.allgather_span_ms + cc.reduce_scatter_span_ms + cc.allreduce_ms;
+    row["comm_exposed_ms"] = cc.allgather_ms + cc.reduce_scatter_ms + cc.allreduce_ms;
+  }
+  r.metrics.write(row);
+  const double elapsed = seconds_since(r.t_run);
+  r.progress->update(step, s.loss,
+                     double(r.tokens_per_step) * double(step + 1 - r.sum.first_step) / elapsed,
+                     s.seconds, elapsed);
+}
+
+// Mean loss over `eval_batches` validation batches of B sequences: the same sequences and the
+// same value (up to summation order) at every world size. The ranks share the batches: in
+// round k rank r computes batch k*W + r. Every rank runs the same number of forwards (FSDP's
+// weight gathers are collective), so a rank past the last batch computes batch 0 again and
+// leaves it out of the sum.
+double validation_loss(Run& r) {
+  const int B = r.B, T = r.T, W = r.W, n_batches = r.cfg.training.eval_batches;
+  double sum = 0;
+  for (int k = 0; int64_t(k) * W < n_batches; ++k) {
+    const int b = k * W + r.rank;
+    const bool counted = b < n_batches;
+    for (int i = 0; i < B; ++i)
+      r.corpus.val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
+                            &r.tok[size_t(i) * T], &r.tgt[size_t(i) * T]);
+    const double loss = r.model->forward_loss(r.tok.data(), r.tgt.data(), B, T);
+    if (counted) sum += loss;
+  }
+  return r.sync->sum_over_ranks(sum) / n_batches;
+}
+
+// Validation after step `step` (0-based): recorded, written and said.
+void evaluate(Run& r, int64_t step) {
+  const double vl = validation_loss(r);
+  r.sum.val_losses.emplace_back(step + 1, vl);
+  r.sum.final_val_loss = vl;
+  r.metrics.write({{"step", step + 1}, {"val_loss", vl}});
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f", (long long)(step + 1), vl);
+  r.progress->message(buf);
+}
+
+void save_checkpoint(Run& r) { r.sync->save(r.opt.checkpoint_dir, r.cfg, r.st); }
+
+// ---- end -----------------------------------------------------------------------------------
+
+// Throughput over the steps that updated the weights; the median leaves out the first step
+// (it builds oneDNN primitives and buffers). The summary row closes the metrics file.
+void finish(Run& r) {
+  TrainSummary& sum = r.sum;
+  sum.steps_done = r.st.step - sum.first_step;
+  sum.skipped_steps = r.st.skipped;
   double total_s = 0;
-  for (double t : step_times) total_s += t;
-  sum.mean_step_ms = step_times.empty() ? 0 : total_s / double(step_times.size()) * 1e3;
-  sum.tokens_per_s = total_s > 0 ? double(tokens_per_step) * double(step_times.size()) / total_s : 0;
-  std::vector<double> steady(step_times.begin() + (step_times.size() > 1), step_times.end());
-  std::sort(steady.begin(), steady.end());
-  sum.median_step_ms = steady.empty() ? 0 : steady[steady.size() / 2] * 1e3;
+  for (double t : r.step_times) total_s += t;
+  const size_t n = r.step_times.size();
+  sum.mean_step_ms = n == 0 ? 0 : total_s / double(n) * 1e3;
+  sum.tokens_per_s = total_s > 0 ? double(r.tokens_per_step) * double(n) / total_s : 0;
+  sum.median_step_ms =
+      median(std::vector<double>(r.step_times.begin() + (n > 1), r.step_times.end())) * 1e3;
   sum.peak_rss_bytes = peak_rss_bytes();
-  sum.global_batch = global_batch;
-  sum.micro_batch_size = B;
-  sum.world_size = W;
-  sum.grad_accum = A;
-  metrics.write({{"summary", true}, {"recipe", cfg.precision.recipe}, {"steps", st.step},
-                 {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
-                 {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
-                 {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms}, {"skipped_steps", st.skipped},
-                 {"held_bytes", sum.held_bytes}, {"peak_rss_bytes", sum.peak_rss_bytes},
-                 {"parameters", model->num_parameters()}, {"global_batch", global_batch},
-                 {"micro_batch_size", B}, {"world_size", W}, {"grad_accum", A}});
-  metrics.close();
-  return sum;
+  sum.global_batch = r.global_batch;
+  sum.micro_batch_size = r.B;
+  sum.world_size = r.W;
+  sum.grad_accum = r.A;
+  r.metrics.write({{"summary", true}, {"recipe", r.cfg.precision.recipe}, {"steps", r.st.step},
+                   {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
+                   {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
+                   {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
+                   {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
+                   {"peak_rss_bytes", sum.peak_rss_bytes},
+                   {"parameters", r.model->num_parameters()}, {"global_batch", r.global_batch},
+                   {"micro_batch_size", r.B}, {"world_size", r.W}, {"grad_accum", r.A}});
+  r.metrics.close();
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
+                          const SyncFactory& make_sync) {
+  config.validate();
+  Run r(config, opt);
+  r.B = r.cfg.training.micro_batch_size;
+  r.T = r.cfg.training.seq_len;
+  // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
+  r.lead = !r.cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
+
+  // A model that cannot fit is refused before anything is allocated.
+  if (!opt.dry_run && !opt.ignore_memory_check)
+    check_training_memory(r.cfg, machine_memory_limit());
+  check_outputs(r);
+  build_model(r);
+  if (opt.dry_run) return r.sum;
+  attach_data_and_sync(r, make_sync);
+  if (opt.resume) resume(r);
+  prepare_steps(r);
+
+  const TrainingConfig& tc = r.cfg.training;
+  for (int64_t step = r.st.step; step < r.end_step; ++step) {
+    log_step(r, step, train_step(r, step));
+    const bool last = step + 1 == r.end_step;
+    if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) evaluate(r, step);
+    r.st.step = step + 1;
+    if (!opt.checkpoint_dir.empty() &&
+        (last || (tc.checkpoint_every > 0 && r.st.step % tc.checkpoint_every == 0)))
+      save_checkpoint(r);
+  }
+  finish(r);
+  return r.sum;
+}
+
+TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
+  return run_training(cfg, opt, [](GPT& model, const TrainConfig& c) {
+    return c.fsdp.enabled ? make_fsdp_sync(model, c) : make_local_sync(model);
+  });
 }
 
 }  // namespace mxtrain

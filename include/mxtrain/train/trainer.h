@@ -35,8 +35,6 @@ struct TrainOptions {
   bool ignore_memory_check = false;
   int64_t stop_after = 0;      // stop after this many steps in this run (0: run to the end);
                                // the schedule still spans training.steps (preemption)
-  // Testing aid: these (0-based) steps get a NaN gradient, to exercise the skip path.
-  std::vector<int64_t> poison_steps;
 };
 
 struct TrainSummary {
