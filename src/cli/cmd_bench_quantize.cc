@@ -31,6 +31,7 @@
 #include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
+#include "mxtrain/peak.h"
 #include "mxtrain/quantize.h"
 
 namespace {
@@ -69,16 +70,11 @@ class CacheSettler {
   size_t size() const { return buf_.size(); }
 
  private:
-  // 2x the L3 (sysfs, which reports the cache a core really shares; some VMs report
-  // the host's in sysconf), within [64, 512] MiB.
+  // 2x the last-level cache (mxtrain/peak.h reads sysfs, which reports the cache a core
+  // really shares; some VMs report the host's in sysconf), within [64, 512] MiB.
   static size_t bytes() {
-    size_t l3 = 32u << 20;
-    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-      unsigned long kib = 0;
-      if (std::fscanf(f, "%luK", &kib) == 1 && kib > 0) l3 = size_t(kib) << 10;
-      std::fclose(f);
-    }
-    return std::clamp<size_t>(2 * l3, size_t(64) << 20, size_t(512) << 20);
+    return std::clamp<size_t>(2 * size_t(last_level_cache_bytes()), size_t(64) << 20,
+                              size_t(512) << 20);
   }
   std::vector<uint8_t> buf_;
   mutable volatile uint64_t sink_ = 0;
