@@ -12,6 +12,9 @@
 // hits all alike; the median over --iters is reported next to the BF16 median of that op.
 // The activation's converted or quantized copy is written into storage made once, as the
 // layers reuse theirs across steps.
+// Every row also gives its rate, 2·m·k·n FLOPs over the op's median time (quantization
+// included), as a percentage of the machine's reference peak (mxtrain/peak.h): measured at the
+// start of the run at the OpenMP thread count, or the figure given with --peak.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,8 +27,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/peak_fields.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/peak.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/recipe.h"
 
@@ -39,6 +44,7 @@ struct BenchGemmOptions {
   int warmup = 2, iters = 9;
   std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
   std::vector<std::string> ops{"fwd", "dgrad", "wgrad"};
+  double peak_gflops = 0;  // 0: measure the reference peak in this run
 };
 
 double now_ms() {
@@ -128,11 +134,13 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   for (const std::string& n : o.recipes)
     if (n != "bf16") recipes.push_back(get_recipe(n).name);
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
+  const ReferencePeak peak = reference_peak(o.peak_gflops);
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)
-    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", gemm_path_name(gemm_path()),
-                "recipe", "op", "m", "k", "n", "ms", "bf16_ms", "vs_bf16");
+    std::printf("gemm path: %s; peak %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s %9s %7s\n",
+                gemm_path_name(gemm_path()), peak.describe().c_str(), "recipe", "op", "m", "k",
+                "n", "ms", "bf16_ms", "vs_bf16", "GFLOP/s", "%peak");
   for (int64_t M : o.m) {
     const std::vector<float> x = randn(M * o.k, 2, 1.f), dy = randn(M * o.n, 3, 1e-3f);
     std::vector<std::unique_ptr<Case>> cases;
@@ -149,16 +157,19 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     for (const std::string& op : o.ops)
       for (size_t c = show_bf16 ? 0 : 1; c < cases.size(); ++c) {
         const double ms = median(times[{c, op}]), base = median(times[{0, op}]);
+        const double gflops = 2.0 * double(M) * double(o.k) * double(o.n) / (ms * 1e6);
         nlohmann::json row = {{"recipe", recipes[c]}, {"op", op},       {"m", M},
                               {"k", o.k},             {"n", o.n},       {"ms", ms},
                               {"bf16_ms", base},      {"vs_bf16", ms / base},
-                              {"gemm_path", gemm_path_name(gemm_path())}, {"iters", o.iters}};
+                              {"gemm_path", gemm_path_name(gemm_path())}, {"iters", o.iters},
+                              {"gflops", gflops},     {"pct_of_peak", 100 * gflops / peak.gflops}};
+        add_peak_fields(row, peak);
         if (o.json)
           rows.push_back(row);
         else
-          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n", recipes[c].c_str(),
-                      op.c_str(), (long long)M, (long long)o.k, (long long)o.n, ms, base,
-                      ms / base);
+          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx %9.1f %6.1f%%\n",
+                      recipes[c].c_str(), op.c_str(), (long long)M, (long long)o.k,
+                      (long long)o.n, ms, base, ms / base, gflops, 100 * gflops / peak.gflops);
       }
   }
   if (o.json) std::cout << rows.dump(1) << std::endl;
@@ -173,8 +184,10 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       "gemm",
       "Time a Linear's products (fwd, dgrad, wgrad) per recipe for x [m, k] and W [n, k], the "
       "weight already converted/quantized and the activation's conversion/quantization timed, "
-      "against BF16 in the same run. JSON rows: recipe, op, m, k, n, ms (median), bf16_ms, "
-      "vs_bf16, gemm_path, iters");
+      "against BF16 in the same run, and as a percentage of the machine's peak. JSON rows: "
+      "recipe, op, m, k, n, ms (median), bf16_ms, vs_bf16, gemm_path, iters, gflops (2mkn / "
+      "ms), pct_of_peak, peak_gflops, peak_source (measured | given), peak_kind and "
+      "peak_threads when measured");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')
@@ -189,6 +202,7 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--ops", opts->ops, "Products to time (default fwd,dgrad,wgrad)")
       ->delimiter(',');
+  add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
 });
 

@@ -6,6 +6,9 @@
 // alternating the layers within each iteration (bench_layers_alternating, nn/layer_bench.h)
 // so that load on a shared machine affects every recipe alike. --json prints one JSON array of row
 // objects (fields listed in the help) for other tools; otherwise a readable table.
+// Each row's rate counts the three products (fwd, dgrad, wgrad: 3 · 2 · rows · in · out FLOPs)
+// over the median fwd+bwd time, as a percentage of the machine's reference peak
+// (mxtrain/peak.h): measured at the start of the run at the OpenMP thread count, or --peak.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/peak_fields.h"
 #include "mxtrain/common.h"
 #include "mxtrain/nn/layer_bench.h"
 
@@ -28,13 +32,16 @@ struct BenchLinearOptions {
   int64_t experts = 0, topk = 1;
   int warmup = 1, iters = 3, micro_batches = 1;
   std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
+  double peak_gflops = 0;  // 0: measure the reference peak in this run
 };
 
 int run_bench_linear(const BenchLinearOptions& o) {
+  const ReferencePeak peak = reference_peak(o.peak_gflops);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)
-    std::printf("%-12s %6s %6s %6s %4s %5s %11s %11s %8s %12s\n", "recipe", "tokens", "in",
-                "out", "exp", "defer", "fwd_bwd_ms", "bf16_ms", "vs_bf16", "held_MiB");
+    std::printf("peak %s\n%-12s %6s %6s %6s %4s %5s %11s %11s %8s %12s %9s %7s\n",
+                peak.describe().c_str(), "recipe", "tokens", "in", "out", "exp", "defer",
+                "fwd_bwd_ms", "bf16_ms", "vs_bf16", "held_MiB", "GFLOP/s", "%peak");
   for (int64_t T : o.tokens) {
     LayerBenchConfig cfg;
     cfg.tokens = T;
@@ -67,6 +74,8 @@ int run_bench_linear(const BenchLinearOptions& o) {
     for (size_t k = show_bf16 ? 0 : 1; k < res.size(); ++k) {
       const LayerBenchResult& r = res[k];
       const bool defer = precs[k].defer_backward_quant;
+      const double gflops = 3 * 2.0 * double(r.rows) * double(o.in) * double(o.out) /
+                            (r.median_ms * 1e6);
       nlohmann::json row = {{"recipe", names[k]},
                             {"tokens", T},
                             {"in", o.in},
@@ -84,7 +93,10 @@ int run_bench_linear(const BenchLinearOptions& o) {
                             {"rows", r.rows},
                             {"warmup", o.warmup},
                             {"iters", o.iters},
-                            {"micro_batches", o.micro_batches}};
+                            {"micro_batches", o.micro_batches},
+                            {"gflops", gflops},
+                            {"pct_of_peak", 100 * gflops / peak.gflops}};
+      add_peak_fields(row, peak);
       if (o.experts > 0) {
         row["experts"] = o.experts;
         row["topk"] = o.topk;
@@ -92,10 +104,11 @@ int run_bench_linear(const BenchLinearOptions& o) {
       if (o.json) {
         rows.push_back(row);
       } else {
-        std::printf("%-12s %6lld %6lld %6lld %4lld %5s %11.2f %11.2f %7.2fx %12.2f\n",
+        std::printf("%-12s %6lld %6lld %6lld %4lld %5s %11.2f %11.2f %7.2fx %12.2f %9.1f %6.1f%%\n",
                     names[k].c_str(), (long long)T, (long long)o.in, (long long)o.out,
                     (long long)o.experts, defer ? "on" : "off", r.median_ms, bf16.median_ms,
-                    r.median_ms / bf16.median_ms, r.held_bytes / 1048576.0);
+                    r.median_ms / bf16.median_ms, r.held_bytes / 1048576.0, gflops,
+                    100 * gflops / peak.gflops);
         std::fflush(stdout);
       }
     }
@@ -115,8 +128,9 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
       "recipe and defer_backward_quant state against the BF16 layer of the same shape. JSON "
       "rows: recipe, tokens, in, out, defer_backward_quant, fwd_bwd_ms (median), min_ms, "
       "mean_ms, max_ms, held_bytes, weight_cache_bytes, bf16_fwd_bwd_ms, bf16_mean_ms, "
-      "speedup_vs_bf16, rows, warmup, iters, micro_batches, and "
-      "experts/topk when grouped");
+      "speedup_vs_bf16, rows, warmup, iters, micro_batches, gflops (3 products: 6 x rows x "
+      "in x out / fwd_bwd_ms), pct_of_peak, peak_gflops, peak_source (measured | given), "
+      "peak_kind and peak_threads when measured, and experts/topk when grouped");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
       ->delimiter(',')
@@ -139,6 +153,7 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
       ->check(CLI::PositiveNumber);
   sub->add_option("--recipes", opts->recipes, "Recipes to time (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
+  add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_linear(*opts); });
 });
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# tests/cli/info_bench_cli.sh — the `mxtrain info` and `mxtrain bench quantize` contract:
-# kernel-path selection (--isa, MXTRAIN_ISA), the JSON fields other tools read, and a clear
-# error for an unknown path.
+# tests/cli/info_bench_cli.sh — the `mxtrain info`, `mxtrain bench quantize / gemm / peak`
+# contract: kernel-path selection (--isa, MXTRAIN_ISA), the JSON fields other tools read, the
+# percentage of peak in bench gemm's rows, and a clear error for an unknown path.
 # Usage: info_bench_cli.sh /path/to/mxtrain   (run by CTest as `cli_info_bench`)
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -29,6 +29,54 @@ out=$("$MXTRAIN" bench gemm --m 3 --k 70 --n 33 --iters 1 --warmup 0 --json) ||
 for key in '"recipe"' '"op"' '"m"' '"k"' '"n"' '"ms"' '"bf16_ms"' '"wgrad"'; do
   has "$out" "$key" "bench gemm --json"
 done
+# bench gemm reports each row against the peak: measured in the run, or the one given.
+"$MXTRAIN" bench gemm --m 5 --k 64 --n 40 --iters 1 --warmup 0 --json > measured.json ||
+  fail "bench gemm (peak measured) exited $?"
+"$MXTRAIN" bench gemm --m 5 --k 64 --n 40 --iters 1 --warmup 0 --peak 100 --json > given.json ||
+  fail "bench gemm --peak exited $?"
+python3 - measured.json given.json <<'PY' || fail "bench gemm peak fields: $(head -c 400 given.json)"
+import json, sys
+measured, given = (json.load(open(f)) for f in sys.argv[1:3])
+for r in measured:
+    assert r["peak_source"] == "measured" and r["peak_gflops"] > 0 and r["peak_threads"] >= 1, r
+    assert r["peak_kind"] in ("amx_bf16", "avx512_bf16", "fp32_fma", "fp32_ref"), r
+for r in given:
+    assert r["peak_source"] == "given" and r["peak_gflops"] == 100 and "peak_kind" not in r, r
+    flops = 2 * r["m"] * r["k"] * r["n"]
+    assert abs(r["gflops"] - flops / (r["ms"] * 1e6)) <= 1e-9 * r["gflops"], r
+    assert abs(r["pct_of_peak"] - r["gflops"]) <= 1e-9 * r["gflops"], r  # peak 100 GFLOP/s
+PY
+
+# bench peak: every kind the path runs at each thread count, the three streams, a reference.
+"$MXTRAIN" bench peak --json --quiet --reps 3 --rep-ms 2 --buffer-mib 2 --threads 1,2 > peak.json ||
+  fail "bench peak exited $?"
+MXTRAIN_ISA=scalar "$MXTRAIN" bench peak --json --quiet --reps 1 --rep-ms 2 --no-memory \
+  > peak_scalar.json || fail "MXTRAIN_ISA=scalar bench peak exited $?"
+python3 - peak.json peak_scalar.json <<'PY' || fail "bench peak --json: $(head -c 600 peak.json)"
+import json, sys
+p, s = (json.load(open(f)) for f in sys.argv[1:3])
+kinds = [r["kind"] for r in p["compute"]]
+assert kinds[-2:] == ["fp32_ref", "fp32_ref"] and len(kinds) % 2 == 0, kinds
+assert [r["threads"] for r in p["compute"]] == [1, 2] * (len(kinds) // 2), p["compute"]
+ref = p["reference"]
+assert ref["kind"] == kinds[0] and ref["threads"] == 2 and ref["gflops"] == p["compute"][1]["gflops"]
+flops = {"amx_bf16": 16384, "avx512_bf16": 64, "fp32_ref": 2}
+for r in p["compute"]:
+    assert r["min_gflops"] <= r["gflops"] <= r["max_gflops"] and r["reps"] == 3, r
+    assert r["flops_per_instruction"] == flops.get(r["kind"], r["flops_per_instruction"]), r
+assert [(m["stream"], m["threads"]) for m in p["memory"]] == [
+    (s, t) for s in ("read", "write", "copy") for t in (1, 2)], p["memory"]
+for m in p["memory"]:
+    assert m["buffer_bytes"] == 2 << 20 and m["min_gb_per_s"] <= m["gb_per_s"] <= m["max_gb_per_s"]
+    assert m["bytes_per_rep"] % (m["buffer_bytes"] * (2 if m["stream"] == "copy" else 1)) == 0
+assert s["kernel_path"] == "scalar" and s["memory"] == [] and s["reference"]["kind"] == "fp32_ref"
+assert "the reference is the FP32 multiply-add" in s["reference"]["note"], s["reference"]
+PY
+out=$("$MXTRAIN" bench peak --quiet --reps 1 --rep-ms 1 --buffer-mib 1 --threads 1) ||
+  fail "bench peak (table) exited $?"
+has "$out" "reference peak:" "bench peak"
+has "$out" "memory bandwidth" "bench peak"
+
 out=$("$MXTRAIN" --isa scalar info) || fail "--isa scalar info exited $?"
 has "$out" "quantize_mx_dual_{f32,bf16}__ref" "--isa scalar info"
 
