@@ -21,6 +21,7 @@
 
 #include "core/clock.h"
 #include "mxtrain/common.h"
+#include "mxtrain/profile.h"
 
 namespace mxtrain::dist {
 
@@ -210,6 +211,7 @@ double Request::span_ms() const { return s_ ? s_->span_ms : 0.0; }
 
 bool Request::test() {
   if (!active()) return true;
+  MXT_PROFILE(communication, none);
   const auto t0 = Clock::now();
   int done = 1, rc = MPI_SUCCESS;
   if (s_->req != MPI_REQUEST_NULL) rc = MPI_Test(&s_->req, &done, MPI_STATUS_IGNORE);
@@ -228,6 +230,7 @@ uint64_t Request::bytes() const { return s_ ? s_->bytes : 0; }
 
 void Request::wait() {
   if (!active()) return;
+  MXT_PROFILE(wait, none);
   const auto t0 = Clock::now();
   int rc = MPI_SUCCESS;
   if (s_->req != MPI_REQUEST_NULL) rc = MPI_Wait(&s_->req, MPI_STATUS_IGNORE);
@@ -267,10 +270,12 @@ Comm& Comm::local() {
 Comm::~Comm() { delete comm_of(handle_); }
 
 namespace {
-// Starts timing and counting one collective; finish() adds the elapsed time.
+// Starts timing and counting one collective; finish() adds the elapsed time. The collective
+// is the profiler's `communication` while it runs (mxtrain/profile.h).
 struct CallTimer {
   CollCounter& c;
   Clock::time_point t0 = Clock::now();
+  prof::Scope scope{prof::Region::communication, prof::Pass::none};
   CallTimer(CollCounter& counter, uint64_t bytes) : c(counter) {
     c.bytes += bytes;
     c.calls += 1;
@@ -292,6 +297,7 @@ void Comm::allgather(const void* send, void* recv, size_t n) {
 
 Request Comm::start_request(Coll kind, uint64_t bytes,
                             const std::function<void(void*)>& start) {
+  MXT_PROFILE(communication, none);
   const auto t0 = Clock::now();
   Request r;
   r.s_ = std::make_unique<Request::State>();

@@ -9,6 +9,7 @@
 
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
+#include "mxtrain/profile.h"
 
 namespace mxtrain::dist {
 
@@ -232,6 +233,7 @@ void Fsdp::prefetch(int i, WeightUse use) {
 }
 
 void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
+  MXT_PROFILE(communication, none);  // inside the layer's product: gathering is not the product
   Module& M = mod(i);
   const int k = kind_for(i, use);
   GatherSlot& s = M.slots[size_t(k)];

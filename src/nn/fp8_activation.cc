@@ -4,6 +4,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/profile.h"
 
 namespace mxtrain {
 
@@ -20,6 +21,7 @@ bool swiglu_input_fp8(SwigluInput s, const LinearPrecision& fc1) {
 }
 
 void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding) {
+  MXT_PROFILE(swiglu_fp8, fwd);
   MXT_CHECK(x && rows >= 1 && cols >= 1, "Fp8Activation::keep: null input or empty shape ",
             rows, "x", cols);
   if (q_.rows != rows || q_.cols != cols) {  // a smaller shape keeps the grown storage
@@ -34,6 +36,7 @@ void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRoundi
 }
 
 void Fp8Activation::restore(float* out) const {
+  MXT_PROFILE(swiglu_fp8, bwd);
   MXT_CHECK(out, "Fp8Activation::restore: null output");
   MXT_CHECK(!q_.data.empty(), "Fp8Activation::restore: nothing kept (no forward ran)");
   dequantize(q_, out);

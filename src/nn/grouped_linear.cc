@@ -15,6 +15,7 @@
 #include "mxtrain/nn/grouped_linear.h"
 
 #include "mxtrain/common.h"
+#include "mxtrain/profile.h"
 #include "nn/linear_core.h"
 
 namespace mxtrain {
@@ -78,6 +79,7 @@ void check_groups(const GroupList& groups, int64_t E, int64_t T, const std::stri
 // x: [T, in]; y: [T, out]; rows grouped by expert.
 void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, float* y,
                             GroupedLinearSaved& saved) {
+  MXT_PROFILE_PRODUCT(name_, fwd);
   MXT_CHECK(T >= 0, "GroupedLinear '", name_, "': negative token count ", T);
   MXT_CHECK((x != nullptr && y != nullptr) || T == 0, "GroupedLinear '", name_,
             "': forward got a null x or y");
@@ -96,6 +98,7 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
 
 // dy: [T, out]; dx: [T, in] or null.
 void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* dx) {
+  MXT_PROFILE_PRODUCT(name_, bwd);
   MXT_CHECK(saved.groups.num_groups() == experts_, "GroupedLinear '", name_,
             "': backward called without a matching forward (or twice for one forward)");
   MXT_CHECK(dy != nullptr || saved.tokens == 0, "GroupedLinear '", name_,

@@ -24,6 +24,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/profile.h"
 #include "nn/linear_core.h"
 
 namespace mxtrain {
@@ -68,6 +69,7 @@ void Linear::ensure_weight(WeightUse use, bool dual) {
 
 // x: [T, in] FP32; y: [T, out] FP32.
 void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
+  MXT_PROFILE_PRODUCT(name_, fwd);
   MXT_CHECK(T >= 1, "Linear '", name_, "': forward needs at least one token row, got T=", T);
   MXT_CHECK(x != nullptr && y != nullptr, "Linear '", name_, "': forward got a null x or y");
   const Recipe& r = prec_.recipe;
@@ -86,6 +88,7 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
 
 // dy: [T, out] FP32; dx: [T, in] FP32 or null.
 void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
+  MXT_PROFILE_PRODUCT(name_, bwd);
   const int64_t T = saved.tokens;
   MXT_CHECK(T >= 1, "Linear '", name_, "': backward called without a matching forward (or "
             "twice for one forward)");

@@ -20,6 +20,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
+#include "mxtrain/profile.h"
 #include "nn/ops_kernels.h"
 
 namespace mxtrain {
@@ -209,41 +210,51 @@ void axpy_k(const Kernels& k, float* y, const float* x, float alpha, int64_t n) 
 
 void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
                        int64_t V, int64_t D) {
+  MXT_PROFILE(embedding, fwd);
   embedding_forward_k(active_kernels(), out, tokens, N, table, V, D);
 }
 void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
                         int64_t V, int64_t D, Accum mode) {
+  MXT_PROFILE(embedding, bwd);
   embedding_backward_k(active_kernels(), dtable, dout, tokens, N, V, D, mode);
 }
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* gain, int64_t N,
                      int64_t D, float eps) {
+  MXT_PROFILE(norm, fwd);
   rmsnorm_forward_k(active_kernels(), out, rstd, x, gain, N, D, eps);
 }
 void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x,
                       const float* gain, const float* rstd, int64_t N, int64_t D, Accum dx_mode,
                       Accum dgain_mode) {
+  MXT_PROFILE(norm, bwd);
   rmsnorm_backward_k(active_kernels(), dx, dgain, dout, x, gain, rstd, N, D, dx_mode,
                      dgain_mode);
 }
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F) {
+  MXT_PROFILE(swiglu, fwd);
   swiglu_forward_k(active_kernels(), h, a, N, F);
 }
 void swiglu_backward(float* da, const float* dh, const float* a, int64_t N, int64_t F,
                      Accum mode) {
+  MXT_PROFILE(swiglu, bwd);
   swiglu_backward_k(active_kernels(), da, dh, a, N, F, mode);
 }
 double crossentropy_forward(float* probs, float* losses, const float* logits,
                             const int32_t* targets, int64_t N, int64_t V) {
+  MXT_PROFILE(cross_entropy, fwd);
   return crossentropy_forward_k(active_kernels(), probs, losses, logits, targets, N, V);
 }
 void crossentropy_backward(float* dlogits, const float* probs, const int32_t* targets,
                            int64_t N, int64_t V, float dloss) {
+  MXT_PROFILE(cross_entropy, bwd);
   crossentropy_backward_k(active_kernels(), dlogits, probs, targets, N, V, dloss);
 }
 void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+  MXT_PROFILE(residual, fwd);
   residual_forward_k(active_kernels(), out, a, b, n);
 }
 void residual_backward(float* da, float* db, const float* dout, int64_t n) {
+  MXT_PROFILE(residual, bwd);
   residual_backward_k(active_kernels(), da, db, dout, n);
 }
 void axpy(float* y, const float* x, float alpha, int64_t n) {

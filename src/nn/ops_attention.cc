@@ -26,6 +26,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
+#include "mxtrain/profile.h"
 #include "nn/attention_kernels.h"
 
 namespace mxtrain {
@@ -237,6 +238,7 @@ void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                        int64_t D, int64_t H, AttnPrecision p) {
+  MXT_PROFILE(attention, fwd);
   MXT_CHECK(out && lse && qkv, "attention_forward: null pointer");
   check_attention_args(B, T, D, H, "attention_forward");
   if (attn_detail::attention_uses_avx512(p))
@@ -248,6 +250,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
                         AttnPrecision p) {
+  MXT_PROFILE(attention, bwd);
   MXT_CHECK(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
   check_attention_args(B, T, D, H, "attention_backward");
   if (attn_detail::attention_uses_avx512(p))

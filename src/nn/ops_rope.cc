@@ -11,6 +11,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/ops.h"
+#include "mxtrain/profile.h"
 
 namespace mxtrain {
 
@@ -67,11 +68,13 @@ void rotate(float* x, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int
 
 void rope_forward(float* qkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D, int64_t H,
                   int64_t pos0) {
+  MXT_PROFILE(rope, fwd);
   rotate(qkv, tab, B, T, D, H, pos0, 1.f, "rope_forward");
 }
 
 void rope_backward(float* dqkv, const RopeTable& tab, int64_t B, int64_t T, int64_t D,
                    int64_t H) {
+  MXT_PROFILE(rope, bwd);
   rotate(dqkv, tab, B, T, D, H, 0, -1.f, "rope_backward");
 }
 

@@ -14,6 +14,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/moe.h"
+#include "mxtrain/profile.h"
 
 namespace mxtrain {
 namespace {
@@ -32,6 +33,7 @@ void check_routing(const MoERouting& r, const char* fn) {
 
 void router_logits_forward(float* logits, const float* x, const float* w, int64_t N, int64_t D,
                            int64_t E) {
+  MXT_PROFILE(router, fwd);
   MXT_CHECK(logits && x && w, "router_logits_forward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1 && E >= 1, "router_logits_forward: N, D, E must be >= 1");
 #pragma omp parallel for schedule(static)
@@ -48,6 +50,7 @@ void router_logits_forward(float* logits, const float* x, const float* w, int64_
 
 void router_logits_backward(float* dx, float* dw, const float* dlogits, const float* x,
                             const float* w, int64_t N, int64_t D, int64_t E, Accum dw_mode) {
+  MXT_PROFILE(router, bwd);
   MXT_CHECK(dlogits && x && w, "router_logits_backward: null pointer");
   MXT_CHECK(N >= 1 && D >= 1 && E >= 1, "router_logits_backward: N, D, E must be >= 1");
   if (dx) {
@@ -83,6 +86,7 @@ void router_logits_backward(float* dx, float* dw, const float* dlogits, const fl
 // ---- routing --------------------------------------------------------------------------------
 
 void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t top_k) {
+  MXT_PROFILE(moe_routing, fwd);
   MXT_CHECK(logits, "moe_route: null logits");
   MXT_CHECK(N >= 1 && E >= 1, "moe_route: N and E must be >= 1 (got ", N, ", ", E, ")");
   MXT_CHECK(top_k >= 1 && top_k <= E, "moe_route: top_k = ", top_k,
@@ -143,6 +147,7 @@ void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t
 }
 
 double moe_aux_loss(const MoERouting& r) {
+  MXT_PROFILE(moe_routing, fwd);
   check_routing(r, "moe_aux_loss");
   const int64_t N = r.tokens, E = r.experts;
   double aux = 0.0;
@@ -160,6 +165,7 @@ double moe_aux_loss(const MoERouting& r) {
 //   dp_{e_j} += (dgate_j - Σ_i dgate_i gate_i) / S,   dp_e += daux · E · f_e / N  (all e)
 //   dlogits_e = p_e (dp_e - Σ_u p_u dp_u)
 void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r) {
+  MXT_PROFILE(moe_routing, bwd);
   MXT_CHECK(dlogits, "moe_route_backward: null dlogits");
   check_routing(r, "moe_route_backward");
   const int64_t N = r.tokens, E = r.experts, k = r.top_k;
@@ -199,6 +205,7 @@ void moe_route_backward(float* dlogits, const float* dgate, float daux, const Mo
 // ---- permutation ----------------------------------------------------------------------------
 
 void moe_permute(float* xp, const float* x, const MoERouting& r, int64_t D) {
+  MXT_PROFILE(moe_routing, fwd);
   MXT_CHECK(xp && x, "moe_permute: null pointer");
   check_routing(r, "moe_permute");
   const int64_t rows = r.tokens * r.top_k;
@@ -209,6 +216,7 @@ void moe_permute(float* xp, const float* x, const MoERouting& r, int64_t D) {
 
 void moe_permute_backward(float* dx, const float* dxp, const MoERouting& r, int64_t D,
                           Accum mode) {
+  MXT_PROFILE(moe_routing, bwd);
   MXT_CHECK(dx && dxp, "moe_permute_backward: null pointer");
   check_routing(r, "moe_permute_backward");
   const int64_t N = r.tokens, k = r.top_k;
@@ -233,6 +241,7 @@ void moe_unpermute(float* xs, const float* xp, const MoERouting& r, int64_t D) {
 }
 
 void moe_combine(float* y, const float* yp, const MoERouting& r, int64_t D) {
+  MXT_PROFILE(moe_routing, fwd);
   MXT_CHECK(y && yp, "moe_combine: null pointer");
   check_routing(r, "moe_combine");
   const int64_t N = r.tokens, k = r.top_k;
@@ -252,6 +261,7 @@ void moe_combine(float* y, const float* yp, const MoERouting& r, int64_t D) {
 
 void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float* yp,
                           const MoERouting& r, int64_t D, Accum mode) {
+  MXT_PROFILE(moe_routing, bwd);
   const bool write = mode == Accum::write;
   MXT_CHECK(dyp && dy && yp, "moe_combine_backward: null pointer");
   check_routing(r, "moe_combine_backward");

@@ -14,6 +14,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/dist/fsdp.h"
+#include "mxtrain/profile.h"
 #include "train/param_sync.h"
 
 namespace mxtrain {
@@ -53,6 +54,7 @@ class FsdpSync : public ParamSync {
     // At every module boundary: drop or lend/reduce as the event says, then drive the
     // collectives in flight (prefetched gathers, gradient reduce-scatters).
     model.set_module_hook([this](const std::string& module, ModuleEvent e) {
+      MXT_PROFILE(communication, none);
       const int i = index_.at(module);
       switch (e) {
         case ModuleEvent::forward_done: fsdp_->post_forward(i); break;
