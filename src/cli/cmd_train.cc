@@ -18,7 +18,9 @@ struct TrainArgs {
   std::string config, recipe, data, metrics_out, checkpoint_dir, decisions_out, fp8_policy,
       swiglu_input;
   int64_t steps = 0, stop_after = 0;
-  int seq_len = 0, micro_batch_size = 0, grad_accum = 0;
+  int seq_len = 0, micro_batch_size = 0, grad_accum = 0, profile_steps = 0;
+  double peak_gflops = 0;
+  std::string profile_out;
   uint64_t seed = 0;
   bool resume = false, dry_run = false, fsdp = false, quiet = false, ignore_memory_check = false;
 };
@@ -60,12 +62,19 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.ignore_memory_check = a.ignore_memory_check;
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
+  opt.peak_gflops = a.peak_gflops;
+  opt.profile_steps = a.profile_steps;
+  opt.profile_out = a.profile_out;
   const TrainSummary s = run_training(cfg, opt);
   const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;  // FSDP: rank 0 says it
   if (!a.dry_run && !a.quiet && lead)
-    std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s\n",
+    std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s%s\n",
                  (long long)(s.first_step + s.steps_done),
-                 s.losses.empty() ? 0.0 : s.losses.back(), s.final_val_loss, s.tokens_per_s);
+                 s.losses.empty() ? 0.0 : s.losses.back(), s.final_val_loss, s.tokens_per_s,
+                 s.peak_gflops > 0 ? (", MFU " + std::to_string(int(1000 * s.mfu + 0.5) / 10) +
+                                      "." + std::to_string(int(1000 * s.mfu + 0.5) % 10) + "%")
+                                         .c_str()
+                                   : "");
   return 0;
 }
 
@@ -100,6 +109,17 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_flag("--ignore-memory-check", a->ignore_memory_check,
                 "Train even when the start-up estimate says the model does not fit in memory");
   sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");
+  sub->add_option("--peak-gflops", a->peak_gflops,
+                  "Peak GFLOP/s of the whole job that MFU is against (default: measured at "
+                  "start on every rank with a short run of `bench peak`'s reference loop)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--profile-steps", a->profile_steps,
+                  "Profile N steps after the first (warm-up) step: where the time went (each "
+                  "module's products, attention, elementwise ops, optimizer, communication, "
+                  "waiting, the rest), as a table on stderr")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--profile-out", a->profile_out,
+                  "Also write the profile as JSON to this file (needs --profile-steps)");
   sub->callback([a, sub] { exit_code() = run_train(*a, sub); });
 });
 

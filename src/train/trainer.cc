@@ -18,7 +18,10 @@
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/output_check.h"
+#include "mxtrain/nn/flops.h"
 #include "mxtrain/nn/transformer.h"
+#include "mxtrain/peak.h"
+#include "mxtrain/profile.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/memory_check.h"
@@ -26,6 +29,7 @@
 #include "mxtrain/train/policy_oracle.h"
 #include "mxtrain/train/precision.h"
 #include "train/param_sync.h"
+#include "train/profile_report.h"
 #include "train/progress.h"
 
 namespace mxtrain {
@@ -89,6 +93,15 @@ struct Run {
   Clock::time_point t_run;
   std::vector<double> step_times;  // seconds, steps that updated the weights
   TrainSummary sum;
+
+  // MFU: FLOPs per token (nn/flops.h) against the job's peak (0: none), and this rank's share.
+  ModelFlops flops;
+  double peak_gflops = 0, rank_peak_gflops = 0;
+  std::string peak_source = "none";  // "measured" | "given" | "none"
+  // --profile-steps: steps [profile_first, profile_first + opt.profile_steps) are profiled.
+  std::unique_ptr<prof::Profiler> profiler;
+  int64_t profile_first = -1;
+  std::vector<int64_t> profiled;  // 1-based numbers of the steps profiled so far
 };
 
 // What one optimizer step produced, for log_step.
@@ -117,6 +130,11 @@ void check_outputs(const Run& r) {
     MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
     if (r.lead) io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
   }
+  MXT_CHECK(opt.profile_steps >= 0, "--profile-steps: must be >= 0, got ", opt.profile_steps);
+  MXT_CHECK(opt.profile_out.empty() || opt.profile_steps > 0,
+            "--profile-out needs --profile-steps N (how many steps to profile)");
+  MXT_CHECK(opt.peak_gflops >= 0, "--peak-gflops: must be positive, got ", opt.peak_gflops);
+  if (r.lead && !opt.dry_run) io::check_output_file(opt.profile_out, "--profile-out");
 }
 
 // Policy -> precision decisions -> model (no model on a dry run); the decisions are printed
@@ -203,6 +221,57 @@ void prepare_steps(Run& r) {
   r.sum.first_step = r.st.step;
   r.end_step = r.opt.stop_after > 0 ? std::min(tc.steps, r.st.step + r.opt.stop_after)
                                     : tc.steps;
+  if (r.opt.profile_steps > 0) {
+    MXT_CHECK(r.end_step - r.st.step >= r.opt.profile_steps + 1, "--profile-steps ",
+              r.opt.profile_steps, " needs ", r.opt.profile_steps + 1,
+              " steps in this run (the first is a warm-up), but it runs ",
+              r.end_step - r.st.step, " (raise --steps)");
+    r.profiler = std::make_unique<prof::Profiler>();
+    r.profile_first = r.st.step + 1;
+  }
+}
+
+// PaLM's FLOPs per token, and the peak MFU is against: given, or measured now on every rank
+// (each at its own thread count, at the same time) and summed — when anything reports MFU.
+void prepare_mfu(Run& r) {
+  r.flops = model_flops(r.cfg.model, r.T);
+  if (r.opt.peak_gflops > 0) {
+    r.peak_gflops = r.opt.peak_gflops;
+    r.rank_peak_gflops = r.peak_gflops / r.W;
+    r.peak_source = "given";
+  } else if (r.opt.progress || !r.opt.metrics_out.empty() || r.opt.profile_steps > 0) {
+    const ReferencePeak p = reference_peak(0);
+    r.rank_peak_gflops = p.gflops;
+    r.peak_gflops = r.sync->sum_over_ranks(p.gflops);
+    r.peak_source = "measured";
+    if (r.opt.progress && r.lead)
+      std::fprintf(stderr, "peak: %s%s; %.3g FLOPs per token (6N + 12·L·d·T, N = %lld)\n",
+                   p.describe().c_str(),
+                   r.W > 1 ? (" per rank, " + std::to_string(r.W) + " ranks: " +
+                              std::to_string(int64_t(r.peak_gflops + 0.5)) + " GFLOP/s").c_str()
+                           : "",
+                   r.flops.flops_per_token, (long long)r.flops.n_params);
+  }
+}
+
+double step_mfu(const Run& r, double tokens_per_s) {
+  return mfu(tokens_per_s, r.flops.flops_per_token, r.peak_gflops);
+}
+
+// After the last profiled step: the table on stderr and the JSON file.
+void report_profile(Run& r) {
+  const ProfileReport rep = make_profile_report(
+      *r.profiler, r.profiled, r.cfg.model, int64_t(r.B) * r.T * r.A, r.T, r.rank_peak_gflops,
+      r.peak_source, r.cfg.precision.recipe, r.W);
+  if (!r.lead) return;
+  std::string table = profile_table(rep);
+  if (r.opt.progress) {
+    table.pop_back();  // message() ends the line
+    r.progress->message(table);
+  } else {
+    std::fputs(table.c_str(), stderr);  // asked for, so shown without the progress line too
+  }
+  if (!r.opt.profile_out.empty()) io::write_file_atomic(r.opt.profile_out, profile_json(rep) + "\n");
 }
 
 // ---- one step ------------------------------------------------------------------------------
@@ -214,29 +283,37 @@ void prepare_steps(Run& r) {
 // GEMMs quantize them, which rounds differently unless A is a power of two — and W ranks
 // would not match one process with grad_accum W*A. Rank r's micro-batch a is global
 // micro-batch a*W + r, sequences [(a*W + r)*B, (a*W + r + 1)*B).
-StepResult train_step(Run& r, int64_t step) {
+void step_body(Run& r, int64_t step, StepResult& s) {
   const TrainingConfig& tc = r.cfg.training;
   const int A = r.A, B = r.B, T = r.T;
-  const auto t_step = Clock::now();
-  StepResult s;
-  r.sync->begin_step();
+  {
+    MXT_PROFILE(communication, none);
+    r.sync->begin_step();
+  }
   for (Parameter* p : r.params) p->clear_grad();  // the first micro-batch writes them
   for (int a = 0; a < A; ++a) {
     const int64_t first = (int64_t(a) * r.W + r.rank) * B;
-    for (int i = 0; i < B; ++i)
-      r.corpus.train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
-                              &r.tgt[size_t(i) * T]);
+    {
+      MXT_PROFILE(data, none);
+      for (int i = 0; i < B; ++i)
+        r.corpus.train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
+                                &r.tgt[size_t(i) * T]);
+    }
     s.loss += r.model->forward_backward(r.tok.data(), r.tgt.data(), B, T, 1.0f) / A;
     s.aux += r.model->last_aux_loss() / A;
     s.held = std::max(s.held, r.model->last_held_bytes());
   }
-  r.sync->reduce_gradients();
-  s.loss = r.sync->mean_over_ranks(s.loss);
-  s.aux = r.sync->mean_over_ranks(s.aux);
+  {
+    MXT_PROFILE(communication, none);
+    r.sync->reduce_gradients();
+    s.loss = r.sync->mean_over_ranks(s.loss);
+    s.aux = r.sync->mean_over_ranks(s.aux);
+  }
+  MXT_PROFILE(optimizer, none);
 
   // Non-finite loss or gradients: the step is skipped; weights stay untouched.
   s.finite = r.sync->grads_finite() && std::isfinite(s.loss);
-  if (!s.finite) return s;
+  if (!s.finite) return;
 
   // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
   // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
@@ -255,7 +332,32 @@ StepResult train_step(Run& r, int64_t step) {
     adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, r.st.opt_steps, ov.decay);
     ++*ov.version;
   }
-  s.seconds = seconds_since(t_step);
+}
+
+// One step, timed; profiled (mxtrain/profile.h) when it is one of --profile-steps' steps, with
+// the profiler's step spanning exactly the time the step is timed by.
+StepResult train_step(Run& r, int64_t step) {
+  const bool profiled = r.profiler && step >= r.profile_first &&
+                        step < r.profile_first + r.opt.profile_steps;
+  const auto t_step = Clock::now();
+  if (profiled) {
+    r.profiler->begin_step(t_step);
+    prof::set_active(r.profiler.get());
+  }
+  StepResult s;
+  try {
+    step_body(r, step, s);
+  } catch (...) {
+    prof::set_active(nullptr);
+    throw;
+  }
+  const auto t_end = Clock::now();
+  s.seconds = std::chrono::duration<double>(t_end - t_step).count();
+  if (profiled) {
+    prof::set_active(nullptr);
+    r.profiler->end_step(t_end);
+    r.profiled.push_back(step + 1);
+  }
   return s;
 }
 
@@ -283,6 +385,7 @@ void log_step(Run& r, int64_t step, const StepResult& s) {
                         {"tokens_per_s", double(r.tokens_per_step) / s.seconds},
                         {"step_ms", s.seconds * 1e3}, {"held_bytes", s.held},
                         {"peak_rss_bytes", peak_rss_bytes()}};
+  if (r.peak_gflops > 0) row["mfu"] = step_mfu(r, double(r.tokens_per_step) / s.seconds);
   if (r.W > 1) {
     const CommCounters cc = r.sync->counters();
     row["allgather_bytes"] = cc.allgather_bytes;
@@ -298,9 +401,10 @@ void log_step(Run& r, int64_t step, const StepResult& s) {
   }
   r.metrics.write(row);
   const double elapsed = seconds_since(r.t_run);
-  r.progress->update(step, s.loss,
-                     double(r.tokens_per_step) * double(step + 1 - r.sum.first_step) / elapsed,
-                     s.seconds, elapsed);
+  const double tps = double(r.tokens_per_step) * double(step + 1 - r.sum.first_step) / elapsed;
+  char extra[32] = "";
+  if (r.peak_gflops > 0) std::snprintf(extra, sizeof extra, " | MFU %.1f%%", 100 * step_mfu(r, tps));
+  r.progress->update(step, s.loss, tps, s.seconds, elapsed, extra);
 }
 
 // Mean loss over `eval_batches` validation batches of B sequences: the same sequences and the
@@ -356,6 +460,12 @@ void finish(Run& r) {
   sum.micro_batch_size = r.B;
   sum.world_size = r.W;
   sum.grad_accum = r.A;
+  sum.flops_per_token = r.flops.flops_per_token;
+  sum.peak_gflops = r.peak_gflops;
+  sum.mfu = step_mfu(r, sum.tokens_per_s);
+  sum.median_step_mfu =
+      sum.median_step_ms > 0 ? step_mfu(r, double(r.tokens_per_step) / (sum.median_step_ms / 1e3))
+                             : 0;
   r.metrics.write({{"summary", true}, {"recipe", r.cfg.precision.recipe}, {"steps", r.st.step},
                    {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
                    {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
@@ -363,7 +473,10 @@ void finish(Run& r) {
                    {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
                    {"peak_rss_bytes", sum.peak_rss_bytes},
                    {"parameters", r.model->num_parameters()}, {"global_batch", r.global_batch},
-                   {"micro_batch_size", r.B}, {"world_size", r.W}, {"grad_accum", r.A}});
+                   {"micro_batch_size", r.B}, {"world_size", r.W}, {"grad_accum", r.A},
+                   {"flops_per_token", sum.flops_per_token}, {"peak_gflops", sum.peak_gflops},
+                   {"peak_source", r.peak_source}, {"mfu", sum.mfu},
+                   {"median_step_mfu", sum.median_step_mfu}});
   r.metrics.close();
 }
 
@@ -387,10 +500,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   attach_data_and_sync(r, make_sync);
   if (opt.resume) resume(r);
   prepare_steps(r);
+  prepare_mfu(r);
 
   const TrainingConfig& tc = r.cfg.training;
   for (int64_t step = r.st.step; step < r.end_step; ++step) {
     log_step(r, step, train_step(r, step));
+    if (r.profiler && step + 1 == r.profile_first + opt.profile_steps) report_profile(r);
     const bool last = step + 1 == r.end_step;
     if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) evaluate(r, step);
     r.st.step = step + 1;

@@ -37,6 +37,23 @@ expect_error --at-start --within 5 "metrics under a file" \
 expect_error --at-start --within 5 "decisions into a directory" \
   "--decisions-out $WORK: is a directory" \
   "$MXTRAIN" train --quiet --config ok.yaml --decisions-out "$WORK"
+expect_error --at-start --within 5 "profile under a file" \
+  "--profile-out afile/p.json: afile is a file, not a directory" \
+  "$MXTRAIN" train --quiet --config ok.yaml --profile-steps 1 --profile-out afile/p.json
+expect_error --within 5 "profile file without profiled steps" \
+  "--profile-out needs --profile-steps N" \
+  "$MXTRAIN" train --quiet --config ok.yaml --profile-out p.json
+expect_error --within 5 "more profiled steps than the run has" \
+  "--profile-steps 2 needs 3 steps in this run (the first is a warm-up), but it runs 2" \
+  "$MXTRAIN" train --quiet --config ok.yaml --profile-steps 2
+[ -e p.json ] && fail "profile file created by a refused run"
+# Asked for, the profile is shown even with --quiet, and written as JSON.
+"$MXTRAIN" train --quiet --config ok.yaml --profile-steps 1 --profile-out p.json 2> err.txt ||
+  fail "profiled run: $(cat err.txt)"
+grep -q "^profile of steps 2-2 (1 step after a warm-up step)" err.txt ||
+  fail "no profile table on stderr: $(head -c 300 err.txt)"
+python3 -c 'import json, sys; p = json.load(open("p.json")); assert p["steps"] == [2] and p["rows"]' ||
+  fail "p.json: $(head -c 300 p.json)"
 expect_error --at-start --within 5 "bench-layers report under a file" \
   "--report afile/r.json: afile is a file, not a directory" \
   "$MXTRAIN" bench-layers --config ok.yaml --report afile/r.json

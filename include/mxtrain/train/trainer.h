@@ -35,6 +35,14 @@ struct TrainOptions {
   bool ignore_memory_check = false;
   int64_t stop_after = 0;      // stop after this many steps in this run (0: run to the end);
                                // the schedule still spans training.steps (preemption)
+  // The peak MFU is measured against, in GFLOP/s for the whole job (all ranks); 0: measured at
+  // start with a short run of `bench peak`'s reference loop on every rank, summed
+  // (mxtrain/peak.h), when anything reports MFU (progress, metrics or a profile).
+  double peak_gflops = 0;
+  // Profile this many steps after the run's first (warm-up) step: where the time went, as a
+  // table on stderr and as JSON in profile_out when set (train/profile_report.h).
+  int profile_steps = 0;
+  std::string profile_out;
 };
 
 struct TrainSummary {
@@ -50,6 +58,9 @@ struct TrainSummary {
   int micro_batch_size = 0, world_size = 1, grad_accum = 0;  // as run (grad_accum after resume)
   size_t held_bytes = 0;                    // bytes held between forward and backward (last step)
   int64_t peak_rss_bytes = 0;
+  // Model FLOPs utilization (nn/flops.h): PaLM's FLOPs per token, the peak it is against
+  // (0 when none was measured or given), and MFU at tokens_per_s and at the median step.
+  double flops_per_token = 0, peak_gflops = 0, mfu = 0, median_step_mfu = 0;
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt);
