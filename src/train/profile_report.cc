@@ -29,12 +29,14 @@ std::array<double, prof::kCells> region_flops(const ModelConfig& cfg, int64_t to
 
 ProfileReport make_profile_report(const prof::Profiler& profiler,
                                   const std::vector<int64_t>& steps_run, const ModelConfig& cfg,
-                                  int64_t tokens_per_step, int T, double peak_gflops,
+                                  int64_t tokens_per_step, int T, double flops_per_token,
+                                  double peak_gflops,
                                   const std::string& peak_source, const std::string& recipe,
                                   int world_size) {
   ProfileReport r;
   r.steps = steps_run;
   r.tokens_per_step = tokens_per_step;
+  r.flops_per_token = flops_per_token;
   r.peak_gflops = peak_gflops;
   r.peak_source = peak_source;
   r.recipe = recipe;
@@ -50,6 +52,8 @@ ProfileReport make_profile_report(const prof::Profiler& profiler,
       calls[size_t(c)] += double(s.calls[size_t(c)]) / n;
     }
   }
+  if (peak_gflops > 0 && r.mean_step_ms > 0)
+    r.mfu = double(tokens_per_step) * flops_per_token / (r.mean_step_ms * 1e6) / peak_gflops;
   const std::array<double, prof::kCells> flops = region_flops(cfg, tokens_per_step, T);
   for (int ri = 0; ri < int(Region::count); ++ri)
     for (int pi = 0; pi < int(Pass::count); ++pi) {
@@ -143,8 +147,10 @@ std::string profile_table(const ProfileReport& r) {
                 r.mean_step_ms > 0 ? 100 * r.rows_sum_ms / r.mean_step_ms : 0.0);
   out += buf;
   if (r.peak_gflops > 0) {
-    std::snprintf(buf, sizeof buf, "(%%peak against %.1f GFLOP/s, %s; FLOPs as counted for MFU)\n",
-                  r.peak_gflops, r.peak_source.c_str());
+    std::snprintf(buf, sizeof buf,
+                  "MFU %.1f%% (%.3g FLOPs per token); %%peak against %.1f GFLOP/s, %s; FLOPs as "
+                  "counted for MFU (attention: the whole T x T)\n",
+                  100 * r.mfu, r.flops_per_token, r.peak_gflops, r.peak_source.c_str());
     out += buf;
   }
   return out;
@@ -156,8 +162,10 @@ std::string profile_json(const ProfileReport& r, int indent) {
                       {"mean_step_ms", r.mean_step_ms},
                       {"rows_sum_ms", r.rows_sum_ms},
                       {"tokens_per_step", r.tokens_per_step},
+                      {"flops_per_token", r.flops_per_token},
                       {"peak_gflops", r.peak_gflops},
                       {"peak_source", r.peak_source},
+                      {"mfu", r.mfu},
                       {"recipe", r.recipe},
                       {"world_size", r.world_size}};
   j["rows"] = nlohmann::json::array();

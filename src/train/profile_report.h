@@ -35,7 +35,9 @@ struct ProfileReport {
   std::vector<double> step_ms;   // each one's wall time
   double mean_step_ms = 0, rows_sum_ms = 0;
   int64_t tokens_per_step = 0;   // this rank's
+  double flops_per_token = 0;    // PaLM's (nn/flops.h)
   double peak_gflops = 0;        // this rank's share of the peak (0: unknown)
+  double mfu = 0;                // of the mean profiled step against that (0: no peak)
   std::string peak_source;       // "measured", "given" or "none"
   std::string recipe;
   int world_size = 1;
@@ -48,14 +50,15 @@ std::array<double, prof::kCells> region_flops(const ModelConfig& cfg, int64_t to
 // steps_run[i] is the 1-based step number of profiler.steps()[i].
 ProfileReport make_profile_report(const prof::Profiler& profiler,
                                   const std::vector<int64_t>& steps_run, const ModelConfig& cfg,
-                                  int64_t tokens_per_step, int T, double peak_gflops,
+                                  int64_t tokens_per_step, int T, double flops_per_token,
+                                  double peak_gflops,
                                   const std::string& peak_source, const std::string& recipe,
                                   int world_size);
 
 std::string profile_table(const ProfileReport& r);  // for stderr
-// {steps, step_ms, mean_step_ms, rows_sum_ms, tokens_per_step, peak_gflops, peak_source,
-//  recipe, world_size, rows: [{region, pass, group, ms, share, calls, flops, gflops,
-//  pct_of_peak}]}
+// {steps, step_ms, mean_step_ms, rows_sum_ms, tokens_per_step, flops_per_token, peak_gflops,
+//  peak_source, mfu, recipe, world_size, rows: [{region, pass, group, ms, share, calls, flops,
+//  gflops, pct_of_peak}]}
 std::string profile_json(const ProfileReport& r, int indent = 1);
 
 }  // namespace mxtrain

@@ -261,8 +261,8 @@ double step_mfu(const Run& r, double tokens_per_s) {
 // After the last profiled step: the table on stderr and the JSON file.
 void report_profile(Run& r) {
   const ProfileReport rep = make_profile_report(
-      *r.profiler, r.profiled, r.cfg.model, int64_t(r.B) * r.T * r.A, r.T, r.rank_peak_gflops,
-      r.peak_source, r.cfg.precision.recipe, r.W);
+      *r.profiler, r.profiled, r.cfg.model, int64_t(r.B) * r.T * r.A, r.T,
+      r.flops.flops_per_token, r.rank_peak_gflops, r.peak_source, r.cfg.precision.recipe, r.W);
   if (!r.lead) return;
   std::string table = profile_table(rep);
   if (r.opt.progress) {

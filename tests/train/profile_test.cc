@@ -91,7 +91,9 @@ TEST(ProfileSteps, RowsAddUpToTheStepsAndEveryRegionOfTheModelAppears) {
       o.profile_steps = 2;
       o.profile_out = f("profile.json");
       o.metrics_out = f("metrics.jsonl");
-      run_training(tiny(recipe, 4, moe), o);
+      o.peak_gflops = 100;
+      const TrainConfig c = tiny(recipe, 4, moe);
+      run_training(c, o);
       std::ifstream in(o.profile_out);
       const json p = json::parse(in);
 
@@ -116,6 +118,19 @@ TEST(ProfileSteps, RowsAddUpToTheStepsAndEveryRegionOfTheModelAppears) {
       EXPECT_NEAR(p.at("rows_sum_ms").get<double>(), mean, 1e-9 * mean);
       EXPECT_EQ(seen, expected_rows(moe, std::string(recipe) == "mxfp8"));
       EXPECT_EQ(p.at("tokens_per_step"), 4 * 32 * 2);
+
+      // MFU of the profiled steps, and each product row's rate against the given peak.
+      const double fpt = model_flops(c.model, 32).flops_per_token;
+      EXPECT_EQ(p.at("peak_source"), "given");
+      EXPECT_EQ(p.at("flops_per_token"), fpt);
+      EXPECT_DOUBLE_EQ(p.at("mfu").get<double>(), 256 * fpt / (mean * 1e6) / 100);
+      for (const json& r : p.at("rows")) {
+        if (r.at("group") != "products") continue;
+        EXPECT_GT(r.at("flops").get<double>(), 0) << r;
+        EXPECT_DOUBLE_EQ(r.at("gflops").get<double>(),
+                         r.at("flops").get<double>() / (r.at("ms").get<double>() * 1e6));
+        EXPECT_DOUBLE_EQ(r.at("pct_of_peak").get<double>(), r.at("gflops").get<double>());
+      }
     }
 }
 
