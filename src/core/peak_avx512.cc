@@ -26,10 +26,10 @@ inline void opaque(V& v) {
   asm("" : "+v"(v));
 }
 
-double dpbf16_run(int64_t iters, float a0, float a1, float b) {
-  // Each 32-bit lane holds a BF16 pair: the even (low) element a0 or b, the odd one a1 or b.
-  const __m512bh va = (__m512bh)_mm512_set1_epi32(int(bf16_bits(a1) << 16 | bf16_bits(a0)));
-  const __m512bh vb = (__m512bh)_mm512_set1_epi32(int(bf16_bits(b) << 16 | bf16_bits(b)));
+// Runs `iters` iterations of step(acc) on each of the kAcc accumulators (started at 0) and
+// returns the sum of all their lanes.
+template <class Step>
+double accumulate(int64_t iters, Step step) {
   __m512 acc[kAcc];
 #pragma GCC unroll 24
   for (int j = 0; j < kAcc; ++j) {
@@ -38,7 +38,7 @@ double dpbf16_run(int64_t iters, float a0, float a1, float b) {
   }
   for (int64_t i = 0; i < iters; ++i) {
 #pragma GCC unroll 24
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_dpbf16_ps(acc[j], va, vb);
+    for (int j = 0; j < kAcc; ++j) acc[j] = step(acc[j]);
   }
   __m512 s = acc[0];
 #pragma GCC unroll 24
@@ -50,27 +50,17 @@ double dpbf16_run(int64_t iters, float a0, float a1, float b) {
   return r;
 }
 
+double dpbf16_run(int64_t iters, float a0, float a1, float b) {
+  // Each 32-bit lane holds a BF16 pair: the even (low) element a0 or b, the odd one a1 or b.
+  const __m512bh va = (__m512bh)_mm512_set1_epi32(int(bf16_bits(a1) << 16 | bf16_bits(a0)));
+  const __m512bh vb = (__m512bh)_mm512_set1_epi32(int(bf16_bits(b) << 16 | bf16_bits(b)));
+  return accumulate(iters, [&](__m512 acc) { return _mm512_dpbf16_ps(acc, va, vb); });
+}
+
 double fma_run(int64_t iters, float a0, float a1, float b) {
   const __m512 va = _mm512_setr_ps(a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1, a0, a1);
   const __m512 vb = _mm512_set1_ps(b);
-  __m512 acc[kAcc];
-#pragma GCC unroll 24
-  for (int j = 0; j < kAcc; ++j) {
-    acc[j] = _mm512_setzero_ps();
-    opaque(acc[j]);
-  }
-  for (int64_t i = 0; i < iters; ++i) {
-#pragma GCC unroll 24
-    for (int j = 0; j < kAcc; ++j) acc[j] = _mm512_fmadd_ps(va, vb, acc[j]);
-  }
-  __m512 s = acc[0];
-#pragma GCC unroll 24
-  for (int j = 1; j < kAcc; ++j) s = _mm512_add_ps(s, acc[j]);
-  alignas(64) float out[16];
-  _mm512_store_ps(out, s);
-  double r = 0;
-  for (float v : out) r += v;
-  return r;
+  return accumulate(iters, [&](__m512 acc) { return _mm512_fmadd_ps(va, vb, acc); });
 }
 
 uint64_t read_avx512(const uint8_t* p, size_t n) {
@@ -87,13 +77,7 @@ uint64_t read_avx512(const uint8_t* p, size_t n) {
   _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(s0, s1), _mm512_add_epi64(s2, s3)));
   uint64_t s = 0;
   for (uint64_t w : lanes) s += w;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    s += w;
-  }
-  for (; i < n; ++i) s += p[i];
-  return s;
+  return s + stream_kernels_ref().read(p + i, n - i);  // i is a multiple of 8: same words
 }
 
 // Bytes before the first 64-byte boundary at or after p (at most n).

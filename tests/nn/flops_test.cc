@@ -55,6 +55,18 @@ TEST(ModelFlops, TinyMoeCountsTheRouterAndTopKExperts) {
   EXPECT_EQ(model_flops(tiny_moe(), 64).flops_per_token, 6.0 * 887936 + 12.0 * 4 * 128 * 64);
 }
 
+TEST(ModelFlops, PeerShapeMatchesTheCountInTheDocs) {
+  // configs/peer256.yaml (docs/config.md, "MFU"): d 256, 4 layers, d_ff 672, V 256, T 256.
+  ModelConfig c = tiny_dense();
+  c.d_model = 256;
+  c.d_ff = 672;
+  c.max_seq_len = 256;
+  const ModelFlops f = model_flops(c, 256);
+  EXPECT_EQ(f.n_params, 4 * (2 * 256 + 4 * 256 * 256 + 3 * 256 * 672) + 256 + 256 * 256);
+  EXPECT_EQ(f.n_params, 3180800);
+  EXPECT_EQ(f.flops_per_token, 22230528.0);  // 6N = 19084800, 12·4·256·256 = 3145728
+}
+
 TEST(ModelFlops, MoeEveryOtherLayerCountsDenseLayersAsDense) {
   ModelConfig c = tiny_moe();
   c.moe_every = 2;  // layers 1 and 3 are MoE, 0 and 2 dense
