@@ -69,6 +69,19 @@ def main():
     out.append("| mean step (ms) | " + " | ".join(mr([p["mean_step_ms"] for p in profs[r]], "%.1f") for r in recipes) + " |")
     out.append("| MFU | " + " | ".join(mr([100 * p["mfu"] for p in profs[r]], "%.1f%%") for r in recipes) + " |")
     out.append("| peak measured at start (GFLOP/s) | " + " | ".join(mr([p["peak_gflops"] for p in profs[r]], "%.0f") for r in recipes) + " |")
+    groups = []
+    for p in profs[recipes[0]][0]["rows"]:
+        if p["group"] not in groups:
+            groups.append(p["group"])
+    out.append("")
+    out.append("| share of the step | " + " | ".join(recipes) + " |")
+    out.append("|---|" + "---:|" * len(recipes))
+    for g in groups:
+        cells = []
+        for r in recipes:
+            shares = [100 * sum(x["share"] for x in p["rows"] if x["group"] == g) for p in profs[r]]
+            cells.append(mr(shares, "%.1f%%"))
+        out.append("| %s | %s |" % (g, " | ".join(cells)))
     out.append("")
     out.append("| region | " + " | ".join("%s ms/step | %s share | %s %%peak" % (r, r, r) for r in recipes) + " |")
     out.append("|---|" + "---:|---:|---:|" * len(recipes))
