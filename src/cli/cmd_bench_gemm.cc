@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
@@ -178,13 +179,13 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--k", opts->k, "Input features (default 4096)")->check(CLI::PositiveNumber);
-  sub->add_option("--n", opts->n, "Output features (default 4096)")->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
+  sub->add_option("--k", opts->k, "Input features (default 4096)")->check(whole_number(1));
+  sub->add_option("--n", opts->n, "Output features (default 4096)")->check(whole_number(1));
   sub->add_option("--warmup", opts->warmup, "Untimed rounds first (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--iters", opts->iters, "Timed rounds; the median is reported (default 9)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--recipes", opts->recipes, "Recipes (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
   sub->add_option("--ops", opts->ops, "Products to time (default fwd,dgrad,wgrad)")

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
@@ -256,14 +257,14 @@ MXT_REGISTER_COMMAND("bench quantize", [](CLI::App& app) {
       "threads) against a same-run memcpy of equal traffic and against the scalar path");
   sub->add_flag("--json", opts->json, "Print one JSON array of rows instead of a table");
   sub->add_option("--rows", opts->rows, "Rows M of the input X[M,K] (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--cols", opts->cols, "Columns K of the input X[M,K] (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--iters", opts->iters, "Timed iterations; the best is reported (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--scalar-iters", opts->scalar_iters,
                   "Timed iterations of the (slow) scalar path (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_flag("!--no-scalar", opts->scalar, "Skip the scalar-path comparison rows");
   sub->add_flag("!--no-settle", opts->settle,
                 "Do not settle the caches (read 2x the L3, untimed) before each timed run");
