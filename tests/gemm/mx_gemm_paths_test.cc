@@ -170,7 +170,15 @@ TEST(MxGemmPaths, HugeE4M3ScalesGiveTheReferenceBytes) {
   const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
   ASSERT_GE(xq.scale_at(0, 5), 247);
   check_all_paths(false, xq, true, wq, false, "huge scale");
-  if (!isa_supported(Isa::avx512)) return;
+}
+
+TEST(MxGemmPaths, HugeE4M3ScalesOnAvx512GiveTheReferenceBytes) {
+  if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512 path";
+  std::vector<float> x = randn(9 * 64, 10), w = randn(12 * 64, 11, 1e-30f);
+  x[5] = 3e38f;
+  const MXTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
+  const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
+  ASSERT_GE(xq.scale_at(0, 5), 247);
   IsaGuard guard;
   std::vector<float> ref(9 * 12), fast(9 * 12);
   set_isa(Isa::scalar);
@@ -227,8 +235,11 @@ void expect_transpose_of_direct(const Product& product, const std::vector<float>
 // product of the transposed problem (more rows than outputs: run directly) must be its
 // transpose bit for bit, and accumulating must add exactly C0 to it.
 TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
+  if (!isa_supported(Isa::avx512) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "the transposed product runs on the AVX512-BF16 panel kernel, which this "
+                    "CPU lacks";
   for (Isa isa : path_isas()) {
-    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    if (isa < Isa::avx512) continue;  // the panel kernel's paths only
     IsaGuard guard;
     set_isa(isa);
     for (const Shape& s : {Shape{64, 300, 100}, Shape{100, 130, 1100}, Shape{200, 1100, 70}}) {
@@ -251,8 +262,11 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
 // quantized colwise (the same codes and scales as dY rowwise, transposed), which has more
 // rows than columns and runs directly.
 TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
+  if (!isa_supported(Isa::avx512) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "the transposed product runs on the AVX512-BF16 panel kernel, which this "
+                    "CPU lacks";
   for (Isa isa : path_isas()) {
-    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    if (isa < Isa::avx512) continue;  // the panel kernel's paths only
     IsaGuard guard;
     set_isa(isa);
     // {M tokens, N inputs, K outputs (the sum)}, all M < N: ragged K blocks and panels, one

@@ -198,7 +198,8 @@ TEST(Trainer, StopSummaryNamesTheSignalAndTheCheckpoint) {
 }
 
 // A validation split shorter than a sequence is refused before step 1 (it used to end the
-// run at its final validation, with nothing saved): 5000 bytes, val_fraction 0.01, seq 64.
+// run at its final validation, with nothing saved): 5000 bytes, val_fraction 0.01 (49 bytes:
+// the float 0.01 is a little below 1/100), seq 64.
 TEST(Trainer, ShortValidationSplitIsRefusedAtStart) {
   TempDir d;
   fs::create_directories(d.path);
@@ -220,7 +221,7 @@ TEST(Trainer, ShortValidationSplitIsRefusedAtStart) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(
-                  "the validation split (data.val_fraction 0.01) has 50 bytes, fewer than "
+                  "the validation split (data.val_fraction 0.01) has 49 bytes, fewer than "
                   "training.seq_len + 2 = 66"),
               std::string::npos)
         << e.what();
