@@ -26,6 +26,7 @@
 #include "cli/commands.h"
 #include "cli/values.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/recipe.h"
@@ -116,11 +117,6 @@ struct Case {
   }
 };
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
 int run_bench_gemm(const BenchGemmOptions& o) {
   for (const std::string& op : o.ops)
     MXT_CHECK(op == "fwd" || op == "dgrad" || op == "wgrad", "--ops: unknown op '", op,
@@ -149,7 +145,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         }
     for (const std::string& op : o.ops)
       for (size_t c = show_bf16 ? 0 : 1; c < cases.size(); ++c) {
-        const double ms = median(times[{c, op}]), base = median(times[{0, op}]);
+        const double ms = median_of(times[{c, op}]), base = median_of(times[{0, op}]);
         nlohmann::json row = {{"recipe", recipes[c]}, {"op", op},       {"m", M},
                               {"k", o.k},             {"n", o.n},       {"ms", ms},
                               {"bf16_ms", base},      {"vs_bf16", ms / base},

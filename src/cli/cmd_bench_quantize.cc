@@ -31,6 +31,7 @@
 #include "cli/values.h"
 #include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
@@ -96,9 +97,8 @@ double seconds(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
-Timing summarize(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  return {t.front(), t[t.size() / 2]};
+Timing summarize(const std::vector<double>& t) {
+  return {*std::min_element(t.begin(), t.end()), median_of(t)};
 }
 
 // Wall-clock times of fn() and of the yardstick copy(), alternating, over `iters` runs

@@ -8,17 +8,11 @@
 #include "core/clock.h"
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 
 namespace mxtrain::dist {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // One config's model: its layers and their Fsdp.
 struct BenchModel {
@@ -119,11 +113,11 @@ std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
     rows[k].config = configs[k];
     if (get_recipe(configs[k].recipe).weight_tiled()) rows[k].config.mode.clear();
     rows[k].world = comm.size();
-    rows[k].allgather_ms_per_step = median(models[k]->gather_ms);
-    rows[k].allgather_total_ms_per_step = median(models[k]->total_ms);
+    rows[k].allgather_ms_per_step = median_of(models[k]->gather_ms);
+    rows[k].allgather_total_ms_per_step = median_of(models[k]->total_ms);
     rows[k].allgather_ms_min =
         *std::min_element(models[k]->gather_ms.begin(), models[k]->gather_ms.end());
-    rows[k].step_ms = median(models[k]->step_ms);
+    rows[k].step_ms = median_of(models[k]->step_ms);
   }
   return rows;
 }

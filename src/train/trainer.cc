@@ -20,6 +20,7 @@
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/transformer.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/memory_check.h"
@@ -38,13 +39,6 @@ int64_t peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return int64_t(ru.ru_maxrss) * 1024;
-}
-
-// The upper middle of `v` once sorted; 0 when empty.
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Everything one training run holds, from start to summary.
@@ -361,7 +355,7 @@ void finish(Run& r) {
   sum.mean_step_ms = n == 0 ? 0 : total_s / double(n) * 1e3;
   sum.tokens_per_s = total_s > 0 ? double(r.tokens_per_step) * double(n) / total_s : 0;
   sum.median_step_ms =
-      median(std::vector<double>(r.step_times.begin() + (n > 1), r.step_times.end())) * 1e3;
+      median_of(std::vector<double>(r.step_times.begin() + (n > 1), r.step_times.end())) * 1e3;
   sum.peak_rss_bytes = peak_rss_bytes();
   sum.global_batch = r.global_batch;
   sum.micro_batch_size = r.B;
