@@ -86,26 +86,7 @@ for mode in single fsdp; do
     wait $PID || { cat "$run/log.txt"; echo "soak $mode: the final resume failed"; exit 1; }
   fi
 
-  python3 - "$ref/m.jsonl" "$run/m.jsonl" "$STEPS" "$mode" <<'PY'
-import json, sys
-ref, run, steps, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-def rows(path):
-    out = {"loss": {}, "val_loss": {}}
-    for line in open(path):
-        r = json.loads(line)
-        for k in out:
-            if k in r:
-                assert r["step"] not in out[k], f"{mode}: {k} of step {r['step']} appears twice"
-                out[k][r["step"]] = r[k]
-    return out
-a, b = rows(ref), rows(run)
-assert sorted(b["loss"]) == list(range(1, steps + 1)), f"{mode}: {len(b['loss'])} of {steps} steps"
-for k in a:
-    bad = [s for s in a[k] if a[k][s] != b[k].get(s)]
-    assert not bad and a[k].keys() == b[k].keys(), f"{mode}: {k} differs at steps {bad[:5]}"
-print(f"soak {mode}: {steps} losses and {len(a['val_loss'])} validation losses equal the "
-      "uninterrupted run's, every step once")
-PY
+  python3 tools/same_metrics.py "$ref/m.jsonl" "$run/m.jsonl" "$STEPS" "soak $mode"
   cmp "$ref/ck/step_$STEPS/model.safetensors" "$run/ck/step_$STEPS/model.safetensors" ||
     { echo "soak $mode: final weights differ"; exit 1; }
   left=$(cd "$run" && find . -name '.*' ! -name . | sort | tr '\n' ' ')

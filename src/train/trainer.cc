@@ -155,8 +155,7 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
 // checkpoint's global batch (train/checkpointing.h, resume_grad_accum).
 void resume(Run& r) {
   const TrainOptions& opt = r.opt;
-  MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);
+  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);  // check_outputs made sure there is one
   if (opt.progress && r.lead)
     std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
                  (long long)r.st.step);

@@ -9,6 +9,7 @@
 set -u
 source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: signals_cli.sh /path/to/mxtrain}") || exit 1
+SAME=$(realpath "$(dirname "$0")/../../tools/same_metrics.py") || exit 1
 workdir signals
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 write_corpus corpus.txt
@@ -56,17 +57,8 @@ tail -n 1 term/err.txt | grep -qxF "stopped by SIGTERM at step $STOP; checkpoint
 [ "$(cat term/ck/latest)" = "step_$STOP" ] || fail "SIGTERM: latest is $(cat term/ck/latest), not step_$STOP"
 "$MXTRAIN" train --quiet --config run.yaml --metrics-out term/m.jsonl --checkpoint-dir term/ck \
   --resume 2> term/err2.txt || fail "resume after SIGTERM: $(cat term/err2.txt)"
-python3 - full.jsonl term/m.jsonl <<'PY' || fail "resumed run differs from the uninterrupted one"
-import json, sys
-def losses(path):
-    rows = [json.loads(l) for l in open(path)]
-    steps = [r["step"] for r in rows if "loss" in r]
-    assert steps == sorted(set(steps)), f"{path}: a step appears twice or out of order"
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert sorted(b) == list(range(1, 2001)), f"steps {min(b)}..{max(b)}, {len(b)} of 2000"
-assert a == b, [s for s in a if a[s] != b.get(s)][:5]
-PY
+python3 "$SAME" full.jsonl term/m.jsonl 2000 "SIGTERM, resumed" ||
+  fail "resumed run differs from the uninterrupted one"
 cmp -s full_ck/step_2000/model.safetensors term/ck/step_2000/model.safetensors ||
   fail "final weights differ from the uninterrupted run's"
 cmp -s full_ck/step_2000/optimizer.safetensors term/ck/step_2000/optimizer.safetensors ||

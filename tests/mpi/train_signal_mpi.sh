@@ -9,6 +9,7 @@
 source "$(dirname "$0")/support/train_lib.sh"
 { sed 's/steps: 4,/steps: 400,/' "$DATA/mpi_tiny.yaml"; } > "$TMP/run.yaml"
 cfg=$TMP/run.yaml
+SAME=$(realpath "$(dirname "$0")/../../tools/same_metrics.py")
 rows() { grep -c '"loss"' "$1" 2>/dev/null || echo 0; }
 
 mpi 2 train --config "$cfg" --fsdp --quiet --metrics-out "$TMP/full.jsonl" \
@@ -53,17 +54,8 @@ stop_run() {
   [ "$(cat "$TMP/${name}_ck/latest")" = "step_$STOP" ] || { echo "FAIL $name: latest"; exit 1; }
   mpi 2 train --config "$cfg" --fsdp --quiet --metrics-out "$TMP/$name.jsonl" \
     --checkpoint-dir "$TMP/${name}_ck" --resume
-  python3 - "$TMP/full.jsonl" "$TMP/$name.jsonl" <<'PY' || { echo "FAIL $name: resumed losses differ"; exit 1; }
-import json, sys
-def losses(path):
-    rows = [json.loads(l) for l in open(path)]
-    steps = [r["step"] for r in rows if "loss" in r]
-    assert steps == sorted(set(steps)), f"{path}: a step twice or out of order"
-    return {r["step"]: r["loss"] for r in rows if "loss" in r}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
-assert sorted(b) == list(range(1, 401)), f"{len(b)} of 400 steps"
-assert a == b, [s for s in a if a[s] != b.get(s)][:5]
-PY
+  python3 "$SAME" "$TMP/full.jsonl" "$TMP/$name.jsonl" 400 "$name" ||
+    { echo "FAIL $name: resumed losses differ"; exit 1; }
   cmp "$TMP/full_ck/step_400/model.safetensors" "$TMP/${name}_ck/step_400/model.safetensors" ||
     { echo "FAIL $name: final weights differ"; exit 1; }
   echo "ok $name: stopped at step $STOP (exit status $rc), resumed bit for bit"
