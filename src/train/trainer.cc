@@ -86,6 +86,13 @@ struct StepResult {
 // rather than after its last step.
 void check_outputs(const Run& r) {
   const TrainOptions& opt = r.opt;
+  // A dry run trains nothing: a flag only training uses would be silently ignored.
+  for (const auto& [given, flag] : {std::pair{opt.resume, "--resume"},
+                                    std::pair{opt.stop_after > 0, "--stop-after"},
+                                    std::pair{!opt.metrics_out.empty(), "--metrics-out"},
+                                    std::pair{!opt.checkpoint_dir.empty(), "--checkpoint-dir"}})
+    MXT_CHECK(!(opt.dry_run && given), "--dry-run builds the model and prints its precision "
+              "decisions but trains nothing, so ", flag, " would do nothing; drop one of them");
   if (r.lead) {
     io::check_output_file(opt.decisions_out, "--decisions-out");
     if (!opt.dry_run) {

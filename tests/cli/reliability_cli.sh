@@ -167,6 +167,11 @@ expect_error --at-start --within 5 "--steps 1e3" "--steps: \`1e3\` is not a whol
 expect_error --at-start --within 5 "--seq-len past int" \
   "--seq-len: \`training.seq_len\` must be between -2147483648 and 2147483647, got 99999999999" \
   "$MXTRAIN" train --quiet --config ok.yaml --seq-len 99999999999
+expect_error --at-start --within 5 "--dry-run with --metrics-out" \
+  "--dry-run builds the model and prints its precision decisions but trains nothing, so --metrics-out would do nothing" \
+  "$MXTRAIN" train --quiet --config ok.yaml --dry-run --metrics-out dry.jsonl
+expect_error --within 5 "--dry-run with --resume" "trains nothing, so --resume would do nothing" \
+  "$MXTRAIN" train --quiet --config ok.yaml --dry-run --resume
 expect_error --at-start --within 5 "unknown option" "The following argument was not expected: --lr" \
   "$MXTRAIN" train --quiet --config ok.yaml --lr
 expect_error --at-start --within 5 "bench linear --tokens 0" "--tokens: \`0\` is out of range: must be >= 1" \
