@@ -28,33 +28,35 @@ def summary(runs):
     return out
 
 
+def table(columns, rows):
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "docs/results/quantize_runs.json"
     series = json.load(open(path))["series"]
     now, k4, before = (summary(series[s]["runs"]) for s in ("now", "now_4k_pages", "before"))
+    name = lambda k: [k[0], k[1], str(k[2])]
     print(f"Huge pages (default), {now[KEYS[0]]['n']} runs:\n")
-    print("| kernel | input | threads | best ms | memcpy GB/s (median) | of memcpy: median (range) |")
-    print("|---|---|---|---|---|---|")
-    for (op, inp, t) in KEYS:
-        s = now[(op, inp, t)]
-        print(f"| {op} | {inp} | {t} | {s['best']:.2f} | {s['memcpy']:.0f} | "
-              f"{s['frac']:.0f}% ({s['lo']:.0f}-{s['hi']:.0f}%) |")
+    table(["kernel", "input", "threads", "best ms", "memcpy GB/s (median)",
+           "of memcpy: median (range)"],
+          [name(k) + [f"{now[k]['best']:.2f}", f"{now[k]['memcpy']:.0f}",
+                      f"{now[k]['frac']:.0f}% ({now[k]['lo']:.0f}-{now[k]['hi']:.0f}%)"]
+           for k in KEYS])
     print("\n4 KiB pages against huge pages:\n")
-    print("| kernel | input | threads | 4 KiB pages: best ms, of memcpy (median) | huge pages: best ms, of memcpy (median) |")
-    print("|---|---|---|---|---|")
-    for key in KEYS:
-        a, b = k4[key], now[key]
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {a['best']:.2f}, {a['frac']:.0f}% (memcpy "
-              f"{a['memcpy']:.0f} GB/s) | {b['best']:.2f}, {b['frac']:.0f}% (memcpy "
-              f"{b['memcpy']:.0f} GB/s) |")
+    cell = lambda s: f"{s['best']:.2f}, {s['frac']:.0f}% (memcpy {s['memcpy']:.0f} GB/s)"
+    table(["kernel", "input", "threads", "4 KiB pages: best ms, of memcpy (median)",
+           "huge pages: best ms, of memcpy (median)"],
+          [name(k) + [cell(k4[k]), cell(now[k])] for k in KEYS])
     print("\nBefore and after:\n")
-    print("| kernel | input | threads | before: best ms | now: best ms | change | before: of memcpy (median) | now |")
-    print("|---|---|---|---|---|---|---|---|")
-    for key in KEYS:
-        a, b = before[key], now[key]
-        ch = 100 * (b["best"] / a["best"] - 1)
-        print(f"| {key[0]} | {key[1]} | {key[2]} | {a['best']:.2f} | {b['best']:.2f} | "
-              f"{ch:+.0f}% | {a['frac']:.0f}% | {b['frac']:.0f}% |")
+    table(["kernel", "input", "threads", "before: best ms", "now: best ms", "change",
+           "before: of memcpy (median)", "now"],
+          [name(k) + [f"{before[k]['best']:.2f}", f"{now[k]['best']:.2f}",
+                      f"{100 * (now[k]['best'] / before[k]['best'] - 1):+.0f}%",
+                      f"{before[k]['frac']:.0f}%", f"{now[k]['frac']:.0f}%"] for k in KEYS])
 
 
 if __name__ == "__main__":
