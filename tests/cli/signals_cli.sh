@@ -23,7 +23,7 @@ precision: {recipe: mxfp8}
 YAML
 
 # rows FILE: the number of training rows (with a loss) in a metrics file.
-rows() { grep -c '"loss"' "$1" 2>/dev/null || echo 0; }
+rows() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 
 # stopped_run SIGNAL NAME CODE DIR [ARGS...]: starts a run into DIR/m.jsonl (and DIR/ck
 # unless ARGS say otherwise), sends SIGNAL once 20 steps are done, checks the exit code, the

@@ -7,10 +7,13 @@
 # metrics. While the FSDP run holds its checkpoint directory, another run is refused.
 # Usage: train_signal_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_signal`)
 source "$(dirname "$0")/support/train_lib.sh"
-{ sed 's/steps: 4,/steps: 400,/' "$DATA/mpi_tiny.yaml"; } > "$TMP/run.yaml"
+# 4000 steps (about 3 ms each on 2 cores): mpirun passes SIGTERM on only after
+# odls_base_sigkill_timeout (2 s below), and the run must still be going then.
+STEPS=4000
+{ sed "s/steps: 4,/steps: $STEPS,/" "$DATA/mpi_tiny.yaml"; } > "$TMP/run.yaml"
 cfg=$TMP/run.yaml
 SAME=$(realpath "$(dirname "$0")/../../tools/same_metrics.py")
-rows() { grep -c '"loss"' "$1" 2>/dev/null || echo 0; }
+rows() { local n; n=$(grep -c '"loss"' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 
 mpi 2 train --config "$cfg" --fsdp --quiet --metrics-out "$TMP/full.jsonl" \
   --checkpoint-dir "$TMP/full_ck"
@@ -45,6 +48,8 @@ stop_run() {
   wait $launcher || rc=$?
   cat "$TMP/$name.out"
   [ "$rc" -ne 0 ] || { echo "FAIL $name: mpirun exited 0"; exit 1; }
+  [ "$(rows "$TMP/$name.jsonl")" -lt $STEPS ] ||
+    { echo "FAIL $name: all $STEPS steps ran before the signal reached the ranks"; exit 1; }
   STOP=$(grep '"loss"' "$TMP/$name.jsonl" | tail -n 1 | sed 's/.*"step":\([0-9]*\).*/\1/')
   grep -qxF "stopped by SIGTERM at step $STOP; checkpoint at $TMP/${name}_ck/step_$STOP; resume with --resume" \
     "$TMP/$name.out" || { echo "FAIL $name: no stop line for step $STOP"; exit 1; }
@@ -54,9 +59,9 @@ stop_run() {
   [ "$(cat "$TMP/${name}_ck/latest")" = "step_$STOP" ] || { echo "FAIL $name: latest"; exit 1; }
   mpi 2 train --config "$cfg" --fsdp --quiet --metrics-out "$TMP/$name.jsonl" \
     --checkpoint-dir "$TMP/${name}_ck" --resume
-  python3 "$SAME" "$TMP/full.jsonl" "$TMP/$name.jsonl" 400 "$name" ||
+  python3 "$SAME" "$TMP/full.jsonl" "$TMP/$name.jsonl" $STEPS "$name" ||
     { echo "FAIL $name: resumed losses differ"; exit 1; }
-  cmp "$TMP/full_ck/step_400/model.safetensors" "$TMP/${name}_ck/step_400/model.safetensors" ||
+  cmp "$TMP/full_ck/step_$STEPS/model.safetensors" "$TMP/${name}_ck/step_$STEPS/model.safetensors" ||
     { echo "FAIL $name: final weights differ"; exit 1; }
   echo "ok $name: stopped at step $STOP (exit status $rc), resumed bit for bit"
 }
