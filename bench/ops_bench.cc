@@ -210,7 +210,7 @@ Body make_adamw(const opk::Kernels&, bool avx512, int64_t N, int64_t W) {
   const int64_t n = N * W;
   B.a = randv(n, 1), B.b = randv(n, 2), B.c.assign(n, 0.f), B.d.assign(n, 0.f);
   static optk::AdamWStep s{0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 1.2f, 1e-8f, 1e-4f};
-  const auto kern = avx512 ? optk::adamw_range__avx512 : optk::adamw_range_ref;
+  const auto kern = avx512 ? optk::adamw_range_avx512 : optk::adamw_range_ref;
   return [kern, &B, n](int64_t T, int64_t t) {
     const auto [i0, i1] = share(n, 16, T, t);
     if (i0 < i1) kern(B.a.data(), B.b.data(), B.c.data(), B.d.data(), s, i0, i1);

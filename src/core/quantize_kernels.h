@@ -114,59 +114,59 @@ const QuantKernels& quant_kernels_avx512vbmi();  // only when isa_supported(Isa:
 const QuantKernels& quant_kernels(Isa isa);
 
 // ---- the scalar reference kernels (quantize_ref.cc) ---------------------------------------
-void quantize_mx_rowwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_dual_f32__ref(const float* x, const QParams& p, Region g, QOut row, QOut col);
-void quantize_mx_dual_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_rowwise_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32_ref(const float* x, const QParams& p, Region g, QOut row, QOut col);
+void quantize_mx_dual_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut row,
                                 QOut col);
-void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                             float* out);
-void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                              MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                              uint16_t* out);
-void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n);
-void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n);
-bool has_nonfinite_f32__ref(const float* x, int64_t n);
+void convert_f32_to_bf16_ref(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32_ref(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32_ref(const float* x, int64_t n);
 
 // ---- AVX-512 kernels (quantize_avx512.cc, dequantize_avx512.cc) ---------------------------
-void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_dual_f32__avx512(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_rowwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32_avx512(const float* x, const QParams& p, Region g, QOut row,
                                   QOut col);
-void quantize_mx_dual_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
                                    QOut col);
-void dequantize_mx_f32__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                float* out);
-void dequantize_mx_bf16__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                 MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                 uint16_t* out);
-void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n);
-void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n);
-bool has_nonfinite_f32__avx512(const float* x, int64_t n);
+void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32_avx512(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32_avx512(const float* x, int64_t n);
 
 // ---- AVX-512 + VBMI kernels (quantize_avx512vbmi.cc) --------------------------------------
-void quantize_mx_rowwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_rowwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out);
-void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_colwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out);
-void quantize_mx_tile32_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_tile32_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                          QOut out);
-void quantize_mx_dual_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
                                       QOut col);
-void quantize_mx_dual_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
                                        QOut col);
 
 }  // namespace mxtrain::kern

@@ -41,8 +41,8 @@ std::vector<KernelPath> op_paths() {
   // The avx512vbmi table has VBMI builds of the quantizers only; the rest are avx512's.
   const std::string isa = isa_name(k.isa);
   const std::string base = k.isa == Isa::avx512vbmi ? isa_name(Isa::avx512) : isa;
-  const std::string sfx = k.isa == Isa::scalar ? "__ref" : "__" + isa;
-  const std::string bsfx = k.isa == Isa::scalar ? "__ref" : "__" + base;
+  const std::string sfx = k.isa == Isa::scalar ? "_ref" : "_" + isa;
+  const std::string bsfx = k.isa == Isa::scalar ? "_ref" : "_" + base;
   return {
       {"quantize rowwise 1x32", isa, "quantize_mx_rowwise_{f32,bf16}" + sfx},
       {"quantize colwise 32x1", isa, "quantize_mx_colwise_{f32,bf16}" + sfx},

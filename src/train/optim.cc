@@ -66,7 +66,7 @@ void adamw_with(AdamWKernel kern, float* w, const float* g, float* m, float* v, 
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   int64_t t, bool decay) {
-  adamw_with(active_isa() >= Isa::avx512 ? optk::adamw_range__avx512 : optk::adamw_range_ref,
+  adamw_with(active_isa() >= Isa::avx512 ? optk::adamw_range_avx512 : optk::adamw_range_ref,
              w, g, m, v, n, h, t, decay);
 }
 

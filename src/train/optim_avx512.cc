@@ -20,7 +20,7 @@ using kern::avx512::mul_rn;
 using kern::avx512::sub_rn;
 using kern::avx512::tail_mask;
 
-void adamw_range__avx512(float* w, const float* g, float* m, float* v, const AdamWStep& s,
+void adamw_range_avx512(float* w, const float* g, float* m, float* v, const AdamWStep& s,
                          int64_t i0, int64_t i1) {
   const __m512 b1 = _mm512_set1_ps(s.beta1), b2 = _mm512_set1_ps(s.beta2);
   const __m512 c1 = _mm512_set1_ps(s.one_minus_beta1), c2 = _mm512_set1_ps(s.one_minus_beta2);

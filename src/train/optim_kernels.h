@@ -3,7 +3,7 @@
 // optim.cc derives the per-step constants once (AdamWStep), picks the kernel for
 // active_isa() and splits the elements over threads; a kernel updates elements [i0, i1) of
 // w, m, v from g (all [n]). adamw_range_ref (optim.cc) is the scalar loop;
-// adamw_range__avx512 (optim_avx512.cc) performs the same FP32 operations in the same order
+// adamw_range_avx512 (optim_avx512.cc) performs the same FP32 operations in the same order
 // without fusing any of them (IEEE sqrt and division), so the two agree bit for bit.
 // ref::adamw_update is train/optim.h's adamw_update with the scalar kernel, for tests.
 #pragma once
@@ -26,7 +26,7 @@ struct AdamWStep {
 
 void adamw_range_ref(float* w, const float* g, float* m, float* v, const AdamWStep& s,
                      int64_t i0, int64_t i1);
-void adamw_range__avx512(float* w, const float* g, float* m, float* v, const AdamWStep& s,
+void adamw_range_avx512(float* w, const float* g, float* m, float* v, const AdamWStep& s,
                          int64_t i0, int64_t i1);
 
 }  // namespace optk
