@@ -7,12 +7,13 @@
 //   op(A) = A   -> A rowwise or tile32;  op(A) = A^T -> A colwise or tile32
 //   op(B) = B   -> B colwise or tile32;  op(B) = B^T -> B rowwise or tile32
 // and computes Σ over K-blocks of scale_a · scale_b · Σ a·b, reading the FP8 codes directly
-// (gemm_path() says which kernels; docs/numerics.md, "MX products", defines the result).
+// (gemm_mx_path() says which kernels; docs/numerics.md, "MX products", defines the result).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "mxtrain/isa.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/quantize.h"
 
@@ -33,14 +34,12 @@ void gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   const float* A, int64_t lda, const float* B, int64_t ldb, double* C,
                   int64_t ldc);
 
-// Kernel path of gemm_mx, chosen per call from the active ISA path (isa.h) and the CPU:
-//   avx512bf16 — ISA path avx512 or better on a CPU with AVX512-BF16: FP8 panels decoded into
-//                cache-resident BF16 blocks, VDPBF16PS micro-kernel;
-//   onednn     — other CPUs and --isa avx2: operands expanded to BF16, oneDNN matmul;
+// Kernel path of gemm_mx now (its dispatch table, src/gemm/gemm_mx.cc; mxtrain/isa.h):
+//   avx512vbmi_bf16, avx512bf16 — FP8 panels decoded into cache-resident BF16 blocks,
+//                VDPBF16PS micro-kernel (the first also streams W for forwards of few rows);
+//   avx2       — CPUs without AVX512-BF16 and --isa avx2: operands expanded to BF16, oneDNN;
 //   scalar     — --isa scalar: the reference kernel.
-enum class GemmPath { scalar, onednn, avx512bf16 };
-GemmPath gemm_path();
-const char* gemm_path_name(GemmPath p);
+Path gemm_mx_path();
 
 // MX-scaled GEMM. A, B are whole quantized matrices; M, N, K follow from their shapes.
 void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,

@@ -128,7 +128,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)
-    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", gemm_path_name(gemm_path()),
+    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", path_name(gemm_mx_path()),
                 "recipe", "op", "m", "k", "n", "ms", "bf16_ms", "vs_bf16");
   for (int64_t M : o.m) {
     const std::vector<float> x = randn(M * o.k, 2, 1.f), dy = randn(M * o.n, 3, 1e-3f);
@@ -149,7 +149,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         nlohmann::json row = {{"recipe", recipes[c]}, {"op", op},       {"m", M},
                               {"k", o.k},             {"n", o.n},       {"ms", ms},
                               {"bf16_ms", base},      {"vs_bf16", ms / base},
-                              {"gemm_path", gemm_path_name(gemm_path())}, {"iters", o.iters}};
+                              {"gemm_path", path_name(gemm_mx_path())}, {"iters", o.iters}};
         if (o.json)
           rows.push_back(row);
         else

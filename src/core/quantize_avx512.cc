@@ -1,7 +1,6 @@
 // core/quantize_avx512.cc — the AVX-512 MX quantization kernels built without VBMI
 // (rowwise: quantize_rowwise_avx512.h; colwise, 32x32 and dual-axis:
-// quantize_strip_avx512.h) and the avx512 kernel table (compiled with AVX-512 F/BW/VL/DQ
-// flags).
+// quantize_strip_avx512.h), compiled with AVX-512 F/BW/VL/DQ flags.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -37,24 +36,6 @@ void quantize_mx_dual_f32_avx512(const float* x, const QParams& p, Region g, QOu
 void quantize_mx_dual_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
                                    QOut col) {
   strip_any<uint16_t, Mode::dual>(x, p, g, row, col);
-}
-
-const QuantKernels& quant_kernels_avx512() {
-  static const QuantKernels k{Isa::avx512,
-                              quantize_mx_rowwise_f32_avx512,
-                              quantize_mx_colwise_f32_avx512,
-                              quantize_mx_tile32_f32_avx512,
-                              quantize_mx_rowwise_bf16_avx512,
-                              quantize_mx_colwise_bf16_avx512,
-                              quantize_mx_tile32_bf16_avx512,
-                              quantize_mx_dual_f32_avx512,
-                              quantize_mx_dual_bf16_avx512,
-                              dequantize_mx_f32_avx512,
-                              dequantize_mx_bf16_avx512,
-                              convert_f32_to_bf16_avx512,
-                              convert_bf16_to_f32_avx512,
-                              has_nonfinite_f32_avx512};
-  return k;
 }
 
 }  // namespace mxtrain::kern

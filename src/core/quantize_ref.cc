@@ -170,22 +170,4 @@ bool has_nonfinite_f32_ref(const float* x, int64_t n) {
   return false;
 }
 
-const QuantKernels& quant_kernels_ref() {
-  static const QuantKernels k{Isa::scalar,
-                              quantize_mx_rowwise_f32_ref,
-                              quantize_mx_colwise_f32_ref,
-                              quantize_mx_tile32_f32_ref,
-                              quantize_mx_rowwise_bf16_ref,
-                              quantize_mx_colwise_bf16_ref,
-                              quantize_mx_tile32_bf16_ref,
-                              quantize_mx_dual_f32_ref,
-                              quantize_mx_dual_bf16_ref,
-                              dequantize_mx_f32_ref,
-                              dequantize_mx_bf16_ref,
-                              convert_f32_to_bf16_ref,
-                              convert_bf16_to_f32_ref,
-                              has_nonfinite_f32_ref};
-  return k;
-}
-
 }  // namespace mxtrain::kern

@@ -79,7 +79,7 @@ void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, boo
   IsaGuard guard;
   for (Isa isa : path_isas()) {
     set_isa(isa);
-    SCOPED_TRACE(std::string(what) + " on path " + gemm_path_name(gemm_path()) + ", M=" +
+    SCOPED_TRACE(std::string(what) + " on path " + path_name(gemm_mx_path()) + ", M=" +
                  std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
     std::vector<float> c(c0.begin(), c0.begin() + M * N);
     gemm_mx(ta, A, tb, B, c.data(), N, acc);
@@ -202,7 +202,7 @@ TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
     for (int64_t i = 0; i < 10; ++i)
       for (int64_t j = 0; j < 70; ++j)
         EXPECT_EQ(std::isnan(c[size_t(i * 70 + j)]), i == 3)
-            << gemm_path_name(gemm_path()) << " C[" << i << "," << j << "]";
+            << path_name(gemm_mx_path()) << " C[" << i << "," << j << "]";
   }
 }
 
@@ -290,7 +290,7 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
   }
 }
 
-// The VBMI row packer (pack_a_rows_avx512vbmi) decodes by table lookup where the scale folds
+// The VBMI row packer (pack_a_rows_avx512vbmi_bf16) decodes by table lookup where the scale folds
 // exactly and falls back to the general decoder elsewhere: the panel products on the avx512vbmi
 // path equal the avx512 path's bit for bit, with ordinary scales, a block scaled by 2^-120
 // (scale below the table's range: the general decoder), one by 2^120 (near its top), a NaN

@@ -1,9 +1,10 @@
-// gemm/info.cc — the engine description behind `mxtrain info` / `mxtrain recipes` and the
+// nn/info.cc — the engine description behind `mxtrain info` / `mxtrain recipes` and the
 // Python module's info() / recipes() (mxtrain/info.h).
 //
-// The kernel names follow the quantize dispatch table (core/quantize_kernels.h) and the MX
-// product's path (gemm.h, gemm_path()); BF16 products go through oneDNN, which picks its own
-// ISA. It lives in the gemm module because it reports the GEMM path.
+// The kernels are the choices of every dispatch table (core/dispatch.h): quantize, dequantize,
+// conversions and the non-finite scan (core), the MX product (gemm), the elementwise ops and
+// AdamW, and attention (nn); BF16 products go through oneDNN, which picks its own ISA. It
+// lives in nn, the highest module with a dispatch table, which the Python module links too.
 #include "mxtrain/info.h"
 
 #include <omp.h>
@@ -15,46 +16,23 @@
 #include "mxtrain/gemm.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/recipe.h"
+#include "nn/attention_kernels.h"
+#include "nn/ops_kernels.h"
 
 namespace mxtrain {
 namespace {
 
-// The MX product's kernels on the active path.
-KernelPath mx_gemm_path() {
-  const GemmPath p = gemm_path();
-  std::string kernel;
-  switch (p) {
-    case GemmPath::scalar: kernel = "mx_gemm_ref"; break;
-    case GemmPath::onednn: kernel = "dequantize_bf16 + oneDNN matmul (operands expanded)"; break;
-    case GemmPath::avx512bf16:
-      kernel = "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64)";
-      if (active_isa() == Isa::avx512vbmi)
-        kernel += "; forward with m <= " + std::to_string(gemm_detail::kGemvMaxRows) +
-                  ": mx_gemv_nt_avx512vbmi";
-      break;
-  }
-  return {"GEMM MX (mxfp8 recipes)", gemm_path_name(p), kernel};
-}
-
+// Every dispatch table's choice, and the BF16 products, whose kernels oneDNN chooses.
 std::vector<KernelPath> op_paths() {
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
-  // The avx512vbmi table has VBMI builds of the quantizers only; the rest are avx512's.
-  const std::string isa = isa_name(k.isa);
-  const std::string base = k.isa == Isa::avx512vbmi ? isa_name(Isa::avx512) : isa;
-  const std::string sfx = k.isa == Isa::scalar ? "_ref" : "_" + isa;
-  const std::string bsfx = k.isa == Isa::scalar ? "_ref" : "_" + base;
-  return {
-      {"quantize rowwise 1x32", isa, "quantize_mx_rowwise_{f32,bf16}" + sfx},
-      {"quantize colwise 32x1", isa, "quantize_mx_colwise_{f32,bf16}" + sfx},
-      {"quantize dual-axis (one read)", isa, "quantize_mx_dual_{f32,bf16}" + sfx},
-      {"quantize 32x32 tiles", isa, "quantize_mx_tile32_{f32,bf16}" + sfx},
-      {"dequantize (to fp32 / bf16)", base, "dequantize_mx_{f32,bf16}" + bsfx},
-      {"fp32 <-> bf16 arrays", base, "convert_{f32_to_bf16,bf16_to_f32}" + bsfx},
-      {"non-finite scan", base, "has_nonfinite_f32" + bsfx},
-      {"GEMM bf16 (bf16 recipe)", "oneDNN", "oneDNN matmul; oneDNN picks its own ISA "
-                                            "(see ONEDNN_VERBOSE=1)"},
-      mx_gemm_path(),
-  };
+  std::vector<PathChoice> all = kern::quantize_path_choices();
+  all.push_back(gemm_detail::mx_product_choice());
+  all.push_back(opk::ops_choice());
+  all.push_back(attn_detail::attention_choice());
+  std::vector<KernelPath> out;
+  for (const PathChoice& c : all) out.push_back({c.op, path_name(c.path), c.kernel});
+  out.push_back({"GEMM bf16 (bf16 recipe)", "oneDNN",
+                 "oneDNN matmul; oneDNN picks its own ISA (see ONEDNN_VERBOSE=1)"});
+  return out;
 }
 
 nlohmann::json recipe_json(const Recipe& r) {
@@ -90,7 +68,7 @@ EngineInfo engine_info() {
   e.best_isa = isa_name(best_isa());
   e.active_isa = isa_name(active_isa());
   e.omp_max_threads = omp_get_max_threads();
-  e.gemm_path = gemm_path_name(gemm_path());
+  e.gemm_path = path_name(gemm_mx_path());
   e.kernels = op_paths();
   return e;
 }
