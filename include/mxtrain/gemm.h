@@ -60,17 +60,18 @@ struct GroupList {
 // For a layer y[M,N] = x[M,K] · W[N,K]^T over row groups (experts; a plain Linear is one group).
 // Group g owns rows offsets[g]..offsets[g+1] of x, dy, y and dx, and has its own QTensors
 // x[g], dy[g] (quantized per group: token-axis blocks restart at each group) and weight w[g].
-// Groups with no rows are skipped. The QTensors decide the precision: a weight with a BF16 copy
-// runs oneDNN's BF16 products on the activations' BF16 copies; otherwise gemm_mx on MX copies:
-//   forward  y  = x.rowwise · (w.tile | w.rowwise)^T
-//   dgrad    dx = dy.rowwise · (w.tile | w.colwise)
-//   wgrad    dW += dy.colwise^T · x.colwise            (dw[g]: [N, K], FP32)
+// Groups with no rows are skipped. Each product reads, of each operand, the copy
+// copies_needed(r, role, use) names (qtensor.h): BF16 copies run oneDNN's BF16 product, scaled
+// copies gemm_mx:
+//   forward  y  = x · W^T        (mxfp8: x.rowwise · (W.rowwise | W.tile)^T)
+//   dgrad    dx = dy · W         (mxfp8: dy.rowwise · (W.colwise | W.tile))
+//   wgrad    dW += dy^T · x      (mxfp8: dy.colwise^T · x.colwise; dw[g]: [N, K], FP32)
 // A copy the product needs but the QTensor lacks is an error naming it.
-void grouped_forward(const GroupList& groups, const QTensor* x, const QTensor* const* w,
-                     float* y, int64_t N);                       // y: [rows, N]
-void grouped_dgrad(const GroupList& groups, const QTensor* dy, const QTensor* const* w,
-                   float* dx, int64_t K);                        // dx: [rows, K]
-void grouped_wgrad(const GroupList& groups, const QTensor* dy, const QTensor* x,
-                   float* const* dw, bool accumulate);            // dw[g]: [N, K]
+void grouped_forward(const Recipe& r, const GroupList& groups, const QTensor* x,
+                     const QTensor* const* w, float* y, int64_t N);     // y: [rows, N]
+void grouped_dgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
+                   const QTensor* const* w, float* dx, int64_t K);      // dx: [rows, K]
+void grouped_wgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
+                   const QTensor* x, float* const* dw, bool accumulate);  // dw[g]: [N, K]
 
 }  // namespace mxtrain

@@ -151,7 +151,7 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   const QuantConfig cfg;  // E4M3, rceil
   MXTensor row = MXTensor::empty(M, K, MXLayout::rowwise, cfg.elem);
   MXTensor col = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);
-  MXTensor tile = MXTensor::empty(M, K, MXLayout::tile32, cfg.elem);
+  MXTensor tile = MXTensor::empty(M, K, MXLayout::tile, cfg.elem);
   const Isa fast = active_isa();
   std::vector<Isa> isas = {fast};
   if (o.scalar && fast != Isa::scalar) isas.push_back(Isa::scalar);

@@ -18,7 +18,7 @@ int run_recipes(bool json) {
     std::cout << recipes_json(1) << std::endl;
     return 0;
   }
-  for (const std::string& n : recipe_names()) std::cout << get_recipe(n).describe() << "\n";
+  for (const Recipe& r : registered_recipes()) std::cout << r.describe() << "\n";
   return 0;
 }
 

@@ -95,19 +95,24 @@ const char* layout_name(MXLayout l) {
   switch (l) {
     case MXLayout::rowwise: return "rowwise";
     case MXLayout::colwise: return "colwise";
-    case MXLayout::tile32: return "tile32";
+    case MXLayout::tile: return "tile";
   }
   return "?";
 }
 
 int64_t MXTensor::scale_rows() const {
-  return layout == MXLayout::rowwise ? rows : ceil_div(rows, kMXBlock);
+  return layout == MXLayout::rowwise ? rows : ceil_div(rows, block);
 }
 int64_t MXTensor::scale_cols() const {
-  return layout == MXLayout::colwise ? cols : ceil_div(cols, kMXBlock);
+  return layout == MXLayout::colwise ? cols : ceil_div(cols, block);
+}
+size_t MXTensor::scale_bytes() const {
+  return size_t(scale_rows() * scale_cols()) * size_t(scale_type_bytes(scale_type));
 }
 
 uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
+  MXT_CHECK(is_mx(), "scale_at: the copy holds ", scale_type_name(scale_type), " scales per ",
+            block, "-element block, not E8M0 per 32");
   MXT_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "scale_at(", r, ", ", c,
             ") is outside the ", rows, "x", cols, " tensor");
   const int64_t sr = layout == MXLayout::rowwise ? r : r / kMXBlock;
@@ -172,8 +177,15 @@ void check_input(const void* x, int64_t M, int64_t K, const char* what) {
             " tensor");
 }
 
+// The kernels here make and read MX copies only (E8M0 scales per 32-element block).
+void check_is_mx(const MXTensor& t, const char* what) {
+  MXT_CHECK(t.is_mx(), what, ": the copy holds ", scale_type_name(t.scale_type), " scales per ",
+            t.block, "-element block; the MX kernels handle E8M0 scales per 32 only");
+}
+
 void check_out(const MXTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
                const char* what) {
+  check_is_mx(out, what);
   MXT_CHECK(out.rows == M && out.cols == K, what, ": output is ", out.rows, "x", out.cols,
             " but the input is ", M, "x", K, "; allocate it with MXTensor::empty(", M, ", ",
             K, ", layout, elem)");
@@ -193,6 +205,8 @@ void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
   t.cols = K;
   t.layout = layout;
   t.elem = elem;
+  t.scale_type = ScaleType::e8m0;
+  t.block = kMXBlock;
   t.data.resize(size_t(M * K));
   t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
 }
@@ -236,6 +250,7 @@ void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
 }
 
 void check_mx(const MXTensor& q, const char* what) {
+  check_is_mx(q, what);
   MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
                 q.scales.size() == size_t(q.scale_rows() * q.scale_cols()),
             what, ": malformed MXTensor (", q.rows, "x", q.cols, ", ", q.data.size(),

@@ -89,7 +89,7 @@ inline uint8_t scale_for(const uint8_t* scales, int64_t ld, MXLayout layout, int
   switch (layout) {
     case MXLayout::rowwise: return scales[r * ld + c / kMXBlock];
     case MXLayout::colwise: return scales[(r / kMXBlock) * ld + c];
-    case MXLayout::tile32: break;
+    case MXLayout::tile: break;
   }
   return scales[(r / kMXBlock) * ld + c / kMXBlock];
 }

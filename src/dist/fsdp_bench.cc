@@ -21,6 +21,12 @@ struct BenchModel {
   std::vector<double> gather_ms, total_ms, step_ms;
 };
 
+// Whether dgrad reads another weight copy than forward (then the gather mode matters).
+bool has_backward_copy(const Recipe& r) {
+  return r.quantized() &&
+         copies_needed(r, Role::weight, Use::dgrad) != copies_needed(r, Role::weight, Use::forward);
+}
+
 std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
                                   const FsdpBenchConfig& c) {
   LinearPrecision prec;
@@ -37,7 +43,7 @@ std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int6
     MXT_CHECK(c.mode == "reshard" || c.mode == "keep",
               "bf16 gather mode must be reshard or keep, got '", c.mode, "'");
     opt.bf16_reshard_after_forward = c.mode == "reshard";
-  } else if (!prec.recipe.weight_tiled()) {
+  } else if (has_backward_copy(prec.recipe)) {
     opt.mxfp8_gather = parse_mxfp8_gather(c.mode);
   }
   auto m = std::make_unique<BenchModel>();
@@ -67,11 +73,11 @@ double run_step(Comm& comm, Fsdp& f, double compute_ms) {
   const int n = f.num_modules();
   if (compute_ms > 0) comm.barrier();
   const auto t_step = Clock::now();
-  const auto use_module = [&](int i, WeightUse use) {
+  const auto use_module = [&](int i, Use use) {
     if (compute_ms == 0) comm.barrier();
     const auto t0 = Clock::now();
     f.fetch(i, use);
-    use == WeightUse::forward ? f.post_forward(i) : f.post_backward(i);
+    use == Use::forward ? f.post_forward(i) : f.post_backward(i);
     if (compute_ms == 0) {
       ms += ms_since(t0);
       return;
@@ -79,8 +85,8 @@ double run_step(Comm& comm, Fsdp& f, double compute_ms) {
     compute_for(compute_ms);
     f.poll();
   };
-  for (int i = 0; i < n; ++i) use_module(i, WeightUse::forward);
-  for (int i = n - 1; i >= 0; --i) use_module(i, WeightUse::backward);
+  for (int i = 0; i < n; ++i) use_module(i, Use::forward);
+  for (int i = n - 1; i >= 0; --i) use_module(i, Use::dgrad);
   return compute_ms > 0 ? ms_since(t_step) : ms;
 }
 
@@ -111,7 +117,9 @@ std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
   }
   for (size_t k = 0; k < rows.size(); ++k) {
     rows[k].config = configs[k];
-    if (get_recipe(configs[k].recipe).weight_tiled()) rows[k].config.mode.clear();
+    if (models[k]->layers.empty() ||
+        !has_backward_copy(models[k]->layers.front()->precision().recipe))
+      rows[k].config.mode.clear();
     rows[k].world = comm.size();
     rows[k].allgather_ms_per_step = median_of(models[k]->gather_ms);
     rows[k].allgather_total_ms_per_step = median_of(models[k]->total_ms);

@@ -26,7 +26,7 @@ namespace {
 bool layout_ok(MXLayout l, bool k_along_cols) {
   // Blocks along K: if K is the stored matrix's column axis the copy must be rowwise (blocks
   // along columns) or tile32; if K is its row axis, colwise or tile32.
-  if (l == MXLayout::tile32) return true;
+  if (l == MXLayout::tile) return true;
   return k_along_cols ? l == MXLayout::rowwise : l == MXLayout::colwise;
 }
 

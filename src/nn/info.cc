@@ -15,6 +15,7 @@
 #include "gemm/mx_gemm.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/isa.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 #include "nn/attention_kernels.h"
 #include "nn/ops_kernels.h"
@@ -35,21 +36,29 @@ std::vector<KernelPath> op_paths() {
   return out;
 }
 
+// A recipe as `mxtrain recipes --json` prints it: per role its format and the copy each use
+// reads.
 nlohmann::json recipe_json(const Recipe& r) {
   nlohmann::json j;
   j["name"] = r.name;
   j["quantized"] = r.quantized();
-  j["scaling_type"] = r.quantized() ? "mx" : "none";
-  j["block_size"] = r.granularity.block_size;
-  if (r.quantized()) {
-    j["strategy"] = r.strategy;
-    j["weight_layout"] = r.weight_tiled() ? "tile32 (one copy)" : "rowwise + colwise 1x32";
-    j["input_elem"] = elem_name(r.input_elem);
-    j["weight_elem"] = elem_name(r.weight_elem);
-    j["grad_elem"] = elem_name(r.grad_elem);
-    j["scale_rounding"] = rounding_name(r.rounding);
+  j["description"] = r.note;
+  for (int i = 0; i < kNumRoles; ++i) {
+    const Role role = Role(i);
+    const TensorFormat& f = r.role(role);
+    nlohmann::json rj;
+    rj["elem"] = f.quantized() ? elem_name(f.elem) : "bf16";
+    rj["scale"] = scale_type_name(f.scale);
+    rj["block"] = block_name(f.block);
+    if (f.quantized()) {
+      rj["scale_rule"] = rounding_name(f.rule);
+      rj["amax_epsilon"] = f.amax_epsilon;
+      rj["scale_source"] = scale_source_name(f.source);
+    }
+    for (Use u : {Use::forward, Use::dgrad, Use::wgrad})
+      rj["copies"][use_name(u)] = copies_needed(r, role, u).name();
+    j["roles"][role_name(role)] = rj;
   }
-  j["description"] = r.describe();
   return j;
 }
 
@@ -90,7 +99,7 @@ std::string engine_info_json(int indent) {
 
 std::string recipes_json(int indent) {
   nlohmann::json all = nlohmann::json::array();
-  for (const std::string& n : recipe_names()) all.push_back(recipe_json(get_recipe(n)));
+  for (const Recipe& r : registered_recipes()) all.push_back(recipe_json(r));
   return all.dump(indent);
 }
 

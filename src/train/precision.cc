@@ -76,7 +76,7 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
   LinearPrecision lp;
   lp.recipe = get_recipe(recipe);
   if (lp.recipe.quantized()) {
-    lp.recipe.rounding = p.scale_rounding;
+    lp.recipe.set_rule(p.scale_rounding);
     lp.defer_backward_quant = p.defer_backward_quant;
   }
   lp.validate();

@@ -171,7 +171,7 @@ uint32_t quantize_digest(const std::string& layout, const QuantConfig& cfg, bool
       } else {
         const MXLayout l = layout == "rowwise"   ? MXLayout::rowwise
                            : layout == "colwise" ? MXLayout::colwise
-                                                 : MXLayout::tile32;
+                                                 : MXLayout::tile;
         feed_copy(crc, quantize(in, M, K, l, cfg));
       }
     };

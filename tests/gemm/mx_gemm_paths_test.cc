@@ -115,7 +115,7 @@ MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e
 
 TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile32}) {
+    for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile}) {
       const auto x = randn(s.M * s.K, 1), w = randn(s.N * s.K, 2, 0.05f);
       const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
       const MXTensor wq = q(w, s.N, s.K, wl, Elem::e4m3, ScaleRounding::floor);
@@ -125,7 +125,7 @@ TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
 
 TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile}) {
       // dx[M, N] = dy[M, K] · W[K, N]: dy E5M2 rowwise, W stored [K, N].
       const auto dy = randn(s.M * s.K, 3, 1e-3f), w = randn(s.K * s.N, 4, 0.05f);
       const MXTensor dq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e5m2);
@@ -136,7 +136,7 @@ TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
 
 TEST(MxGemmPaths, WgradAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout al : {MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout al : {MXLayout::colwise, MXLayout::tile}) {
       // dW[M, N] += dy^T · x with dy stored [K, M], x stored [K, N] (K = tokens).
       const auto dy = randn(s.K * s.M, 5, 1e-2f), x = randn(s.K * s.N, 6);
       const MXTensor dq = q(dy, s.K, s.M, al, Elem::e5m2);
