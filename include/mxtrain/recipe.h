@@ -75,6 +75,11 @@ struct Recipe {
   bool operator==(const Recipe&) const = default;
 };
 
+// Whether defer_backward_quant can apply under recipe r: it defers the backward copy of the
+// layer's input, so the recipe must quantize inputs. The one statement of this rule (asked by
+// LinearPrecision::validate and the config parser, each naming its own context).
+bool defer_backward_quant_applies(const Recipe& r);
+
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();
 std::vector<std::string> recipe_names();

@@ -163,7 +163,7 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
     bo.time_fp8 = true;
   }
   if (recipe.empty()) {
-    const Recipe rc = get_recipe(cfg.precision.recipe);
+    const Recipe& rc = cfg.precision.recipe;
     recipe = rc.quantized() ? rc.name : "mxfp8";
   }
   // Before anything is printed or timed: an unknown name is one error line.

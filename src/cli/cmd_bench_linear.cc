@@ -47,8 +47,7 @@ int run_bench_linear(const BenchLinearOptions& o) {
     cfg.iters = o.iters;
     cfg.micro_batches = o.micro_batches;
     // Baseline first, then every requested (recipe, defer) pair; all timed alternately.
-    std::vector<LinearPrecision> precs(1);
-    precs[0].recipe = get_recipe("bf16");
+    std::vector<LinearPrecision> precs(1);  // LinearPrecision's default recipe: bf16
     std::vector<std::string> names{"bf16"};
     for (const std::string& name : o.recipes) {
       Recipe rc = get_recipe(name);

@@ -84,6 +84,8 @@ std::string Recipe::describe() const {
   return os.str();
 }
 
+bool defer_backward_quant_applies(const Recipe& r) { return r.role(Role::input).quantized(); }
+
 namespace {
 
 // An MX role: E8M0 scales, amax of the current tensor, rceil.

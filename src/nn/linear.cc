@@ -31,7 +31,7 @@ namespace mxtrain {
 using namespace nn_detail;
 
 void LinearPrecision::validate() const {
-  MXT_CHECK(!(defer_backward_quant && !recipe.role(Role::input).quantized()),
+  MXT_CHECK(!defer_backward_quant || defer_backward_quant_applies(recipe),
             "defer_backward_quant needs a quantized recipe: recipe '", recipe.name,
             "' keeps its inputs in BF16 and has no backward quantization to defer — turn "
             "defer_backward_quant off or choose an FP8 recipe");

@@ -26,6 +26,29 @@ namespace {
 // Full dotted key -> the flag that set it (ConfigOverride), for the messages.
 using OverrideFlags = std::map<std::string, std::string>;
 
+// ---- values: YAML scalars, and the typed ones YAML spells as a name (parsed once, here) ----
+
+template <class T>
+void decode(const YAML::Node& v, T& out) {
+  out = v.as<T>();
+}
+void decode(const YAML::Node& v, Recipe& out) { out = get_recipe(v.as<std::string>()); }
+void decode(const YAML::Node& v, SwigluInput& out) {
+  out = parse_swiglu_input(v.as<std::string>());
+}
+void decode(const YAML::Node& v, ScaleRounding& out) {
+  out = parse_rounding(v.as<std::string>().c_str());
+}
+
+// The text a value is written as (config_to_yaml, config_changes).
+template <class T>
+const T& text(const T& v) {
+  return v;
+}
+const std::string& text(const Recipe& r) { return r.name; }
+const char* text(SwigluInput s) { return swiglu_input_name(s); }
+const char* text(ScaleRounding r) { return rounding_name(r); }
+
 class Section {
  public:
   Section(const YAML::Node& node, std::string path, std::string origin,
@@ -42,7 +65,9 @@ class Section {
     YAML::Node v = node_[key];
     if (!v) return;
     try {
-      out = v.as<T>();
+      decode(v, out);
+    } catch (const Error& e) {  // a name that is not one of the valid ones
+      MXT_FAIL(origin_of(key), ": `", full(key), "`: ", e.what());
     } catch (const YAML::Exception&) {
       if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
         if (is_integer_text(v))  // digits, but outside what T holds
@@ -177,6 +202,7 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("swiglu_input", p.swiglu_input);
   f("selective_fp8", p.selective_fp8);
   f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
+  f("scale_rounding", p.scale_rounding);
 }
 
 template <class F>
@@ -230,43 +256,22 @@ void parse_data(Section s, DataConfig& d) {
           d.val_fraction);
 }
 
-void check_recipe(const Section& s, const std::string& key, const std::string& name) {
-  try {
-    get_recipe(name);
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin_of(key), ": `", s.full(key), "`: ", e.what());
-  }
-}
-
 void parse_precision(Section s, PrecisionConfig& p) {
-  std::string rounding = rounding_name(p.scale_rounding);
   precision_fields(p, [&](const char* k, auto& v) { s.get(k, v); });
-  s.get("scale_rounding", rounding);
   YAML::Node ov = s.child("overrides");
   YAML::Node nt = s.child("fp8_dynamic_num_tokens");
   s.finish();
-  check_recipe(s, "recipe", p.recipe);
-  check_recipe(s, "lm_head", p.lm_head);
-  try {
-    parse_swiglu_input(p.swiglu_input);
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin_of("swiglu_input"), ": `", s.full("swiglu_input"), "`: ", e.what());
-  }
-  try {
-    p.scale_rounding = parse_rounding(rounding.c_str());
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin(), ": `", s.full("scale_rounding"), "`: ", e.what());
-  }
   require(p.bf16_first_layers >= 0, s, "bf16_first_layers", "must be >= 0", p.bf16_first_layers);
   require(p.bf16_last_layers >= 0, s, "bf16_last_layers", "must be >= 0", p.bf16_last_layers);
   if (ov) {
     MXT_CHECK(ov.IsMap(), s.origin(), ": `", s.full("overrides"),
               "` must map module-name globs to recipe names, e.g. `layers.0.*: bf16`");
+    Section o(ov, s.full("overrides"), s.origin(), s.flags());
     for (const auto& kv : ov) {
-      auto pat = kv.first.as<std::string>();
-      auto rec = kv.second.as<std::string>();
-      check_recipe(s, "overrides." + pat, rec);
-      p.overrides.emplace_back(pat, rec);
+      const auto pat = kv.first.as<std::string>();
+      Recipe r;
+      o.get(pat, r);
+      p.overrides.emplace_back(pat, r);
     }
   }
   if (nt) {
@@ -283,12 +288,14 @@ void parse_precision(Section s, PrecisionConfig& p) {
   if (p.selective_fp8)
     MXT_CHECK(!p.fp8_dynamic_policy_path.empty(), s.origin(), ": `", s.full("selective_fp8"),
               "` is true but `", s.full("fp8_dynamic_policy_path"), "` is not set");
-  MXT_CHECK(!(p.defer_backward_quant && !get_recipe(p.recipe).quantized()),
+  // The rules across keys (recipe.h, nn/fp8_activation.h), named by the flag that set the
+  // recipe when one did.
+  MXT_CHECK(!p.defer_backward_quant || defer_backward_quant_applies(p.recipe),
             s.origin_of("recipe"), ": `", s.full("defer_backward_quant"),
-            "` is only valid with an FP8 recipe (recipe is `", p.recipe, "`)");
-  MXT_CHECK(p.swiglu_input != "fp8" || get_recipe(p.recipe).quantized(), s.origin_of("recipe"), ": `",
+            "` is only valid with an FP8 recipe (recipe is `", p.recipe.name, "`)");
+  MXT_CHECK(swiglu_input_applies(p.swiglu_input, p.recipe), s.origin_of("recipe"), ": `",
             s.full("swiglu_input"), ": fp8` is only valid with an FP8 recipe (recipe is `",
-            p.recipe, "`)");
+            p.recipe.name, "`)");
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
@@ -419,7 +426,7 @@ TrainConfig load_config(const std::string& path, const std::vector<ConfigOverrid
 std::string config_to_yaml(const TrainConfig& config) {
   TrainConfig c = config;  // the field lists take mutable references
   YAML::Emitter e;
-  auto put = [&](const char* k, const auto& v) { e << YAML::Key << k << YAML::Value << v; };
+  auto put = [&](const char* k, const auto& v) { e << YAML::Key << k << YAML::Value << text(v); };
   auto open = [&](const char* k) { e << YAML::Key << k << YAML::Value << YAML::BeginMap; };
   e << YAML::BeginMap;
   open("model");
@@ -435,7 +442,6 @@ std::string config_to_yaml(const TrainConfig& config) {
   e << YAML::EndMap;
   open("precision");
   precision_fields(c.precision, put);
-  put("scale_rounding", rounding_name(c.precision.scale_rounding));
   open("overrides");
   for (const auto& [k, v] : c.precision.overrides) put(k.c_str(), v);
   e << YAML::EndMap;
@@ -454,7 +460,7 @@ namespace {
 auto recorder(std::map<std::string, std::string>& out, const std::string& section) {
   return [&out, section](const char* k, const auto& v) {
     std::ostringstream os;
-    os << v;
+    os << text(v);
     out[section + "." + k] = os.str();
   };
 }
@@ -486,9 +492,9 @@ std::map<std::string, std::string> flat_settings(const TrainConfig& config) {
   training_fields(c.training, add("training"));
   data_fields(c.data, add("data"));
   precision_fields(c.precision, add("precision"));
-  out["precision.scale_rounding"] = rounding_name(c.precision.scale_rounding);
   std::string ov;
-  for (const auto& [k, v] : c.precision.overrides) ov += (ov.empty() ? "" : ", ") + k + ": " + v;
+  for (const auto& [k, v] : c.precision.overrides)
+    ov += (ov.empty() ? "" : ", ") + k + ": " + v.name;
   out["precision.overrides"] = "{" + ov + "}";
   std::string nt;
   for (const auto& [k, v] : c.precision.fp8_dynamic_num_tokens)

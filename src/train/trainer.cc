@@ -120,8 +120,7 @@ void build_model(Run& r) {
   } else {
     r.model = std::make_unique<GPT>(
         cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
-    r.model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
-                              cfg.precision.scale_rounding);
+    r.model->set_swiglu_input(cfg.precision.swiglu_input, cfg.precision.scale_rounding);
   }
   if (!r.opt.decisions_out.empty() && r.lead)
     io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
@@ -368,7 +367,7 @@ void finish(Run& r) {
   sum.world_size = r.W;
   sum.grad_accum = r.A;
   sum.stopped_by = r.stop_signal;
-  nlohmann::json row = {{"summary", true}, {"recipe", r.cfg.precision.recipe},
+  nlohmann::json row = {{"summary", true}, {"recipe", r.cfg.precision.recipe.name},
                         {"steps", r.st.step},
                         {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
                         {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},

@@ -150,12 +150,12 @@ std::vector<double> expect_resume_bit_identical(
 TEST(Trainer, ResumeIsBitIdentical) {
   for (bool moe : {false, true}) {
     TrainConfig c = tiny("mxfp8", 8, moe);
-    EXPECT_EQ(c.precision.swiglu_input, "auto");
+    EXPECT_EQ(c.precision.swiglu_input, SwigluInput::follow_fc1);
     const std::vector<double> lauto = run_training(c, quiet()).losses;
-    c.precision.swiglu_input = "fp32";
+    c.precision.swiglu_input = SwigluInput::fp32;
     c = parse_config(config_to_yaml(c), "tiny-test");
     const std::vector<double> l32 = expect_resume_bit_identical(c, moe ? "moe" : "dense");
-    c.precision.swiglu_input = "fp8";
+    c.precision.swiglu_input = SwigluInput::fp8;
     c = parse_config(config_to_yaml(c), "tiny-test");
     const std::vector<double> l8 = expect_resume_bit_identical(c, moe ? "moe fp8" : "dense fp8");
     ASSERT_EQ(l8.size(), l32.size());

@@ -36,7 +36,7 @@ struct LinearPrecision {
   Recipe recipe;  // bf16
   bool defer_backward_quant = false;
   // Throws for combinations that make no sense: defer_backward_quant with a recipe that keeps
-  // inputs unscaled (bf16). The one place this rule is written.
+  // inputs unscaled (bf16; defer_backward_quant_applies, recipe.h).
   void validate() const;
 };
 

@@ -14,8 +14,10 @@
 #include <utility>
 #include <vector>
 
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
 
 namespace mxtrain {
 
@@ -43,18 +45,19 @@ struct DataConfig {
   float val_fraction = 0.05f;
 };
 
+// Parsed once: recipes are registry values (recipe.h), not names.
 struct PrecisionConfig {
-  std::string recipe = "mxfp8";
-  ScaleRounding scale_rounding = ScaleRounding::rceil;
+  Recipe recipe = get_recipe("mxfp8");
+  ScaleRounding scale_rounding = ScaleRounding::rceil;  // applied to every FP8 recipe used
   bool defer_backward_quant = false;
   int bf16_first_layers = 0;
   int bf16_last_layers = 0;
-  std::string lm_head = "bf16";       // recipe for the LM head
+  Recipe lm_head;  // the LM head's recipe (bf16)
   // SwiGLU input kept for backward: auto (FP8 where fc1 runs an FP8 recipe without
   // defer_backward_quant) | fp32 | fp8 (nn/fp8_activation.h)
-  std::string swiglu_input = "auto";
-  // Module-name glob -> recipe name, applied in order; the last match wins.
-  std::vector<std::pair<std::string, std::string>> overrides;
+  SwigluInput swiglu_input = SwigluInput::follow_fc1;
+  // Module-name glob -> recipe, applied in order; the last match wins.
+  std::vector<std::pair<std::string, Recipe>> overrides;
   bool selective_fp8 = false;
   std::string fp8_dynamic_policy_path;
   // Token count used for policy decisions, per model component (key "" = whole model).
@@ -76,7 +79,7 @@ struct TrainConfig {
   FsdpConfig fsdp;
   std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
 
-  void validate() const;    // cross-field checks (seq_len <= max_seq_len, recipes exist, ...)
+  void validate() const;    // cross-field checks (seq_len <= max_seq_len, ...)
 };
 
 // One setting given outside the file (a command-line flag): `key` is the dotted YAML key
