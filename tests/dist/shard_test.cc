@@ -69,7 +69,9 @@ void expect_same(const QuantizedWeight& a, const QuantizedWeight& b, const std::
   ASSERT_EQ(a.present, b.present) << what;
   EXPECT_EQ(a.rows, b.rows) << what;
   EXPECT_EQ(a.cols, b.cols) << what;
-  if (a.has(Copy::bf16)) EXPECT_TRUE(a.bf16 == b.bf16) << what << ": bf16 differs";
+  if (a.has(Copy::bf16)) {
+    EXPECT_TRUE(a.bf16 == b.bf16) << what << ": bf16 differs";
+  }
   if (a.has(Copy::rowwise)) expect_same(a.rowwise, b.rowwise, what + " rowwise");
   if (a.has(Copy::colwise)) expect_same(a.colwise, b.colwise, what + " colwise");
   if (a.has(Copy::tile)) expect_same(a.tile, b.tile, what + " tile");
