@@ -96,7 +96,7 @@ struct QTensor {
 };
 
 // Makes the copies `a_copies` of x [M, K] in `a` and `b_copies` in `b` (disjoint sets; b may
-// be the same QTensor as a), reusing their storage, with format f (a copy kept in BF16 when f is unscaled).
+// be the same QTensor as a), reusing their storage, with format f (the bf16 copy whatever f).
 // A rowwise and a colwise copy are made from one read of x (quantize_dual), whichever
 // QTensors they go to. Sets rows/cols of every QTensor it writes to and marks the copies
 // present. Only the copies asked for are touched.

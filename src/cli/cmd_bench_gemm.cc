@@ -132,9 +132,9 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         if (o.json)
           rows.push_back(row);
         else
-          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n", recipes[c].name.c_str(),
-                      op.c_str(), (long long)M, (long long)o.k, (long long)o.n, ms, base,
-                      ms / base);
+          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n",
+                      recipes[c].name.c_str(), op.c_str(), (long long)M, (long long)o.k,
+                      (long long)o.n, ms, base, ms / base);
       }
   }
   if (o.json) std::cout << rows.dump(1) << std::endl;

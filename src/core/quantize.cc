@@ -51,7 +51,8 @@ const PathTable<QuantizeKernels>& quantize_table() {
 const PathTable<DequantizeKernels>& dequantize_table() {
   static const PathTable<DequantizeKernels> t(
       "dequantize (to fp32 / bf16)",
-      {{Path::scalar, "dequantize_mx_{f32,bf16}_ref", {dequantize_mx_f32_ref, dequantize_mx_bf16_ref}},
+      {{Path::scalar, "dequantize_mx_{f32,bf16}_ref",
+        {dequantize_mx_f32_ref, dequantize_mx_bf16_ref}},
        {Path::avx512, "dequantize_mx_{f32,bf16}_avx512",
         {dequantize_mx_f32_avx512, dequantize_mx_bf16_avx512}}});
   return t;

@@ -1,8 +1,9 @@
 // core/quantize_kernels.h — private: the quantize/dequantize kernel layer and its tables.
 //
 // quantize.cc (API checks + dispatch + OpenMP split) calls kernels through its dispatch
-// tables (core/dispatch.h), one per op family, each entry a struct of function pointers. Kernels do no checks and no allocation (beyond one
-// scratch buffer per thread, made on its first call: quantize_strip_avx512.h); each works on
+// tables (core/dispatch.h), one per op family, each entry a struct of function pointers.
+// Kernels do no checks and no allocation (beyond one scratch buffer per thread, made on its
+// first call: quantize_strip_avx512.h); each works on
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
 // quantize_ref.cc holds the scalar reference; the AVX-512 versions are in

@@ -107,7 +107,8 @@ const PathTable<MxProductKernels>& mx_table() {
 
 bool gemm_detail::mx_scales_foldable(const MXOperand& t) {
   if (t.elem != Elem::e4m3) return true;
-  const int64_t n = (t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock)) * t.scale_ld;
+  const int64_t rows = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock);
+  const int64_t n = rows * t.scale_ld;
   uint8_t bad = 0;
   for (int64_t i = 0; i < n; ++i) bad |= uint8_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
   return !bad;
@@ -152,7 +153,8 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
   if (k.folds_scales && !(mx_scales_foldable(MXOperand::of(A)) &&
                           mx_scales_foldable(MXOperand::of(B))))
     return ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt) return k.gemv_nt(o, A, B, C, ldc, accumulate);
+  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt)
+    return k.gemv_nt(o, A, B, C, ldc, accumulate);
   k.gemm(o, A, B, C, ldc, accumulate);
 }
 

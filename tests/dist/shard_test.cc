@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "dist/gather_format.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/shard.h"
 
@@ -26,16 +27,7 @@ const int kWorlds[] = {1, 2, 3, 4, 8};
 const CopySet kKinds[] = {{Copy::bf16}, {Copy::rowwise}, {Copy::colwise},
                           {Copy::rowwise, Copy::colwise}, {Copy::tile}};
 
-// The weight format whose copies those are, with cfg's element format and scale rule.
-TensorFormat format_of(CopySet kind, const QuantConfig& cfg) {
-  TensorFormat f;
-  if (kind.has(Copy::bf16)) return f;
-  f.scale = ScaleType::e8m0;
-  f.block = kind.has(Copy::tile) ? BlockShape::b32x32 : BlockShape::b1x32;
-  f.elem = cfg.elem;
-  f.rule = cfg.rounding;
-  return f;
-}
+using testutil::gather_format;
 
 // Values spanning many binades (row- and column-dependent magnitude), so neighbouring blocks
 // get different scales and a misplaced scale shows up.
@@ -85,7 +77,8 @@ std::vector<uint8_t> simulate_gather(const ShardLayout& L, const std::vector<flo
   std::vector<float> shard(size_t(L.shard_numel()));
   for (int r = 0; r < L.world; ++r) {
     slice_shard(L, r, full.data(), shard.data());
-    pack_shard(L, r, shard.data(), kind, format_of(kind, cfg), gathered.data() + P * size_t(r));
+    pack_shard(L, r, shard.data(), kind, gather_format(kind, cfg),
+               gathered.data() + P * size_t(r));
   }
   return gathered;
 }
@@ -208,7 +201,7 @@ TEST(ShardPack, GatheredWeightIsByteIdenticalToOneProcessQuantization) {
           for (int64_t g = 0; g < L.groups; ++g) {
             QuantizedWeight got, want;
             unpack_group(L, kind, cfg.elem, gathered.data(), g, got);
-            quantize_group_reference(L, kind, format_of(kind, cfg), full.data(), g, want);
+            quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), g, want);
             expect_same(got, want,
                         L.describe() + " " + kind.name() + " " +
                             elem_name(cfg.elem) + " expert " + std::to_string(g));
@@ -231,7 +224,7 @@ TEST(ShardPack, NonFiniteBlocksPropagateIdentically) {
       const auto gathered = simulate_gather(L, full, kind, cfg);
       QuantizedWeight got, want;
       unpack_group(L, kind, cfg.elem, gathered.data(), 0, got);
-      quantize_group_reference(L, kind, format_of(kind, cfg), full.data(), 0, want);
+      quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), 0, want);
       expect_same(got, want, std::string("nonfinite ") + kind.name());
     }
 }

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/gather_format.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/fsdp.h"
 
@@ -57,16 +58,7 @@ void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) 
   EXPECT_TRUE(a.scales == b.scales) << what << ": scale bytes differ";
 }
 
-// The weight format whose copies `kind` carries, with cfg's element format and scale rule.
-TensorFormat format_of(CopySet kind, const QuantConfig& cfg) {
-  TensorFormat f;
-  if (kind.has(Copy::bf16)) return f;
-  f.scale = ScaleType::e8m0;
-  f.block = kind.has(Copy::tile) ? BlockShape::b32x32 : BlockShape::b1x32;
-  f.elem = cfg.elem;
-  f.rule = cfg.rounding;
-  return f;
-}
+using testutil::gather_format;
 
 // Compares the copies `kind` fills with the one-process reference of the full weight.
 void expect_cache_matches(const QuantizedWeight& got, const std::vector<float>& full,
@@ -74,7 +66,7 @@ void expect_cache_matches(const QuantizedWeight& got, const std::vector<float>& 
                           const QuantConfig& cfg, const std::string& what) {
   const auto L1 = ShardLayout::make(shape, 1);
   QuantizedWeight want;
-  quantize_group_reference(L1, kind, format_of(kind, cfg), full.data(), group, want);
+  quantize_group_reference(L1, kind, gather_format(kind, cfg), full.data(), group, want);
   ASSERT_TRUE(got.has_all(kind)) << what;
   if (kind.has(Copy::bf16)) {
     EXPECT_TRUE(got.bf16 == want.bf16) << what;
@@ -146,7 +138,7 @@ TEST(FsdpGather, ExpertWeightsAreByteIdenticalPerExpert) {
       const QuantConfig cfg{};
       const size_t P = packed_bytes(L, k);
       std::vector<uint8_t> send(P), recv(P * size_t(W));
-      pack_shard(L, r, shard.data(), k, format_of(k, cfg), send.data());
+      pack_shard(L, r, shard.data(), k, gather_format(k, cfg), send.data());
       world().allgather(send.data(), recv.data(), P);
       for (int64_t g = 0; g < L.groups; ++g) {
         QuantizedWeight got;
