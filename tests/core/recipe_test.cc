@@ -146,6 +146,45 @@ TEST(Recipe, CopySet) {
   EXPECT_EQ(CopySet::from_bits(rc.bits()), rc);
 }
 
+// make_copies makes the copies asked for, marks them present, and refuses a format this build
+// has no kernels for, naming it; the MX API refuses a copy that is not MX.
+TEST(Recipe, MakeCopiesAndUnsupportedFormats) {
+  const int64_t M = 33, K = 70;
+  std::vector<float> x(size_t(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.25f;
+  const Recipe r = get_recipe("mxfp8");
+  QTensor a, b;
+  make_copies(x.data(), M, K, r.role(Role::input), a, {Copy::rowwise}, b, {Copy::colwise});
+  EXPECT_EQ(a.present, CopySet{Copy::rowwise});
+  EXPECT_EQ(b.present, CopySet{Copy::colwise});
+  const QuantConfig cfg = r.role(Role::input).quant_config();
+  EXPECT_TRUE(a.rowwise.data == quantize(x.data(), M, K, MXLayout::rowwise, cfg).data);
+  EXPECT_TRUE(b.colwise.scales == quantize(x.data(), M, K, MXLayout::colwise, cfg).scales);
+  QTensor c;
+  make_copies(x.data(), M, K, TensorFormat{}, c, {Copy::bf16});
+  EXPECT_EQ(c.present, CopySet{Copy::bf16});
+  EXPECT_EQ(c.bytes(), size_t(M * K) * 2);
+  c.invalidate();
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(c.bytes(), 0u);
+
+  TensorFormat f = mx(BlockShape::b1x128);
+  QTensor d;
+  const std::string msg = error_of([&] { make_copies(x.data(), M, K, f, d, {Copy::rowwise}); });
+  EXPECT_NE(msg.find("e4m3, e8m0 scales per 1x128 block"), std::string::npos) << msg;
+  EXPECT_TRUE(d.empty());
+  f = mx(BlockShape::b1x32);
+  f.scale = ScaleType::fp32;
+  EXPECT_NE(error_of([&] { make_copies(x.data(), M, K, f, d, {Copy::rowwise}); }).find("fp32"),
+            std::string::npos);
+
+  MXTensor big = MXTensor::empty(M, K, MXLayout::rowwise, Elem::e4m3);
+  big.block = 128;
+  const std::string q = error_of([&] { quantize_into(x.data(), M, K, cfg, big); });
+  EXPECT_NE(q.find("per 128-element block"), std::string::npos) << q;
+  EXPECT_NE(error_of([&] { big.scale_at(0, 0); }).find("not E8M0 per 32"), std::string::npos);
+}
+
 TEST(Recipe, Describe) {
   const std::string d = get_recipe("mxfp8-e5m2grad").describe();
   EXPECT_NE(d.find("mxfp8-e5m2grad: "), std::string::npos) << d;
