@@ -10,14 +10,6 @@
 namespace mxtrain {
 namespace {
 
-// Canonical YAML of the model section only: what must match to load weights.
-std::string model_yaml(const ModelConfig& m) {
-  TrainConfig c;
-  c.model = m;
-  const std::string y = config_to_yaml(c);
-  return y.substr(0, y.find("\ntraining:"));
-}
-
 // dst = the checkpoint tensor t, which must have p's shape.
 void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst) {
   MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
@@ -26,7 +18,7 @@ void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst)
 
 }  // namespace
 
-void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
+std::string save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<FloatBuffer>& m,
                               const std::vector<FloatBuffer>& v, const TrainerState& st) {
@@ -45,7 +37,7 @@ void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
   io::CheckpointOptions opt;
   opt.keep_last = cfg.training.keep_checkpoints;
   opt.config_text = cfg.source_text;
-  io::save_checkpoint(dir, st.step, model, optim, state, opt);
+  return io::save_checkpoint(dir, st.step, model, optim, state, opt);
 }
 
 int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int grad_accum,
@@ -74,9 +66,14 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
                                       std::vector<FloatBuffer>& v) {
   const io::LoadedCheckpoint ck = io::load_checkpoint(dir);
   const TrainConfig saved = parse_config(ck.config_text, ck.dir + "/state.json config");
-  MXT_CHECK(model_yaml(saved.model) == model_yaml(cfg.model), "checkpoint ", ck.dir,
-            " was written for a different model:\n", model_yaml(saved.model),
-            "\nbut the config asks for:\n", model_yaml(cfg.model));
+  const std::vector<std::string> changed = model_changes(saved.model, cfg.model);
+  if (!changed.empty()) {
+    std::string list;
+    for (const std::string& c : changed) list += (list.empty() ? "" : "; ") + c;
+    MXT_FAIL("checkpoint ", ck.dir, " was written for a different model (checkpoint -> config: ",
+             list, "); resume with the model it was written for, or start a new run in "
+             "another --checkpoint-dir");
+  }
   if (saved.training.seed != cfg.training.seed)
     std::fprintf(stderr, "warning: resuming with seed %llu, checkpoint used %llu: the data "
                  "order differs from the original run\n",

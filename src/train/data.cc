@@ -8,6 +8,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
+#include "mxtrain/io/atomic_file.h"
 
 namespace mxtrain {
 namespace fs = std::filesystem;
@@ -83,8 +84,11 @@ TextCorpus TextCorpus::load(const std::string& path, float val_fraction) {
     text = load_fortunes_dir(dir, &files);
     what = "fortunes corpus (" + std::to_string(files) + " files in " + dir.string() + ")";
   } else {
-    MXT_CHECK(fs::is_regular_file(path), "data file `", path, "` does not exist");
-    text = read_all(path);
+    try {  // a missing file, a FIFO, a device are each named for what they are
+      text = io::read_text_file(path);
+    } catch (const Error& e) {
+      rethrow_prefixed("data `" + path + "`: ", e);
+    }
     what = path;
   }
   MXT_CHECK(text.size() >= 4096, "corpus `", path, "` is too small (", text.size(),

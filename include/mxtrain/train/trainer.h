@@ -13,9 +13,16 @@
 // Resuming at another world size keeps the checkpoint's global batch by changing grad_accum
 // (said on stderr) when micro_batch_size x W divides it; otherwise it is an error naming the
 // numbers (train/checkpointing.h, resume_grad_accum).
+//
+// Nothing is lost (docs/reliability.md): every input and output is checked before step 1;
+// under mpirun the ranks first agree on the launch (train/launch.h); the checkpoint directory
+// and the metrics file are locked for the run (train/run_outputs.h); a resume drops the
+// metrics rows after the checkpoint's step; a stop request (a signal) ends the run at a step
+// boundary with a checkpoint.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -43,6 +50,10 @@ struct TrainOptions {
   // table on stderr and as JSON in profile_out when set (train/profile_report.h).
   int profile_steps = 0;
   std::string profile_out;
+  // Asked at the end of every step (under FSDP the ranks take the largest answer, so all stop
+  // at the same step): non-zero — the number of the signal that asked for it — stops the run
+  // there, with a checkpoint when checkpoint_dir is set and the summary row. Empty: never.
+  std::function<int()> stop_requested;
 };
 
 struct TrainSummary {
@@ -61,6 +72,8 @@ struct TrainSummary {
   // Model FLOPs utilization (nn/flops.h): PaLM's FLOPs per token, the peak it is against
   // (0 when none was measured or given), and MFU at tokens_per_s and at the median step.
   double flops_per_token = 0, peak_gflops = 0, mfu = 0, median_step_mfu = 0;
+  int stopped_by = 0;                       // the signal that stopped the run early, or 0
+  std::string checkpoint;                   // the last checkpoint written by this run, or empty
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt);
