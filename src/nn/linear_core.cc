@@ -117,6 +117,17 @@ void set_shape(QTensor& t, int64_t rows, int64_t cols) {
   t.cols = cols;
 }
 
+// Starts a new saved state for `groups`, reusing the storage of the previous step's copies:
+// no fresh pages every step.
+void begin_saved(LinearSaved& saved, const GroupList& groups) {
+  saved.tokens = groups.offsets.back();
+  saved.groups = groups;
+  saved.x = nullptr;
+  saved.weight_bytes_for_backward = 0;
+  saved.xs.resize(size_t(groups.num_groups()));
+  for (QTensor& t : saved.xs) t.invalidate();
+}
+
 }  // namespace
 
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
@@ -124,13 +135,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
                   LinearSaved& saved) {
   const Recipe& r = p.recipe;
   const int64_t E = groups.num_groups();
-  // Reuse the storage of the previous step's copies: no fresh pages every step.
-  saved.tokens = groups.offsets.back();
-  saved.groups = groups;
-  saved.x = nullptr;
-  saved.weight_bytes_for_backward = 0;
-  saved.xs.resize(size_t(E));
-  for (QTensor& t : saved.xs) t.invalidate();
+  begin_saved(saved, groups);
   std::vector<QTensor>& xq = r.quantized() ? scratch(0, E) : saved.xs;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t n = groups.count(g);
@@ -151,6 +156,26 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
   }
   if (r.quantized() && p.defer_backward_quant) saved.x = x;
   grouped_forward(groups, xq.data(), as_qtensors(w, E), y, out);
+}
+
+void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
+                     const GroupList& groups, LinearSaved& saved) {
+  const Recipe& r = p.recipe;
+  begin_saved(saved, groups);
+  for (int64_t g = 0; g < groups.num_groups(); ++g) {
+    const int64_t n = groups.count(g);
+    if (n == 0) continue;
+    const float* xg = x + groups.offsets[g] * in;
+    QTensor& keep = saved.xs[size_t(g)];
+    set_shape(keep, n, in);
+    if (!r.quantized()) {
+      to_bf16(xg, n * in, keep.bf16);
+    } else if (!p.defer_backward_quant) {
+      quantize_reuse(xg, n, in, MXLayout::colwise, r.input_cfg(), keep.colwise);
+      keep.has_colwise = true;
+    }
+  }
+  if (r.quantized() && p.defer_backward_quant) saved.x = x;
 }
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,

@@ -134,6 +134,7 @@ void build_model(Run& r) {
         cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
     r.model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
                               cfg.precision.scale_rounding);
+    r.model->set_recompute(parse_recompute(cfg.training.recompute));
   }
   if (!r.opt.decisions_out.empty() && r.lead)
     io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
