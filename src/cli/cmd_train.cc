@@ -9,6 +9,7 @@
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/recipe.h"
 #include "mxtrain/train/config.h"
+#include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/trainer.h"
 
 namespace mxtrain::cli {
@@ -16,7 +17,7 @@ namespace {
 
 struct TrainArgs {
   std::string config, recipe, data, metrics_out, checkpoint_dir, decisions_out, fp8_policy,
-      swiglu_input;
+      swiglu_input, init_from, recompute;
   int64_t steps = 0, stop_after = 0;
   int seq_len = 0, micro_batch_size = 0, grad_accum = 0;
   uint64_t seed = 0;
@@ -47,6 +48,14 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
     cfg.precision.fp8_dynamic_policy_path = a.fp8_policy;
   }
   if (a.fsdp) cfg.fsdp.enabled = true;
+  if (!a.recompute.empty()) cfg.training.recompute = a.recompute;
+  if (!a.init_from.empty()) {  // the model section and tokenizer become the directory's
+    MXT_CHECK(!a.resume, "--init-from starts a new run from a Hugging Face model; --resume "
+              "continues a checkpoint: give one of them");
+    for (const std::string& n : hf::apply_model(cfg, hf::import_dir(a.init_from, false)))
+      if (!a.quiet) std::fprintf(stderr, "note: --init-from %s: %s\n", a.init_from.c_str(),
+                                 n.c_str());
+  }
   // Re-parse the merged config so every override is validated like YAML input.
   cfg = parse_config(config_to_yaml(cfg), a.config + " (with command-line overrides)");
 
@@ -58,6 +67,7 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.dry_run = a.dry_run;
   opt.decisions_out = a.decisions_out;
   opt.ignore_memory_check = a.ignore_memory_check;
+  opt.init_from = a.init_from;
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
   const TrainSummary s = run_training(cfg, opt);
@@ -85,7 +95,8 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                   "grad-accum)");
   sub->add_option("--grad-accum", a->grad_accum, "Micro-batches per rank per optimizer step");
   sub->add_option("--seed", a->seed, "Seed for init and data order (training.seed)");
-  sub->add_option("--data", a->data, "Text file or fortunes directory (default: Debian fortunes)");
+  sub->add_option("--data", a->data, "Text file, fortunes directory or token-shard directory "
+                  "(default: Debian fortunes)");
   sub->add_option("--metrics-out", a->metrics_out, "JSON Lines metrics file");
   sub->add_option("--checkpoint-dir", a->checkpoint_dir, "Directory for checkpoints");
   sub->add_option("--stop-after", a->stop_after,
@@ -97,6 +108,11 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--fp8-policy", a->fp8_policy,
                   "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
+  sub->add_option("--recompute", a->recompute,
+                  "Activation recompute: none, attention or layer (training.recompute)");
+  sub->add_option("--init-from", a->init_from,
+                  "Start from the weights of a Hugging Face Llama/Mixtral directory (mxtrain "
+                  "export --format hf); its config replaces the model section");
   sub->add_flag("--ignore-memory-check", a->ignore_memory_check,
                 "Train even when the start-up estimate says the model does not fit in memory");
   sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");

@@ -35,10 +35,11 @@ class ProgressBar {
     const int fill = int(20 * done / total);
     for (int i = 0; i < 20; ++i) bar[i] = i < fill ? '#' : '.';
     bar[20] = 0;
-    std::fprintf(stderr, "%s%s [%s] %3d%% %.1f/%.1f %s | %.1f %s/s | ETA %.0fs%s",
-                 tty_ ? "\r\033[K" : "", label_.c_str(), bar, int(100 * done / total),
-                 double(done) * scale, double(total) * scale, unit_.c_str(), rate,
-                 unit_.c_str(), eta, tty_ ? "" : "\n");
+    const int digits = unit_ == "MB" ? 1 : 0;  // MB with a decimal, counts whole
+    std::fprintf(stderr, "%s%s [%s] %3d%% %.*f/%.*f %s | %.*f %s/s | ETA %.0fs%s",
+                 tty_ ? "\r\033[K" : "", label_.c_str(), bar, int(100 * done / total), digits,
+                 double(done) * scale, digits, double(total) * scale, unit_.c_str(), digits,
+                 rate, unit_.c_str(), eta, tty_ ? "" : "\n");
     std::fflush(stderr);
     drawn_ = true;
   }

@@ -93,6 +93,16 @@ ShardCorpus::ShardCorpus(corpus::TokenShards shards) : shards_(std::move(shards)
                  std::to_string(val_tokens()) + " validation tokens, " + m.tokenizer.str() + ")";
 }
 
+corpus::Tokenizer open_run_tokenizer(TrainConfig& cfg) {
+  corpus::Tokenizer tok = corpus::Tokenizer::open(cfg.tokenizer);
+  cfg.tokenizer_model = tok.model_bytes();
+  MXT_CHECK(tok.is_bytes() || tok.vocab_size() <= cfg.model.vocab_size, "model.vocab_size ",
+            cfg.model.vocab_size, " is smaller than the vocabulary of model.tokenizer ",
+            cfg.tokenizer, " (", tok.vocab_size(), " pieces); set model.vocab_size to at least ",
+            tok.vocab_size());
+  return tok;
+}
+
 std::unique_ptr<TokenData> open_training_data(const DataConfig& d, const corpus::Tokenizer& tok) {
   if (corpus::TokenShards::is_shard_dir(d.path)) {
     corpus::TokenShards s = corpus::TokenShards::open(d.path);

@@ -21,6 +21,7 @@
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
+#include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/memory_check.h"
 #include "mxtrain/train/optim.h"
 #include "mxtrain/train/policy_oracle.h"
@@ -79,7 +80,8 @@ struct Run {
   std::unique_ptr<PrecisionResolver> resolver;
   std::unique_ptr<GPT> model;
   std::vector<Parameter*> params;
-  TextCorpus corpus;
+  corpus::Tokenizer tokenizer;     // model.tokenizer, or byte-level
+  std::unique_ptr<TokenData> data;  // text or token shards
   std::unique_ptr<ParamSync> sync;
   TrainerState st;
 
@@ -143,22 +145,35 @@ void build_model(Run& r) {
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
 }
 
-// The corpus and the parameter sync (one process or FSDP shards).
+// The training data, the initial weights of --init-from, and the parameter sync (one process
+// or FSDP shards).
 void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
   const TrainConfig& cfg = r.cfg;
-  r.corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
+  r.data = open_training_data(cfg.data, r.tokenizer);
   r.params = r.model->parameters();
+  if (!r.opt.init_from.empty()) {  // before FSDP shards the values: every rank reads the files
+    MXT_CHECK(!r.opt.resume, "--init-from and --resume exclude each other");
+    const hf::HfModel h = hf::import_dir(r.opt.init_from);
+    TrainConfig want = cfg;
+    MXT_CHECK(hf::apply_model(want, h).empty(), "--init-from ", r.opt.init_from, ": the "
+              "config's model section or tokenizer is not the directory's (hf::apply_model "
+              "sets them)");
+    hf::load_weights(h, r.params);
+    if (r.opt.progress && r.lead)
+      std::fprintf(stderr, "initial weights: %s (%s)\n", r.opt.init_from.c_str(),
+                   h.architecture.c_str());
+  }
   r.sync = make_sync(*r.model, cfg);
   r.W = r.sync->world();
   r.rank = r.sync->rank();
   // Each rank reads data.path on its own machine: they must all have read the same bytes.
   r.sync->check_same("training data (" + cfg.data.path + ")",
-                     r.corpus.description() + " fnv1a64 " +
-                         std::to_string(r.corpus.content_hash()));
+                     r.data->description() + " fnv1a64 " +
+                         std::to_string(r.data->content_hash()));
   if (r.opt.progress && r.lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
                  (long long)r.model->num_parameters(), cfg.model.n_layers,
-                 cfg.model.moe_num_experts ? " (MoE)" : "", r.corpus.description().c_str(),
+                 cfg.model.moe_num_experts ? " (MoE)" : "", r.data->description().c_str(),
                  r.W > 1 ? ("; FSDP over " + std::to_string(r.W) + " ranks").c_str() : "");
 }
 
@@ -225,8 +240,8 @@ StepResult train_step(Run& r, int64_t step) {
   for (int a = 0; a < A; ++a) {
     const int64_t first = (int64_t(a) * r.W + r.rank) * B;
     for (int i = 0; i < B; ++i)
-      r.corpus.train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
-                              &r.tgt[size_t(i) * T]);
+      r.data->train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
+                             &r.tgt[size_t(i) * T]);
     s.loss += r.model->forward_backward(r.tok.data(), r.tgt.data(), B, T, 1.0f) / A;
     s.aux += r.model->last_aux_loss() / A;
     s.held = std::max(s.held, r.model->last_held_bytes());
@@ -304,34 +319,49 @@ void log_step(Run& r, int64_t step, const StepResult& s) {
                      s.seconds, elapsed);
 }
 
+struct ValidationLoss {
+  double loss = 0, nats_per_byte = 0;
+};
+
 // Mean loss over `eval_batches` validation batches of B sequences: the same sequences and the
 // same value (up to summation order) at every world size. The ranks share the batches: in
 // round k rank r computes batch k*W + r. Every rank runs the same number of forwards (FSDP's
 // weight gathers are collective), so a rank past the last batch computes batch 0 again and
-// leaves it out of the sum.
-double validation_loss(Run& r) {
+// leaves it out of the sum. Also per byte of text: the loss times the targets' tokens over
+// their bytes (the tokenizer's token_bytes), exactly the loss for byte-level models.
+ValidationLoss validation_loss(Run& r) {
   const int B = r.B, T = r.T, W = r.W, n_batches = r.cfg.training.eval_batches;
-  double sum = 0;
+  double sum = 0, bytes = 0;
   for (int k = 0; int64_t(k) * W < n_batches; ++k) {
     const int b = k * W + r.rank;
     const bool counted = b < n_batches;
     for (int i = 0; i < B; ++i)
-      r.corpus.val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
-                            &r.tok[size_t(i) * T], &r.tgt[size_t(i) * T]);
+      r.data->val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
+                           &r.tok[size_t(i) * T], &r.tgt[size_t(i) * T]);
     const double loss = r.model->forward_loss(r.tok.data(), r.tgt.data(), B, T);
-    if (counted) sum += loss;
+    if (!counted) continue;
+    sum += loss;
+    for (int32_t t : r.tgt) bytes += double(r.tokenizer.token_bytes(t).size());
   }
-  return r.sync->sum_over_ranks(sum) / n_batches;
+  ValidationLoss v;
+  v.loss = r.sync->sum_over_ranks(sum) / n_batches;
+  const double tokens = double(n_batches) * B * T;
+  bytes = r.sync->sum_over_ranks(bytes);
+  v.nats_per_byte = bytes > 0 ? v.loss * (tokens / bytes) : 0.0;
+  return v;
 }
 
 // Validation after step `step` (0-based): recorded, written and said.
 void evaluate(Run& r, int64_t step) {
-  const double vl = validation_loss(r);
-  r.sum.val_losses.emplace_back(step + 1, vl);
-  r.sum.final_val_loss = vl;
-  r.metrics.write({{"step", step + 1}, {"val_loss", vl}});
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f", (long long)(step + 1), vl);
+  const ValidationLoss v = validation_loss(r);
+  r.sum.val_losses.emplace_back(step + 1, v.loss);
+  r.sum.final_val_loss = v.loss;
+  r.sum.final_val_nats_per_byte = v.nats_per_byte;
+  r.metrics.write(
+      {{"step", step + 1}, {"val_loss", v.loss}, {"val_nats_per_byte", v.nats_per_byte}});
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f (%.4f nats/byte)",
+                (long long)(step + 1), v.loss, v.nats_per_byte);
   r.progress->message(buf);
 }
 
@@ -359,7 +389,9 @@ void finish(Run& r) {
   sum.grad_accum = r.A;
   r.metrics.write({{"summary", true}, {"recipe", r.cfg.precision.recipe}, {"steps", r.st.step},
                    {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
-                   {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
+                   {"final_val_loss", sum.final_val_loss},
+                   {"final_val_nats_per_byte", sum.final_val_nats_per_byte},
+                   {"tokens_per_s", sum.tokens_per_s},
                    {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
                    {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
                    {"peak_rss_bytes", sum.peak_rss_bytes},
@@ -383,6 +415,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   if (!opt.dry_run && !opt.ignore_memory_check)
     check_training_memory(r.cfg, machine_memory_limit());
   check_outputs(r);
+  // The tokenizer is read once (checkpoints copy it); its vocabulary must fit the model's.
+  if (!opt.dry_run) r.tokenizer = open_run_tokenizer(r.cfg);
   build_model(r);
   if (opt.dry_run) return r.sum;
   attach_data_and_sync(r, make_sync);

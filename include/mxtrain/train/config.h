@@ -80,6 +80,9 @@ struct TrainConfig {
   PrecisionConfig precision;
   FsdpConfig fsdp;
   std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
+  // The tokenizer model file's contents, read once when training starts (not YAML):
+  // checkpoints store them as tokenizer.model. Empty for byte-level.
+  std::string tokenizer_model;
 
   void validate() const;    // cross-field checks (seq_len <= max_seq_len, recipes exist, ...)
 };

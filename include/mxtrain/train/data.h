@@ -20,7 +20,8 @@
 
 namespace mxtrain {
 
-struct DataConfig;  // train/config.h
+struct DataConfig;   // train/config.h
+struct TrainConfig;  // train/config.h
 
 class TokenData {
  public:
@@ -90,6 +91,11 @@ class ShardCorpus final : public TokenData {
 // data.path when the shards were made with another tokenizer, and when a SentencePiece model
 // is given text instead of shards.
 std::unique_ptr<TokenData> open_training_data(const DataConfig& d, const corpus::Tokenizer& tok);
+
+// The tokenizer of a training run: model.tokenizer (a SentencePiece model) or byte-level when
+// it is empty. Reads the file into cfg.tokenizer_model (what checkpoints store) and checks that
+// model.vocab_size holds its vocabulary.
+corpus::Tokenizer open_run_tokenizer(TrainConfig& cfg);
 
 uint64_t splitmix64(uint64_t x);
 
