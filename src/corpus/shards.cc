@@ -69,6 +69,7 @@ ShardHeader decode_shard_header(const uint8_t* b, size_t n, const std::string& w
   h.tokenizer = {TokenizerKind(kind), get<uint32_t>(b, 40), int(vocab)};
   h.split = ShardSplit(split);
   h.data_crc32 = get<uint32_t>(b, 48);
+  MXT_CHECK(get<uint64_t>(b, 52) == 0, what, ": reserved header bytes are not zero");
   return h;
 }
 
