@@ -3,10 +3,11 @@
 //
 // The lines of the input (corpus/text_input.h; empty lines skipped) are the training
 // sentences. When there are more than max_sentences, a uniform sample of them is taken by
-// reservoir sampling with a fixed splitmix64 stream, so the same input always gives the same
-// model. The settings are those corpus/sp_spec.h requires: BPE, identity normalization, no
+// reservoir sampling with a fixed std::mt19937_64 stream, so the same input always gives the
+// same model. The settings are those corpus/sp_spec.h requires: BPE, identity normalization, no
 // dummy prefix, spaces kept as they are, byte fallback; the rest are SentencePiece's defaults.
 #include <omp.h>
+#include <random>
 #include <sentencepiece_trainer.h>
 
 #include "mxtrain/common.h"
@@ -35,13 +36,6 @@ class Sentences : public sentencepiece::SentenceIterator {
   size_t i_ = 0;
 };
 
-uint64_t next_random(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 }  // namespace
 
 std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStats* stats) {
@@ -52,7 +46,7 @@ std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStat
   TextReader reader(resolve_text_input(opt.inputs));
   TokenizerTrainStats st;
   std::vector<std::string> lines;
-  uint64_t rng = 0x5EED70CE;
+  std::mt19937_64 rng(0x5EED70CE);  // its output is fixed by the standard
   std::string chunk;
   while (reader.read(chunk)) {
     st.text_bytes += chunk.size();
@@ -64,7 +58,7 @@ std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStat
         if (int64_t(lines.size()) < opt.max_sentences) {
           lines.emplace_back(chunk, i, j - i);
         } else {  // reservoir sampling: line n replaces a random one with probability k/n
-          const uint64_t r = next_random(rng) % uint64_t(st.lines_seen);
+          const uint64_t r = rng() % uint64_t(st.lines_seen);
           if (r < uint64_t(opt.max_sentences)) lines[size_t(r)].assign(chunk, i, j - i);
         }
       }

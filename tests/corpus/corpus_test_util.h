@@ -1,32 +1,20 @@
-// tests/corpus/corpus_test_util.h — what the corpus tests share: a scratch directory, writing a
-// file, and one small SentencePiece model trained once per test binary on a fortunes file.
+// tests/corpus/corpus_test_util.h — what the corpus tests share: writing a file, and one small
+// SentencePiece model trained once per test binary on a fortunes file (the scratch directory
+// and error_of come from tests/io/io_test_util.h).
 #pragma once
-
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "io/io_test_util.h"
 #include "mxtrain/corpus/tokenizer.h"
 
 namespace mxtrain::corpus::testing {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under the system temp dir, removed with the object.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag = "corpus") {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("mxt_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
+using io::testing::ScratchDir;  // a scratch directory: d.path(), d / "name"
 
 inline void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;

@@ -16,7 +16,8 @@
 
 namespace mxtrain::corpus {
 namespace {
-using testing::TempDir;
+using testing::ScratchDir;
+using io::testing::error_of;
 using testing::write_text;
 namespace fs = std::filesystem;
 
@@ -42,14 +43,6 @@ std::vector<int32_t> all_val(const TokenShards& s) {
   return v;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(ShardHeader, RoundTripsAndRefusesDamage) {
   ShardHeader h;
@@ -85,12 +78,12 @@ TEST(ShardHeader, RoundTripsAndRefusesDamage) {
 // Byte-level shards hold exactly the input's bytes: train then val is the text, the split
 // lies at a line boundary near the requested fraction, and small shards read back seamlessly.
 TEST(PrepareData, ByteShardsHoldTheTextInOrder) {
-  TempDir d;
+  ScratchDir d;
   const std::string text = numbered_text(3000);
-  write_text(d.file("in.txt"), text);
+  write_text(d / "in.txt", text);
   PrepareOptions o;
-  o.inputs = {d.file("in.txt")};
-  o.out_dir = d.file("shards");
+  o.inputs = {d / "in.txt"};
+  o.out_dir = d / "shards";
   o.val_fraction = 0.1;
   o.shard_tokens = 7777;  // many shards
   o.chunk_bytes = 5000;   // many chunks
@@ -100,7 +93,7 @@ TEST(PrepareData, ByteShardsHoldTheTextInOrder) {
   const TokenShards s = TokenShards::open(o.out_dir);
   EXPECT_EQ(s.tokenizer().str(), "bytes");
   EXPECT_EQ(int64_t(s.manifest().train.size()), (st.train_tokens + 7776) / 7777);
-  EXPECT_FALSE(fs::exists(d.file("shards/tokenizer.model")));
+  EXPECT_FALSE(fs::exists(d / "shards/tokenizer.model"));
   std::string got;
   for (int32_t t : all_train(s)) got += char(t);
   const size_t ntrain = got.size();
@@ -121,17 +114,17 @@ TEST(PrepareData, ByteShardsHoldTheTextInOrder) {
 // SentencePiece shards decode to the text; the files are the same for 1 and 2 threads and
 // the tokenizer is copied next to them.
 TEST(PrepareData, SentencePieceShardsDecodeToTheTextForAnyThreadCount) {
-  TempDir d;
+  ScratchDir d;
   const Tokenizer& tok = testing::small_tokenizer();
   const std::string text = read_all_text(resolve_text_input({testing::fortunes_file("science")}));
-  write_text(d.file("in.txt"), text);
+  write_text(d / "in.txt", text);
   PrepareOptions o;
-  o.inputs = {d.file("in.txt")};
+  o.inputs = {d / "in.txt"};
   o.chunk_bytes = 20000;
   std::vector<std::string> files[2];
   for (int threads : {1, 2}) {
     omp_set_num_threads(threads);
-    o.out_dir = d.file("s" + std::to_string(threads));
+    o.out_dir = d / ("s" + std::to_string(threads));
     o.shard_tokens = 10000;
     prepare_data(o, tok);
     for (const auto& e : fs::directory_iterator(o.out_dir)) {
@@ -143,13 +136,13 @@ TEST(PrepareData, SentencePieceShardsDecodeToTheTextForAnyThreadCount) {
   }
   omp_set_num_threads(2);
   EXPECT_EQ(files[0], files[1]);
-  const TokenShards s = TokenShards::open(d.file("s2"));
+  const TokenShards s = TokenShards::open(d / "s2");
   EXPECT_EQ(s.tokenizer(), tok.id());
   EXPECT_EQ(s.manifest().token_bytes, 2u);
   const std::string back = tok.decode(all_train(s)) + tok.decode(all_val(s));
   EXPECT_EQ(back, text);
   EXPECT_EQ(s.train_text_bytes() + s.val_text_bytes(), text.size());
-  EXPECT_EQ(Tokenizer::load(d.file("s2/tokenizer.model")).id(), tok.id());
+  EXPECT_EQ(Tokenizer::load(d / "s2/tokenizer.model").id(), tok.id());
   // The same ids as encoding the whole text at once.
   std::vector<int32_t> whole;
   tok.encode(text, whole);
@@ -159,53 +152,53 @@ TEST(PrepareData, SentencePieceShardsDecodeToTheTextForAnyThreadCount) {
 }
 
 TEST(PrepareData, RefusesEmptyInputAndForeignOutput) {
-  TempDir d;
-  write_text(d.file("empty.txt"), "");
+  ScratchDir d;
+  write_text(d / "empty.txt", "");
   PrepareOptions o;
-  o.inputs = {d.file("empty.txt")};
-  o.out_dir = d.file("out");
+  o.inputs = {d / "empty.txt"};
+  o.out_dir = d / "out";
   EXPECT_NE(error_of([&] { prepare_data(o, Tokenizer::bytes()); }).find("is empty"),
             std::string::npos);
   EXPECT_FALSE(fs::exists(o.out_dir));
   // A directory with other files is never replaced.
-  write_text(d.file("in.txt"), numbered_text(200));
-  fs::create_directories(d.file("mine"));
-  write_text(d.file("mine/keep.txt"), "precious");
-  o.inputs = {d.file("in.txt")};
-  o.out_dir = d.file("mine");
+  write_text(d / "in.txt", numbered_text(200));
+  fs::create_directories(d / "mine");
+  write_text(d / "mine/keep.txt", "precious");
+  o.inputs = {d / "in.txt"};
+  o.out_dir = d / "mine";
   EXPECT_NE(error_of([&] { prepare_data(o, Tokenizer::bytes()); })
                 .find("exists and is not a token-shard directory"),
             std::string::npos);
-  EXPECT_TRUE(fs::exists(d.file("mine/keep.txt")));
-  o.out_dir = d.file("out");
+  EXPECT_TRUE(fs::exists(d / "mine/keep.txt"));
+  o.out_dir = d / "out";
   o.val_fraction = 0.6;
   EXPECT_THROW(prepare_data(o, Tokenizer::bytes()), Error);
   // A single line too short to leave anything after the split point.
-  write_text(d.file("one.txt"), "x");
-  o.inputs = {d.file("one.txt")};
+  write_text(d / "one.txt", "x");
+  o.inputs = {d / "one.txt"};
   o.val_fraction = 0.05;
   EXPECT_THROW(prepare_data(o, Tokenizer::bytes()), Error);
   EXPECT_FALSE(fs::exists(o.out_dir));
-  o.inputs = {d.file("missing.txt")};
+  o.inputs = {d / "missing.txt"};
   EXPECT_NE(error_of([&] { prepare_data(o, Tokenizer::bytes()); }).find("does not exist"),
             std::string::npos);
 }
 
 // Damaged directories: each is refused at open, naming the file and the problem.
 TEST(TokenShards, RefusesTruncatedCorruptedMixedAndMissingShards) {
-  TempDir d;
-  write_text(d.file("in.txt"), numbered_text(2000));
+  ScratchDir d;
+  write_text(d / "in.txt", numbered_text(2000));
   PrepareOptions o;
-  o.inputs = {d.file("in.txt")};
-  o.out_dir = d.file("a");
+  o.inputs = {d / "in.txt"};
+  o.out_dir = d / "a";
   o.shard_tokens = 20000;
   prepare_data(o, Tokenizer::bytes());
-  o.out_dir = d.file("b");
+  o.out_dir = d / "b";
   prepare_data(o, testing::small_tokenizer());
   auto fresh = [&](const std::string& name) {
-    fs::remove_all(d.file(name));
-    fs::copy(d.file("a"), d.file(name));
-    return d.file(name);
+    fs::remove_all(d / name);
+    fs::copy(d / "a", d / name);
+    return d / name;
   };
   EXPECT_NO_THROW(TokenShards::open(fresh("ok")));
 
@@ -225,7 +218,7 @@ TEST(TokenShards, RefusesTruncatedCorruptedMixedAndMissingShards) {
             std::string::npos);
 
   const std::string m = fresh("mixed");  // the validation shard of a SentencePiece run
-  fs::copy_file(d.file("b/val.bin"), m + "/val.bin", fs::copy_options::overwrite_existing);
+  fs::copy_file(d / "b/val.bin", m + "/val.bin", fs::copy_options::overwrite_existing);
   EXPECT_NE(error_of([&] { TokenShards::open(m); }).find("does not match shards.json"),
             std::string::npos);
 
@@ -238,11 +231,11 @@ TEST(TokenShards, RefusesTruncatedCorruptedMixedAndMissingShards) {
   write_text(j + "/shards.json", "{\"format\": \"mxtrain-token-shards\", \"version\": 1}");
   EXPECT_NE(error_of([&] { TokenShards::open(j); }).find("malformed manifest"), std::string::npos);
 
-  EXPECT_NE(error_of([&] { TokenShards::open(d.path.string()); }).find("not a token-shard "
+  EXPECT_NE(error_of([&] { TokenShards::open(d.path()); }).find("not a token-shard "
                                                                       "directory"),
             std::string::npos);
-  EXPECT_FALSE(TokenShards::is_shard_dir(d.path.string()));
-  EXPECT_TRUE(TokenShards::is_shard_dir(d.file("a")));
+  EXPECT_FALSE(TokenShards::is_shard_dir(d.path()));
+  EXPECT_TRUE(TokenShards::is_shard_dir(d / "a"));
 }
 
 // Resident file-backed memory of this process, from /proc/self/status (KiB).
@@ -259,13 +252,13 @@ int64_t rss_file_kib() {
 // Reading a whole 8 MB shard window by window leaves (almost) none of it resident: the
 // process's memory does not grow with the corpus.
 TEST(TokenShards, ReadingDoesNotKeepPagesResident) {
-  TempDir d;
+  ScratchDir d;
   std::string text;
   while (text.size() < (8u << 20)) text += numbered_text(500);
-  write_text(d.file("in.txt"), text);
+  write_text(d / "in.txt", text);
   PrepareOptions o;
-  o.inputs = {d.file("in.txt")};
-  o.out_dir = d.file("s");
+  o.inputs = {d / "in.txt"};
+  o.out_dir = d / "s";
   prepare_data(o, Tokenizer::bytes());
   const TokenShards s = TokenShards::open(o.out_dir);
   ASSERT_GT(s.train_tokens(), 7 << 20);

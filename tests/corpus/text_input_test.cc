@@ -9,24 +9,24 @@
 
 namespace mxtrain::corpus {
 namespace {
-using testing::TempDir;
+using testing::ScratchDir;
 using testing::write_text;
 namespace fs = std::filesystem;
 
 TEST(TextInput, DirectoriesAreSortedFortuneFilesWithoutIndexes) {
-  TempDir d;
-  fs::create_directories(d.file("dir/off"));
-  write_text(d.file("dir/b"), "second\n%\nentry\n");
-  write_text(d.file("dir/a"), "first\n%\n%\nlast line without newline");
-  write_text(d.file("dir/a.dat"), "index");
-  write_text(d.file("dir/a.u8"), "index");
-  write_text(d.file("dir/off/c"), "not read");
-  write_text(d.file("plain.txt"), "%\nkept as is");
-  const TextInput in = resolve_text_input({d.file("dir"), d.file("plain.txt")});
+  ScratchDir d;
+  fs::create_directories(d / "dir/off");
+  write_text(d / "dir/b", "second\n%\nentry\n");
+  write_text(d / "dir/a", "first\n%\n%\nlast line without newline");
+  write_text(d / "dir/a.dat", "index");
+  write_text(d / "dir/a.u8", "index");
+  write_text(d / "dir/off/c", "not read");
+  write_text(d / "plain.txt", "%\nkept as is");
+  const TextInput in = resolve_text_input({d / "dir", d / "plain.txt"});
   ASSERT_EQ(in.files.size(), 3u);
-  EXPECT_EQ(in.files[0].path, d.file("dir/a"));
+  EXPECT_EQ(in.files[0].path, d / "dir/a");
   EXPECT_TRUE(in.files[0].fortune);
-  EXPECT_EQ(in.files[1].path, d.file("dir/b"));
+  EXPECT_EQ(in.files[1].path, d / "dir/b");
   EXPECT_FALSE(in.files[2].fortune);
   EXPECT_EQ(in.input_bytes, 35u + 15u + 12u);
   EXPECT_EQ(read_all_text(in),
@@ -35,13 +35,13 @@ TEST(TextInput, DirectoriesAreSortedFortuneFilesWithoutIndexes) {
 }
 
 TEST(TextInput, ChunksAddUpToTheTextAndEndAtLines) {
-  TempDir d;
+  ScratchDir d;
   std::string text;
   for (int i = 0; i < 500; ++i) text += "entry " + std::to_string(i) + " of a long list\n%\n";
-  fs::create_directories(d.file("dir"));
-  write_text(d.file("dir/x"), text);
-  write_text(d.file("dir/y"), std::string(5000, 'z') + " tail");  // a line longer than chunks
-  const TextInput in = resolve_text_input({d.file("dir")});
+  fs::create_directories(d / "dir");
+  write_text(d / "dir/x", text);
+  write_text(d / "dir/y", std::string(5000, 'z') + " tail");  // a line longer than chunks
+  const TextInput in = resolve_text_input({d / "dir"});
   const std::string all = read_all_text(in);
   for (size_t max : {1u, 7u, 64u, 1000u, 1u << 20}) {
     TextReader r(in);
@@ -62,11 +62,11 @@ TEST(TextInput, ChunksAddUpToTheTextAndEndAtLines) {
 }
 
 TEST(TextInput, RefusesMissingAndEmptyInputs) {
-  TempDir d;
+  ScratchDir d;
   EXPECT_THROW(resolve_text_input({}), Error);
-  EXPECT_THROW(resolve_text_input({d.file("missing")}), Error);
-  fs::create_directories(d.file("empty"));
-  EXPECT_THROW(resolve_text_input({d.file("empty")}), Error);
+  EXPECT_THROW(resolve_text_input({d / "missing"}), Error);
+  fs::create_directories(d / "empty");
+  EXPECT_THROW(resolve_text_input({d / "empty"}), Error);
   const TextInput f = resolve_text_input({"fortunes"});
   EXPECT_GT(f.files.size(), 10u);
   EXPECT_GT(f.input_bytes, 2000000u);

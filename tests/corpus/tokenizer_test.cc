@@ -125,10 +125,10 @@ TEST(Tokenizer, TrainingIsDeterministicAndReachesTheVocabulary) {
 }
 
 TEST(Tokenizer, TrainingRefusesAnEmptyCorpusAndABadVocabulary) {
-  testing::TempDir d;
-  testing::write_text(d.file("empty.txt"), "\n\n\n");
+  testing::ScratchDir d;
+  testing::write_text(d / "empty.txt", "\n\n\n");
   TokenizerTrainOptions o;
-  o.inputs = {d.file("empty.txt")};
+  o.inputs = {d / "empty.txt"};
   try {
     train_tokenizer(o);
     ADD_FAILURE() << "no error";
@@ -143,8 +143,8 @@ TEST(Tokenizer, TrainingRefusesAnEmptyCorpusAndABadVocabulary) {
 // A model with SentencePiece's default settings (NFKC normalization, dummy prefix, extra
 // whitespace removed) is refused with the setting named; so is a file that is no model.
 TEST(Tokenizer, RefusesModelsThatAreNotByteExact) {
-  testing::TempDir d;
-  const std::string prefix = d.file("default");
+  testing::ScratchDir d;
+  const std::string prefix = d / "default";
   const auto st = sentencepiece::SentencePieceTrainer::Train(
       "--input=" + testing::fortunes_file() + " --model_prefix=" + prefix +
       " --vocab_size=400 --model_type=bpe --minloglevel=2");
@@ -159,9 +159,9 @@ TEST(Tokenizer, RefusesModelsThatAreNotByteExact) {
               std::string::npos)
         << m;
   }
-  testing::write_text(d.file("junk.model"), "this is not a protobuf message at all");
-  EXPECT_THROW(Tokenizer::load(d.file("junk.model")), Error);
-  EXPECT_THROW(Tokenizer::load(d.file("missing.model")), Error);
+  testing::write_text(d / "junk.model", "this is not a protobuf message at all");
+  EXPECT_THROW(Tokenizer::load(d / "junk.model"), Error);
+  EXPECT_THROW(Tokenizer::load(d / "missing.model"), Error);
 }
 
 }  // namespace

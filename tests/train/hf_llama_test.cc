@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 
+#include "io/io_test_util.h"
 #include "mxtrain/common.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/io/atomic_file.h"
@@ -28,18 +29,8 @@ namespace mxtrain {
 namespace {
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int n = 0;
-    path = fs::temp_directory_path() /
-           ("mxt_hf_test_" + std::to_string(::getpid()) + "_" + std::to_string(n++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& n) const { return (path / n).string(); }
-};
+using io::testing::error_of;
+using io::testing::ScratchDir;
 
 TrainConfig config(bool moe) {
   std::string y = "model: {d_model: 32, n_layers: 2, n_heads: 4, d_ff: 48, max_seq_len: 16";
@@ -74,25 +65,22 @@ std::string read(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
-TEST(HfLlama, TensorNamesAndLayouts) {
-  const TrainConfig c = config(false);
+// mxtrain tensors of model m whose element i holds i: where each HF value came from shows.
+std::vector<io::NamedTensor> iota_tensors(const ModelConfig& m) {
   std::vector<io::NamedTensor> mx;
-  InferenceModel m(c.model);
-  for (Parameter* p : m.parameters()) {
+  InferenceModel shapes(m);
+  for (Parameter* p : shapes.parameters()) {
     io::NamedTensor t{p->name, p->shape, std::vector<float>(size_t(p->numel()))};
     for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = float(i);
     mx.push_back(t);
   }
-  const std::vector<io::NamedTensor> hf = hf::to_hf_tensors(c.model, mx);
+  return mx;
+}
+
+TEST(HfLlama, TensorNamesAndLayouts) {
+  const TrainConfig c = config(false);
+  const std::vector<io::NamedTensor> hf = hf::to_hf_tensors(c.model, iota_tensors(c.model));
   ASSERT_EQ(hf.size(), 1u + 2 * 9 + 2);
   auto find = [&](const std::string& n) -> const io::NamedTensor& {
     for (const auto& t : hf)
@@ -112,14 +100,7 @@ TEST(HfLlama, TensorNamesAndLayouts) {
   EXPECT_EQ(find("lm_head.weight").shape, (std::vector<int64_t>{256, D}));
   // Mixtral: expert e's w1 / w3 are the gate / up halves of its fc1 block.
   const TrainConfig cm = config(true);
-  mx.clear();
-  InferenceModel mm(cm.model);
-  for (Parameter* p : mm.parameters()) {
-    io::NamedTensor t{p->name, p->shape, std::vector<float>(size_t(p->numel()))};
-    for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = float(i);
-    mx.push_back(t);
-  }
-  const std::vector<io::NamedTensor> moe = hf::to_hf_tensors(cm.model, mx);
+  const std::vector<io::NamedTensor> moe = hf::to_hf_tensors(cm.model, iota_tensors(cm.model));
   const int64_t Fe = 24;
   for (const auto& t : moe) {
     if (t.name == "model.layers.0.block_sparse_moe.experts.2.w1.weight") {
@@ -139,13 +120,13 @@ TEST(HfLlama, TensorNamesAndLayouts) {
 // files byte for byte.
 TEST(HfLlama, RoundTripIsByteForByte) {
   for (bool moe : {false, true}) {
-    TempDir d;
+    ScratchDir d;
     const TrainConfig c = config(moe);
-    const std::vector<io::NamedTensor> orig = random_checkpoint(c, d.file("ck"));
-    const hf::ExportResult r = hf::export_checkpoint(d.file("ck"), d.file("hf1"));
+    const std::vector<io::NamedTensor> orig = random_checkpoint(c, d / "ck");
+    const hf::ExportResult r = hf::export_checkpoint(d / "ck", d / "hf1");
     EXPECT_EQ(r.architecture, moe ? "MixtralForCausalLM" : "LlamaForCausalLM");
     EXPECT_EQ(r.tokenizer, "bytes");
-    const hf::HfModel h = hf::import_dir(d.file("hf1"));
+    const hf::HfModel h = hf::import_dir(d / "hf1");
     EXPECT_FALSE(h.tied);
     EXPECT_EQ(h.tokenizer, "");
     ASSERT_EQ(h.tensors.size(), orig.size());
@@ -158,16 +139,16 @@ TEST(HfLlama, RoundTripIsByteForByte) {
     EXPECT_EQ(h.model.d_model, c.model.d_model);
     EXPECT_EQ(h.model.rms_eps, c.model.rms_eps);
     EXPECT_EQ(h.model.moe_num_experts, c.model.moe_num_experts);
-    hf::import_to_checkpoint(d.file("hf1"), d.file("ck2"), c);
-    hf::export_checkpoint(d.file("ck2"), d.file("hf2"));
+    hf::import_to_checkpoint(d / "hf1", d / "ck2", c);
+    hf::export_checkpoint(d / "ck2", d / "hf2");
     for (const char* f : {"model.safetensors", "config.json", "generation_config.json"})
-      EXPECT_EQ(read(d.file(std::string("hf1/") + f)), read(d.file(std::string("hf2/") + f)))
+      EXPECT_EQ(read(d / (std::string("hf1/") + f)), read(d / (std::string("hf2/") + f)))
           << f << " moe=" << moe;
     // Exporting over an earlier export replaces it; over another directory is refused.
-    EXPECT_NO_THROW(hf::export_checkpoint(d.file("ck"), d.file("hf1")));
-    fs::create_directories(d.file("mine"));
-    std::ofstream(d.file("mine/notes.txt")) << "keep";
-    EXPECT_NE(error_of([&] { hf::export_checkpoint(d.file("ck"), d.file("mine")); })
+    EXPECT_NO_THROW(hf::export_checkpoint(d / "ck", d / "hf1"));
+    fs::create_directories(d / "mine");
+    std::ofstream(d / "mine/notes.txt") << "keep";
+    EXPECT_NE(error_of([&] { hf::export_checkpoint(d / "ck", d / "mine"); })
                   .find("is not an earlier export"),
               std::string::npos);
   }
@@ -232,20 +213,20 @@ std::vector<io::StTensor> llama_tensors(const std::string& dtype,
 }
 
 TEST(HfLlama, ImportsTiedHeadsAndHalfPrecisionExactly) {
-  TempDir d;
+  ScratchDir d;
   const std::vector<io::StTensor> f32 = llama_tensors("F32");
   for (const char* dtype : {"BF16", "F16"}) {
-    write_hf(d.file(dtype), llama_config(), llama_tensors(dtype));
-    const hf::HfModel h = hf::import_dir(d.file(dtype));
-    write_hf(d.file("f32"), llama_config(), f32);
-    const hf::HfModel ref = hf::import_dir(d.file("f32"));
+    write_hf(d / dtype, llama_config(), llama_tensors(dtype));
+    const hf::HfModel h = hf::import_dir(d / dtype);
+    write_hf(d / "f32", llama_config(), f32);
+    const hf::HfModel ref = hf::import_dir(d / "f32");
     ASSERT_EQ(h.tensors.size(), ref.tensors.size());
     for (size_t i = 0; i < h.tensors.size(); ++i)
       EXPECT_EQ(h.tensors[i].data, ref.tensors[i].data) << dtype << " " << h.tensors[i].name;
   }
-  write_hf(d.file("tied"), llama_config(R"(, "tie_word_embeddings": true)"),
+  write_hf(d / "tied", llama_config(R"(, "tie_word_embeddings": true)"),
            llama_tensors("F32", {"lm_head.weight"}));
-  const hf::HfModel t = hf::import_dir(d.file("tied"));
+  const hf::HfModel t = hf::import_dir(d / "tied");
   EXPECT_TRUE(t.tied);
   EXPECT_EQ(t.tensors.front().name, "embed.weight");
   EXPECT_EQ(t.tensors.back().name, "lm_head.weight");
@@ -253,11 +234,11 @@ TEST(HfLlama, ImportsTiedHeadsAndHalfPrecisionExactly) {
 }
 
 TEST(HfLlama, RefusesWhatMxtrainCannotRun) {
-  TempDir d;
+  ScratchDir d;
   const std::vector<io::StTensor> ok = llama_tensors("F32");
   auto refused = [&](const std::string& cfg, const std::string& fragment,
                      const std::vector<io::StTensor>& tensors) {
-    const std::string dir = d.file("x" + std::to_string(std::hash<std::string>()(cfg + fragment)));
+    const std::string dir = d / ("x" + std::to_string(std::hash<std::string>()(cfg + fragment)));
     write_hf(dir, cfg, tensors);
     const std::string m = error_of([&] { hf::import_dir(dir); });
     EXPECT_NE(m.find(fragment), std::string::npos) << "message: " << m;
@@ -284,36 +265,36 @@ TEST(HfLlama, RefusesWhatMxtrainCannotRun) {
   // Export refusals: no rotary embedding; dense layers between MoE layers.
   TrainConfig c = config(false);
   c.model.rope_theta = 0;
-  random_checkpoint(c, d.file("norope"));
-  EXPECT_NE(error_of([&] { hf::export_checkpoint(d.file("norope"), d.file("o1")); })
+  random_checkpoint(c, d / "norope");
+  EXPECT_NE(error_of([&] { hf::export_checkpoint(d / "norope", d / "o1"); })
                 .find("model.rope_theta is 0 (no rotary embedding)"),
             std::string::npos);
   c = config(true);
   c.model.moe_every = 2;
-  random_checkpoint(c, d.file("mixed"));
-  EXPECT_NE(error_of([&] { hf::export_checkpoint(d.file("mixed"), d.file("o2")); })
+  random_checkpoint(c, d / "mixed");
+  EXPECT_NE(error_of([&] { hf::export_checkpoint(d / "mixed", d / "o2"); })
                 .find("export needs model.moe.every: 1"),
             std::string::npos);
-  EXPECT_FALSE(fs::exists(d.file("o1")));
-  EXPECT_FALSE(fs::exists(d.file("o2")));
+  EXPECT_FALSE(fs::exists(d / "o1"));
+  EXPECT_FALSE(fs::exists(d / "o2"));
 }
 
 // train --init-from: the first step's loss is the exported model's loss on that batch.
 TEST(HfLlama, InitFromStartsFromTheExportedWeights) {
-  TempDir d;
+  ScratchDir d;
   TrainConfig c = config(false);
   TrainOptions o;
   o.progress = false;
   o.print_decisions = false;
-  o.checkpoint_dir = d.file("ck");
+  o.checkpoint_dir = d / "ck";
   run_training(c, o);
-  hf::export_checkpoint(d.file("ck"), d.file("hf"));
+  hf::export_checkpoint(d / "ck", d / "hf");
 
   TrainConfig b = parse_config("model: {d_model: 16, n_layers: 1, n_heads: 2, d_ff: 16, "
                                "max_seq_len: 16}\ntraining: {steps: 2, seq_len: 16, "
                                "micro_batch_size: 2, eval_every: 0, eval_batches: 1}\n"
                                "precision: {recipe: mxfp8}\n", "other");
-  const hf::HfModel h = hf::import_dir(d.file("hf"));
+  const hf::HfModel h = hf::import_dir(d / "hf");
   const std::vector<std::string> notes = hf::apply_model(b, h);
   EXPECT_NE(std::find(notes.begin(), notes.end(), "model.d_model: 16 -> 32"), notes.end());
   EXPECT_EQ(b.model.d_model, 32);
@@ -321,7 +302,7 @@ TEST(HfLlama, InitFromStartsFromTheExportedWeights) {
   TrainOptions ob;
   ob.progress = false;
   ob.print_decisions = false;
-  ob.init_from = d.file("hf");
+  ob.init_from = d / "hf";
   const TrainSummary s = run_training(b, ob);
 
   // The loss of the exported weights on step 0's batch, computed here.
