@@ -1,10 +1,10 @@
-// bench/ops_bench.cc — the element-wise kernels of nn/ops.h and AdamW, serial against parallel.
+// bench/ops_bench.cc — the element-wise kernels of nn/ops.h (AdamW among them), serial against
+// parallel.
 //
-// Each benchmark runs one op's kernel (scalar reference or AVX-512, nn/ops_kernels.h and
-// train/optim_kernels.h) over the whole [N, W] operand, alternately on the calling thread and
-// split over a parallel region of 2 threads the way ops.cc / optim.cc split it, so the pair
-// shows when a region saves more than it costs. The thresholds kPar* in ops.cc and
-// kParAdamW in optim.cc were chosen from these figures (docs/results/trainer.md,
+// Each benchmark runs one op's kernel (scalar reference or AVX-512, nn/ops_kernels.h) over the
+// whole [N, W] operand, alternately on the calling thread and split over a parallel region of
+// 2 threads the way ops.cc splits it, so the pair shows when a region saves more than it costs.
+// The thresholds kPar* in ops.cc were chosen from these figures (docs/results/trainer.md,
 // "Elementwise kernels").
 //   ./build/ops_bench --benchmark_filter='swiglu_fwd/isa:1/' --benchmark_min_time=0.3
 // args: isa (0 scalar, 1 avx512), N, W.
@@ -20,7 +20,6 @@
 
 #include "mxtrain/isa.h"
 #include "nn/ops_kernels.h"
-#include "train/optim_kernels.h"
 
 namespace mxtrain {
 namespace {
@@ -205,15 +204,14 @@ Body make_residual(const opk::Kernels& k, bool, int64_t N, int64_t D) {
 }
 
 // AdamW over N*W elements (W = 1: N is the parameter size).
-Body make_adamw(const opk::Kernels&, bool avx512, int64_t N, int64_t W) {
+Body make_adamw(const opk::Kernels& k, bool, int64_t N, int64_t W) {
   Buffers& B = buffers();
   const int64_t n = N * W;
   B.a = randv(n, 1), B.b = randv(n, 2), B.c.assign(n, 0.f), B.d.assign(n, 0.f);
-  static optk::AdamWStep s{0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 1.2f, 1e-8f, 1e-4f};
-  const auto kern = avx512 ? optk::adamw_range__avx512 : optk::adamw_range_ref;
-  return [kern, &B, n](int64_t T, int64_t t) {
+  static AdamWStep s{0.9f, 0.95f, 0.1f, 0.05f, 1e-3f, 1.2f, 1e-8f, 1e-4f};
+  return [&k, &B, n](int64_t T, int64_t t) {
     const auto [i0, i1] = share(n, 16, T, t);
-    if (i0 < i1) kern(B.a.data(), B.b.data(), B.c.data(), B.d.data(), s, i0, i1);
+    if (i0 < i1) k.adamw(B.a.data(), B.b.data(), B.c.data(), B.d.data(), s, i0, i1);
   };
 }
 

@@ -37,7 +37,7 @@ void BM_Quantize(benchmark::State& state) {
   const std::vector<float> x = random_input(M * K);
   const QuantConfig cfg;
   MXTensor a = MXTensor::empty(M, K, layout == 1 ? MXLayout::colwise : layout == 3
-                                                          ? MXLayout::tile32
+                                                          ? MXLayout::tile
                                                           : MXLayout::rowwise,
                                cfg.elem);
   MXTensor b = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);

@@ -2,7 +2,7 @@
 // python/mxtrain/__init__.py re-exports it.
 //
 // Errors: mxtrain::Error becomes mxtrain.Error (a RuntimeError) with the engine's message
-// unchanged; bad arguments are TypeError / ValueError (py_util.h). The JSON texts of
+// unchanged, and so does std::bad_alloc; bad arguments are TypeError / ValueError (py_util.h). The JSON texts of
 // `mxtrain info --json` and `mxtrain recipes --json` come from the same library functions the
 // CLI prints (mxtrain/info.h).
 #include "mxtrain/info.h"
@@ -19,7 +19,17 @@ PYBIND11_MODULE(_mxtrain, m) {
   using namespace mxtrain;
   using namespace mxtrain::py_detail;
   m.doc() = "mxtrain: MX (OCP microscaling) quantization, MX GEMM and the quantized Linear";
-  py::register_exception<Error>(m, "Error", PyExc_RuntimeError);
+  static py::exception<Error> error(m, "Error", PyExc_RuntimeError);
+  // Memory the engine could not get is mxtrain.Error too, never a bare MemoryError.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      error(e.what());
+    } catch (const std::bad_alloc&) {
+      error("out of memory: an engine buffer could not be allocated (std::bad_alloc)");
+    }
+  });
 
   m.def("_info_json", [] { return engine_info_json(1); },
         "The JSON text `mxtrain info --json` prints");

@@ -32,7 +32,12 @@ class PyLinear {
     LinearPrecision p;
     p.recipe = recipe_arg(recipe);
     p.defer_backward_quant = defer;
-    lin_ = as_value_error([&] { return Linear("python", in, out, has_bias, p); });
+    // Bad arguments (a size below 1, a recipe the layer cannot run) are ValueError with the
+    // engine's message; they throw before anything is allocated.
+    as_value_error([&] { p.validate(); });
+    if (in < 1 || out < 1) as_value_error([&] { Linear("python", in, out, has_bias, p); });
+    // A size too large to count or to allocate is mxtrain.Error (Parameter::init).
+    lin_ = Linear("python", in, out, has_bias, p);
   }
 
   int64_t in_features() const { return lin_.in_features(); }

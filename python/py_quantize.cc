@@ -42,6 +42,9 @@ MXTensor quantize_one(const Input& x, MXLayout layout, const QuantConfig& cfg) {
                : quantize(x.bf16, x.rows, x.cols, layout, cfg);
 }
 
+// Whether recipe r keeps a weight as one tile copy (else rowwise + colwise).
+bool weight_tiled(const Recipe& r) { return copies_needed(r, Role::weight).has(Copy::tile); }
+
 void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
   const int64_t sr = t.scale_rows(), sc = t.scale_cols();
   d[data_key] = owning_array(std::move(t.data), t.rows, t.cols);
@@ -52,11 +55,12 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
                      const std::optional<std::string>& elem,
                      const std::optional<std::string>& rounding) {
   const Recipe r = quantized_recipe_arg(recipe_name, "quantize");
-  const QuantConfig cfg{elem_arg(elem, r.weight_elem), rounding_arg(rounding, r.rounding)};
+  const TensorFormat& wf = r.role(Role::weight);
+  const QuantConfig cfg{elem_arg(elem, wf.elem), rounding_arg(rounding, wf.rule)};
   const Input x = input_arg(x_obj, "x");
   py::dict out;
-  if (r.weight_tiled()) {
-    MXTensor t = quantize_one(x, MXLayout::tile32, cfg);
+  if (weight_tiled(r)) {
+    MXTensor t = quantize_one(x, MXLayout::tile, cfg);
     put(out, "data", "scale", t);
     return out;
   }
@@ -106,22 +110,23 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
                         const std::optional<std::string>& elem_obj,
                         const std::optional<std::string>& layout_obj) {
   const Recipe r = quantized_recipe_arg(recipe_name, "dequantize");
-  const Elem elem = elem_arg(elem_obj, r.weight_elem);
+  const Elem elem = elem_arg(elem_obj, r.role(Role::weight).elem);
+  const bool tiled = weight_tiled(r);
   if (!py::isinstance<py::dict>(q_obj))
     throw py::type_error("q must be a dict of uint8 arrays as returned by quantize(), got " +
                          py::str(py::type::of(q_obj).attr("__name__")).cast<std::string>());
   const py::dict q = py::reinterpret_borrow<py::dict>(q_obj);
-  const std::string layout = layout_obj.value_or(r.weight_tiled() ? "tile" : "rowwise");
+  const std::string layout = layout_obj.value_or(tiled ? "tile" : "rowwise");
   MXTensor t;
-  if (r.weight_tiled() && layout == "tile")
-    t = tensor_from_dict(q, "data", "scale", MXLayout::tile32, elem);
-  else if (!r.weight_tiled() && layout == "rowwise")
+  if (tiled && layout == "tile")
+    t = tensor_from_dict(q, "data", "scale", MXLayout::tile, elem);
+  else if (!tiled && layout == "rowwise")
     t = tensor_from_dict(q, "rowwise", "rowwise_scale", MXLayout::rowwise, elem);
-  else if (!r.weight_tiled() && layout == "colwise")
+  else if (!tiled && layout == "colwise")
     t = tensor_from_dict(q, "colwise", "colwise_scale", MXLayout::colwise, elem);
   else
     throw py::value_error("layout '" + layout + "' does not exist for recipe '" + r.name +
-                          "'; valid: " + (r.weight_tiled() ? "tile" : "rowwise, colwise"));
+                          "'; valid: " + (tiled ? "tile" : "rowwise, colwise"));
   std::vector<float> y(size_t(t.rows * t.cols));
   {
     py::gil_scoped_release nogil;
@@ -152,13 +157,14 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
     gemm_bf16(false, true, M, N, K, xb.data(), K, wb.data(), K, y.data(), N, false);
     return owning_array(std::move(y), M, N);
   }
-  const QuantConfig xcfg{elem_arg(elem, r.input_elem), rounding_arg(rounding, r.rounding)};
-  const QuantConfig wcfg{elem_arg(elem, r.weight_elem), rounding_arg(rounding, r.rounding)};
+  const TensorFormat &xf = r.role(Role::input), &wf = r.role(Role::weight);
+  const QuantConfig xcfg{elem_arg(elem, xf.elem), rounding_arg(rounding, xf.rule)};
+  const QuantConfig wcfg{elem_arg(elem, wf.elem), rounding_arg(rounding, wf.rule)};
   {
     py::gil_scoped_release nogil;
     const MXTensor xq = quantize(x.data(), M, K, MXLayout::rowwise, xcfg);
-    const MXTensor wq = quantize(w.data(), N, K, r.weight_tiled() ? MXLayout::tile32
-                                                                  : MXLayout::rowwise, wcfg);
+    const MXTensor wq =
+        quantize(w.data(), N, K, weight_tiled(r) ? MXLayout::tile : MXLayout::rowwise, wcfg);
     gemm_mx(false, xq, true, wq, y.data(), N, false);
   }
   return owning_array(std::move(y), M, N);

@@ -44,8 +44,8 @@ inline Recipe quantized_recipe_arg(const std::string& name, const char* what) {
   Recipe r = recipe_arg(name);
   if (!r.quantized()) {
     std::string q;
-    for (const std::string& n : recipe_names())
-      if (get_recipe(n).quantized()) q += (q.empty() ? "" : ", ") + n;
+    for (const Recipe& e : registered_recipes())
+      if (e.quantized()) q += (q.empty() ? "" : ", ") + e.name;
     throw py::value_error("recipe '" + name + "' does not quantize (BF16 values have no " +
                           "scales), so " + what + " has nothing to do; use one of: " + q);
   }

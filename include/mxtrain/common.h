@@ -33,6 +33,12 @@ template <class... Args>
 }
 }  // namespace detail
 
+// Throws `e` again with `prefix` in front of its message (the file:line stays the original
+// check's), for a caller that adds which input the error is about.
+[[noreturn]] inline void rethrow_prefixed(const std::string& prefix, const Error& e) {
+  throw Error(prefix + e.what());
+}
+
 }  // namespace mxtrain
 
 // Throws mxtrain::Error("<message> [file:line]") when cond is false.

@@ -51,4 +51,11 @@ constexpr uint8_t kE8M0Nan = 0xFF;
 float e8m0_to_f32(uint8_t b);  // 2^(b-127) (b=0 -> 2^-127, a subnormal float); 0xFF -> NaN
 inline uint8_t e8m0_from_exponent(int e) { return uint8_t(e + 127); }  // e in [-127, 127]
 
+// ---- scale types ----------------------------------------------------------------------------
+// How a block's scale is stored: none (an unscaled BF16 copy), one E8M0 byte (a power of two:
+// MX), one FP32, or one FP32 rounded down to a power of two.
+enum class ScaleType : uint8_t { none, e8m0, fp32, fp32_pow2 };
+const char* scale_type_name(ScaleType t);  // "none" | "e8m0" | "fp32" | "fp32_pow2"
+int scale_type_bytes(ScaleType t);         // bytes per scale: 0, 1, 4, 4
+
 }  // namespace mxtrain

@@ -7,12 +7,13 @@
 //   op(A) = A   -> A rowwise or tile32;  op(A) = A^T -> A colwise or tile32
 //   op(B) = B   -> B colwise or tile32;  op(B) = B^T -> B rowwise or tile32
 // and computes Σ over K-blocks of scale_a · scale_b · Σ a·b, reading the FP8 codes directly
-// (gemm_path() says which kernels; docs/numerics.md, "MX products", defines the result).
+// (gemm_mx_path() says which kernels; docs/numerics.md, "MX products", defines the result).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "mxtrain/isa.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/quantize.h"
 
@@ -33,14 +34,12 @@ void gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                   const float* A, int64_t lda, const float* B, int64_t ldb, double* C,
                   int64_t ldc);
 
-// Kernel path of gemm_mx, chosen per call from the active ISA path (isa.h) and the CPU:
-//   avx512bf16 — ISA path avx512 or better on a CPU with AVX512-BF16: FP8 panels decoded into
-//                cache-resident BF16 blocks, VDPBF16PS micro-kernel;
-//   onednn     — other CPUs and --isa avx2: operands expanded to BF16, oneDNN matmul;
+// Kernel path of gemm_mx now (its dispatch table, src/gemm/gemm_mx.cc; mxtrain/isa.h):
+//   avx512vbmi_bf16, avx512bf16 — FP8 panels decoded into cache-resident BF16 blocks,
+//                VDPBF16PS micro-kernel (the first also streams W for forwards of few rows);
+//   avx2       — CPUs without AVX512-BF16 and --isa avx2: operands expanded to BF16, oneDNN;
 //   scalar     — --isa scalar: the reference kernel.
-enum class GemmPath { scalar, onednn, avx512bf16 };
-GemmPath gemm_path();
-const char* gemm_path_name(GemmPath p);
+Path gemm_mx_path();
 
 // MX-scaled GEMM. A, B are whole quantized matrices; M, N, K follow from their shapes.
 void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,
@@ -61,17 +60,18 @@ struct GroupList {
 // For a layer y[M,N] = x[M,K] · W[N,K]^T over row groups (experts; a plain Linear is one group).
 // Group g owns rows offsets[g]..offsets[g+1] of x, dy, y and dx, and has its own QTensors
 // x[g], dy[g] (quantized per group: token-axis blocks restart at each group) and weight w[g].
-// Groups with no rows are skipped. The QTensors decide the precision: a weight with a BF16 copy
-// runs oneDNN's BF16 products on the activations' BF16 copies; otherwise gemm_mx on MX copies:
-//   forward  y  = x.rowwise · (w.tile | w.rowwise)^T
-//   dgrad    dx = dy.rowwise · (w.tile | w.colwise)
-//   wgrad    dW += dy.colwise^T · x.colwise            (dw[g]: [N, K], FP32)
+// Groups with no rows are skipped. Each product reads, of each operand, the copy
+// copies_needed(r, role, use) names (qtensor.h): BF16 copies run oneDNN's BF16 product, scaled
+// copies gemm_mx:
+//   forward  y  = x · W^T        (mxfp8: x.rowwise · (W.rowwise | W.tile)^T)
+//   dgrad    dx = dy · W         (mxfp8: dy.rowwise · (W.colwise | W.tile))
+//   wgrad    dW += dy^T · x      (mxfp8: dy.colwise^T · x.colwise; dw[g]: [N, K], FP32)
 // A copy the product needs but the QTensor lacks is an error naming it.
-void grouped_forward(const GroupList& groups, const QTensor* x, const QTensor* const* w,
-                     float* y, int64_t N);                       // y: [rows, N]
-void grouped_dgrad(const GroupList& groups, const QTensor* dy, const QTensor* const* w,
-                   float* dx, int64_t K);                        // dx: [rows, K]
-void grouped_wgrad(const GroupList& groups, const QTensor* dy, const QTensor* x,
-                   float* const* dw, bool accumulate);            // dw[g]: [N, K]
+void grouped_forward(const Recipe& r, const GroupList& groups, const QTensor* x,
+                     const QTensor* const* w, float* y, int64_t N);     // y: [rows, N]
+void grouped_dgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
+                   const QTensor* const* w, float* dx, int64_t K);      // dx: [rows, K]
+void grouped_wgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
+                   const QTensor* x, float* const* dw, bool accumulate);  // dw[g]: [N, K]
 
 }  // namespace mxtrain

@@ -1,9 +1,9 @@
 // mxtrain/info.h — what `mxtrain info` and `mxtrain recipes` report, as library functions, so
 // the command-line program and the Python module (python/) print the same thing.
 //
-// engine_info() reads isa.h (CPU features, supported and active kernel path) and the quantize
-// kernel table the dispatch in core/quantize.cc would use, and the MX product's path
-// (gemm.h gemm_path()), so what it lists is what runs. Implemented in src/gemm/info.cc.
+// engine_info() reads isa.h (CPU features, supported and active ISA level) and the choice of
+// every kernel dispatch table linked into the program (one per op family, src/core/dispatch.h),
+// so what it lists is what runs. Implemented in src/nn/info.cc.
 // The *_json() functions return the exact JSON text of `mxtrain info --json` and
 // `mxtrain recipes --json`.
 #pragma once
@@ -25,8 +25,8 @@ struct EngineInfo {
   std::vector<std::string> supported_isas;              // scalar first
   std::string best_isa, active_isa;
   int omp_max_threads = 1;
-  std::string gemm_path;                                // gemm.h gemm_path(): scalar|onednn|avx512bf16
-  std::vector<KernelPath> kernels;
+  std::string gemm_path;                                // gemm.h gemm_mx_path(), isa.h path_name()
+  std::vector<KernelPath> kernels;                      // per op family: its table's choice
 };
 
 EngineInfo engine_info();

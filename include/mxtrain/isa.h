@@ -1,10 +1,15 @@
-// mxtrain/isa.h — which instruction-set path the kernels use.
+// mxtrain/isa.h — which instruction sets the kernels may use, and the kernel paths.
 //
-// The CPU is probed once (cpuid + OS support for the wider registers). The chosen path is
-// the best the CPU supports unless overridden by MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi
-// in the environment, by the CLI's --isa flag, or by tests via set_isa(). Asking for a path the
-// CPU lacks is an error naming what it has. Dispatch code reads active_isa() each call so
-// tests can run every compiled path in one process.
+// The CPU is probed once (cpuid + OS support for the wider registers). The ISA level is the
+// best the CPU supports unless overridden by MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi in the
+// environment, by the CLI's --isa flag, or by tests via set_isa(). Asking for a level the
+// CPU lacks is an error naming what it has.
+//
+// A Path names what one kernel is built for: an ISA level, and for some kernels the
+// AVX512-BF16 dot product besides. path_enabled() says whether a path may run now (the CPU
+// has it and the level allows it); every op family picks its kernel from a table keyed by
+// Path with it, on each call, so tests can run every compiled path in one process (the
+// tables: src/core/dispatch.h).
 #pragma once
 
 #include <string>
@@ -32,5 +37,17 @@ bool isa_supported(Isa isa);
 std::vector<Isa> supported_isas();    // scalar first
 const char* isa_name(Isa isa);
 Isa parse_isa(const std::string& name);  // throws listing valid names
+
+// Kernel paths, in no order of preference (each table orders its own entries):
+//   scalar           the portable reference (`_ref` kernels), always enabled;
+//   avx2             level avx2 or above;
+//   avx512           level avx512 or above (F, BW, VL, DQ);
+//   avx512vbmi       level avx512vbmi;
+//   avx512bf16       level avx512 or above on a CPU with AVX512-BF16;
+//   avx512vbmi_bf16  level avx512vbmi on a CPU with AVX512-BF16.
+// A kernel built for path P is named <op>_<P> (<op>_ref for scalar).
+enum class Path : uint8_t { scalar, avx2, avx512, avx512vbmi, avx512bf16, avx512vbmi_bf16 };
+const char* path_name(Path p);
+bool path_enabled(Path p);
 
 }  // namespace mxtrain

@@ -1,45 +1,116 @@
-// mxtrain/qtensor.h — one logical matrix in the forms a recipe's products read.
+// mxtrain/qtensor.h — one logical matrix in the copies a recipe's products read, and the one
+// rule saying which copies those are.
 //
 // A QTensor describes a matrix [rows, cols] (an activation, a gradient or a weight) and holds
-// whichever copies the recipe's products need:
-//   bf16     — the matrix in BF16 (round to nearest even): the bf16 recipe;
-//   rowwise  — MX copy with 1x32 blocks along cols (the reduction axis of x·W^T, dy·W);
-//   colwise  — MX copy with 32x1 blocks along rows (the token axis wgrad reduces over, and the
+// copies of it, each a Copy:
+//   bf16     — the matrix in BF16 (round to nearest even): roles kept unscaled;
+//   rowwise  — scaled, blocks along cols (1xB: the reduction axis of x·W^T and dy·W);
+//   colwise  — scaled, blocks along rows (Bx1: the token axis wgrad reduces over, and the
 //              output axis dgrad reduces over for a weight);
-//   tile     — MX copy with 32x32 tiles, which serves both axes (mxfp8-32x32 weights).
-// Each MX copy carries its E8M0 scales and element format (quantize.h). How a kernel decodes
-// or packs them is the product's business (gemm.h); layers, FSDP's gathered weights and the
-// CLI only fill and read these members.
+//   tile     — scaled, 2-D blocks (or one scale for the tensor), serving both axes.
+// `present` says which copies hold the matrix now — the one presence signal for every copy.
+// A scaled copy is an MXTensor (quantize.h): codes plus a scale grid whose element format,
+// scale type and block size travel with it, so other block sizes and scale types need no new
+// member. How a kernel decodes or packs them is the product's business (gemm.h); layers,
+// FSDP's gathered weights and the CLI fill and read these members and ask copies_needed()
+// which ones a product reads.
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <initializer_list>
+#include <string>
 
 #include "mxtrain/quantize.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
 
+enum class Copy : uint8_t { bf16, rowwise, colwise, tile };
+constexpr int kNumCopies = 4;
+const char* copy_name(Copy c);  // "bf16" | "rowwise" | "colwise" | "tile"
+
+// A set of copies (bits by Copy).
+class CopySet {
+ public:
+  constexpr CopySet() = default;
+  constexpr CopySet(std::initializer_list<Copy> cs) {
+    for (Copy c : cs) bits_ |= bit(c);
+  }
+  constexpr bool has(Copy c) const { return bits_ & bit(c); }
+  constexpr bool contains(CopySet o) const { return (bits_ & o.bits_) == o.bits_; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr int size() const { return __builtin_popcount(bits_); }
+  constexpr CopySet operator|(CopySet o) const { return from_bits(bits_ | o.bits_); }
+  constexpr CopySet operator-(CopySet o) const { return from_bits(bits_ & ~o.bits_); }
+  CopySet& operator|=(CopySet o) { bits_ |= o.bits_; return *this; }
+  constexpr bool operator==(const CopySet&) const = default;
+  constexpr uint8_t bits() const { return bits_; }
+  static constexpr CopySet from_bits(uint8_t b) {
+    CopySet s;
+    s.bits_ = b & 0xF;
+    return s;
+  }
+  // The one copy of a set of size 1 (throws otherwise).
+  Copy only() const;
+  // e.g. "rowwise+colwise"; "none" when empty.
+  std::string name() const;
+
+ private:
+  static constexpr uint8_t bit(Copy c) { return uint8_t(1u << unsigned(c)); }
+  uint8_t bits_ = 0;
+};
+
+// What a product does with a layer's matrices:
+//   forward  y  = x · W^T   reads x and W, each reduced along its columns;
+//   dgrad    dx = dy · W    reads dy (along its columns) and W (along its rows);
+//   wgrad    dW = dy^T · x  reads dy and x, both reduced along their rows (the tokens).
+enum class Use : uint8_t { forward, dgrad, wgrad };
+const char* use_name(Use u);
+
+// The copies of role `role`'s matrix that the product of `use` reads under recipe r: one copy
+// (bf16 for an unscaled role; tile for a 2-D block or a tensor scale; else rowwise or colwise,
+// whichever has its blocks along the reduction axis), or none when the use does not read the
+// role. The layers, FSDP's gathers and cache, quantize_qtensor and the products all ask this.
+CopySet copies_needed(const Recipe& r, Role role, Use use);
+// The union over every use.
+CopySet copies_needed(const Recipe& r, Role role);
+
 struct QTensor {
   int64_t rows = 0, cols = 0;
-  Bf16Buffer bf16;             // [rows, cols] BF16 bits, or empty
-  MXTensor rowwise, colwise, tile;
-  bool has_rowwise = false, has_colwise = false, has_tile = false;
+  Bf16Buffer bf16;                  // Copy::bf16: [rows, cols] BF16 bits
+  MXTensor rowwise, colwise, tile;  // the scaled copies
+  CopySet present;                  // the copies that hold this matrix now
 
-  bool has_bf16() const { return !bf16.empty(); }
-  bool empty() const { return !has_bf16() && !has_rowwise && !has_colwise && !has_tile; }
+  bool has(Copy c) const { return present.has(c); }
+  bool has_all(CopySet s) const { return present.contains(s); }
+  bool empty() const { return present.empty(); }
+  // The scaled copy of that kind (not bf16).
+  MXTensor& scaled(Copy c);
+  const MXTensor& scaled(Copy c) const;
   // Bytes of the copies present.
   size_t bytes() const;
   // Marks every copy absent but keeps the storage for the next fill (no page faults).
-  void invalidate();
+  void invalidate() { present = {}; }
   // Marks every copy absent and frees the storage.
   void release();
 };
 
-// The copies recipe `r` makes of a matrix x [M, K] it quantizes with `cfg`: 1x32 recipes
-// quantize both axes from one read (quantize_dual: rowwise + colwise), 32x32 recipes make the
-// tile copy, and bf16 converts to BF16.
-QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r,
+// Makes the copies `a_copies` of x [M, K] in `a` and `b_copies` in `b` (disjoint sets; b may
+// be the same QTensor as a), reusing their storage, with format f (the bf16 copy whatever f).
+// A rowwise and a colwise copy are made from one read of x (quantize_dual), whichever
+// QTensors they go to. Sets rows/cols of every QTensor it writes to and marks the copies
+// present. Only the copies asked for are touched.
+void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
+                 CopySet a_copies, QTensor& b, CopySet b_copies);
+inline void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f,
+                        QTensor& t, CopySet copies) {
+  make_copies(x, M, K, f, t, copies, t, {});
+}
+
+// Every copy recipe r keeps of a matrix x [M, K] in role `role` (copies_needed(r, role)),
+// made with `cfg` (the role's element format and scale rule unless the caller overrides
+// them).
+QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r, Role role,
                          const QuantConfig& cfg);
 
 }  // namespace mxtrain

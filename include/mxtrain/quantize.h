@@ -2,7 +2,7 @@
 // "Layouts"): the public entry points.
 //
 // A 2-D row-major tensor X[M,K] (FP32 or BF16) is cut into blocks of 32 elements along one
-// axis (rowwise 1x32 along K, colwise 32x1 along M) or into 32x32 tiles. Each block gets one
+// axis (rowwise 1x32 along K, colwise 32x1 along M) or into 32x32 tiles (layout tile). Each block gets one
 // E8M0 scale 2^e and each element is stored as fp8(x / 2^e). Data always stays in [M,K]
 // order; only the scale grid depends on the layout. Ragged edges are partial blocks.
 //
@@ -23,8 +23,10 @@ enum class ScaleRounding : uint8_t { rceil, floor };
 const char* rounding_name(ScaleRounding r);
 ScaleRounding parse_rounding(const char* name);  // "rceil" | "floor"
 
-enum class MXLayout : uint8_t { rowwise, colwise, tile32 };
-const char* layout_name(MXLayout l);
+// Which way a copy's blocks run: along cols (rowwise, 1xB), along rows (colwise, Bx1), or
+// 2-D (tile, BxB).
+enum class MXLayout : uint8_t { rowwise, colwise, tile };
+const char* layout_name(MXLayout l);  // "rowwise" | "colwise" | "tile"
 
 constexpr int64_t kMXBlock = 32;
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -34,23 +36,31 @@ struct QuantConfig {
   ScaleRounding rounding = ScaleRounding::rceil;
 };
 
-// One quantized copy of a logical matrix [rows, cols].
-//   rowwise: scales [rows, ceil(cols/32)]     (blocks along cols)
-//   colwise: scales [ceil(rows/32), cols]     (blocks along rows)
-//   tile32 : scales [ceil(rows/32), ceil(cols/32)]
+// One block-scaled copy of a logical matrix [rows, cols], B = block:
+//   rowwise: scales [rows, ceil(cols/B)]     (blocks along cols)
+//   colwise: scales [ceil(rows/B), cols]     (blocks along rows)
+//   tile   : scales [ceil(rows/B), ceil(cols/B)]
+// The scale type and block size travel with the copy. The MX kernels of this file make and
+// read E8M0 scales per 32-element block (MX); a copy with other ones (FP32 scales, 128-element
+// blocks) is the same struct, and the functions below refuse it with an error naming it.
 struct MXTensor {
   int64_t rows = 0, cols = 0;
   MXLayout layout = MXLayout::rowwise;
   Elem elem = Elem::e4m3;
+  ScaleType scale_type = ScaleType::e8m0;
+  int64_t block = kMXBlock;
   ByteBuffer data;    // [rows, cols] fp8 codes (64-byte aligned)
-  ByteBuffer scales;  // [scale_rows(), scale_cols()] E8M0 bytes
+  ByteBuffer scales;  // [scale_rows(), scale_cols()] scales, scale_type_bytes() each
 
   int64_t scale_rows() const;
   int64_t scale_cols() const;
+  size_t scale_bytes() const;  // scale_rows() * scale_cols() * bytes per scale
   size_t bytes() const { return data.size() + scales.size(); }
-  // Scale byte that applies to element (r, c).
+  // Whether the MX kernels read and write this copy (E8M0 scales, 32-element blocks).
+  bool is_mx() const { return scale_type == ScaleType::e8m0 && block == kMXBlock; }
+  // E8M0 scale byte that applies to element (r, c) (an MX copy).
   uint8_t scale_at(int64_t r, int64_t c) const;
-  // Allocate data and scales for the given shape and layout (contents unspecified).
+  // Allocate data and scales for the given shape and layout (contents unspecified), MX.
   static MXTensor empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem);
 };
 

@@ -1,9 +1,13 @@
-// mxtrain/recipe.h — scaling granularity, recipes and the named registry (docs/numerics.md,
-// "Recipes").
+// mxtrain/recipe.h — recipes as data: how a quantized layer stores each of its tensors, and
+// the named registry (docs/numerics.md, "Recipes").
 //
-// A recipe says how a quantized layer treats each tensor role: the element format of
-// inputs, weight and grads, the scale rounding rule, and the weight layout (two 1x32
-// copies for `mxfp8`, one 32x32 tile copy for `mxfp8-32x32`). `bf16` means no quantization.
+// A recipe gives each role of a linear layer — its input x, its weight W and the gradient dy
+// of its output — a TensorFormat: the element format, the scale type, the block a scale
+// covers, the rule that turns a block's amax into its scale (with an amax epsilon), and where
+// the amax comes from. The registry's entries are values of these types, parsed once from a
+// name (get_recipe: configs, CLI options, the Python module); everything after that reads the
+// types. Which copies of a role's matrix the products read follows from its format alone
+// (copies_needed in mxtrain/qtensor.h). `bf16` stores every role in BF16, unscaled.
 #pragma once
 
 #include <array>
@@ -11,42 +15,76 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/formats.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
 
-enum class ScalingType : uint8_t { none, mx };
+// The tensors a linear layer y = x · W^T quantizes.
+enum class Role : uint8_t { input, weight, grad };
+constexpr int kNumRoles = 3;
+const char* role_name(Role r);  // "input" | "weight" | "grad"
 
-// block_size = [token_dim, input_dim, output_dim]. For type mx only [1,1,32] and
-// [1,32,32] are valid.
-struct ScalingGranularity {
-  ScalingType type = ScalingType::none;
-  std::array<int, 3> block_size{0, 0, 0};
-  void validate() const;  // throws listing the valid block sizes
+// The block one scale covers, as [rows, cols] of the role's matrix ([tokens, features] for
+// inputs and grads, [out, in] for weights). 1-D blocks run along the axis a product reduces
+// over, so a matrix reduced along both axes (by different products) gets a copy per axis;
+// a 2-D block or one scale for the whole tensor serves both axes with one copy.
+enum class BlockShape : uint8_t { none, b1x32, b32x32, b1x128, b128x128, tensor };
+const char* block_name(BlockShape b);  // "none" | "1x32" | "32x32" | "1x128" | "128x128" | "tensor"
+// Elements along one edge of the block (1x32: 32, 32x32: 32, ...; tensor and none: 0).
+int block_edge(BlockShape b);
+// Whether one block spans both axes (32x32, 128x128, tensor).
+bool block_is_2d(BlockShape b);
+
+// Where a block's amax comes from: the tensor being quantized, or a history of earlier amaxes
+// (delayed scaling).
+enum class ScaleSource : uint8_t { current, amax_history };
+const char* scale_source_name(ScaleSource s);  // "current" | "amax_history"
+
+// How one role is stored for the products.
+struct TensorFormat {
+  ScaleType scale = ScaleType::none;  // none: the role is kept in BF16 (no scale, no block)
+  Elem elem = Elem::e4m3;             // the element format when scaled
+  BlockShape block = BlockShape::none;
+  ScaleRounding rule = ScaleRounding::rceil;  // amax -> scale (E8M0: rceil or floor)
+  float amax_epsilon = 0.f;                   // a block's amax below it counts as it (0: none)
+  ScaleSource source = ScaleSource::current;
+
+  bool quantized() const { return scale != ScaleType::none; }
+  // The settings of the MX quantize kernels (quantize.h) for this format.
+  QuantConfig quant_config() const { return {elem, rule}; }
+  // e.g. "e4m3, e8m0 scales per 1x32 block, rceil, current amax"; "bf16 (no scale)".
+  std::string describe() const;
+  bool operator==(const TensorFormat&) const = default;
 };
 
+// A default-constructed Recipe is the registry's bf16 entry.
 struct Recipe {
-  std::string name;                 // "bf16" | "mxfp8" | "mxfp8-32x32" | ...
-  ScalingGranularity granularity;
-  std::string strategy = "dynamic"; // scales computed from the current tensor
-  Elem input_elem = Elem::e4m3;
-  Elem weight_elem = Elem::e4m3;
-  Elem grad_elem = Elem::e4m3;
-  ScaleRounding rounding = ScaleRounding::rceil;
+  std::string name = "bf16";  // the registry key: "bf16" | "mxfp8" | "mxfp8-32x32" | ...
+  std::array<TensorFormat, kNumRoles> roles;
+  std::string note = "no quantization: BF16 products";  // one line for `mxtrain recipes`
 
-  bool quantized() const { return granularity.type == ScalingType::mx; }
-  bool weight_tiled() const { return quantized() && granularity.block_size[1] == 32; }
-  QuantConfig input_cfg() const { return {input_elem, rounding}; }
-  QuantConfig weight_cfg() const { return {weight_elem, rounding}; }
-  QuantConfig grad_cfg() const { return {grad_elem, rounding}; }
-  std::string describe() const;     // one line: name, granularity, elems, rounding
+  const TensorFormat& role(Role r) const { return roles[size_t(r)]; }
+  TensorFormat& role(Role r) { return roles[size_t(r)]; }
+  // Whether any role is scaled (every registered recipe scales all roles or none).
+  bool quantized() const;
+  // Every role with the given scale rule (precision.scale_rounding).
+  void set_rule(ScaleRounding rule);
+  // Several lines: the name and note, then one line per role.
+  std::string describe() const;
+  bool operator==(const Recipe&) const = default;
 };
 
-// Registered names, in a fixed order.
+// Whether defer_backward_quant can apply under recipe r: it defers the backward copy of the
+// layer's input, so the recipe must quantize inputs. The one statement of this rule (asked by
+// LinearPrecision::validate and the config parser, each naming its own context).
+bool defer_backward_quant_applies(const Recipe& r);
+
+// The registry, in a fixed order.
+const std::vector<Recipe>& registered_recipes();
 std::vector<std::string> recipe_names();
-// Look up a recipe by name; throws listing the registered names.
+// The registered recipe of that name; throws listing the registered names. This is the one
+// place a recipe name becomes a Recipe.
 Recipe get_recipe(const std::string& name);
-// Build from a granularity (validated) — used by configs that spell the block size.
-Recipe recipe_from_granularity(const ScalingGranularity& g);
 
 }  // namespace mxtrain

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/dist/fsdp.h"
@@ -124,19 +125,19 @@ MXT_REGISTER_COMMAND("bench fsdp", [](CLI::App& app) {
       "bytes_vs_bf16, allgather_ms_vs_bf16 (against bf16 without resharding)");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--d-model", opts->d_model, "Model width (default 1024)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--layers", opts->layers, "Transformer layers (default 2)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--ffn", opts->ffn, "MLP hidden width (default 4 x d_model)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--steps", opts->steps, "Timed steps after one warm-up (default 5)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--compute-ms", opts->compute_ms,
                   "Simulated compute after each module use, ms (default 0: gathers only)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number_at_least(0));
   sub->add_option("--prefetch", opts->prefetch,
                   "Modules gathered ahead (default 0; needs --compute-ms)")
-      ->check(CLI::Range(0, 8));
+      ->check(whole_number(0, 8));
   sub->add_flag("--progress-thread", opts->progress_thread,
                 "Also drive transfers from a thread during compute (fsdp.progress_thread)");
   sub->callback([opts] { exit_code() = run_bench_fsdp(*opts); });

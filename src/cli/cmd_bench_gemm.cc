@@ -24,7 +24,9 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
 #include "mxtrain/recipe.h"
@@ -54,90 +56,64 @@ std::vector<float> randn(int64_t n, uint32_t seed, float sigma) {
   return v;
 }
 
-// One recipe's operands for one m, made untimed, and its three timed products.
+// One recipe's operands for one m, made untimed, and its three timed products: each op makes
+// the activation's copies it reads (copies_needed) and runs the layer's product on them.
 struct Case {
   Recipe r;
   int64_t M, K, N;
   const std::vector<float>*x, *dy;
-  std::vector<uint16_t> w16, x16, a16;  // bf16: weight, saved x, activation scratch
-  MXTensor w_fwd, w_bwd, x_col;         // MX: weight copies, saved x colwise
-  MXTensor a_fwd, a_dgrad, a_wgrad;     // MX: the activation's copy per op, reused as in a step
+  QTensor w, x_saved;         // the weight's copies; x's wgrad copy
+  QTensor a_fwd, a_dgrad, a_wgrad;  // the activation's copies per op, reused as in a step
+  GroupList one;              // the whole batch as one row group
   std::vector<float> out;
 
-  Case(const Recipe& rc, int64_t m, int64_t k, int64_t n, const std::vector<float>& w,
+  Case(const Recipe& rc, int64_t m, int64_t k, int64_t n, const std::vector<float>& wv,
        const std::vector<float>& xv, const std::vector<float>& dyv)
       : r(rc), M(m), K(k), N(n), x(&xv), dy(&dyv) {
-    if (!r.quantized()) {
-      w16.resize(w.size());
-      f32_to_bf16_array(w.data(), w16.data(), int64_t(w.size()));
-      x16.resize(xv.size());
-      f32_to_bf16_array(xv.data(), x16.data(), int64_t(xv.size()));
-      a16.resize(size_t(std::max(M * K, M * N)));
-    } else {
-      const MXLayout fl = r.weight_tiled() ? MXLayout::tile32 : MXLayout::rowwise;
-      w_fwd = quantize(w.data(), N, K, fl, r.weight_cfg());
-      if (!r.weight_tiled()) w_bwd = quantize(w.data(), N, K, MXLayout::colwise, r.weight_cfg());
-      x_col = quantize(xv.data(), M, K, MXLayout::colwise, r.input_cfg());
-      a_fwd = MXTensor::empty(M, K, MXLayout::rowwise, r.input_cfg().elem);
-      a_dgrad = MXTensor::empty(M, N, MXLayout::rowwise, r.grad_cfg().elem);
-      a_wgrad = MXTensor::empty(M, N, MXLayout::colwise, r.grad_cfg().elem);
-    }
+    make_copies(wv.data(), N, K, r.role(Role::weight), w, copies_needed(r, Role::weight));
+    make_copies(xv.data(), M, K, r.role(Role::input), x_saved,
+                copies_needed(r, Role::input, Use::wgrad));
+    one.offsets = {0, M};
     out.resize(size_t(std::max({M * N, M * K, N * K})));  // y, dx, dW
   }
 
   void run(const std::string& op) {
-    const bool bf = !r.quantized();
+    const QTensor* wp = &w;
     if (op == "fwd") {
-      if (bf) {
-        f32_to_bf16_array(x->data(), a16.data(), M * K);
-        gemm_bf16(false, true, M, N, K, a16.data(), K, w16.data(), K, out.data(), N, false);
-      } else {
-        quantize_into(x->data(), M, K, r.input_cfg(), a_fwd);
-        gemm_mx(false, a_fwd, true, w_fwd, out.data(), N, false);
-      }
+      make_copies(x->data(), M, K, r.role(Role::input), a_fwd,
+                  copies_needed(r, Role::input, Use::forward));
+      grouped_forward(r, one, &a_fwd, &wp, out.data(), N);
     } else if (op == "dgrad") {
-      if (bf) {
-        f32_to_bf16_array(dy->data(), a16.data(), M * N);
-        gemm_bf16(false, false, M, K, N, a16.data(), N, w16.data(), K, out.data(), K, false);
-      } else {
-        quantize_into(dy->data(), M, N, r.grad_cfg(), a_dgrad);
-        gemm_mx(false, a_dgrad, false, r.weight_tiled() ? w_fwd : w_bwd, out.data(), K, false);
-      }
+      make_copies(dy->data(), M, N, r.role(Role::grad), a_dgrad,
+                  copies_needed(r, Role::grad, Use::dgrad));
+      grouped_dgrad(r, one, &a_dgrad, &wp, out.data(), K);
     } else {
-      if (bf) {
-        f32_to_bf16_array(dy->data(), a16.data(), M * N);
-        gemm_bf16(true, false, N, K, M, a16.data(), N, x16.data(), K, out.data(), K, true);
-      } else {
-        quantize_into(dy->data(), M, N, r.grad_cfg(), a_wgrad);
-        gemm_mx(true, a_wgrad, false, x_col, out.data(), K, true);
-      }
+      make_copies(dy->data(), M, N, r.role(Role::grad), a_wgrad,
+                  copies_needed(r, Role::grad, Use::wgrad));
+      float* dw = out.data();
+      grouped_wgrad(r, one, &a_wgrad, &x_saved, &dw, true);
     }
   }
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
 
 int run_bench_gemm(const BenchGemmOptions& o) {
   for (const std::string& op : o.ops)
     MXT_CHECK(op == "fwd" || op == "dgrad" || op == "wgrad", "--ops: unknown op '", op,
               "'; valid: fwd, dgrad, wgrad");
-  std::vector<std::string> recipes{"bf16"};  // the baseline is always measured
+  std::vector<Recipe> recipes{Recipe{}};  // the bf16 baseline is always measured
   for (const std::string& n : o.recipes)
-    if (n != "bf16") recipes.push_back(get_recipe(n).name);
+    if (n != "bf16") recipes.push_back(get_recipe(n));
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)
-    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", gemm_path_name(gemm_path()),
+    std::printf("gemm path: %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s\n", path_name(gemm_mx_path()),
                 "recipe", "op", "m", "k", "n", "ms", "bf16_ms", "vs_bf16");
   for (int64_t M : o.m) {
     const std::vector<float> x = randn(M * o.k, 2, 1.f), dy = randn(M * o.n, 3, 1e-3f);
     std::vector<std::unique_ptr<Case>> cases;
-    for (const std::string& name : recipes)
-      cases.push_back(std::make_unique<Case>(get_recipe(name), M, o.k, o.n, w, x, dy));
+    for (const Recipe& rc : recipes)
+      cases.push_back(std::make_unique<Case>(rc, M, o.k, o.n, w, x, dy));
     std::map<std::pair<size_t, std::string>, std::vector<double>> times;
     for (int it = 0; it < o.warmup + o.iters; ++it)
       for (const std::string& op : o.ops)
@@ -148,17 +124,17 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         }
     for (const std::string& op : o.ops)
       for (size_t c = show_bf16 ? 0 : 1; c < cases.size(); ++c) {
-        const double ms = median(times[{c, op}]), base = median(times[{0, op}]);
-        nlohmann::json row = {{"recipe", recipes[c]}, {"op", op},       {"m", M},
+        const double ms = median_of(times[{c, op}]), base = median_of(times[{0, op}]);
+        nlohmann::json row = {{"recipe", recipes[c].name}, {"op", op},       {"m", M},
                               {"k", o.k},             {"n", o.n},       {"ms", ms},
                               {"bf16_ms", base},      {"vs_bf16", ms / base},
-                              {"gemm_path", gemm_path_name(gemm_path())}, {"iters", o.iters}};
+                              {"gemm_path", path_name(gemm_mx_path())}, {"iters", o.iters}};
         if (o.json)
           rows.push_back(row);
         else
-          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n", recipes[c].c_str(),
-                      op.c_str(), (long long)M, (long long)o.k, (long long)o.n, ms, base,
-                      ms / base);
+          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx\n",
+                      recipes[c].name.c_str(), op.c_str(), (long long)M, (long long)o.k,
+                      (long long)o.n, ms, base, ms / base);
       }
   }
   if (o.json) std::cout << rows.dump(1) << std::endl;
@@ -178,13 +154,13 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--k", opts->k, "Input features (default 4096)")->check(CLI::PositiveNumber);
-  sub->add_option("--n", opts->n, "Output features (default 4096)")->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
+  sub->add_option("--k", opts->k, "Input features (default 4096)")->check(whole_number(1));
+  sub->add_option("--n", opts->n, "Output features (default 4096)")->check(whole_number(1));
   sub->add_option("--warmup", opts->warmup, "Untimed rounds first (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--iters", opts->iters, "Timed rounds; the median is reported (default 9)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--recipes", opts->recipes, "Recipes (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
   sub->add_option("--ops", opts->ops, "Products to time (default fwd,dgrad,wgrad)")

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/io/output_check.h"
@@ -162,21 +163,25 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
     bo.time_fp8 = true;
   }
   if (recipe.empty()) {
-    const Recipe rc = get_recipe(cfg.precision.recipe);
+    const Recipe& rc = cfg.precision.recipe;
     recipe = rc.quantized() ? rc.name : "mxfp8";
   }
+  // Before anything is printed or timed: an unknown name is one error line.
+  MXT_CHECK(get_recipe(recipe).quantized(), "--recipe ", recipe, " is not an FP8 recipe");
   bo.recipe = recipe;
 
   std::vector<policy::BenchModule> modules;
   for (const ModuleInfo& m : describe_modules(cfg.model))
     modules.push_back({m.kind, m.name, m.is_expert, m.in, m.out, m.num_experts, m.top_k});
   const auto cases = policy::plan_bench_cases(modules, bo.par);
-  std::fprintf(stderr, "bench-layers: %s, tp=%d ep=%d etp=%d, %s vs bf16, %zu layer shapes, "
-               "warmup %d, iters %d\n", o.config.c_str(), o.tp, o.ep, o.etp, recipe.c_str(),
-               cases.size(), o.warmup, o.iters);
-  for (const auto& c : cases)
-    std::fprintf(stderr, "  %s  (%d module%s)\n", c.label().c_str(), c.modules,
-                 c.modules == 1 ? "" : "s");
+  if (!o.quiet) {
+    std::fprintf(stderr, "bench-layers: %s, tp=%d ep=%d etp=%d, %s vs bf16, %zu layer shapes, "
+                 "warmup %d, iters %d\n", o.config.c_str(), o.tp, o.ep, o.etp, recipe.c_str(),
+                 cases.size(), o.warmup, o.iters);
+    for (const auto& c : cases)
+      std::fprintf(stderr, "  %s  (%d module%s)\n", c.label().c_str(), c.modules,
+                   c.modules == 1 ? "" : "s");
+  }
 
   const auto start = Clock::now();
   policy::BenchProgress progress;
@@ -218,11 +223,11 @@ MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
   sub->add_option("--report", o->report, "Report file to write (JSON, atomically)")->required();
   sub->add_option("--tp", o->tp, "Tensor-parallel size: column kinds divide out, row kinds "
                                  "divide in (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--ep", o->ep, "Expert-parallel size: local experts = experts / ep (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--etp", o->etp, "Expert tensor-parallel size (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--precisions", o->precisions,
                   "Precisions to time: bf16 and fp8 (or an FP8 recipe name) (default bf16,fp8)")
       ->delimiter(',');
@@ -233,20 +238,20 @@ MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
                   "Token counts (seq_len x micro_batch) to sweep; experts run tokens x top_k "
                   "rows (default: seq_len x micro_batch x 2^k, k = -4..2)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--warmup", o->warmup, "Untimed iterations per point and precision (default 2)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--iters", o->iters, "Timed iterations; median and spread (default 5)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--micro-batches", o->micro_batches,
                   "Iterations per weight version (default 1: every iteration quantizes the "
                   "weight)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--zipf-exponent", o->zipf,
                   "Skew of the expert token split, rows of expert g ~ 1/(g+1)^s (default 1.2; "
                   "0 = even)")
-      ->check(CLI::NonNegativeNumber);
-  sub->add_flag("--quiet", o->quiet, "No progress lines");
+      ->check(number_at_least(0));
+  sub->add_flag("--quiet", o->quiet, "No banner and no progress lines");
   sub->callback([o] { exit_code() = run_bench_layers_cli(*o); });
 });
 

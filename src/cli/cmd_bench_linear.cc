@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/nn/layer_bench.h"
 
@@ -46,8 +47,7 @@ int run_bench_linear(const BenchLinearOptions& o) {
     cfg.iters = o.iters;
     cfg.micro_batches = o.micro_batches;
     // Baseline first, then every requested (recipe, defer) pair; all timed alternately.
-    std::vector<LinearPrecision> precs(1);
-    precs[0].recipe = get_recipe("bf16");
+    std::vector<LinearPrecision> precs(1);  // LinearPrecision's default recipe: bf16
     std::vector<std::string> names{"bf16"};
     for (const std::string& name : o.recipes) {
       Recipe rc = get_recipe(name);
@@ -120,23 +120,23 @@ MXT_REGISTER_COMMAND("bench linear", [](CLI::App& app) {
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--tokens", opts->tokens, "Token counts to sweep (default 256 2048)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
-  sub->add_option("--in", opts->in, "Input features (default 4096)")->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
+  sub->add_option("--in", opts->in, "Input features (default 4096)")->check(whole_number(1));
   sub->add_option("--out", opts->out, "Output features (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--experts", opts->experts,
                   "Benchmark GroupedLinear with this many experts (default 0 = Linear)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--topk", opts->topk, "Router top-k: grouped rows = tokens * topk (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--warmup", opts->warmup, "Untimed iterations first (default 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   sub->add_option("--iters", opts->iters, "Timed iterations; the median is reported (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--micro-batches", opts->micro_batches,
                   "Iterations per weight version; 1 (default) quantizes the weight every "
                   "iteration, k amortizes it over k micro-batches like gradient accumulation")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1));
   sub->add_option("--recipes", opts->recipes, "Recipes to time (default bf16,mxfp8,mxfp8-32x32)")
       ->delimiter(',');
   sub->callback([opts] { exit_code() = run_bench_linear(*opts); });

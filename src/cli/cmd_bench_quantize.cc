@@ -28,8 +28,10 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
@@ -95,9 +97,8 @@ double seconds(Fn&& fn) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
 }
 
-Timing summarize(std::vector<double> t) {
-  std::sort(t.begin(), t.end());
-  return {t.front(), t[t.size() / 2]};
+Timing summarize(const std::vector<double>& t) {
+  return {*std::min_element(t.begin(), t.end()), median_of(t)};
 }
 
 // Wall-clock times of fn() and of the yardstick copy(), alternating, over `iters` runs
@@ -150,7 +151,7 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   const QuantConfig cfg;  // E4M3, rceil
   MXTensor row = MXTensor::empty(M, K, MXLayout::rowwise, cfg.elem);
   MXTensor col = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);
-  MXTensor tile = MXTensor::empty(M, K, MXLayout::tile32, cfg.elem);
+  MXTensor tile = MXTensor::empty(M, K, MXLayout::tile, cfg.elem);
   const Isa fast = active_isa();
   std::vector<Isa> isas = {fast};
   if (o.scalar && fast != Isa::scalar) isas.push_back(Isa::scalar);
@@ -256,14 +257,14 @@ MXT_REGISTER_COMMAND("bench quantize", [](CLI::App& app) {
       "threads) against a same-run memcpy of equal traffic and against the scalar path");
   sub->add_flag("--json", opts->json, "Print one JSON array of rows instead of a table");
   sub->add_option("--rows", opts->rows, "Rows M of the input X[M,K] (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--cols", opts->cols, "Columns K of the input X[M,K] (default 4096)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--iters", opts->iters, "Timed iterations; the best is reported (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_option("--scalar-iters", opts->scalar_iters,
                   "Timed iterations of the (slow) scalar path (default 3)")
-      ->check(CLI::PositiveNumber);
+      ->check(mxtrain::cli::whole_number(1));
   sub->add_flag("!--no-scalar", opts->scalar, "Skip the scalar-path comparison rows");
   sub->add_flag("!--no-settle", opts->settle,
                 "Do not settle the caches (read 2x the L3, untimed) before each timed run");

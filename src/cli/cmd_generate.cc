@@ -74,7 +74,7 @@ int run_generate(const GenerateArgs& a) {
   if (!a.quiet) {
     std::fprintf(stderr, "loaded %s (step %lld, recipe %s, d_model %d, %d layers%s, tokenizer "
                  "%s) in %.2f s\n", ck.dir.c_str(), (long long)ck.step,
-                 ck.config.precision.recipe.c_str(), mc.d_model, mc.n_layers,
+                 ck.config.precision.recipe.name.c_str(), mc.d_model, mc.n_layers,
                  mc.moe_num_experts > 0 ? ", MoE" : "", tok.id().str().c_str(), load_s);
     if (int64_t(prompt.size()) > mc.max_seq_len)
       std::fprintf(stderr, "warning: the prompt has %zu tokens, more than max_seq_len = %d; the "

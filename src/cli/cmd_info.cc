@@ -1,8 +1,9 @@
-// cli/cmd_info.cc — `mxtrain info`: what the CPU offers and which kernel path each operation
-// takes on it.
+// cli/cmd_info.cc — `mxtrain info`: what the CPU offers and which kernel path each op family's
+// dispatch table takes on it.
 //
 // The facts come from engine_info() (mxtrain/info.h), which the Python module's info() also
 // uses; the global --isa flag or MXTRAIN_ISA change the active path. This file only prints.
+#include <algorithm>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -30,12 +31,14 @@ int run_info(bool json) {
             << "; override with --isa or MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi)\n";
   std::cout << "OpenMP threads: " << e.omp_max_threads << "\n";
   std::cout << "MX GEMM path: " << e.gemm_path << "\n\n";
+  size_t wop = 0, wpath = 0;
+  for (const KernelPath& o : e.kernels) {
+    wop = std::max(wop, o.op.size());
+    wpath = std::max(wpath, o.path.size());
+  }
   for (const KernelPath& o : e.kernels)
-    std::cout << "  " << o.op << std::string(o.op.size() < 32 ? 32 - o.op.size() : 1, ' ')
-              << o.path << std::string(o.path.size() < 12 ? 12 - o.path.size() : 1, ' ')
-              << o.kernel << "\n";
-  if (active_isa() == Isa::avx2)
-    std::cout << "  (quantization has no AVX2 kernels: the avx2 path uses the scalar ones)\n";
+    std::cout << "  " << o.op << std::string(wop + 2 - o.op.size(), ' ') << o.path
+              << std::string(wpath + 2 - o.path.size(), ' ') << o.kernel << "\n";
   return 0;
 }
 

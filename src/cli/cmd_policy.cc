@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/policy/explain.h"
 #include "mxtrain/policy/loongforge.h"
@@ -34,7 +35,12 @@ struct MergeOptions {
 
 int run_merge(const MergeOptions& o) {
   std::vector<policy::Report> reports;
-  for (const auto& path : o.reports) reports.push_back(policy::load_any_report(path).report);
+  for (const auto& path : o.reports) {
+    reports.push_back(policy::load_any_report(path).report);
+    MXT_CHECK(!reports.back().points.empty(), path, ": the report holds no measured points, so "
+              "there is nothing to merge (an interrupted bench-layers run?); give reports with "
+              "measurements");
+  }
   policy::MergeSummary summary;
   policy::Policy p = policy::merge_reports(reports, o.threshold, &summary);
   policy::save_policy(p, o.output);
@@ -112,7 +118,7 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
   merge->add_option("--speedup-threshold", mo->threshold,
                     "FP8 must beat BF16 by more than this factor plus the measured spread "
                     "(default 1.0)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, true));
   merge->callback([mo] { exit_code() = run_merge(*mo); });
 
   auto eo = std::make_shared<ExplainOptions>();
@@ -129,7 +135,7 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
       ->check(CLI::ExistingFile);
   explain->add_option("--speedup-threshold", eo->threshold,
                       "Threshold (default: the --policy file's, else 1.0)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, true));
   explain->callback([eo] { exit_code() = run_explain(*eo); });
 
   auto so = std::make_shared<ShowOptions>();
@@ -149,7 +155,7 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
   dec->add_option("--name", dop->q.name, "Module name (qkv, proj, fc1, fc2, ...)");
   dec->add_option("--tokens", dop->q.tokens, "seq_len x micro_batch (before top-k)")
       ->required()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0));
   dec->add_option("--tp", dop->q.tp, "Tensor-parallel size (default 1)");
   dec->add_flag("--expert", dop->q.is_expert, "The module is an MoE expert projection");
   dec->add_option("--etp", dop->q.etp, "Expert tensor-parallel size (default 1)");

@@ -1,12 +1,14 @@
 // cli/cmd_recipes.cc — `mxtrain recipes [--json]`: the registered recipes and their settings.
 //
-// Straight from the registry in core/recipe.cc (recipe.h), in registration order; the JSON
+// Straight from the registry in core/recipe.cc (recipe.h), in registration order, with the
+// copy each (role, use) reads (copies_needed, qtensor.h); the JSON
 // comes from recipes_json() (mxtrain/info.h), which the Python module's recipes() also uses.
 #include <iostream>
 #include <memory>
 
 #include "cli/commands.h"
 #include "mxtrain/info.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
 namespace {
@@ -18,7 +20,15 @@ int run_recipes(bool json) {
     std::cout << recipes_json(1) << std::endl;
     return 0;
   }
-  for (const std::string& n : recipe_names()) std::cout << get_recipe(n).describe() << "\n";
+  for (const Recipe& r : registered_recipes()) {
+    std::cout << r.describe() << "\n  copies read:";
+    for (Role role : {Role::input, Role::weight, Role::grad})
+      for (Use u : {Use::forward, Use::dgrad, Use::wgrad}) {
+        const CopySet c = copies_needed(r, role, u);
+        if (!c.empty()) std::cout << " " << role_name(role) << "/" << use_name(u) << " " << c.name();
+      }
+    std::cout << "\n";
+  }
   return 0;
 }
 

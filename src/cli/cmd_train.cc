@@ -1,13 +1,27 @@
 // cli/cmd_train.cc — `mxtrain train`: run (or dry-run) training from a YAML config.
 //
-// Command-line flags override the config's values; the result is validated again, so a bad
-// flag value gets the same clear error as a bad YAML value.
+// Flags that set a config value (--steps, --recipe, ...) are overrides of one dotted key each:
+// the config file and the overrides are parsed once, every override converted and checked
+// exactly as the same value in the file would be, and a bad one is an error naming the flag
+// (`--steps: `training.steps` must be >= 1, got 0`). Integers must be decimal (cli/values.h).
+//
+// SIGINT, SIGTERM and SIGHUP ask the run to stop: the handler only records the signal; the
+// trainer finishes the step in progress, agrees with the other ranks, saves a checkpoint and
+// the summary row, and the command prints one line and exits with 128 + the signal's number.
+// A second signal ends the process at once (the default action, re-raised).
+#include <signal.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
-#include "mxtrain/recipe.h"
 #include "mxtrain/train/config.h"
 #include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/trainer.h"
@@ -15,49 +29,69 @@
 namespace mxtrain::cli {
 namespace {
 
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal != 0) {  // the second one: stop now
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(sig, &dfl, nullptr);
+    raise(sig);  // delivered when this handler returns
+    return;
+  }
+  g_stop_signal = sig;
+  static const char msg[] =
+      "mxtrain: stopping after this step (a checkpoint follows when --checkpoint-dir is set); "
+      "signal again to stop at once\n";
+  (void)!write(STDERR_FILENO, msg, sizeof msg - 1);
+}
+
+const int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+// Installs the handler for the command's lifetime. The default actions come back when it ends,
+// an error included: a failing run (under mpirun, the job being aborted) is not "stopping
+// after this step".
+struct StopHandlers {
+  StopHandlers() { set(on_stop_signal); }
+  ~StopHandlers() { set(SIG_DFL); }
+  static void set(void (*handler)(int)) {
+    struct sigaction sa {};
+    sa.sa_handler = handler;
+    sigemptyset(&sa.sa_mask);
+    for (int s : kStopSignals) sigaddset(&sa.sa_mask, s);  // one handler at a time
+    sa.sa_flags = SA_RESTART;
+    for (int s : kStopSignals) sigaction(s, &sa, nullptr);
+  }
+};
+
+const char* signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+  }
+  return "a signal";
+}
+
 struct TrainArgs {
-  std::string config, recipe, data, metrics_out, checkpoint_dir, decisions_out, fp8_policy,
-      swiglu_input, init_from, recompute;
-  int64_t steps = 0, stop_after = 0;
-  int seq_len = 0, micro_batch_size = 0, grad_accum = 0;
-  uint64_t seed = 0;
+  std::string config, metrics_out, checkpoint_dir, decisions_out, init_from;
+  std::vector<ConfigOverride> overrides;  // in the order the flags are declared
+  int64_t stop_after = 0;
   bool resume = false, dry_run = false, fsdp = false, quiet = false, ignore_memory_check = false;
 };
 
-int run_train(const TrainArgs& a, CLI::App* sub) {
-  TrainConfig cfg = load_config(a.config);
-  if (!a.recipe.empty()) {
-    get_recipe(a.recipe);  // throws listing the registered names
-    cfg.precision.recipe = a.recipe;
-    MXT_CHECK(!(cfg.precision.defer_backward_quant && !get_recipe(a.recipe).quantized()),
-              "--recipe ", a.recipe, ": precision.defer_backward_quant is only valid with an "
-              "FP8 recipe; set it to false in the config");
-    MXT_CHECK(!(cfg.precision.swiglu_input == "fp8" && !get_recipe(a.recipe).quantized()),
-              "--recipe ", a.recipe, ": precision.swiglu_input fp8 is only valid with an FP8 "
-              "recipe; set it to fp32 in the config");
-  }
-  if (!a.swiglu_input.empty()) cfg.precision.swiglu_input = a.swiglu_input;
-  if (a.steps) cfg.training.steps = a.steps;
-  if (a.seq_len) cfg.training.seq_len = a.seq_len;
-  if (a.micro_batch_size) cfg.training.micro_batch_size = a.micro_batch_size;
-  if (a.grad_accum) cfg.training.grad_accum = a.grad_accum;
-  if (sub->count("--seed")) cfg.training.seed = a.seed;
-  if (!a.data.empty()) cfg.data.path = a.data;
-  if (!a.fp8_policy.empty()) {
-    cfg.precision.selective_fp8 = true;
-    cfg.precision.fp8_dynamic_policy_path = a.fp8_policy;
-  }
-  if (a.fsdp) cfg.fsdp.enabled = true;
-  if (!a.recompute.empty()) cfg.training.recompute = a.recompute;
+int run_train(TrainArgs a) {
+  if (a.fsdp) a.overrides.push_back({"fsdp.enabled", "true", "--fsdp"});
+  TrainConfig cfg = load_config(a.config, a.overrides);
   if (!a.init_from.empty()) {  // the model section and tokenizer become the directory's
     MXT_CHECK(!a.resume, "--init-from starts a new run from a Hugging Face model; --resume "
               "continues a checkpoint: give one of them");
     for (const std::string& n : hf::apply_model(cfg, hf::import_dir(a.init_from, false)))
       if (!a.quiet) std::fprintf(stderr, "note: --init-from %s: %s\n", a.init_from.c_str(),
                                  n.c_str());
+    cfg.validate();
   }
-  // Re-parse the merged config so every override is validated like YAML input.
-  cfg = parse_config(config_to_yaml(cfg), a.config + " (with command-line overrides)");
 
   TrainOptions opt;
   opt.metrics_out = a.metrics_out;
@@ -70,8 +104,23 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   opt.init_from = a.init_from;
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
+  std::unique_ptr<StopHandlers> handlers;
+  if (!a.dry_run) {
+    handlers = std::make_unique<StopHandlers>();
+    opt.stop_requested = [] { return int(g_stop_signal); };
+  }
   const TrainSummary s = run_training(cfg, opt);
   const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;  // FSDP: rank 0 says it
+  if (s.stopped_by) {
+    const int64_t step = s.first_step + s.steps_done;
+    if (lead && !s.checkpoint.empty())
+      std::fprintf(stderr, "stopped by %s at step %lld; checkpoint at %s; resume with --resume\n",
+                   signal_name(s.stopped_by), (long long)step, s.checkpoint.c_str());
+    else if (lead)
+      std::fprintf(stderr, "stopped by %s at step %lld; no checkpoint (no --checkpoint-dir)\n",
+                   signal_name(s.stopped_by), (long long)step);
+    return 128 + s.stopped_by;
+  }
   if (!a.dry_run && !a.quiet && lead)
     std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s\n",
                  (long long)(s.first_step + s.steps_done),
@@ -79,44 +128,65 @@ int run_train(const TrainArgs& a, CLI::App* sub) {
   return 0;
 }
 
+// A flag that sets config key `key` to its value (as YAML text). `integer`: decimal digits
+// only (the config's own check then applies the key's range).
+enum class Value { text, integer, unsigned_integer };
+void add_override(CLI::App* sub, const std::shared_ptr<TrainArgs>& a, const std::string& flag,
+                  const std::string& key, const std::string& help, Value kind = Value::text) {
+  CLI::Option* o = sub->add_option_function<std::string>(
+      flag, [a, flag, key](const std::string& v) { a->overrides.push_back({key, v, flag}); },
+      help + " (" + key + ")");
+  if (kind == Value::integer) o->check(whole_number(std::numeric_limits<int64_t>::min()));
+  if (kind == Value::unsigned_integer) o->check(unsigned_number());
+}
+
 MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   CLI::App* sub = app.add_subcommand("train", "Train the GPT model described by a YAML config");
   sub->add_option("--config", a->config, "Model/training YAML (e.g. configs/tiny.yaml)")
       ->required()->check(CLI::ExistingFile);
-  sub->add_option("--recipe", a->recipe, "Precision recipe: bf16, mxfp8, mxfp8-32x32");
-  sub->add_option("--swiglu-input", a->swiglu_input,
-                  "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an "
-                  "FP8 recipe), fp32 or fp8 (precision.swiglu_input)");
-  sub->add_option("--steps", a->steps, "Optimizer steps (training.steps)");
-  sub->add_option("--seq-len", a->seq_len, "Sequence length (training.seq_len)");
-  sub->add_option("--micro-batch-size", a->micro_batch_size,
-                  "Sequences per micro-batch on each rank (global batch = this x ranks x "
-                  "grad-accum)");
-  sub->add_option("--grad-accum", a->grad_accum, "Micro-batches per rank per optimizer step");
-  sub->add_option("--seed", a->seed, "Seed for init and data order (training.seed)");
-  sub->add_option("--data", a->data, "Text file, fortunes directory or token-shard directory "
-                  "(default: Debian fortunes)");
+  add_override(sub, a, "--recipe", "precision.recipe", "Precision recipe: bf16, mxfp8, mxfp8-32x32");
+  add_override(sub, a, "--swiglu-input", "precision.swiglu_input",
+               "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an FP8 "
+               "recipe), fp32 or fp8");
+  add_override(sub, a, "--steps", "training.steps", "Optimizer steps", Value::integer);
+  add_override(sub, a, "--seq-len", "training.seq_len", "Sequence length", Value::integer);
+  add_override(sub, a, "--micro-batch-size", "training.micro_batch_size",
+               "Sequences per micro-batch on each rank (global batch = this x ranks x "
+               "grad-accum)", Value::integer);
+  add_override(sub, a, "--grad-accum", "training.grad_accum",
+               "Micro-batches per rank per optimizer step", Value::integer);
+  add_override(sub, a, "--seed", "training.seed", "Seed for init and data order",
+               Value::unsigned_integer);
+  add_override(sub, a, "--data", "data.path",
+               "Text file, fortunes directory or token-shard directory (default: Debian "
+               "fortunes)");
+  sub->add_option_function<std::string>(
+      "--fp8-policy",
+      [a](const std::string& v) {
+        a->overrides.push_back({"precision.selective_fp8", "true", "--fp8-policy"});
+        a->overrides.push_back({"precision.fp8_dynamic_policy_path", v, "--fp8-policy"});
+      },
+      "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
   sub->add_option("--metrics-out", a->metrics_out, "JSON Lines metrics file");
   sub->add_option("--checkpoint-dir", a->checkpoint_dir, "Directory for checkpoints");
   sub->add_option("--stop-after", a->stop_after,
                   "Stop after N steps of this run (checkpointing there); the LR schedule still "
-                  "spans --steps, so --resume continues the same run");
+                  "spans --steps, so --resume continues the same run")
+      ->check(whole_number(1));
   sub->add_flag("--resume", a->resume, "Continue from the latest checkpoint in --checkpoint-dir");
   sub->add_flag("--dry-run", a->dry_run, "Build the model, print precision decisions, exit");
   sub->add_option("--decisions-out", a->decisions_out, "Write per-module decisions as JSON");
-  sub->add_option("--fp8-policy", a->fp8_policy,
-                  "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
-  sub->add_option("--recompute", a->recompute,
-                  "Activation recompute: none, attention or layer (training.recompute)");
+  add_override(sub, a, "--recompute", "training.recompute",
+               "Activation recompute: none, attention or layer");
   sub->add_option("--init-from", a->init_from,
                   "Start from the weights of a Hugging Face Llama/Mixtral directory (mxtrain "
                   "export --format hf); its config replaces the model section");
   sub->add_flag("--ignore-memory-check", a->ignore_memory_check,
                 "Train even when the start-up estimate says the model does not fit in memory");
   sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");
-  sub->callback([a, sub] { exit_code() = run_train(*a, sub); });
+  sub->callback([a] { exit_code() = run_train(*a); });
 });
 
 }  // namespace

@@ -1,9 +1,11 @@
 // cli/main.cc — the `mxtrain` program: global options, subcommand registry, error reporting.
 //
 // Global option --isa forces a kernel path (same as MXTRAIN_ISA). Subcommands live in
-// cmd_*.cc files (see commands.h). An error ends the program with status 1; under mpirun with
-// several ranks it ends every rank (MPI_Abort), with the failing rank's message, so the other
-// ranks never wait forever in a collective the failed one will not join.
+// cmd_*.cc files (see commands.h); every option's value is checked strictly (cli/values.h).
+// An error — a bad command line included — ends the program with one `error: ...` line and
+// status 1; under mpirun with several ranks it ends every rank (MPI_Abort), with the failing
+// rank's message, so the other ranks never wait forever in a collective the failed one will
+// not join. --help (and --help-all) print the usage and exit 0.
 #include <malloc.h>
 
 #include <algorithm>
@@ -11,6 +13,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/isa.h"
@@ -53,10 +56,20 @@ int main(int argc, char** argv) {
   auto& cmds = cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });
   for (auto& c : cmds) c.setup(app);
+  cli::strict_values(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == int(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+    std::string what = e.what();
+    std::replace(what.begin(), what.end(), '\n', ' ');
+    std::fprintf(stderr, "error: %s (see --help)\n", what.c_str());
+    return 1;
+  } catch (const dist::CollectiveError& e) {  // raised by every rank: each says it and ends
+    const dist::Comm& w = dist::Comm::world();
+    if (w.size() > 1) std::fprintf(stderr, "rank %d: error: %s\n", w.rank(), e.what());
+    else std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     dist::abort_world_if_distributed(e.what());  // several MPI ranks: does not return
     std::fprintf(stderr, "error: %s\n", e.what());

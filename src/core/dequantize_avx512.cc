@@ -55,21 +55,21 @@ void dequant_rows(const uint8_t* data, const uint8_t* scales, int64_t ld, MXLayo
 
 }  // namespace
 
-void dequantize_mx_f32__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                float* out) {
   if (p.elem == Elem::e4m3) dequant_rows<Elem::e4m3>(data, scales, scale_ld, layout, p, r0, r1, out);
   else dequant_rows<Elem::e5m2>(data, scales, scale_ld, layout, p, r0, r1, out);
 }
 
-void dequantize_mx_bf16__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                 MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                 uint16_t* out) {
   if (p.elem == Elem::e4m3) dequant_rows<Elem::e4m3>(data, scales, scale_ld, layout, p, r0, r1, out);
   else dequant_rows<Elem::e5m2>(data, scales, scale_ld, layout, p, r0, r1, out);
 }
 
-void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n) {
+void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512i b = to_bf16_bits(load_bits(x + i));
@@ -81,7 +81,7 @@ void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n) {
   }
 }
 
-void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n) {
+void convert_bf16_to_f32_avx512(const uint16_t* x, float* out, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_si512(out + i, load_bits(x + i));
   if (i < n) {
@@ -90,7 +90,7 @@ void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n) {
   }
 }
 
-bool has_nonfinite_f32__avx512(const float* x, int64_t n) {
+bool has_nonfinite_f32_avx512(const float* x, int64_t n) {
   const __m512i inf = set1(0x7F800000u);
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {

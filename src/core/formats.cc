@@ -127,4 +127,24 @@ float e8m0_to_f32(uint8_t b) {
   return bits_f32(uint32_t(b) << 23);
 }
 
+const char* scale_type_name(ScaleType t) {
+  switch (t) {
+    case ScaleType::none: return "none";
+    case ScaleType::e8m0: return "e8m0";
+    case ScaleType::fp32: return "fp32";
+    case ScaleType::fp32_pow2: return "fp32_pow2";
+  }
+  return "?";
+}
+
+int scale_type_bytes(ScaleType t) {
+  switch (t) {
+    case ScaleType::none: return 0;
+    case ScaleType::e8m0: return 1;
+    case ScaleType::fp32:
+    case ScaleType::fp32_pow2: return 4;
+  }
+  return 0;
+}
+
 }  // namespace mxtrain

@@ -1,10 +1,11 @@
-// core/isa.cc — CPU feature probing and the choice of kernel path (include/mxtrain/isa.h).
+// core/isa.cc — CPU feature probing, the ISA level and which kernel paths it enables
+// (include/mxtrain/isa.h).
 //
 // cpuid says what the processor implements; xgetbv (XCR0) says whether the operating system
 // saves the wider register state (YMM for AVX2, ZMM/opmask for AVX-512, tile data for AMX).
 // A path is usable only when both agree. The chosen path is the best usable one, unless
-// MXTRAIN_ISA names another or set_isa() overrides it (tests, the CLI's --isa). Dispatch
-// code in every module calls active_isa() on each call.
+// MXTRAIN_ISA names another or set_isa() overrides it (tests, the CLI's --isa). The dispatch
+// tables (core/dispatch.h) ask path_enabled() on each call.
 #include "mxtrain/isa.h"
 
 #include <atomic>
@@ -174,6 +175,33 @@ const char* isa_name(Isa isa) {
     case Isa::avx512vbmi: return "avx512vbmi";
   }
   return "?";
+}
+
+const char* path_name(Path p) {
+  switch (p) {
+    case Path::scalar: return "scalar";
+    case Path::avx2: return "avx2";
+    case Path::avx512: return "avx512";
+    case Path::avx512vbmi: return "avx512vbmi";
+    case Path::avx512bf16: return "avx512bf16";
+    case Path::avx512vbmi_bf16: return "avx512vbmi_bf16";
+  }
+  return "?";
+}
+
+// set_isa() and MXTRAIN_ISA accept only levels the CPU supports, so a level implies the CPU
+// has its extensions; BF16 is a CPU feature beside the levels.
+bool path_enabled(Path p) {
+  const Isa isa = active_isa();
+  switch (p) {
+    case Path::scalar: return true;
+    case Path::avx2: return isa >= Isa::avx2;
+    case Path::avx512: return isa >= Isa::avx512;
+    case Path::avx512vbmi: return isa >= Isa::avx512vbmi;
+    case Path::avx512bf16: return isa >= Isa::avx512 && cpu_features().avx512_bf16;
+    case Path::avx512vbmi_bf16: return isa >= Isa::avx512vbmi && cpu_features().avx512_bf16;
+  }
+  return false;
 }
 
 Isa parse_isa(const std::string& name) {

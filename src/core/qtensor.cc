@@ -1,19 +1,85 @@
-// core/qtensor.cc — QTensor bookkeeping (mxtrain/qtensor.h).
+// core/qtensor.cc — which copies a product reads (copies_needed), QTensor bookkeeping, and
+// making copies (mxtrain/qtensor.h).
 #include "mxtrain/qtensor.h"
+
+#include "mxtrain/common.h"
 
 namespace mxtrain {
 
-size_t QTensor::bytes() const {
-  size_t n = bf16.size() * sizeof(uint16_t);
-  if (has_rowwise) n += rowwise.bytes();
-  if (has_colwise) n += colwise.bytes();
-  if (has_tile) n += tile.bytes();
-  return n;
+const char* copy_name(Copy c) {
+  switch (c) {
+    case Copy::bf16: return "bf16";
+    case Copy::rowwise: return "rowwise";
+    case Copy::colwise: return "colwise";
+    case Copy::tile: return "tile";
+  }
+  return "?";
 }
 
-void QTensor::invalidate() {
-  bf16.clear();
-  has_rowwise = has_colwise = has_tile = false;
+Copy CopySet::only() const {
+  MXT_CHECK(size() == 1, "internal: expected one copy, got ", name());
+  return Copy(__builtin_ctz(bits_));
+}
+
+std::string CopySet::name() const {
+  std::string s;
+  for (int i = 0; i < kNumCopies; ++i)
+    if (has(Copy(i))) s += (s.empty() ? "" : "+") + std::string(copy_name(Copy(i)));
+  return s.empty() ? "none" : s;
+}
+
+const char* use_name(Use u) {
+  switch (u) {
+    case Use::forward: return "forward";
+    case Use::dgrad: return "dgrad";
+    case Use::wgrad: return "wgrad";
+  }
+  return "?";
+}
+
+namespace {
+
+// The axis of role's matrix that use's product reduces over, if it reads the role at all.
+enum class Axis : uint8_t { none, cols, rows };
+
+Axis reduction_axis(Role role, Use use) {
+  switch (use) {
+    case Use::forward: return role == Role::grad ? Axis::none : Axis::cols;
+    case Use::dgrad:
+      return role == Role::input ? Axis::none : role == Role::grad ? Axis::cols : Axis::rows;
+    case Use::wgrad: return role == Role::weight ? Axis::none : Axis::rows;
+  }
+  return Axis::none;
+}
+
+}  // namespace
+
+CopySet copies_needed(const Recipe& r, Role role, Use use) {
+  const Axis axis = reduction_axis(role, use);
+  if (axis == Axis::none) return {};
+  const TensorFormat& f = r.role(role);
+  if (!f.quantized()) return {Copy::bf16};
+  if (block_is_2d(f.block)) return {Copy::tile};
+  return {axis == Axis::cols ? Copy::rowwise : Copy::colwise};
+}
+
+CopySet copies_needed(const Recipe& r, Role role) {
+  return copies_needed(r, role, Use::forward) | copies_needed(r, role, Use::dgrad) |
+         copies_needed(r, role, Use::wgrad);
+}
+
+MXTensor& QTensor::scaled(Copy c) {
+  MXT_CHECK(c != Copy::bf16, "internal: the bf16 copy is not a scaled copy");
+  return c == Copy::rowwise ? rowwise : c == Copy::colwise ? colwise : tile;
+}
+
+const MXTensor& QTensor::scaled(Copy c) const { return const_cast<QTensor*>(this)->scaled(c); }
+
+size_t QTensor::bytes() const {
+  size_t n = has(Copy::bf16) ? bf16.size() * sizeof(uint16_t) : 0;
+  for (Copy c : {Copy::rowwise, Copy::colwise, Copy::tile})
+    if (has(c)) n += scaled(c).bytes();
+  return n;
 }
 
 void QTensor::release() {
@@ -21,24 +87,79 @@ void QTensor::release() {
   rowwise = MXTensor{};
   colwise = MXTensor{};
   tile = MXTensor{};
-  has_rowwise = has_colwise = has_tile = false;
+  present = {};
 }
 
-QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r,
-                         const QuantConfig& cfg) {
-  QTensor t;
-  t.rows = M;
-  t.cols = K;
-  if (!r.quantized()) {
-    t.bf16.resize(size_t(M * K));
-    f32_to_bf16_array(x, t.bf16.data(), M * K);
-  } else if (r.weight_tiled()) {
-    t.tile = quantize(x, M, K, MXLayout::tile32, cfg);
-    t.has_tile = true;
-  } else {
-    quantize_dual(x, M, K, cfg, t.rowwise, t.colwise);
-    t.has_rowwise = t.has_colwise = true;
+namespace {
+
+// out = quantize(x [M, K], layout, cfg), reusing out's storage.
+void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
+                    const QuantConfig& cfg, MXTensor& out) {
+  out.rows = M;
+  out.cols = K;
+  out.layout = layout;
+  out.elem = cfg.elem;
+  out.scale_type = ScaleType::e8m0;
+  out.block = kMXBlock;
+  out.data.resize(size_t(M * K));
+  out.scales.resize(out.scale_bytes());
+  quantize_into(x, M, K, cfg, out);
+}
+
+// The format's scaled copies are MX copies (the kernels this build has).
+void check_mx_format(const TensorFormat& f) {
+  MXT_CHECK(f.scale == ScaleType::e8m0 && (f.block == BlockShape::b1x32 ||
+                                           f.block == BlockShape::b32x32),
+            "quantizing with ", f.describe(), " needs kernels this build does not have (MX: "
+            "E8M0 scales per 1x32 or 32x32 block)");
+}
+
+}  // namespace
+
+void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
+                 CopySet a_copies, QTensor& b, CopySet b_copies) {
+  MXT_CHECK((a_copies.bits() & b_copies.bits()) == 0, "internal: make_copies got one copy twice");
+  for (QTensor* t : {&a, &b}) {
+    t->rows = M;
+    t->cols = K;
   }
+  // Where each copy goes.
+  QTensor* owner[kNumCopies] = {};
+  for (int i = 0; i < kNumCopies; ++i) {
+    if (a_copies.has(Copy(i))) owner[i] = &a;
+    if (b_copies.has(Copy(i))) owner[i] = &b;
+  }
+  if (QTensor* t = owner[int(Copy::bf16)]) {
+    t->bf16.resize(size_t(M * K));
+    f32_to_bf16_array(x, t->bf16.data(), M * K);
+    t->present |= {Copy::bf16};
+  }
+  QTensor* row = owner[int(Copy::rowwise)];
+  QTensor* col = owner[int(Copy::colwise)];
+  QTensor* tile = owner[int(Copy::tile)];
+  if (!row && !col && !tile) return;
+  check_mx_format(f);
+  const QuantConfig cfg = f.quant_config();
+  if (row && col) {
+    quantize_dual(x, M, K, cfg, row->rowwise, col->colwise);
+  } else if (row) {
+    quantize_reuse(x, M, K, MXLayout::rowwise, cfg, row->rowwise);
+  } else if (col) {
+    quantize_reuse(x, M, K, MXLayout::colwise, cfg, col->colwise);
+  }
+  if (tile) quantize_reuse(x, M, K, MXLayout::tile, cfg, tile->tile);
+  if (row) row->present |= {Copy::rowwise};
+  if (col) col->present |= {Copy::colwise};
+  if (tile) tile->present |= {Copy::tile};
+}
+
+QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r, Role role,
+                         const QuantConfig& cfg) {
+  TensorFormat f = r.role(role);
+  f.elem = cfg.elem;
+  f.rule = cfg.rounding;
+  QTensor t;
+  make_copies(x, M, K, f, t, copies_needed(r, role));
   return t;
 }
 

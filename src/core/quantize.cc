@@ -1,7 +1,8 @@
 // core/quantize.cc — MX quantize/dequantize API: argument checks, dispatch, threading.
 //
 // API (include/mxtrain/quantize.h) -> here -> kernels (quantize_kernels.h). Each public call
-// checks its arguments once, picks the kernel table for active_isa(), and splits the work
+// checks its arguments once, takes the kernels of its family's dispatch table (below; the
+// entry core/dispatch.h picks for the enabled paths), and splits the work
 // over OpenMP threads in ranges of whole 32-row strips (or, for short tensors, column
 // ranges that are multiples of 32). Ranges never share a block and each writes its own
 // bytes, so the result does not depend on the thread count or on the schedule.
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "core/dispatch.h"
 #include "core/quantize_kernels.h"
 #include "mxtrain/common.h"
 
@@ -19,13 +21,67 @@ using kern::QOut;
 using kern::QParams;
 using kern::Region;
 
-namespace kern {
-const QuantKernels& quant_kernels(Isa isa) {
-  if (isa == Isa::avx512vbmi) return quant_kernels_avx512vbmi();
-  if (isa == Isa::avx512) return quant_kernels_avx512();
-  return quant_kernels_ref();  // avx2 has no quantize kernels of its own
+namespace {
+
+// ---- dispatch tables (core/dispatch.h) -----------------------------------------------------
+// avx2 has no kernels of its own here: it runs the scalar ones.
+
+using namespace kern;
+
+const PathTable<QuantizeKernels>& quantize_table() {
+  static const PathTable<QuantizeKernels> t(
+      "quantize (all layouts)",
+      {{Path::scalar, "quantize_mx_{rowwise,colwise,tile32,dual}_{f32,bf16}_ref",
+        {quantize_mx_rowwise_f32_ref, quantize_mx_colwise_f32_ref, quantize_mx_tile32_f32_ref,
+         quantize_mx_rowwise_bf16_ref, quantize_mx_colwise_bf16_ref,
+         quantize_mx_tile32_bf16_ref, quantize_mx_dual_f32_ref, quantize_mx_dual_bf16_ref}},
+       {Path::avx512, "quantize_mx_{rowwise,colwise,tile32,dual}_{f32,bf16}_avx512",
+        {quantize_mx_rowwise_f32_avx512, quantize_mx_colwise_f32_avx512,
+         quantize_mx_tile32_f32_avx512, quantize_mx_rowwise_bf16_avx512,
+         quantize_mx_colwise_bf16_avx512, quantize_mx_tile32_bf16_avx512,
+         quantize_mx_dual_f32_avx512, quantize_mx_dual_bf16_avx512}},
+       {Path::avx512vbmi, "quantize_mx_{rowwise,colwise,tile32,dual}_{f32,bf16}_avx512vbmi",
+        {quantize_mx_rowwise_f32_avx512vbmi, quantize_mx_colwise_f32_avx512vbmi,
+         quantize_mx_tile32_f32_avx512vbmi, quantize_mx_rowwise_bf16_avx512vbmi,
+         quantize_mx_colwise_bf16_avx512vbmi, quantize_mx_tile32_bf16_avx512vbmi,
+         quantize_mx_dual_f32_avx512vbmi, quantize_mx_dual_bf16_avx512vbmi}}});
+  return t;
 }
-}  // namespace kern
+
+const PathTable<DequantizeKernels>& dequantize_table() {
+  static const PathTable<DequantizeKernels> t(
+      "dequantize (to fp32 / bf16)",
+      {{Path::scalar, "dequantize_mx_{f32,bf16}_ref",
+        {dequantize_mx_f32_ref, dequantize_mx_bf16_ref}},
+       {Path::avx512, "dequantize_mx_{f32,bf16}_avx512",
+        {dequantize_mx_f32_avx512, dequantize_mx_bf16_avx512}}});
+  return t;
+}
+
+const PathTable<ConvertKernels>& convert_table() {
+  static const PathTable<ConvertKernels> t(
+      "fp32 <-> bf16 arrays",
+      {{Path::scalar, "convert_{f32_to_bf16,bf16_to_f32}_ref",
+        {convert_f32_to_bf16_ref, convert_bf16_to_f32_ref}},
+       {Path::avx512, "convert_{f32_to_bf16,bf16_to_f32}_avx512",
+        {convert_f32_to_bf16_avx512, convert_bf16_to_f32_avx512}}});
+  return t;
+}
+
+const PathTable<NonFinite>& nonfinite_table() {
+  static const PathTable<NonFinite> t(
+      "non-finite scan",
+      {{Path::scalar, "has_nonfinite_f32_ref", has_nonfinite_f32_ref},
+       {Path::avx512, "has_nonfinite_f32_avx512", has_nonfinite_f32_avx512}});
+  return t;
+}
+
+}  // namespace
+
+std::vector<PathChoice> kern::quantize_path_choices() {
+  return {quantize_table().choice(), dequantize_table().choice(), convert_table().choice(),
+          nonfinite_table().choice()};
+}
 
 const char* rounding_name(ScaleRounding r) { return r == ScaleRounding::rceil ? "rceil" : "floor"; }
 
@@ -40,19 +96,24 @@ const char* layout_name(MXLayout l) {
   switch (l) {
     case MXLayout::rowwise: return "rowwise";
     case MXLayout::colwise: return "colwise";
-    case MXLayout::tile32: return "tile32";
+    case MXLayout::tile: return "tile";
   }
   return "?";
 }
 
 int64_t MXTensor::scale_rows() const {
-  return layout == MXLayout::rowwise ? rows : ceil_div(rows, kMXBlock);
+  return layout == MXLayout::rowwise ? rows : ceil_div(rows, block);
 }
 int64_t MXTensor::scale_cols() const {
-  return layout == MXLayout::colwise ? cols : ceil_div(cols, kMXBlock);
+  return layout == MXLayout::colwise ? cols : ceil_div(cols, block);
+}
+size_t MXTensor::scale_bytes() const {
+  return size_t(scale_rows() * scale_cols()) * size_t(scale_type_bytes(scale_type));
 }
 
 uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
+  MXT_CHECK(is_mx(), "scale_at: the copy holds ", scale_type_name(scale_type), " scales per ",
+            block, "-element block, not E8M0 per 32");
   MXT_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "scale_at(", r, ", ", c,
             ") is outside the ", rows, "x", cols, " tensor");
   const int64_t sr = layout == MXLayout::rowwise ? r : r / kMXBlock;
@@ -117,8 +178,15 @@ void check_input(const void* x, int64_t M, int64_t K, const char* what) {
             " tensor");
 }
 
+// The kernels here make and read MX copies only (E8M0 scales per 32-element block).
+void check_is_mx(const MXTensor& t, const char* what) {
+  MXT_CHECK(t.is_mx(), what, ": the copy holds ", scale_type_name(t.scale_type), " scales per ",
+            t.block, "-element block; the MX kernels handle E8M0 scales per 32 only");
+}
+
 void check_out(const MXTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
                const char* what) {
+  check_is_mx(out, what);
   MXT_CHECK(out.rows == M && out.cols == K, what, ": output is ", out.rows, "x", out.cols,
             " but the input is ", M, "x", K, "; allocate it with MXTensor::empty(", M, ", ",
             K, ", layout, elem)");
@@ -138,6 +206,8 @@ void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
   t.cols = K;
   t.layout = layout;
   t.elem = elem;
+  t.scale_type = ScaleType::e8m0;
+  t.block = kMXBlock;
   t.data.resize(size_t(M * K));
   t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
 }
@@ -147,7 +217,7 @@ void quantize_into_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
                         MXTensor& out) {
   check_input(x, M, K, "quantize");
   check_out(out, M, K, cfg, "quantize");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::QuantizeKernels& k = quantize_table().get();
   const QParams p{M, K, cfg.elem, cfg.rounding};
   const QOut o = view(out);
   void (*fn)(const T*, const QParams&, Region, QOut);
@@ -170,7 +240,7 @@ void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
   MXT_CHECK(&rowwise != &colwise, "quantize_dual: rowwise and colwise must be two tensors");
   reshape(rowwise, M, K, MXLayout::rowwise, cfg.elem);
   reshape(colwise, M, K, MXLayout::colwise, cfg.elem);
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::QuantizeKernels& k = quantize_table().get();
   const QParams p{M, K, cfg.elem, cfg.rounding};
   const QOut ro = view(rowwise), co = view(colwise);
   if constexpr (std::is_same_v<T, float>) {
@@ -181,6 +251,7 @@ void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
 }
 
 void check_mx(const MXTensor& q, const char* what) {
+  check_is_mx(q, what);
   MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
                 q.scales.size() == size_t(q.scale_rows() * q.scale_cols()),
             what, ": malformed MXTensor (", q.rows, "x", q.cols, ", ", q.data.size(),
@@ -241,34 +312,33 @@ void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConf
 void dequantize(const MXTensor& q, float* out) {
   check_mx(q, "dequantize");
   MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::DequantizeKernels& k = dequantize_table().get();
   const QParams p{q.rows, q.cols, q.elem, ScaleRounding::rceil};
   const int64_t ld = q.scale_cols();
   for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
-    k.dequant_f32(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
+    k.f32(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
   });
 }
 
 void dequantize_bf16(const MXTensor& q, uint16_t* out) {
   check_mx(q, "dequantize_bf16");
   MXT_CHECK(out != nullptr || q.data.empty(), "dequantize_bf16: output pointer is null");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::DequantizeKernels& k = dequantize_table().get();
   const QParams p{q.rows, q.cols, q.elem, ScaleRounding::rceil};
   const int64_t ld = q.scale_cols();
   for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
-    k.dequant_bf16(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
+    k.bf16(q.data.data(), q.scales.data(), ld, q.layout, p, r0, r1, out);
   });
 }
 
 bool has_nonfinite(const float* x, int64_t n) {
   MXT_CHECK(n >= 0 && (x != nullptr || n == 0), "has_nonfinite: bad buffer (n = ", n, ")");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
-  return k.has_nonfinite(x, n);
+  return nonfinite_table().get()(x, n);
 }
 
 void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
   MXT_CHECK(n >= 0 && ((x && out) || n == 0), "f32_to_bf16_array: bad buffers (n = ", n, ")");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::ConvertKernels& k = convert_table().get();
   const int64_t chunks = ceil_div(n, kElemChunk);
 #pragma omp parallel for schedule(static) if (n >= 4 * kElemChunk)
   for (int64_t i = 0; i < chunks; ++i)
@@ -278,7 +348,7 @@ void f32_to_bf16_array(const float* x, uint16_t* out, int64_t n) {
 
 void bf16_to_f32_array(const uint16_t* x, float* out, int64_t n) {
   MXT_CHECK(n >= 0 && ((x && out) || n == 0), "bf16_to_f32_array: bad buffers (n = ", n, ")");
-  const kern::QuantKernels& k = kern::quant_kernels(active_isa());
+  const kern::ConvertKernels& k = convert_table().get();
   const int64_t chunks = ceil_div(n, kElemChunk);
 #pragma omp parallel for schedule(static) if (n >= 4 * kElemChunk)
   for (int64_t i = 0; i < chunks; ++i)

@@ -1,7 +1,6 @@
 // core/quantize_avx512.cc — the AVX-512 MX quantization kernels built without VBMI
 // (rowwise: quantize_rowwise_avx512.h; colwise, 32x32 and dual-axis:
-// quantize_strip_avx512.h) and the avx512 kernel table (compiled with AVX-512 F/BW/VL/DQ
-// flags).
+// quantize_strip_avx512.h), compiled with AVX-512 F/BW/VL/DQ flags.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -12,49 +11,31 @@
 
 namespace mxtrain::kern {
 
-void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_rowwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out) {
   rowwise_any(x, p, g, out);
 }
-void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_rowwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
   rowwise_any(x, p, g, out);
 }
-void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_colwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::colwise>(x, p, g, out, out);
 }
-void quantize_mx_colwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_colwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
   strip_any<uint16_t, Mode::colwise>(x, p, g, out, out);
 }
-void quantize_mx_tile32_f32__avx512(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_tile32_f32_avx512(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::tile32>(x, p, g, out, out);
 }
-void quantize_mx_tile32_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_tile32_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out) {
   strip_any<uint16_t, Mode::tile32>(x, p, g, out, out);
 }
-void quantize_mx_dual_f32__avx512(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_f32_avx512(const float* x, const QParams& p, Region g, QOut row,
                                   QOut col) {
   strip_any<float, Mode::dual>(x, p, g, row, col);
 }
-void quantize_mx_dual_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
                                    QOut col) {
   strip_any<uint16_t, Mode::dual>(x, p, g, row, col);
-}
-
-const QuantKernels& quant_kernels_avx512() {
-  static const QuantKernels k{Isa::avx512,
-                              quantize_mx_rowwise_f32__avx512,
-                              quantize_mx_colwise_f32__avx512,
-                              quantize_mx_tile32_f32__avx512,
-                              quantize_mx_rowwise_bf16__avx512,
-                              quantize_mx_colwise_bf16__avx512,
-                              quantize_mx_tile32_bf16__avx512,
-                              quantize_mx_dual_f32__avx512,
-                              quantize_mx_dual_bf16__avx512,
-                              dequantize_mx_f32__avx512,
-                              dequantize_mx_bf16__avx512,
-                              convert_f32_to_bf16__avx512,
-                              convert_bf16_to_f32__avx512,
-                              has_nonfinite_f32__avx512};
-  return k;
 }
 
 }  // namespace mxtrain::kern

@@ -1,7 +1,6 @@
 // core/quantize_avx512vbmi.cc — the MX quantization kernels of quantize_rowwise_avx512.h
 // and quantize_strip_avx512.h built with AVX-512 VBMI (byte permutes pack the codes and pick
-// the sign bytes; compiled with the AVX-512 flags plus -mavx512vbmi), and the avx512vbmi
-// kernel table: these eight kernels, the avx512 ones for every other operation.
+// the sign bytes; compiled with the AVX-512 flags plus -mavx512vbmi).
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -16,51 +15,34 @@
 
 namespace mxtrain::kern {
 
-void quantize_mx_rowwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_rowwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
   rowwise_any(x, p, g, out);
 }
-void quantize_mx_rowwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_rowwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out) {
   rowwise_any(x, p, g, out);
 }
-void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_colwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::colwise>(x, p, g, out, out);
 }
-void quantize_mx_colwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_colwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out) {
   strip_any<uint16_t, Mode::colwise>(x, p, g, out, out);
 }
-void quantize_mx_tile32_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_tile32_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out) {
   strip_any<float, Mode::tile32>(x, p, g, out, out);
 }
-void quantize_mx_tile32_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_tile32_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                          QOut out) {
   strip_any<uint16_t, Mode::tile32>(x, p, g, out, out);
 }
-void quantize_mx_dual_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
                                       QOut col) {
   strip_any<float, Mode::dual>(x, p, g, row, col);
 }
-void quantize_mx_dual_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
                                        QOut col) {
   strip_any<uint16_t, Mode::dual>(x, p, g, row, col);
-}
-
-const QuantKernels& quant_kernels_avx512vbmi() {
-  static const QuantKernels k = [] {
-    QuantKernels t = quant_kernels_avx512();
-    t.isa = Isa::avx512vbmi;
-    t.rowwise_f32 = quantize_mx_rowwise_f32__avx512vbmi;
-    t.rowwise_bf16 = quantize_mx_rowwise_bf16__avx512vbmi;
-    t.colwise_f32 = quantize_mx_colwise_f32__avx512vbmi;
-    t.colwise_bf16 = quantize_mx_colwise_bf16__avx512vbmi;
-    t.tile32_f32 = quantize_mx_tile32_f32__avx512vbmi;
-    t.tile32_bf16 = quantize_mx_tile32_bf16__avx512vbmi;
-    t.dual_f32 = quantize_mx_dual_f32__avx512vbmi;
-    t.dual_bf16 = quantize_mx_dual_bf16__avx512vbmi;
-    return t;
-  }();
-  return k;
 }
 
 }  // namespace mxtrain::kern

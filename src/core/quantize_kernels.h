@@ -1,22 +1,23 @@
 // core/quantize_kernels.h — private: the quantize/dequantize kernel layer and its tables.
 //
-// quantize.cc (API checks + dispatch + OpenMP split) calls kernels through a per-ISA table
-// of function pointers (ggml style). Kernels do no checks and no allocation (beyond one
-// scratch buffer per thread, made on its first call: quantize_strip_avx512.h); each works on
+// quantize.cc (API checks + dispatch + OpenMP split) calls kernels through its dispatch
+// tables (core/dispatch.h), one per op family, each entry a struct of function pointers.
+// Kernels do no checks and no allocation (beyond one scratch buffer per thread, made on its
+// first call: quantize_strip_avx512.h); each works on
 // one rectangular Region of X[M,K] whose first row and column are multiples of 32, so
 // blocks never straddle two calls and the result does not depend on how work is split.
 // quantize_ref.cc holds the scalar reference; the AVX-512 versions are in
 // quantize_rowwise_avx512.h and quantize_strip_avx512.h (colwise, 32x32, dual-axis), built
-// by quantize_avx512.cc (which also holds the table), and dequantize_avx512.cc, on top of
-// simd_avx512.h and mx_blocks_avx512.h. The avx512vbmi table (quantize_avx512vbmi.cc) is
-// the avx512 one with the quantize kernels built again with VBMI.
+// by quantize_avx512.cc, and dequantize_avx512.cc, on top of simd_avx512.h and
+// mx_blocks_avx512.h; quantize_avx512vbmi.cc builds the quantize kernels again with VBMI.
 // The scale rule below is shared by every kernel so that all paths agree bit for bit.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/dispatch.h"
 #include "mxtrain/formats.h"
-#include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain::kern {
@@ -93,80 +94,79 @@ using ToBF16 = void (*)(const float* x, uint16_t* out, int64_t n);
 using FromBF16 = void (*)(const uint16_t* x, float* out, int64_t n);
 using NonFinite = bool (*)(const float* x, int64_t n);
 
-// One implementation of every operation. `isa` names the instruction set of the table.
-struct QuantKernels {
-  Isa isa;
+// The kernels of one path, per op family; quantize.cc keeps one PathTable of each
+// (core/dispatch.h): quantize {scalar, avx512, avx512vbmi}, the others {scalar, avx512}.
+struct QuantizeKernels {
   QuantF32 rowwise_f32, colwise_f32, tile32_f32;
   QuantBF16 rowwise_bf16, colwise_bf16, tile32_bf16;
   DualF32 dual_f32;
   DualBF16 dual_bf16;
-  DequantF32 dequant_f32;
-  DequantBF16 dequant_bf16;
+};
+struct DequantizeKernels {
+  DequantF32 f32;
+  DequantBF16 bf16;
+};
+struct ConvertKernels {
   ToBF16 f32_to_bf16;
   FromBF16 bf16_to_f32;
-  NonFinite has_nonfinite;
 };
-
-const QuantKernels& quant_kernels_ref();
-const QuantKernels& quant_kernels_avx512();  // only call when isa_supported(Isa::avx512)
-const QuantKernels& quant_kernels_avx512vbmi();  // only when isa_supported(Isa::avx512vbmi)
-// The table dispatch uses for `isa` (falls back to the reference where no kernel exists).
-const QuantKernels& quant_kernels(Isa isa);
+// What the four tables choose now (mxtrain info).
+std::vector<PathChoice> quantize_path_choices();
 
 // ---- the scalar reference kernels (quantize_ref.cc) ---------------------------------------
-void quantize_mx_rowwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_f32__ref(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_dual_f32__ref(const float* x, const QParams& p, Region g, QOut row, QOut col);
-void quantize_mx_dual_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_rowwise_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32_ref(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32_ref(const float* x, const QParams& p, Region g, QOut row, QOut col);
+void quantize_mx_dual_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut row,
                                 QOut col);
-void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                             float* out);
-void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                              MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                              uint16_t* out);
-void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n);
-void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n);
-bool has_nonfinite_f32__ref(const float* x, int64_t n);
+void convert_f32_to_bf16_ref(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32_ref(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32_ref(const float* x, int64_t n);
 
 // ---- AVX-512 kernels (quantize_avx512.cc, dequantize_avx512.cc) ---------------------------
-void quantize_mx_rowwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_f32__avx512(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
-void quantize_mx_dual_f32__avx512(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_rowwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_f32_avx512(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut out);
+void quantize_mx_dual_f32_avx512(const float* x, const QParams& p, Region g, QOut row,
                                   QOut col);
-void quantize_mx_dual_bf16__avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512(const uint16_t* x, const QParams& p, Region g, QOut row,
                                    QOut col);
-void dequantize_mx_f32__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                float* out);
-void dequantize_mx_bf16__avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_avx512(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                                 MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                                 uint16_t* out);
-void convert_f32_to_bf16__avx512(const float* x, uint16_t* out, int64_t n);
-void convert_bf16_to_f32__avx512(const uint16_t* x, float* out, int64_t n);
-bool has_nonfinite_f32__avx512(const float* x, int64_t n);
+void convert_f32_to_bf16_avx512(const float* x, uint16_t* out, int64_t n);
+void convert_bf16_to_f32_avx512(const uint16_t* x, float* out, int64_t n);
+bool has_nonfinite_f32_avx512(const float* x, int64_t n);
 
 // ---- AVX-512 + VBMI kernels (quantize_avx512vbmi.cc) --------------------------------------
-void quantize_mx_rowwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_rowwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_rowwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_rowwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out);
-void quantize_mx_colwise_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_colwise_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_colwise_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_colwise_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                           QOut out);
-void quantize_mx_tile32_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
-void quantize_mx_tile32_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g,
+void quantize_mx_tile32_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut out);
+void quantize_mx_tile32_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g,
                                          QOut out);
-void quantize_mx_dual_f32__avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_f32_avx512vbmi(const float* x, const QParams& p, Region g, QOut row,
                                       QOut col);
-void quantize_mx_dual_bf16__avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_avx512vbmi(const uint16_t* x, const QParams& p, Region g, QOut row,
                                        QOut col);
 
 }  // namespace mxtrain::kern

@@ -89,36 +89,36 @@ inline uint8_t scale_for(const uint8_t* scales, int64_t ld, MXLayout layout, int
   switch (layout) {
     case MXLayout::rowwise: return scales[r * ld + c / kMXBlock];
     case MXLayout::colwise: return scales[(r / kMXBlock) * ld + c];
-    case MXLayout::tile32: break;
+    case MXLayout::tile: break;
   }
   return scales[(r / kMXBlock) * ld + c / kMXBlock];
 }
 
 }  // namespace
 
-void quantize_mx_rowwise_f32__ref(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_rowwise_f32_ref(const float* x, const QParams& p, Region g, QOut out) {
   rowwise(x, p, g, out);
 }
-void quantize_mx_rowwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_rowwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
   rowwise(x, p, g, out);
 }
-void quantize_mx_colwise_f32__ref(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_colwise_f32_ref(const float* x, const QParams& p, Region g, QOut out) {
   colwise(x, p, g, out);
 }
-void quantize_mx_colwise_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_colwise_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
   colwise(x, p, g, out);
 }
-void quantize_mx_tile32_f32__ref(const float* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_tile32_f32_ref(const float* x, const QParams& p, Region g, QOut out) {
   tile32(x, p, g, out);
 }
-void quantize_mx_tile32_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
+void quantize_mx_tile32_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut out) {
   tile32(x, p, g, out);
 }
-void quantize_mx_dual_f32__ref(const float* x, const QParams& p, Region g, QOut row, QOut col) {
+void quantize_mx_dual_f32_ref(const float* x, const QParams& p, Region g, QOut row, QOut col) {
   rowwise(x, p, g, row);
   colwise(x, p, g, col);
 }
-void quantize_mx_dual_bf16__ref(const uint16_t* x, const QParams& p, Region g, QOut row,
+void quantize_mx_dual_bf16_ref(const uint16_t* x, const QParams& p, Region g, QOut row,
                                 QOut col) {
   rowwise(x, p, g, row);
   colwise(x, p, g, col);
@@ -136,7 +136,7 @@ inline float dequant_value(uint8_t code, uint8_t scale, Elem elem) {
 
 }  // namespace
 
-void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_f32_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                             MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                             float* out) {
   for (int64_t r = r0; r < r1; ++r)
@@ -147,7 +147,7 @@ void dequantize_mx_f32__ref(const uint8_t* data, const uint8_t* scales, int64_t 
 
 // BF16 output: the FP32 value above rounded to nearest even. E4M3/E5M2 significands fit in
 // BF16's 8 bits, so this is exact while the product is a normal BF16 number.
-void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
+void dequantize_mx_bf16_ref(const uint8_t* data, const uint8_t* scales, int64_t scale_ld,
                              MXLayout layout, const QParams& p, int64_t r0, int64_t r1,
                              uint16_t* out) {
   for (int64_t r = r0; r < r1; ++r)
@@ -156,36 +156,18 @@ void dequantize_mx_bf16__ref(const uint8_t* data, const uint8_t* scales, int64_t
           dequant_value(data[r * p.K + c], scale_for(scales, scale_ld, layout, r, c), p.elem));
 }
 
-void convert_f32_to_bf16__ref(const float* x, uint16_t* out, int64_t n) {
+void convert_f32_to_bf16_ref(const float* x, uint16_t* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = f32_to_bf16(x[i]);
 }
 
-void convert_bf16_to_f32__ref(const uint16_t* x, float* out, int64_t n) {
+void convert_bf16_to_f32_ref(const uint16_t* x, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(x[i]);
 }
 
-bool has_nonfinite_f32__ref(const float* x, int64_t n) {
+bool has_nonfinite_f32_ref(const float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i)
     if (abs_bits(x[i]) >= 0x7F800000u) return true;
   return false;
-}
-
-const QuantKernels& quant_kernels_ref() {
-  static const QuantKernels k{Isa::scalar,
-                              quantize_mx_rowwise_f32__ref,
-                              quantize_mx_colwise_f32__ref,
-                              quantize_mx_tile32_f32__ref,
-                              quantize_mx_rowwise_bf16__ref,
-                              quantize_mx_colwise_bf16__ref,
-                              quantize_mx_tile32_bf16__ref,
-                              quantize_mx_dual_f32__ref,
-                              quantize_mx_dual_bf16__ref,
-                              dequantize_mx_f32__ref,
-                              dequantize_mx_bf16__ref,
-                              convert_f32_to_bf16__ref,
-                              convert_bf16_to_f32__ref,
-                              has_nonfinite_f32__ref};
-  return k;
 }
 
 }  // namespace mxtrain::kern

@@ -2,7 +2,7 @@
 // kernel (rowwise_any), included by quantize_avx512.cc (without VBMI) and
 // quantize_avx512vbmi.cc (with), each compiled with its own flags.
 //
-// Same bytes as quantize_mx_rowwise_*__ref. Each row is taken in bands of up to 512 columns
+// Same bytes as quantize_mx_rowwise_*_ref. Each row is taken in bands of up to 512 columns
 // (16 blocks, 16 word vectors of the 16-bit encoder in simd16_avx512.h): a first sweep finds
 // the 16 block amax values (four-way horizontal maxima, then one 16-way step) and computes
 // the 16 scales together (scales16); a second sweep re-reads the band from L1 (FP32: and

@@ -1,9 +1,9 @@
-// core/recipe.cc — scaling granularity validation and the named recipe registry
-// (docs/numerics.md, "Recipes").
+// core/recipe.cc — the recipe types' names and descriptions, and the registry
+// (mxtrain/recipe.h; docs/numerics.md, "Recipes").
 //
-// The registry is a fixed table built on first use. Layers (nn/), FSDP (dist/) and the
-// trainer look recipes up by name; a config that spells the block size instead goes through
-// recipe_from_granularity(). Every error lists what would have been accepted.
+// The registry is a fixed table of values built on first use. A new recipe is one more entry
+// here; what its roles' formats need from the kernels (a block shape or scale type no kernel
+// handles yet) is refused where a tensor is quantized, not here.
 #include "mxtrain/recipe.h"
 
 #include <sstream>
@@ -12,43 +12,106 @@
 
 namespace mxtrain {
 
-namespace {
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::input: return "input";
+    case Role::weight: return "weight";
+    case Role::grad: return "grad";
+  }
+  return "?";
+}
 
-std::string block_str(const std::array<int, 3>& b) {
+const char* block_name(BlockShape b) {
+  switch (b) {
+    case BlockShape::none: return "none";
+    case BlockShape::b1x32: return "1x32";
+    case BlockShape::b32x32: return "32x32";
+    case BlockShape::b1x128: return "1x128";
+    case BlockShape::b128x128: return "128x128";
+    case BlockShape::tensor: return "tensor";
+  }
+  return "?";
+}
+
+int block_edge(BlockShape b) {
+  switch (b) {
+    case BlockShape::b1x32:
+    case BlockShape::b32x32: return 32;
+    case BlockShape::b1x128:
+    case BlockShape::b128x128: return 128;
+    case BlockShape::none:
+    case BlockShape::tensor: return 0;
+  }
+  return 0;
+}
+
+bool block_is_2d(BlockShape b) {
+  return b == BlockShape::b32x32 || b == BlockShape::b128x128 || b == BlockShape::tensor;
+}
+
+const char* scale_source_name(ScaleSource s) {
+  return s == ScaleSource::current ? "current" : "amax_history";
+}
+
+std::string TensorFormat::describe() const {
+  if (!quantized()) return "bf16 (no scale)";
   std::ostringstream os;
-  os << "[" << b[0] << "," << b[1] << "," << b[2] << "]";
+  os << elem_name(elem) << ", " << scale_type_name(scale) << " scales per "
+     << block_name(block) << (block == BlockShape::tensor ? "" : " block") << ", "
+     << rounding_name(rule);
+  if (amax_epsilon > 0) os << ", amax epsilon " << amax_epsilon;
+  os << ", " << scale_source_name(source) << " amax";
   return os.str();
 }
 
-constexpr std::array<int, 3> kRowBlock{1, 1, 32};
-constexpr std::array<int, 3> kTileBlock{1, 32, 32};
-
-Recipe make(const std::string& name, ScalingType type, std::array<int, 3> block,
-            Elem grad_elem = Elem::e4m3) {
-  Recipe r;
-  r.name = name;
-  r.granularity.type = type;
-  r.granularity.block_size = block;
-  r.grad_elem = grad_elem;
-  return r;
+bool Recipe::quantized() const {
+  for (const TensorFormat& f : roles)
+    if (f.quantized()) return true;
+  return false;
 }
 
-const std::vector<Recipe>& registry() {
-  static const std::vector<Recipe> r = {
-      make("bf16", ScalingType::none, {0, 0, 0}),
-      make("mxfp8", ScalingType::mx, kRowBlock),
-      make("mxfp8-32x32", ScalingType::mx, kTileBlock),
-      // Gradients in E5M2 (wider range, one less mantissa bit). Published MXFP8 runs
-      // diverged with it, so it is offered for experiments, not as a default.
-      make("mxfp8-e5m2grad", ScalingType::mx, kRowBlock, Elem::e5m2),
-  };
+void Recipe::set_rule(ScaleRounding rule) {
+  for (TensorFormat& f : roles) f.rule = rule;
+}
+
+std::string Recipe::describe() const {
+  std::ostringstream os;
+  os << name << ": " << note;
+  for (int i = 0; i < kNumRoles; ++i) {
+    const std::string r = role_name(Role(i));
+    os << "\n  " << r << std::string(8 - r.size(), ' ') << roles[size_t(i)].describe();
+  }
+  return os.str();
+}
+
+bool defer_backward_quant_applies(const Recipe& r) { return r.role(Role::input).quantized(); }
+
+namespace {
+
+// An MX role: E8M0 scales, amax of the current tensor, rceil.
+TensorFormat mx(BlockShape block, Elem elem = Elem::e4m3) {
+  TensorFormat f;
+  f.scale = ScaleType::e8m0;
+  f.elem = elem;
+  f.block = block;
+  return f;
+}
+
+Recipe make(std::string name, TensorFormat input, TensorFormat weight, TensorFormat grad,
+            std::string note) {
+  Recipe r;
+  r.name = std::move(name);
+  r.role(Role::input) = input;
+  r.role(Role::weight) = weight;
+  r.role(Role::grad) = grad;
+  r.note = std::move(note);
   return r;
 }
 
 std::string names_list() {
   std::ostringstream os;
   bool first = true;
-  for (const Recipe& r : registry()) {
+  for (const Recipe& r : registered_recipes()) {
     os << (first ? "" : ", ") << r.name;
     first = false;
   }
@@ -57,46 +120,32 @@ std::string names_list() {
 
 }  // namespace
 
-void ScalingGranularity::validate() const {
-  if (type == ScalingType::none) return;
-  MXT_CHECK(block_size == kRowBlock || block_size == kTileBlock,
-            "invalid MX block size ", block_str(block_size),
-            " (block_size = [token_dim, input_dim, output_dim]); valid choices: ",
-            block_str(kRowBlock), " (1x32 blocks, mxfp8) or ", block_str(kTileBlock),
-            " (32x32 weight tiles, mxfp8-32x32)");
-}
-
-std::string Recipe::describe() const {
-  std::ostringstream os;
-  os << name << ": ";
-  if (!quantized()) {
-    os << "no quantization (BF16 GEMMs)";
-    return os.str();
-  }
-  os << "mx " << block_str(granularity.block_size) << " ("
-     << (weight_tiled() ? "weight 32x32 tiles, one copy" : "weight 1x32, rowwise + colwise")
-     << "), strategy " << strategy << ", inputs " << elem_name(input_elem) << ", weight "
-     << elem_name(weight_elem) << ", grads " << elem_name(grad_elem) << ", scale rounding "
-     << rounding_name(rounding);
-  return os.str();
+const std::vector<Recipe>& registered_recipes() {
+  using B = BlockShape;
+  static const std::vector<Recipe> r = {
+      Recipe{},  // bf16
+      make("mxfp8", mx(B::b1x32), mx(B::b1x32), mx(B::b1x32),
+           "MXFP8, 1x32 blocks everywhere (the weight has a copy per axis)"),
+      make("mxfp8-32x32", mx(B::b1x32), mx(B::b32x32), mx(B::b1x32),
+           "MXFP8 with 32x32 weight tiles: one weight copy serves forward and dgrad"),
+      // Published MXFP8 runs diverged with E5M2 gradients (wider range, one mantissa bit
+      // less), so it is offered for experiments, not as a default.
+      make("mxfp8-e5m2grad", mx(B::b1x32), mx(B::b1x32), mx(B::b1x32, Elem::e5m2),
+           "mxfp8 with E5M2 gradients (for experiments)"),
+  };
+  return r;
 }
 
 std::vector<std::string> recipe_names() {
   std::vector<std::string> out;
-  for (const Recipe& r : registry()) out.push_back(r.name);
+  for (const Recipe& r : registered_recipes()) out.push_back(r.name);
   return out;
 }
 
 Recipe get_recipe(const std::string& name) {
-  for (const Recipe& r : registry())
+  for (const Recipe& r : registered_recipes())
     if (r.name == name) return r;
   MXT_FAIL("unknown recipe '", name, "'; registered recipes: ", names_list());
-}
-
-Recipe recipe_from_granularity(const ScalingGranularity& g) {
-  g.validate();
-  if (g.type == ScalingType::none) return get_recipe("bf16");
-  return get_recipe(g.block_size == kTileBlock ? "mxfp8-32x32" : "mxfp8");
 }
 
 }  // namespace mxtrain

@@ -54,8 +54,8 @@ inline float exp_approx(float x) {
 inline float sigmoid_approx(float x) { return 1.f / (1.f + exp_approx(-x)); }
 
 // Array forms of the AVX-512 versions (vexp_avx512.cc), for tests and benchmarks: y[i] =
-// exp(x[i]) / sigmoid(x[i]), i < n. Call only when active_isa() >= Isa::avx512.
-void exp_f32__avx512(float* y, const float* x, int64_t n);
-void sigmoid_f32__avx512(float* y, const float* x, int64_t n);
+// exp(x[i]) / sigmoid(x[i]), i < n. Call only where path avx512 is enabled (mxtrain/isa.h).
+void exp_f32_avx512(float* y, const float* x, int64_t n);
+void sigmoid_f32_avx512(float* y, const float* x, int64_t n);
 
 }  // namespace mxtrain::kern

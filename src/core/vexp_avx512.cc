@@ -18,11 +18,11 @@ static void map16(float* y, const float* x, int64_t n, F f) {
   }
 }
 
-void exp_f32__avx512(float* y, const float* x, int64_t n) {
+void exp_f32_avx512(float* y, const float* x, int64_t n) {
   map16(y, x, n, [](__m512 v) { return avx512::vexp(v); });
 }
 
-void sigmoid_f32__avx512(float* y, const float* x, int64_t n) {
+void sigmoid_f32_avx512(float* y, const float* x, int64_t n) {
   map16(y, x, n, [](__m512 v) { return avx512::vsigmoid(v); });
 }
 

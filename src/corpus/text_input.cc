@@ -2,12 +2,15 @@
 // (corpus/text_input.h).
 #include "mxtrain/corpus/text_input.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/atomic_file.h"
 
 namespace mxtrain::corpus {
 namespace fs = std::filesystem;
@@ -49,8 +52,10 @@ TextInput resolve_text_input(const std::vector<std::string>& inputs) {
                 "` holds no text files");
     } else {
       MXT_CHECK(fs::exists(path), "text input `", path, "` does not exist");
-      MXT_CHECK(fs::is_regular_file(path), "text input `", path,
-                "` is not a regular file or a directory");
+      struct stat st {};
+      MXT_CHECK(::stat(path.c_str(), &st) == 0, "cannot read ", path, ": ", std::strerror(errno));
+      MXT_CHECK(S_ISREG(st.st_mode), path, " is not a regular file but ", io::file_kind(st.st_mode),
+                "; text inputs are files or directories of files");
       in.files.push_back({path, false, uint64_t(fs::file_size(path))});
       what = path;
     }

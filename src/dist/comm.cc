@@ -147,6 +147,13 @@ MpiSession::~MpiSession() {
   if (owner_ && std::uncaught_exceptions() == 0) finalize_if_ours();
 }
 
+bool launched_by_mpi() {
+  if (no_mpi_requested()) return false;
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
 bool mpi_active() {
   int inited = 0, fin = 0;
   MPI_Initialized(&inited);
@@ -527,7 +534,37 @@ void Comm::check_consistent(const std::string& what, const std::string& value) {
   }
   os << ". Every rank must run with the same " << what << " (" << differ.size() << " of "
      << size_ << " ranks differ from rank 0; this is rank " << rank_ << ")";
-  throw Error(os.str());
+  throw CollectiveError(os.str());
+}
+
+void Comm::check_same_settings(
+    const std::vector<std::pair<std::string, std::string>>& settings) {
+  const size_t n = settings.size();
+  std::vector<ConsistencyRecord> mine(n);
+  for (size_t i = 0; i < n; ++i) {
+    const std::string& v = settings[i].second;
+    mine[i].hash = fnv1a64(v.data(), v.size());
+    mine[i].length = v.size();
+    std::memcpy(mine[i].head, v.data(), std::min(v.size(), sizeof(mine[i].head)));
+  }
+  std::vector<ConsistencyRecord> all(n * size_t(size_));
+  allgather(mine.data(), all.data(), n * sizeof(ConsistencyRecord));
+  for (size_t i = 0; i < n; ++i) {
+    const ConsistencyRecord& first = all[i];
+    std::vector<int> differ;
+    for (int r = 1; r < size_; ++r) {
+      const ConsistencyRecord& x = all[size_t(r) * n + i];
+      if (x.hash != first.hash || x.length != first.length) differ.push_back(r);
+    }
+    if (differ.empty()) continue;
+    std::ostringstream os;
+    os << "the ranks were started with different " << settings[i].first << ": rank 0 has `"
+       << printable_head(first) << "`, rank " << differ[0] << " has `"
+       << printable_head(all[size_t(differ[0]) * n + i]) << "` (" << differ.size() << " of "
+       << size_ << " ranks differ from rank 0; this is rank " << rank_
+       << "). Give every rank the same " << settings[i].first;
+    throw CollectiveError(os.str());
+  }
 }
 
 }  // namespace mxtrain::dist

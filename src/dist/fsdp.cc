@@ -22,12 +22,6 @@ Mxfp8Gather parse_mxfp8_gather(const std::string& s) {
   MXT_FAIL("unknown mxfp8 all-gather mode '", s, "'; valid modes: on-demand, all");
 }
 
-bool cache_serves(const QuantizedWeight& c, const Recipe& r, WeightUse use) {
-  if (!r.quantized()) return !c.bf16.empty();
-  if (r.weight_tiled()) return c.has_tile;
-  return use == WeightUse::forward ? c.has_rowwise : c.has_colwise;
-}
-
 std::string shape_str(const std::vector<int64_t>& s) {
   std::ostringstream os;
   os << "[";
@@ -119,7 +113,7 @@ int Fsdp::add(Linear& layer) {
   m->weight = &layer.weight;
   const int index = add_module(std::move(m));
   layer.set_weight_provider(
-      [this, index](WeightUse use, QuantizedWeight& c) { provide(index, use, 0, c); });
+      [this, index](Use use, QuantizedWeight& c) { provide(index, use, 0, c); });
   if (!layer.bias.shape.empty() && layer.bias.numel() > 0) add_replicated(layer.bias);
   return index;
 }
@@ -130,7 +124,7 @@ int Fsdp::add(GroupedLinear& layer) {
   m->grouped = &layer;
   m->weight = &layer.weight;
   const int index = add_module(std::move(m));
-  layer.set_weight_provider([this, index](WeightUse use, int64_t e, QuantizedWeight& c) {
+  layer.set_weight_provider([this, index](Use use, int64_t e, QuantizedWeight& c) {
     provide(index, use, e, c);
   });
   return index;
@@ -155,19 +149,22 @@ void Fsdp::add_replicated(Parameter& p) {
 
 // ---- gathers --------------------------------------------------------------------------------
 
-int Fsdp::kind_for(int i, WeightUse use) const {
+// What the gather for `use` carries: the copies the use reads (copies_needed), and with
+// fsdp.mxfp8_gather: all, forward also brings the copies dgrad reads.
+int Fsdp::kind_for(int i, Use use) const {
   const Recipe& r = mod(i).recipe();
-  if (!r.quantized()) return int(GatherKind::bf16);
-  if (r.weight_tiled()) return int(GatherKind::tile32);
-  if (use == WeightUse::backward) return int(GatherKind::colwise);
-  return int(opt_.mxfp8_gather == Mxfp8Gather::all ? GatherKind::dual : GatherKind::rowwise);
+  CopySet c = copies_needed(r, Role::weight, use);
+  if (use == Use::forward && opt_.mxfp8_gather == Mxfp8Gather::all)
+    c |= copies_needed(r, Role::weight, Use::dgrad);
+  return c.bits();
 }
 
-bool Fsdp::cache_has(int i, WeightUse use) const {
+bool Fsdp::cache_has(int i, Use use) const {
   auto& M = const_cast<Module&>(mod(i));
+  const CopySet need = copies_needed(M.recipe(), Role::weight, use);
   for (int64_t e = 0; e < M.num_caches(); ++e) {
     const QuantizedWeight& c = M.cache(e);
-    if (c.version != M.weight->version || !cache_serves(c, M.recipe(), use)) return false;
+    if (c.version != M.weight->version || !c.has_all(need)) return false;
   }
   return true;
 }
@@ -176,16 +173,15 @@ void Fsdp::start_gather(int i, int k) {
   Module& M = mod(i);
   GatherSlot& s = M.slots[size_t(k)];
   MXT_DCHECK(!s.pending);
-  const GatherKind kind = GatherKind(k);
+  const CopySet copies = CopySet::from_bits(uint8_t(k));
   const uint64_t ver = M.weight->version;
-  const QuantConfig cfg = M.recipe().weight_cfg();
-  const size_t P = packed_bytes(M.layout, kind);
-  if (s.send_version != ver || s.send.size() != P || s.send_cfg.elem != cfg.elem ||
-      s.send_cfg.rounding != cfg.rounding) {
+  const TensorFormat& f = M.recipe().role(Role::weight);
+  const size_t P = packed_bytes(M.layout, copies);
+  if (s.send_version != ver || s.send.size() != P || !(s.send_format == f)) {
     s.send.resize(P);
-    pack_shard(M.layout, comm_.rank(), M.value.data(), kind, cfg, s.send.data());
+    pack_shard(M.layout, comm_.rank(), M.value.data(), copies, f, s.send.data());
     s.send_version = ver;
-    s.send_cfg = cfg;
+    s.send_format = f;
     ++stats_.shard_quantizations;
   }
   s.recv.resize(P * size_t(comm_.size()));
@@ -219,9 +215,9 @@ void Fsdp::poll() {
 
 void Fsdp::set_input_grad_needed(int i, bool needed) { mod(i).input_grad_needed = needed; }
 
-void Fsdp::prefetch(int i, WeightUse use) {
+void Fsdp::prefetch(int i, Use use) {
   Module& M = mod(i);
-  if (use == WeightUse::backward && !M.input_grad_needed) return;
+  if (use == Use::dgrad && !M.input_grad_needed) return;
   if (cache_has(i, use)) return;
   const int k = kind_for(i, use);
   GatherSlot& s = M.slots[size_t(k)];
@@ -231,7 +227,7 @@ void Fsdp::prefetch(int i, WeightUse use) {
   start_gather(i, k);
 }
 
-void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
+void Fsdp::provide(int i, Use use, int64_t e, QuantizedWeight& cache) {
   Module& M = mod(i);
   const int k = kind_for(i, use);
   GatherSlot& s = M.slots[size_t(k)];
@@ -242,13 +238,13 @@ void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
   }
   if (opt_.auto_prefetch)
     for (int d = 1; d <= opt_.prefetch_depth; ++d) {
-      const int next = use == WeightUse::forward ? i + d : i - d;
+      const int next = use == Use::forward ? i + d : i - d;
       if (next < 0 || next >= num_modules()) break;
       prefetch(next, use);
     }
   wait_gather(i, k);
-  const Recipe& r = M.recipe();
-  unpack_group(M.layout, GatherKind(k), r.weight_elem, s.recv.data(), e, cache);
+  unpack_group(M.layout, CopySet::from_bits(uint8_t(k)), M.recipe().role(Role::weight).elem,
+               s.recv.data(), e, cache);
   if (!s.rebuilt[size_t(e)]) {
     s.rebuilt[size_t(e)] = 1;
     ++s.rebuilt_count;
@@ -260,13 +256,13 @@ void Fsdp::provide(int i, WeightUse use, int64_t e, QuantizedWeight& cache) {
   }
 }
 
-void Fsdp::fetch(int i, WeightUse use) {
+void Fsdp::fetch(int i, Use use) {
   Module& M = mod(i);
   const uint64_t ver = M.weight->version;
   for (int64_t e = 0; e < M.num_caches(); ++e) {
     QuantizedWeight& c = M.cache(e);
     if (c.version != ver) c.clear();
-    if (cache_serves(c, M.recipe(), use)) continue;
+    if (c.has_all(copies_needed(M.recipe(), Role::weight, use))) continue;
     provide(i, use, e, c);
     c.version = ver;
   }
@@ -283,16 +279,21 @@ void Fsdp::drop(int i, bool caches) {
     for (int64_t e = 0; e < M.num_caches(); ++e) M.cache(e).clear();
 }
 
+// The gathered weight is kept for backward when what forward gathered serves dgrad too (one
+// payload: mxfp8-32x32's tiles, mxfp8 with mxfp8_gather all), except that a BF16 weight is
+// resharded when fsdp's bf16_reshard_after_forward says so; otherwise it is dropped and
+// gathered again for dgrad.
 void Fsdp::post_forward(int i) {
   const Recipe& r = mod(i).recipe();
-  const bool reshard = r.quantized() ? (!r.weight_tiled() &&
-                                        opt_.mxfp8_gather == Mxfp8Gather::on_demand)
-                                     : opt_.bf16_reshard_after_forward;
+  const bool serves_dgrad = CopySet::from_bits(uint8_t(kind_for(i, Use::forward)))
+                                .contains(copies_needed(r, Role::weight, Use::dgrad));
+  const bool reshard = !r.role(Role::weight).quantized() ? opt_.bf16_reshard_after_forward
+                                                          : !serves_dgrad;
   drop(i, reshard);
 }
 
 void Fsdp::post_backward(int i) {
-  for (int k = 0; k < kNumGatherKinds; ++k) wait_gather(i, k);
+  for (int k = 0; k < kNumGatherSlots; ++k) wait_gather(i, k);
   drop(i, true);
   Module& M = mod(i);
   if (M.lent < 0) return;
@@ -305,7 +306,7 @@ void Fsdp::post_backward(int i) {
 
 void Fsdp::release_all() {
   for (int i = 0; i < num_modules(); ++i) {
-    for (int k = 0; k < kNumGatherKinds; ++k) wait_gather(i, k);
+    for (int k = 0; k < kNumGatherSlots; ++k) wait_gather(i, k);
     drop(i, true);
   }
 }

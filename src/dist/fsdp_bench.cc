@@ -8,17 +8,11 @@
 #include "core/clock.h"
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 
 namespace mxtrain::dist {
 
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // One config's model: its layers and their Fsdp.
 struct BenchModel {
@@ -26,6 +20,12 @@ struct BenchModel {
   std::unique_ptr<Fsdp> fsdp;
   std::vector<double> gather_ms, total_ms, step_ms;
 };
+
+// Whether dgrad reads another weight copy than forward (then the gather mode matters).
+bool has_backward_copy(const Recipe& r) {
+  return r.quantized() &&
+         copies_needed(r, Role::weight, Use::dgrad) != copies_needed(r, Role::weight, Use::forward);
+}
 
 std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int64_t>>& shapes,
                                   const FsdpBenchConfig& c) {
@@ -43,7 +43,7 @@ std::unique_ptr<BenchModel> build(Comm& comm, const std::vector<std::vector<int6
     MXT_CHECK(c.mode == "reshard" || c.mode == "keep",
               "bf16 gather mode must be reshard or keep, got '", c.mode, "'");
     opt.bf16_reshard_after_forward = c.mode == "reshard";
-  } else if (!prec.recipe.weight_tiled()) {
+  } else if (has_backward_copy(prec.recipe)) {
     opt.mxfp8_gather = parse_mxfp8_gather(c.mode);
   }
   auto m = std::make_unique<BenchModel>();
@@ -73,11 +73,11 @@ double run_step(Comm& comm, Fsdp& f, double compute_ms) {
   const int n = f.num_modules();
   if (compute_ms > 0) comm.barrier();
   const auto t_step = Clock::now();
-  const auto use_module = [&](int i, WeightUse use) {
+  const auto use_module = [&](int i, Use use) {
     if (compute_ms == 0) comm.barrier();
     const auto t0 = Clock::now();
     f.fetch(i, use);
-    use == WeightUse::forward ? f.post_forward(i) : f.post_backward(i);
+    use == Use::forward ? f.post_forward(i) : f.post_backward(i);
     if (compute_ms == 0) {
       ms += ms_since(t0);
       return;
@@ -85,8 +85,8 @@ double run_step(Comm& comm, Fsdp& f, double compute_ms) {
     compute_for(compute_ms);
     f.poll();
   };
-  for (int i = 0; i < n; ++i) use_module(i, WeightUse::forward);
-  for (int i = n - 1; i >= 0; --i) use_module(i, WeightUse::backward);
+  for (int i = 0; i < n; ++i) use_module(i, Use::forward);
+  for (int i = n - 1; i >= 0; --i) use_module(i, Use::dgrad);
   return compute_ms > 0 ? ms_since(t_step) : ms;
 }
 
@@ -117,13 +117,15 @@ std::vector<FsdpBenchRow> bench_weight_gathers(Comm& comm,
   }
   for (size_t k = 0; k < rows.size(); ++k) {
     rows[k].config = configs[k];
-    if (get_recipe(configs[k].recipe).weight_tiled()) rows[k].config.mode.clear();
+    if (models[k]->layers.empty() ||
+        !has_backward_copy(models[k]->layers.front()->precision().recipe))
+      rows[k].config.mode.clear();
     rows[k].world = comm.size();
-    rows[k].allgather_ms_per_step = median(models[k]->gather_ms);
-    rows[k].allgather_total_ms_per_step = median(models[k]->total_ms);
+    rows[k].allgather_ms_per_step = median_of(models[k]->gather_ms);
+    rows[k].allgather_total_ms_per_step = median_of(models[k]->total_ms);
     rows[k].allgather_ms_min =
         *std::min_element(models[k]->gather_ms.begin(), models[k]->gather_ms.end());
-    rows[k].step_ms = median(models[k]->step_ms);
+    rows[k].step_ms = median_of(models[k]->step_ms);
   }
   return rows;
 }

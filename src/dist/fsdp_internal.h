@@ -13,14 +13,15 @@
 namespace mxtrain::dist {
 
 constexpr uint64_t kNoVersion = QuantizedWeight::kNoVersion;
+constexpr int kNumGatherSlots = 1 << kNumCopies;  // one per set of copies a gather may carry
 
-// One all-gather of one kind for one module: the packed local shard (kept while the
-// parameter version and quantization config stay the same, so micro-batches of one step
+// One all-gather of one set of copies for one module: the packed local shard (kept while the
+// parameter version and the weight's format stay the same, so micro-batches of one step
 // quantize the shard once) and the gathered buffer (kept until the full weight is rebuilt).
 struct GatherSlot {
   std::vector<uint8_t> send;  // [packed_bytes]
   uint64_t send_version = kNoVersion;
-  QuantConfig send_cfg{};
+  TensorFormat send_format{};
   std::vector<uint8_t> recv;  // [world * packed_bytes], rank order
   uint64_t version = kNoVersion;  // parameter version of recv
   Request req;
@@ -37,7 +38,7 @@ struct Fsdp::Module {
   Parameter* weight = nullptr;
   ShardLayout layout;
   FloatBuffer value, grad, m, v;  // this rank's shard [rows_per_rank * in]
-  std::array<GatherSlot, kNumGatherKinds> slots;
+  std::array<GatherSlot, kNumGatherSlots> slots;  // by CopySet::bits() of what they carry
   bool input_grad_needed = true;
   // Gradient path (dist/fsdp.h, "Gradients"): the pool buffer lent to the layer between
   // pre_backward and post_backward (-1: none), and whether `grad` holds a contribution since
@@ -95,10 +96,6 @@ struct Fsdp::Replicated {
     return p->value;
   }
 };
-
-// Which QuantizedWeight members the GEMMs of `use` read under recipe r (mirrors the layers:
-// bf16 -> bf16; mxfp8 -> rowwise forward, colwise backward; mxfp8-32x32 -> tile).
-bool cache_serves(const QuantizedWeight& c, const Recipe& r, WeightUse use);
 
 std::string shape_str(const std::vector<int64_t>& s);
 

@@ -11,17 +11,6 @@
 
 namespace mxtrain::dist {
 
-const char* gather_kind_name(GatherKind k) {
-  switch (k) {
-    case GatherKind::bf16: return "bf16";
-    case GatherKind::rowwise: return "rowwise";
-    case GatherKind::colwise: return "colwise";
-    case GatherKind::dual: return "rowwise+colwise";
-    case GatherKind::tile32: return "tile32";
-  }
-  return "?";
-}
-
 // ---- layout -------------------------------------------------------------------------------
 
 ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world) {
@@ -93,7 +82,7 @@ void pad_full(const ShardLayout& L, const float* full, float* padded) {
 
 namespace {
 
-// Offsets inside one rank's pack for the MX kinds: data first, then the scale grid.
+// Offsets inside one rank's pack of one scaled copy: data first, then the scale grid.
 struct MxPart {
   size_t data = 0, scales = 0, end = 0;
 };
@@ -107,7 +96,7 @@ MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
   switch (layout) {
     case MXLayout::rowwise: s = R * Kb; break;
     case MXLayout::colwise: s = (R / kMXBlock) * K; break;
-    case MXLayout::tile32: s = (R / kMXBlock) * Kb; break;
+    case MXLayout::tile: s = (R / kMXBlock) * Kb; break;
   }
   p.end = p.scales + size_t(s);
   return p;
@@ -139,91 +128,76 @@ void get_piece(const uint8_t* pack, const MxPart& part, int64_t local_row, int64
               size_t(scale_rows_of(dst.layout, rows) * sc));
 }
 
-MXLayout single_layout(GatherKind k) {
-  switch (k) {
-    case GatherKind::rowwise: return MXLayout::rowwise;
-    case GatherKind::colwise: return MXLayout::colwise;
-    case GatherKind::tile32: return MXLayout::tile32;
-    default: break;
-  }
-  MXT_FAIL("internal: gather kind ", gather_kind_name(k), " has no single MX layout");
+MXLayout layout_of(Copy c) {
+  return c == Copy::rowwise ? MXLayout::rowwise : c == Copy::colwise ? MXLayout::colwise
+                                                                     : MXLayout::tile;
 }
 
-MXTensor& member(QuantizedWeight& w, MXLayout l) {
-  return l == MXLayout::rowwise ? w.rowwise : l == MXLayout::colwise ? w.colwise : w.tile;
-}
-bool& has_member(QuantizedWeight& w, MXLayout l) {
-  return l == MXLayout::rowwise ? w.has_rowwise : l == MXLayout::colwise ? w.has_colwise
-                                                                         : w.has_tile;
+constexpr Copy kScaled[] = {Copy::rowwise, Copy::colwise, Copy::tile};
+
+// Where each copy of `copies` lies in a pack: bf16 first, then the scaled ones in Copy order.
+struct PackPlan {
+  size_t bf16_end = 0;          // bf16 part [0, bf16_end) (0: none)
+  MxPart part[kNumCopies];      // by Copy, for the scaled copies present
+  size_t end = 0;
+};
+
+PackPlan plan(const ShardLayout& L, CopySet copies) {
+  PackPlan p;
+  if (copies.has(Copy::bf16)) p.bf16_end = sizeof(uint16_t) * size_t(L.shard_numel());
+  size_t at = p.bf16_end;
+  for (Copy c : kScaled)
+    if (copies.has(c)) {
+      p.part[int(c)] = mx_part(L, layout_of(c), at);
+      at = p.part[int(c)].end;
+    }
+  p.end = at;
+  return p;
 }
 
 }  // namespace
 
-size_t packed_bytes(const ShardLayout& L, GatherKind kind) {
-  switch (kind) {
-    case GatherKind::bf16: return sizeof(uint16_t) * size_t(L.shard_numel());
-    case GatherKind::dual: {
-      const MxPart r = mx_part(L, MXLayout::rowwise, 0);
-      return mx_part(L, MXLayout::colwise, r.end).end;
-    }
-    default: return mx_part(L, single_layout(kind), 0).end;
-  }
-}
+size_t packed_bytes(const ShardLayout& L, CopySet copies) { return plan(L, copies).end; }
 
-void pack_shard(const ShardLayout& L, int rank, const float* shard, GatherKind kind,
-                const QuantConfig& cfg, uint8_t* out) {
+void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
+                const TensorFormat& f, uint8_t* out) {
   MXT_CHECK(rank >= 0 && rank < L.world, "pack_shard: rank ", rank, " outside a world of ",
             L.world);
-  std::memset(out, 0, packed_bytes(L, kind));
+  const PackPlan pp = plan(L, copies);
+  std::memset(out, 0, pp.end);
   const int64_t K = L.cols;
   for (const auto& p : L.pieces(rank)) {
     const float* x = shard + p.local_row * K;
-    switch (kind) {
-      case GatherKind::bf16:
-        f32_to_bf16_array(x, reinterpret_cast<uint16_t*>(out) + p.local_row * K, p.rows * K);
-        break;
-      case GatherKind::dual: {
-        MXTensor rw = MXTensor::empty(p.rows, K, MXLayout::rowwise, cfg.elem);
-        MXTensor cw = MXTensor::empty(p.rows, K, MXLayout::colwise, cfg.elem);
-        quantize_dual(x, p.rows, K, cfg, rw, cw);
-        const MxPart pr = mx_part(L, MXLayout::rowwise, 0);
-        put_piece(rw, pr, p.local_row, out);
-        put_piece(cw, mx_part(L, MXLayout::colwise, pr.end), p.local_row, out);
-        break;
-      }
-      default: {
-        const MXLayout l = single_layout(kind);
-        put_piece(quantize(x, p.rows, K, l, cfg), mx_part(L, l, 0), p.local_row, out);
-      }
-    }
+    if (copies.has(Copy::bf16))
+      f32_to_bf16_array(x, reinterpret_cast<uint16_t*>(out) + p.local_row * K, p.rows * K);
+    const CopySet scaled = copies - CopySet{Copy::bf16};
+    if (scaled.empty()) continue;
+    thread_local QTensor q;  // the piece's copies, storage reused
+    make_copies(x, p.rows, K, f, q, scaled);
+    for (Copy c : kScaled)
+      if (scaled.has(c)) put_piece(q.scaled(c), pp.part[int(c)], p.local_row, out);
   }
 }
 
-void unpack_group(const ShardLayout& L, GatherKind kind, Elem elem, const uint8_t* gathered,
+void unpack_group(const ShardLayout& L, CopySet copies, Elem elem, const uint8_t* gathered,
                   int64_t group, QuantizedWeight& out) {
   MXT_CHECK(group >= 0 && group < L.groups, "unpack_group: group ", group, " outside [0, ",
             L.groups, ")");
   const int64_t K = L.cols, R = L.rows_per_rank;
-  const size_t P = packed_bytes(L, kind);
-  // Parts to fill: (layout, offset of its part inside a pack).
-  std::vector<std::pair<MXLayout, MxPart>> parts;
-  if (kind == GatherKind::bf16) {
-    out.bf16.resize(size_t(L.rows * K));
-  } else if (kind == GatherKind::dual) {
-    const MxPart pr = mx_part(L, MXLayout::rowwise, 0);
-    parts = {{MXLayout::rowwise, pr}, {MXLayout::colwise, mx_part(L, MXLayout::colwise, pr.end)}};
-  } else {
-    const MXLayout l = single_layout(kind);
-    parts = {{l, mx_part(L, l, 0)}};
-  }
-  for (auto& [l, part] : parts) {  // reuses the member's storage when it has some
-    MXTensor& t = member(out, l);
+  const PackPlan pp = plan(L, copies);
+  const size_t P = pp.end;
+  if (copies.has(Copy::bf16)) out.bf16.resize(size_t(L.rows * K));
+  for (Copy c : kScaled) {  // reuses the copy's storage when it has some
+    if (!copies.has(c)) continue;
+    MXTensor& t = out.scaled(c);
     t.rows = L.rows;
     t.cols = K;
-    t.layout = l;
+    t.layout = layout_of(c);
     t.elem = elem;
+    t.scale_type = ScaleType::e8m0;
+    t.block = kMXBlock;
     t.data.resize(size_t(L.rows * K));
-    t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
+    t.scales.resize(t.scale_bytes());
   }
 
   const int64_t vs = group * L.group_rows_padded, ve = vs + L.rows;
@@ -231,36 +205,23 @@ void unpack_group(const ShardLayout& L, GatherKind kind, Elem elem, const uint8_
     const int64_t a = std::max(vs, r * R), b = std::min(ve, (r + 1) * R);
     const uint8_t* pack = gathered + size_t(r) * P;
     const int64_t local_row = a - r * R, group_row = a - vs, rows = b - a;
-    if (kind == GatherKind::bf16) {
+    if (copies.has(Copy::bf16)) {
       std::memcpy(out.bf16.data() + group_row * K,
                   reinterpret_cast<const uint16_t*>(pack) + local_row * K,
                   sizeof(uint16_t) * size_t(rows * K));
     }
-    for (auto& [l, part] : parts) get_piece(pack, part, local_row, group_row, rows, member(out, l));
+    for (Copy c : kScaled)
+      if (copies.has(c))
+        get_piece(pack, pp.part[int(c)], local_row, group_row, rows, out.scaled(c));
   }
-  for (auto& [l, part] : parts) has_member(out, l) = true;
+  out.rows = L.rows;
+  out.cols = K;
+  out.present |= copies;
 }
 
-void quantize_group_reference(const ShardLayout& L, GatherKind kind, const QuantConfig& cfg,
+void quantize_group_reference(const ShardLayout& L, CopySet copies, const TensorFormat& f,
                               const float* full, int64_t group, QuantizedWeight& out) {
-  const float* x = full + group * L.rows * L.cols;
-  const int64_t M = L.rows, K = L.cols;
-  switch (kind) {
-    case GatherKind::bf16:
-      out.bf16.resize(size_t(M * K));
-      f32_to_bf16_array(x, out.bf16.data(), M * K);
-      break;
-    case GatherKind::dual:
-      out.rowwise = quantize(x, M, K, MXLayout::rowwise, cfg);
-      out.colwise = quantize(x, M, K, MXLayout::colwise, cfg);
-      out.has_rowwise = out.has_colwise = true;
-      break;
-    default: {
-      const MXLayout l = single_layout(kind);
-      member(out, l) = quantize(x, M, K, l, cfg);
-      has_member(out, l) = true;
-    }
-  }
+  make_copies(full + group * L.rows * L.cols, L.rows, L.cols, f, out, copies);
 }
 
 }  // namespace mxtrain::dist

@@ -1,21 +1,24 @@
-// gemm/gemm_mx.cc — the MX product: checks, then the kernel path chosen for this CPU.
-//
-// gemm_mx (mxtrain/gemm.h) takes two whole quantized matrices whose 32-blocks must run along
-// the reduction axis K (see the table in gemm.h), checks them once, and dispatches:
-//   avx512bf16 — gemm/mx_gemm_avx512.cc: FP8 panels decoded into cache-resident BF16 blocks
-//                with the scales folded in, VDPBF16PS micro-kernel. No full-size copy.
-//   onednn     — CPUs without AVX512-BF16 (and --isa avx2): each operand is expanded whole to
-//                BF16 with its scales folded in (dequantize_bf16), then oneDNN's BF16 matmul.
-//   scalar     — gemm/mx_gemm_ref.cc, the reference (--isa scalar).
-// All three form the same element values (docs/numerics.md, "MX products"); they differ in
+// gemm/gemm_mx.cc — the MX product: checks, then the kernels of the MX product's dispatch
+// table (core/dispatch.h), one entry per path:
+//   scalar          — mx_gemm_ref (gemm/mx_gemm_ref.cc), the reference;
+//   avx2            — mx_gemm_expanded below: each operand is expanded whole to BF16 with its
+//                     scales folded in (dequantize_bf16), then oneDNN's BF16 matmul (CPUs
+//                     without AVX512-BF16, --isa avx2);
+//   avx512bf16      — mx_gemm_avx512bf16 (gemm/mx_gemm_avx512.cc): FP8 panels decoded into
+//                     cache-resident BF16 blocks, scales folded in, VDPBF16PS micro-kernel;
+//   avx512vbmi_bf16 — the same with VBMI row packing (mx_gemm_avx512vbmi_bf16), and forward
+//                     products of at most kGemvMaxRows rows streamed (mx_gemv_nt_avx512vbmi_bf16).
+// Besides the path, gemm_mx chooses by the operands only: an operand whose scales the fast
+// kernels cannot fold takes the reference, and A^T · B^T (no layer needs it) the expansion.
+// All paths form the same element values (docs/numerics.md, "MX products"); they differ in
 // FP32 summation order, and the expansion path keeps BF16 subnormals where the others flush
 // them to zero (values below 2^-126, which only blocks with scales near 2^-127 hold).
 #include <vector>
 
+#include "core/dispatch.h"
+#include "gemm/mx_gemm.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
-#include "mxtrain/isa.h"
-#include "gemm/mx_gemm.h"
 
 namespace mxtrain {
 namespace {
@@ -23,7 +26,7 @@ namespace {
 bool layout_ok(MXLayout l, bool k_along_cols) {
   // Blocks along K: if K is the stored matrix's column axis the copy must be rowwise (blocks
   // along columns) or tile32; if K is its row axis, colwise or tile32.
-  if (l == MXLayout::tile32) return true;
+  if (l == MXLayout::tile) return true;
   return k_along_cols ? l == MXLayout::rowwise : l == MXLayout::colwise;
 }
 
@@ -40,9 +43,11 @@ void check_tensor(const char* what, const MXTensor& t) {
             t.scale_rows() * t.scale_cols(), " for layout ", layout_name(t.layout));
 }
 
+using namespace gemm_detail;
+
 // Expansion path: both operands whole in BF16 (per-thread buffers reused across calls, so a
 // training step's repeated shapes do not fault in fresh pages), then oneDNN.
-void gemm_mx_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+void mx_gemm_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
   thread_local std::vector<uint16_t> a16, b16;
   a16.resize(A.data.size());
@@ -53,23 +58,65 @@ void gemm_mx_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTen
             accumulate);
 }
 
+// ---- dispatch --------------------------------------------------------------------------------
+
+// One path's kernels, all called as C = op(A) · op(B) (+ C) in orientation o.
+using MxProduct = void (*)(Orient o, const MXTensor& A, const MXTensor& B, float* C,
+                           int64_t ldc, bool accumulate);
+struct MxProductKernels {
+  MxProduct gemm;
+  MxProduct gemv_nt;  // forward products of at most kGemvMaxRows rows; null: gemm serves them
+  bool folds_scales;  // needs mx_scales_foldable operands (the others take mx_gemm_ref)
+};
+
+void ref(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
+  mx_gemm_ref(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
+}
+void expanded(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
+  const bool ta = o == Orient::tn, tb = o == Orient::nt;
+  mx_gemm_expanded(ta, A, tb, B, ta ? A.cols : A.rows, tb ? B.rows : B.cols, ta ? A.rows : A.cols,
+                   C, ldc, acc);
+}
+void panels(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
+  mx_gemm_avx512bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
+}
+void panels_vbmi(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc,
+                 bool acc) {
+  mx_gemm_avx512vbmi_bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
+}
+void stream_vbmi(Orient, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
+  mx_gemv_nt_avx512vbmi_bf16(MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
+}
+
+const PathTable<MxProductKernels>& mx_table() {
+  static const PathTable<MxProductKernels> t(
+      "GEMM MX (mxfp8 recipes)",
+      {{Path::scalar, "mx_gemm_ref", {ref, nullptr, false}},
+       {Path::avx2, "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul)",
+        {expanded, nullptr, false}},
+       {Path::avx512bf16, "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64)",
+        {panels, nullptr, true}},
+       {Path::avx512vbmi_bf16,
+        "mx_gemm_avx512vbmi_bf16 (VBMI row packing); forward with m <= 16: "
+        "mx_gemv_nt_avx512vbmi_bf16",
+        {panels_vbmi, stream_vbmi, true}}});
+  return t;
+}
+
 }  // namespace
 
-GemmPath gemm_path() {
-  const Isa isa = active_isa();
-  if (isa == Isa::scalar) return GemmPath::scalar;
-  if (isa >= Isa::avx512 && cpu_features().avx512_bf16) return GemmPath::avx512bf16;
-  return GemmPath::onednn;
+bool gemm_detail::mx_scales_foldable(const MXOperand& t) {
+  if (t.elem != Elem::e4m3) return true;
+  const int64_t rows = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock);
+  const int64_t n = rows * t.scale_ld;
+  uint8_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) bad |= uint8_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
+  return !bad;
 }
 
-const char* gemm_path_name(GemmPath p) {
-  switch (p) {
-    case GemmPath::scalar: return "scalar";
-    case GemmPath::onednn: return "onednn";
-    case GemmPath::avx512bf16: return "avx512bf16";
-  }
-  return "?";
-}
+Path gemm_mx_path() { return mx_table().path(); }
+
+PathChoice gemm_detail::mx_product_choice() { return mx_table().choice(); }
 
 // C: [M, N] (row stride ldc) = op(A) · op(B); A stored [M,K] or [K,M] (trans_a), B stored
 // [K,N] or [N,K] (trans_b).
@@ -97,24 +144,18 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
     return;
   }
-  using namespace gemm_detail;
-  const GemmPath path = gemm_path();
   if (trans_a && trans_b) {  // A^T · B^T: no layer needs it; the expansion path serves it
-    gemm_mx_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+    mx_gemm_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
     return;
   }
   const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
-  switch (path) {
-    case GemmPath::scalar:
-      mx_gemm_ref(o, MXOperand::of(A), MXOperand::of(B), C, ldc, accumulate);
-      return;
-    case GemmPath::avx512bf16:
-      mx_gemm_avx512bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, accumulate);
-      return;
-    case GemmPath::onednn:
-      gemm_mx_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
-      return;
-  }
+  const MxProductKernels& k = mx_table().get();
+  if (k.folds_scales && !(mx_scales_foldable(MXOperand::of(A)) &&
+                          mx_scales_foldable(MXOperand::of(B))))
+    return ref(o, A, B, C, ldc, accumulate);
+  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt)
+    return k.gemv_nt(o, A, B, C, ldc, accumulate);
+  k.gemm(o, A, B, C, ldc, accumulate);
 }
 
 }  // namespace mxtrain

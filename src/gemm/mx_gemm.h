@@ -16,15 +16,17 @@
 // zero, and the reference does the same so that both compute one defined product. A scale of
 // 0xFF makes every element of its block NaN. Products accumulate in FP32.
 //
-// Kernels: mx_gemm_ref (scalar, FP32 accumulation in K order), mx_gemm_avx512bf16
-// (mx_gemm_avx512.cc: operands decoded panel by panel into cache-resident BF16 blocks with the
-// scales folded in, then a 6x64 VDPBF16PS micro-kernel) and, for forward products with few
-// rows on CPUs with VBMI, mx_gemv_nt_avx512vbmi (W streamed once, decoded in registers).
-// Callers check shapes and layouts.
+// Kernels: mx_gemm_ref (scalar, FP32 accumulation in K order); mx_gemm_avx512bf16 and
+// mx_gemm_avx512vbmi_bf16 (mx_gemm_avx512.cc: operands decoded panel by panel into
+// cache-resident BF16 blocks with the scales folded in, then a 6x64 VDPBF16PS micro-kernel;
+// the second packs rows by VBMI table decoding) and, for forward products with few rows,
+// mx_gemv_nt_avx512vbmi_bf16 (W streamed once, decoded in registers). gemm_mx.cc's dispatch
+// table picks among them; callers check shapes and layouts, kernels choose nothing.
 #pragma once
 
 #include <cstdint>
 
+#include "core/dispatch.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/quantize.h"
 
@@ -57,25 +59,40 @@ float mx_operand_value(uint8_t code, uint8_t scale, Elem e);
 // C = op(A) · op(B) (+ C when accumulate). M, N, K follow from the orientation and shapes.
 void mx_gemm_ref(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
                  bool accumulate);
-// Same product, AVX512-BF16 kernels; needs a CPU with AVX512-BF16 (and F/BW/VL/DQ).
+// Same product, panel kernels; need AVX512-BF16 (and F/BW/VL/DQ; the second also VBMI) and
+// operands with foldable scales.
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate);
+void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                             int64_t ldc, bool accumulate);
 
 // Forward (nt) products with few rows, streaming W once (mx_gemv_avx512vbmi.cc); needs
-// AVX512-BF16 and VBMI, and operands whose E4M3 scales are below 247 (see mx_gemm_avx512.cc).
-void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
-                           bool accumulate);
-// The panel kernel's row packer with VBMI decoding (mx_pack_avx512vbmi.cc): rows r0 .. r0+mc
-// of A (stored [rows, K], blocks along K) as BF16 pairs over [k0, k0 + kc), row m at
-// Ap + m * ld; the same words as the general packer of mx_gemm_avx512.cc.
-void pack_a_rows_avx512vbmi(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
-                            uint32_t* Ap, int64_t ld);
+// AVX512-BF16 and VBMI, and operands with foldable scales.
+void mx_gemv_nt_avx512vbmi_bf16(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
+                                bool accumulate);
+
+// What the MX product's dispatch table (gemm_mx.cc) chooses now (mxtrain info).
+PathChoice mx_product_choice();
+
+// Whether the fast kernels can fold t's scales into their decode multipliers: an E4M3 scale
+// 247..254 would overflow it (only blocks with amax > 2^127 have one); such an operand takes
+// the reference (gemm_mx.cc).
+bool mx_scales_foldable(const MXOperand& t);
+
+// A panel kernel's row packer: rows r0 .. r0+mc of A (stored [rows, K], blocks along K) as
+// BF16 pairs over [k0, k0 + kc), row m at Ap + m * ld.
+using PackRows = void (*)(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
+                          uint32_t* Ap, int64_t ld);
+// The packer of mx_gemm_avx512vbmi_bf16, with VBMI decoding (mx_pack_avx512vbmi.cc): the same
+// words as mx_gemm_avx512bf16's general packer.
+void pack_a_rows_avx512vbmi_bf16(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0,
+                                 int64_t kc, uint32_t* Ap, int64_t ld);
 // The row packers' prefetch distance, in rows. A chunk's pieces of consecutive rows lie one row
 // stride apart, a new stream every chunk that the hardware prefetcher picks up late, so the
 // row this many below is requested while a row is decoded (bench gemm m = 256 forward,
 // K = N = 4096: 1.14-1.16x -> 1.04-1.06x of BF16; 1, 2 and 4 rows all did about as well).
 constexpr int64_t kPackRowsAhead = 4;
-// Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi).
+// Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi_bf16).
 constexpr int64_t kGemvMaxRows = 16;
 
 }  // namespace mxtrain::gemm_detail

@@ -18,18 +18,17 @@
 // that size, each thread moving the rows it finished while they are still in its cache.
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
-// mx_operand_value defines. E4M3 scales 247..254 would overflow the folded multiplier; an
-// operand holding one (only blocks with amax > 2^127 do) is routed to the scalar reference.
-// Small-M forward products take the streaming kernel of mx_gemv_avx512vbmi.cc instead
-// (gemm_mx.cc decides).
+// mx_operand_value defines; operands must have foldable scales (mx_scales_foldable; gemm_mx.cc
+// routes the others to the reference, and small-M forward products to the streaming kernel).
 //
 // Operand sources (see gemm/mx_gemm.h for the orientations):
 //   A rows   (nt, nn): A stored [M, K] with blocks along K  -> Ap[m][KC/2] (row of pairs)
 //   A pairs  (tn):     A stored [K, M] with blocks along K  -> Ap[KC/2][MC] (pair-major)
 //   B rows   (nn, tn): B stored [K, N]                      -> rows k, k+1 interleaved
 //   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
-// On VBMI CPUs the A-rows packer is pack_a_rows_avx512vbmi (mx_pack_avx512vbmi.cc: table
-// decoding, the same words).
+// Two kernels share the panel product and differ only in the A-rows packer:
+// mx_gemm_avx512bf16 packs with pack_a_rows below, mx_gemm_avx512vbmi_bf16 with
+// pack_a_rows_avx512vbmi_bf16 (mx_pack_avx512vbmi.cc: table decoding, the same words).
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
 // transpose16); they are not read.
@@ -46,7 +45,6 @@
 #include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/aligned.h"
-#include "mxtrain/isa.h"
 
 namespace mxtrain::gemm_detail {
 namespace {
@@ -78,7 +76,7 @@ inline __m512 col_multipliers(const MXOperand& t, const float* mult, int64_t r, 
 // A rows: Ap[m * KP + p] = pair (k0 + 2p, k0 + 2p + 1) of stored row r0 + m, for m < mc and
 // pairs covering [k0, k0 + kc). A is stored [rows, K] with blocks along K (rowwise/tile32).
 void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
-                 uint32_t* Ap) {
+                 uint32_t* Ap, int64_t ld) {
   const float* mult = multipliers(A.elem).v;
   const bool e4m3 = A.elem == Elem::e4m3;
   for (int64_t m = 0; m < mc; ++m) {
@@ -90,7 +88,7 @@ void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t
       if (ahead && j % 2 == 0) _mm_prefetch(reinterpret_cast<const char*>(ahead + k), _MM_HINT_T0);
       const __m512 f = _mm512_set1_ps(mult[A.scale(r, k)]);
       const __m512i v = decode32(load_codes(row + k, A.cols - k), f, f, e4m3);
-      _mm512_storeu_si512(Ap + m * KP + j * 16, v);
+      _mm512_storeu_si512(Ap + m * ld + j * 16, v);
     }
   }
 }
@@ -268,14 +266,6 @@ void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
 
 // ---- driver ----------------------------------------------------------------------------------
 
-bool scales_foldable(const MXOperand& t) {
-  if (t.elem != Elem::e4m3) return true;
-  const int64_t n = (t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock)) * t.scale_ld;
-  uint8_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= uint8_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
-  return !bad;
-}
-
 struct Buffers {
   std::vector<uint32_t, AlignedAllocator<uint32_t>> a, b;
 };
@@ -330,11 +320,10 @@ struct TransposeOut {
 // finished rows into out->C, while they are still in its cache.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
-void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                   bool accumulate, int64_t M, int64_t N, int64_t K, bool split_m,
-                   const TransposeOut* out = nullptr) {
+void panel_product(Packing pk, PackRows pack_rows, const MXOperand& A, const MXOperand& B,
+                   float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
+                   bool split_m, const TransposeOut* out = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
-  const bool vbmi = active_isa() == Isa::avx512vbmi;  // rows packed by VBMI table decoding
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
   {
@@ -356,10 +345,8 @@ void panel_product(Packing pk, const MXOperand& A, const MXOperand& B, float* C,
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs)
         pack_a_pairs(A, i0, mc, k0, kc, Ap);
-      else if (vbmi)
-        pack_a_rows_avx512vbmi(A, i0, mc, k0, kc, Ap, KP);
       else
-        pack_a_rows(A, i0, mc, k0, kc, Ap);
+        pack_rows(A, i0, mc, k0, kc, Ap, KP);
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
@@ -410,16 +397,12 @@ FloatBuffer& swap_buffer() {
   return buf;
 }
 
-}  // namespace
-
-void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
-                        int64_t ldc, bool accumulate) {
+// The panel product with rows of A packed by `pack_rows`.
+void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
+                bool accumulate, PackRows pack_rows) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows;
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
-  if (!scales_foldable(A) || !scales_foldable(B)) return mx_gemm_ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && M <= kGemvMaxRows && active_isa() == Isa::avx512vbmi)
-    return mx_gemv_nt_avx512vbmi(A, B, C, ldc, accumulate);
   if (o != Orient::tn && M >= NR && M < N && M * N <= kSwapMax) {
     // With fewer tokens than outputs (forward, nt) or inputs (dgrad, nn) the product runs as
     // C^T = op(B)^T · op(A)^T, then C takes the transpose (exact: the same FP32 sums, moved).
@@ -434,10 +417,24 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
     const TransposeOut out{C, ldc, accumulate};
-    return panel_product(swapped, B, A, T, M, false, N, M, K, /*split_m=*/true, &out);
+    return panel_product(swapped, pack_rows, B, A, T, M, false, N, M, K, /*split_m=*/true,
+                         &out);
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
-  panel_product(Packing::of(o), A, B, C, ldc, accumulate, M, N, K, /*split_m=*/M > N);
+  panel_product(Packing::of(o), pack_rows, A, B, C, ldc, accumulate, M, N, K,
+                /*split_m=*/M > N);
+}
+
+}  // namespace
+
+void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                        int64_t ldc, bool accumulate) {
+  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows);
+}
+
+void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
+                             int64_t ldc, bool accumulate) {
+  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows_avx512vbmi_bf16);
 }
 
 }  // namespace mxtrain::gemm_detail

@@ -152,8 +152,8 @@ void gemv_rows(const MXOperand& W, const uint16_t* xs, int64_t Kp, int64_t n0, i
 
 }  // namespace
 
-void mx_gemv_nt_avx512vbmi(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
-                           bool accumulate) {
+void mx_gemv_nt_avx512vbmi_bf16(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
+                                bool accumulate) {
   const int64_t M = X.rows, N = W.rows, K = X.cols;
   const int64_t Kp = ceil_div(K, 64) * 64;
   thread_local std::vector<uint16_t, AlignedAllocator<uint16_t>> xs;

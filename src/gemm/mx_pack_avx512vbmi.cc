@@ -3,8 +3,8 @@
 // half the instructions of the general decoder, then two qword permutes back to natural order.
 // A piece the table path cannot fold exactly (scale bytes outside its range, NaN/Inf codes) is
 // decoded by decode32 instead; both give the same BF16 values, so the packed panel, and every
-// product, is the same bit for bit as with pack_a_rows. mx_gemm_avx512.cc calls it when the
-// active ISA is avx512vbmi.
+// product, is the same bit for bit as with pack_a_rows. It is the packer of
+// mx_gemm_avx512vbmi_bf16 (mx_gemm_avx512.cc).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
 #include <immintrin.h>
 
@@ -14,8 +14,8 @@
 
 namespace mxtrain::gemm_detail {
 
-void pack_a_rows_avx512vbmi(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
-                            uint32_t* Ap, int64_t ld) {
+void pack_a_rows_avx512vbmi_bf16(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0,
+                                 int64_t kc, uint32_t* Ap, int64_t ld) {
   const Tables& t = tables(A.elem);
   const float* mult = multipliers(A.elem).v;
   const bool e4m3 = A.elem == Elem::e4m3;

@@ -66,8 +66,19 @@ void create_write_sync(const std::string& path, const std::vector<std::span<cons
 
 }  // namespace
 
+const char* file_kind(unsigned mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISREG(mode)) return "a regular file";
+  return "not a file";
+}
+
 std::vector<uint8_t> read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO without a writer must not wait; regular files ignore it.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     int err = errno;
     if (err == ENOENT) MXT_FAIL("file not found: ", path);
@@ -85,7 +96,8 @@ std::vector<uint8_t> read_file(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    MXT_FAIL(path, " is not a regular file (a device, pipe or socket cannot be read as input)");
+    MXT_FAIL(path, " is not a regular file but ", file_kind(st.st_mode),
+             "; inputs are read whole, so they must be regular files");
   }
   std::vector<uint8_t> out;
   out.reserve(size_t(st.st_size));
@@ -117,6 +129,41 @@ std::string temp_sibling(const std::string& target, const char* tag) {
   std::string base = fs::path(t).filename().string();
   return parent_of(t) + "/." + base + "." + tag + "-" + std::to_string(::getpid()) + "-" +
          std::to_string(counter++);
+}
+
+namespace {
+// The pid in a temp_sibling() name ".<base>.<tag>-<pid>-<n>" of `base` (any base when
+// empty), or -1 when `name` is not one.
+long temp_owner(const std::string& name, const std::string& base) {
+  if (name.size() < 2 || name[0] != '.') return -1;
+  const size_t dash2 = name.rfind('-');
+  if (dash2 == std::string::npos || dash2 == 0) return -1;
+  const size_t dash1 = name.rfind('-', dash2 - 1);
+  if (dash1 == std::string::npos) return -1;
+  const auto digits = [](const std::string& t) {
+    return !t.empty() && t.size() <= 18 && t.find_first_not_of("0123456789") == std::string::npos;
+  };
+  if (!digits(name.substr(dash1 + 1, dash2 - dash1 - 1)) || !digits(name.substr(dash2 + 1)))
+    return -1;
+  const size_t dot = name.rfind('.', dash1);
+  if (dot == std::string::npos || dot == 0) return -1;
+  const std::string tag = name.substr(dot + 1, dash1 - dot - 1);
+  if (tag != "tmp" && tag != "old" && tag != "probe") return -1;
+  if (!base.empty() && name.substr(1, dot - 1) != base) return -1;
+  return std::stol(name.substr(dash1 + 1, dash2 - dash1 - 1));
+}
+}  // namespace
+
+std::vector<std::string> remove_temporaries(const std::string& dir, const std::string& base) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const long pid = temp_owner(name, base);
+    if (pid < 0 || pid == long(::getpid())) continue;
+    if (remove_tree_noexcept(e.path().string())) removed.push_back(name);
+  }
+  return removed;
 }
 
 void fsync_dir(const std::string& dir) {

@@ -25,33 +25,39 @@ constexpr int kVersion = 1;
 
 std::string quantized_recipe_list() {
   std::string s;
-  for (const std::string& n : recipe_names())
-    if (get_recipe(n).quantized()) s += (s.empty() ? "" : ", ") + n;
+  for (const Recipe& r : registered_recipes())
+    if (r.role(Role::weight).quantized()) s += (s.empty() ? "" : ", ") + r.name;
   return s;
 }
 
 Recipe quantized_recipe(const std::string& name) {
   Recipe r = get_recipe(name);  // throws listing the registered names
-  MXT_CHECK(r.quantized(), "recipe '", name,
+  MXT_CHECK(r.role(Role::weight).quantized(), "recipe '", name,
             "' does not quantize (BF16 values have no scales), so there is nothing to "
             "write; use one of: ",
             quantized_recipe_list());
   return r;
 }
 
-// One stored copy: file names and layout.
-struct Copy {
+// One stored copy: its kind and file names.
+struct CopyFiles {
+  Copy copy;
   const char* data_file;
   const char* scale_file;
-  MXLayout layout;
 };
-std::vector<Copy> copies_for(const Recipe& r) {
-  if (r.weight_tiled()) return {{"data.npy", "scale.npy", MXLayout::tile32}};
-  return {{"rowwise.npy", "rowwise_scale.npy", MXLayout::rowwise},
-          {"colwise.npy", "colwise_scale.npy", MXLayout::colwise}};
+// The files of the copies a recipe keeps of a weight (copies_needed), in Copy order.
+std::vector<CopyFiles> copies_for(const Recipe& r) {
+  const CopySet c = copies_needed(r, Role::weight);
+  std::vector<CopyFiles> out;
+  if (c.has(Copy::rowwise)) out.push_back({Copy::rowwise, "rowwise.npy", "rowwise_scale.npy"});
+  if (c.has(Copy::colwise)) out.push_back({Copy::colwise, "colwise.npy", "colwise_scale.npy"});
+  if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", "scale.npy"});
+  return out;
 }
+// meta.json's "layout": "rowwise+colwise" or "tile32" (the MX tile is 32x32).
 std::string layout_label(const Recipe& r) {
-  return r.weight_tiled() ? "tile32" : "rowwise+colwise";
+  const CopySet c = copies_needed(r, Role::weight);
+  return c.has(Copy::tile) ? "tile32" : c.name();
 }
 
 // An existing output directory may be replaced only if it is empty or holds a previous
@@ -90,8 +96,8 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
                                         const QuantizeFilesOptions& opt) {
   const Recipe recipe = quantized_recipe(opt.recipe);
   QuantizeFilesResult res;
-  res.cfg.elem = opt.elem.value_or(recipe.weight_elem);
-  res.cfg.rounding = opt.rounding.value_or(recipe.rounding);
+  res.cfg.elem = opt.elem.value_or(recipe.role(Role::weight).elem);
+  res.cfg.rounding = opt.rounding.value_or(recipe.role(Role::weight).rule);
 
   const NpyArray x = read_npy(input_npy);
   npy_require(x, "<f4", 2, input_npy);
@@ -105,10 +111,10 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   check_replaceable(out_dir);
   AtomicDir out(out_dir);
   const int64_t M = res.rows, K = res.cols;
-  // The recipe's copies of X, as the layers make them (1x32: both axes from one read; 32x32:
-  // the tile copy).
-  const QTensor q = quantize_qtensor(values.data(), M, K, recipe, res.cfg);
-  const std::vector<Copy> copies = copies_for(recipe);
+  // The recipe's copies of X as a weight, as the layers make them (1x32: both axes from one
+  // read; 32x32: the tile copy).
+  const QTensor q = quantize_qtensor(values.data(), M, K, recipe, Role::weight, res.cfg);
+  const std::vector<CopyFiles> copies = copies_for(recipe);
   json meta = {{"format", kFormat},
                {"version", kVersion},
                {"recipe", recipe.name},
@@ -118,13 +124,10 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
                {"shape", {M, K}},
                {"block", kMXBlock}};
   for (size_t i = 0; i < copies.size(); ++i) {
-    const MXLayout l = copies[i].layout;
-    const bool present = l == MXLayout::tile32 ? q.has_tile
-                         : l == MXLayout::rowwise ? q.has_rowwise : q.has_colwise;
-    MXT_CHECK(present, "internal error: the recipe made no ", layout_name(l), " copy");
-    const MXTensor& t = l == MXLayout::tile32 ? q.tile : l == MXLayout::rowwise ? q.rowwise
-                                                                              : q.colwise;
-    MXT_CHECK(t.layout == copies[i].layout && t.rows == M && t.cols == K,
+    const Copy c = copies[i].copy;
+    MXT_CHECK(q.has(c), "internal error: the recipe made no ", copy_name(c), " copy");
+    const MXTensor& t = q.scaled(c);
+    MXT_CHECK(t.rows == M && t.cols == K,
               "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
               t.cols, " tensor");
     out.write(copies[i].data_file, npy_encode(u8_array(t.data, M, K)));
@@ -185,7 +188,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
   // Every file must be present with the shape meta.json implies (mismatched files are an
   // error even for the copy that is not used).
   std::vector<MXTensor> copies;
-  for (const Copy& c : copies_for(recipe)) {
+  for (const CopyFiles& c : copies_for(recipe)) {
     // The data files are read (their size is what they hold) and checked against meta.json
     // before the tensor meta.json describes is allocated.
     const std::string data_path = in_dir + "/" + c.data_file;
@@ -197,13 +200,16 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     const std::vector<int64_t> want_d = {res.rows, res.cols};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);
-    MXTensor t = MXTensor::empty(res.rows, res.cols, c.layout, res.elem);
+    const MXLayout layout = c.copy == Copy::rowwise   ? MXLayout::rowwise
+                            : c.copy == Copy::colwise ? MXLayout::colwise
+                                                      : MXLayout::tile;
+    MXTensor t = MXTensor::empty(res.rows, res.cols, layout, res.elem);
     const std::vector<int64_t> want_s = {t.scale_rows(), t.scale_cols()};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);
     MXT_CHECK(s.shape == want_s, scale_path, ": shape ", shape_str(s.shape), " does not match ",
               shape_str(want_s), " expected for a ", res.rows, "x", res.cols, " ",
-              layout_name(c.layout), " scale grid");
+              layout_name(layout), " scale grid");
     t.data.assign(d.data.begin(), d.data.end());
     t.scales.assign(s.data.begin(), s.data.end());
     copies.push_back(std::move(t));

@@ -265,8 +265,8 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
 
 }  // namespace
 
-void attention_forward_avx512(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                              int64_t D, int64_t H) {
+void attention_forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B,
+                                  int64_t T, int64_t D, int64_t H) {
   const int64_t hd = D / H, nqb = (T + BL - 1) / BL;
   const int64_t kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
   const float scale = float(1.0 / std::sqrt(double(hd)));
@@ -401,9 +401,9 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
 
 }  // namespace
 
-void attention_backward_avx512(float* dqkv, const float* dout, const float* qkv,
-                               const float* out, const float* lse, int64_t B, int64_t T,
-                               int64_t D, int64_t H) {
+void attention_backward_avx512bf16(float* dqkv, const float* dout, const float* qkv,
+                                   const float* out, const float* lse, int64_t B, int64_t T,
+                                   int64_t D, int64_t H) {
   const int64_t hd = D / H, kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
   const float scale = float(1.0 / std::sqrt(double(hd)));
 #pragma omp parallel

@@ -10,7 +10,7 @@
 // below). docs/numerics.md, "Attention" states what that costs.
 //
 //   attention_*_ref      portable C++, both precisions (ops_attention.cc)
-//   attention_*_avx512   AttnPrecision::bf16 only, VDPBF16PS block products on packed BF16
+//   attention_*_avx512bf16  AttnPrecision::bf16 only, VDPBF16PS block products on packed BF16
 //                        tiles; needs AVX512-F/BW/VL/DQ + AVX512-BF16 (attention_avx512.cc)
 // Callers (ops_attention.cc) check the arguments; the kernels do not.
 #pragma once
@@ -18,6 +18,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/dispatch.h"
+#include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
 
 namespace mxtrain::attn_detail {
@@ -42,22 +44,31 @@ inline float round_bf16(float x) {
 }
 
 // Shapes as in mxtrain/nn/ops.h: qkv [B*T, 3D], out [B*T, D], lse [B, H, T], dqkv [B*T, 3D].
+using AttnForward = void (*)(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                             int64_t D, int64_t H, AttnPrecision p);
+using AttnBackward = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,
+                              const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                              AttnPrecision p);
+
 void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                            int64_t D, int64_t H, AttnPrecision p);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
                             AttnPrecision p);
 
-void attention_forward_avx512(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                              int64_t D, int64_t H);
-void attention_backward_avx512(float* dqkv, const float* dout, const float* qkv,
-                               const float* out, const float* lse, int64_t B, int64_t T,
-                               int64_t D, int64_t H);
+void attention_forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B,
+                                  int64_t T, int64_t D, int64_t H);
+void attention_backward_avx512bf16(float* dqkv, const float* dout, const float* qkv,
+                                   const float* out, const float* lse, int64_t B, int64_t T,
+                                   int64_t D, int64_t H);
 
 // y[i] = exp(x[i]) by the AVX-512 kernel's polynomial (for its accuracy test); n any.
 void exp_avx512(float* y, const float* x, int64_t n);
 
-// Whether attention_forward/backward take the AVX-512 kernel for precision p now.
-bool attention_uses_avx512(AttnPrecision p);
+// The path of the kernel attention_forward/backward take for precision p now (their dispatch
+// table in ops_attention.cc): avx512bf16 or scalar.
+Path attention_path(AttnPrecision p);
+// What that table chooses now (mxtrain info).
+PathChoice attention_choice();
 
 }  // namespace mxtrain::attn_detail

@@ -16,6 +16,19 @@ SwigluInput parse_swiglu_input(const std::string& name) {
   MXT_FAIL("unknown SwiGLU input storage '", name, "': use auto, fp32 or fp8");
 }
 
+const char* swiglu_input_name(SwigluInput s) {
+  switch (s) {
+    case SwigluInput::fp32: return "fp32";
+    case SwigluInput::fp8: return "fp8";
+    case SwigluInput::follow_fc1: return "auto";
+  }
+  return "?";
+}
+
+bool swiglu_input_applies(SwigluInput s, const Recipe& run_recipe) {
+  return s != SwigluInput::fp8 || run_recipe.quantized();
+}
+
 bool swiglu_input_fp8(SwigluInput s, const LinearPrecision& fc1) {
   return s == SwigluInput::fp8 || (s == SwigluInput::follow_fc1 && fc1.recipe.quantized() &&
                                    !fc1.defer_backward_quant);

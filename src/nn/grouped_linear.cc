@@ -44,7 +44,7 @@ namespace {
 
 // Makes every expert's cache hold what `use` needs; true if any expert built copies.
 bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
-                const LinearPrecision& prec, WeightUse use, bool dual, int64_t E, int64_t out,
+                const LinearPrecision& prec, Use use, bool dual, int64_t E, int64_t out,
                 int64_t in,
                 const GroupedLinear::GroupedWeightProvider& provider,
                 const std::vector<std::string>& names) {
@@ -52,8 +52,8 @@ bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
   bool built = false;
   for (int64_t g = 0; g < E; ++g) {
     // Two words of captures: std::function keeps them inline, no allocation.
-    std::function<void(WeightUse, QuantizedWeight&)> p;
-    if (provider) p = [&provider, g](WeightUse u, QuantizedWeight& c) { provider(u, g, c); };
+    std::function<void(Use, QuantizedWeight&)> p;
+    if (provider) p = [&provider, g](Use u, QuantizedWeight& c) { provider(u, g, c); };
     const float* value = has_value ? w.value.data() + g * out * in : nullptr;
     built |= ensure_weight(caches[size_t(g)], w.version, prec.recipe, use, dual, value, out, in, p,
                            names[size_t(g)]);
@@ -83,9 +83,8 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
             "': forward got a null x or y");
   check_groups(groups, experts_, T, name_);
   const Recipe& r = prec_.recipe;
-  if (ensure_all(wcache_, weight, prec_, WeightUse::forward,
-                 r.quantized() && !prec_.defer_backward_quant, experts_, out_, in_,
-                 provider_, expert_names_))
+  if (ensure_all(wcache_, weight, prec_, Use::forward, !prec_.defer_backward_quant, experts_,
+                 out_, in_, provider_, expert_names_))
     ++weight_quantizations_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
@@ -104,7 +103,7 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   if (weight.grad.empty()) weight.grad.assign(wn, 0.f);
   MXT_CHECK(weight.grad.size() == wn, "GroupedLinear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", wn);
-  if (dx && ensure_all(wcache_, weight, prec_, WeightUse::backward, false, experts_, out_, in_,
+  if (dx && ensure_all(wcache_, weight, prec_, Use::dgrad, false, experts_, out_, in_,
                        provider_, expert_names_))
     ++weight_quantizations_;
   grad_ptrs_.resize(size_t(experts_));

@@ -30,13 +30,6 @@ void LayerBenchConfig::validate() const {
   MXT_CHECK(micro_batches >= 1, "bench: micro_batches must be >= 1, got ", micro_batches);
 }
 
-double median_of(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 namespace {
 
 // Normal(0, sigma) values, generated in fixed chunks with per-chunk seeds so the data do not

@@ -15,7 +15,7 @@
 //
 // With a WeightProvider (FSDP) the layer never reads Parameter::value: each use whose copy is
 // missing, or whose cache holds another Parameter::version, calls the provider, which must
-// fill the members weight_needs() lists (bf16 / rowwise / colwise / tile); the optimizer must
+// fill the copies copies_needed() names (bf16 / rowwise / colwise / tile); the optimizer must
 // still bump Parameter::version. NaN/Inf are not errors here: a non-finite block quantizes to
 // NaN and propagates to the outputs, where the trainer detects it.
 #include "mxtrain/nn/linear.h"
@@ -31,11 +31,10 @@ namespace mxtrain {
 using namespace nn_detail;
 
 void LinearPrecision::validate() const {
-  if (recipe.quantized()) recipe.granularity.validate();
-  MXT_CHECK(!(defer_backward_quant && !recipe.quantized()),
-            "defer_backward_quant needs a quantized recipe (mxfp8 or mxfp8-32x32); recipe '",
-            recipe.name, "' keeps BF16 copies and has no backward quantization to defer — turn "
-            "defer_backward_quant off or choose an MX recipe");
+  MXT_CHECK(!defer_backward_quant || defer_backward_quant_applies(recipe),
+            "defer_backward_quant needs a quantized recipe: recipe '", recipe.name,
+            "' keeps its inputs in BF16 and has no backward quantization to defer — turn "
+            "defer_backward_quant off or choose an FP8 recipe");
 }
 
 size_t LinearSaved::held_bytes() const {
@@ -59,7 +58,7 @@ void Linear::set_precision(const LinearPrecision& p) {
   wcache_.clear();  // copies of another recipe are of no use
 }
 
-void Linear::ensure_weight(WeightUse use, bool dual) {
+void Linear::ensure_weight(Use use, bool dual) {
   const float* value = weight.value.size() == size_t(out_ * in_) ? weight.value.data() : nullptr;
   if (nn_detail::ensure_weight(wcache_, weight.version, prec_.recipe, use, dual, value, out_,
                                in_, provider_, name_))
@@ -71,7 +70,7 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   MXT_CHECK(T >= 1, "Linear '", name_, "': forward needs at least one token row, got T=", T);
   MXT_CHECK(x != nullptr && y != nullptr, "Linear '", name_, "': forward got a null x or y");
   const Recipe& r = prec_.recipe;
-  ensure_weight(WeightUse::forward, /*dual=*/r.quantized() && !prec_.defer_backward_quant);
+  ensure_weight(Use::forward, /*dual=*/!prec_.defer_backward_quant);
   QuantizedWeight* w = &wcache_;
   thread_local GroupList one_group;  // {0, T}, storage kept across calls
   one_group.offsets.assign({0, T});
@@ -103,7 +102,7 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
   if (weight.grad.empty()) weight.grad.assign(size_t(out_ * in_), 0.f);
   MXT_CHECK(weight.grad.size() == size_t(out_ * in_), "Linear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", out_ * in_);
-  if (dx) ensure_weight(WeightUse::backward, false);
+  if (dx) ensure_weight(Use::dgrad, false);
   QuantizedWeight* w = &wcache_;
   float* dW = weight.grad.data();
   core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, weight.take_grad_accumulate(), name_);

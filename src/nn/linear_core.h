@@ -1,20 +1,21 @@
 // nn/linear_core.h — the recipe sequence of a (grouped) linear layer, written once (internal
 // to src/nn). Linear runs it with one row group, GroupedLinear with one group per expert.
 //
-// Per recipe (docs/numerics.md, "Quantized Linear"; element formats and scale rounding from
-// the recipe's input_cfg (x), weight_cfg (W) and grad_cfg (dy)):
+// The sequence is the same for every recipe (docs/numerics.md, "Quantized Linear"): each role's
+// matrix gets the copies copies_needed(recipe, role, use) names (mxtrain/qtensor.h), in the
+// role's format, and the products read them (gemm.h). For the registered recipes:
 //   bf16        : x, dy converted to BF16 (RNE); W's BF16 copy; oneDNN BF16 products.
 //   mxfp8       : forward x rowwise · W rowwise^T; dgrad dy rowwise · W colwise;
 //                 wgrad dy colwise^T · x colwise (every 32-block along the reduction axis).
 //   mxfp8-32x32 : as mxfp8, but W is one 32x32-tile copy serving forward and dgrad.
-// defer_backward_quant off: forward quantizes each group's x on both axes in one pass
-// (quantize_dual) and keeps the colwise copy; on: forward quantizes only rowwise and keeps a
-// reference to x, and backward quantizes x colwise then. Activation quantization is per group,
-// so token-axis blocks restart at every group boundary and never straddle two experts.
+// defer_backward_quant off: forward makes x's forward and wgrad copies in one pass and keeps
+// the wgrad one; on: forward makes only the forward copy and keeps a reference to x, and
+// backward makes the wgrad copy then. Activation quantization is per group, so token-axis
+// blocks restart at every group boundary and never straddle two experts.
 //
-// The weight cache policy (which QuantizedWeight members a use needs, when they are rebuilt,
-// how a WeightProvider takes over) lives here too, with per-thread workspaces that keep a
-// step's repeated shapes from faulting in fresh pages.
+// The weight cache policy (which copies a use needs, when they are rebuilt, how a
+// WeightProvider takes over) lives here too, with per-thread workspaces that keep a step's
+// repeated shapes from faulting in fresh pages.
 #pragma once
 
 #include <cstdint>
@@ -28,28 +29,18 @@ namespace mxtrain::nn_detail {
 
 // ---- weights ---------------------------------------------------------------------------------
 
-// Which QuantizedWeight members exist / are needed.
-struct WeightSet {
-  bool bf16 = false, rowwise = false, colwise = false, tile = false;
-};
-
-// Members the products of `use` read under recipe r:
-//   bf16: bf16 for both uses; mxfp8: rowwise (forward), colwise (dgrad);
-//   mxfp8-32x32: tile for both.
-WeightSet weight_needs(const Recipe& r, WeightUse use);
-
-// Makes `cache` hold, for parameter version `version`, the members `use` needs (with `dual`,
-// also those backward needs, built in the same pass: quantize_dual). A cache made from
-// another version is invalidated first; members already present are reused. If `provider` is
-// set it is called instead of reading `value` (dual is then ignored: each use asks the
-// provider for itself). Returns true when it built or fetched anything — one "weight
-// quantization".   value: [out, in] FP32 (may be null when a provider is set)
-bool ensure_weight(QuantizedWeight& cache, uint64_t version, const Recipe& r, WeightUse use,
+// Makes `cache` hold, for parameter version `version`, the copies `use` reads
+// (copies_needed(r, Role::weight, use); with `dual`, also those dgrad reads, built in the same
+// pass). A cache made from another version is invalidated first; copies already present are
+// reused. If `provider` is set it is called instead of reading `value` (dual is then ignored:
+// each use asks the provider for itself). Returns true when it built or fetched anything —
+// one "weight quantization".   value: [out, in] FP32 (may be null when a provider is set)
+bool ensure_weight(QuantizedWeight& cache, uint64_t version, const Recipe& r, Use use,
                    bool dual, const float* value, int64_t out, int64_t in,
-                   const std::function<void(WeightUse, QuantizedWeight&)>& provider,
+                   const std::function<void(Use, QuantizedWeight&)>& provider,
                    const std::string& layer);
 
-// Bytes of weight copies present in `cache` that only backward reads (mxfp8's colwise copy;
+// Bytes of weight copies present in `cache` that only dgrad reads (mxfp8's colwise copy;
 // nothing for bf16 and mxfp8-32x32, whose copy serves forward too).
 size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r);
 
@@ -73,11 +64,6 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-// out = quantize(x [M, K], layout, cfg), reusing out's storage.
-void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
-                    const QuantConfig& cfg, MXTensor& out);
-// out: n BF16 values of x (resized), round to nearest even.
-void to_bf16(const float* x, int64_t n, Bf16Buffer& out);
 // y: [T, out] += b (broadcast over rows), FP32.
 void add_bias(float* y, int64_t T, int64_t out, const float* b);
 // db: [out] += Σ_t dy[t, :] (accumulate; else written), summed in FP64 in token order per

@@ -1,8 +1,8 @@
 // nn/ops.cc — embedding, RMSNorm, SwiGLU, cross-entropy and residual helpers (nn/ops.h):
 // argument checks, kernel dispatch and the OpenMP split.
 //
-// Each public function checks its arguments once, picks the kernel table for active_isa()
-// (AVX-512 from Isa::avx512 up, else the scalar reference; nn/ops_kernels.h) and runs it.
+// Each public function checks its arguments once, takes the kernels of the dispatch table below
+// (the AVX-512 ones on path avx512, else the scalar reference; nn/ops_kernels.h) and runs them.
 // Row-wise work is split into one contiguous range of rows per thread; reductions over rows
 // (dgain, dtable) into ranges of whole 16-column blocks, each column summed over all rows in
 // token order by one thread. Every output element has one writer and a fixed order of
@@ -10,15 +10,16 @@
 // unless its size is above the op's threshold (kPar* below): under it a parallel region
 // costs more than the second thread saves (measured: docs/results/trainer.md, "Elementwise
 // kernels"). The ref:: functions are the same drivers with the scalar table. The attention
-// core lives in ops_attention.cc.
+// core lives in ops_attention.cc. AdamW's element update is one of these ops (train/optim.h's
+// adamw_update derives its constants).
 #include <omp.h>
 
 #include <algorithm>
 #include <utility>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "mxtrain/common.h"
-#include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
 #include "nn/ops_kernels.h"
 
@@ -42,10 +43,18 @@ constexpr int64_t kParSwigluBwd = 16 * 1024;
 constexpr int64_t kParCeFwd = 32 * 1024;
 constexpr int64_t kParCeBwd = 128 * 1024;
 constexpr int64_t kParFlat = 64 * 1024;  // residual, axpy
+constexpr int64_t kParAdamW = 32 * 1024;
 
-const Kernels& active_kernels() {
-  return active_isa() >= Isa::avx512 ? opk::kernels_avx512() : opk::kernels_ref();
+// The dispatch table (core/dispatch.h): the scalar kernels, and the AVX-512 ones.
+const PathTable<const Kernels*>& ops_table() {
+  static const PathTable<const Kernels*> t(
+      "elementwise ops and AdamW",
+      {{Path::scalar, "opk::kernels_ref (nn/ops_ref.cc)", &opk::kernels_ref()},
+       {Path::avx512, "opk::kernels_avx512 (nn/ops_avx512.cc)", &opk::kernels_avx512()}});
+  return t;
 }
+
+const Kernels& active_kernels() { return *ops_table().get(); }
 
 // Part t of T of [0, n): contiguous, bounds multiples of `grain` except n itself.
 std::pair<int64_t, int64_t> share(int64_t n, int64_t grain, int64_t T, int64_t t) {
@@ -203,9 +212,18 @@ void axpy_k(const Kernels& k, float* y, const float* x, float alpha, int64_t n) 
   });
 }
 
+void adamw_k(const Kernels& k, float* w, const float* g, float* m, float* v, int64_t n,
+             const AdamWStep& s) {
+  MXT_CHECK(n >= 0 && ((w && g && m && v) || n == 0), "adamw_elements: null pointer");
+  run(n, kParAdamW, [&](int T, int t) {
+    const auto [i0, i1] = share(n, 16, T, t);
+    if (i0 < i1) k.adamw(w, g, m, v, s, i0, i1);
+  });
+}
+
 }  // namespace
 
-// ---- public functions: the kernels of the active ISA ---------------------------------------
+// ---- public functions: the kernels of the dispatch table's choice --------------------------
 
 void embedding_forward(float* out, const int32_t* tokens, int64_t N, const float* table,
                        int64_t V, int64_t D) {
@@ -249,6 +267,12 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n) {
 void axpy(float* y, const float* x, float alpha, int64_t n) {
   axpy_k(active_kernels(), y, x, alpha, n);
 }
+void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n,
+                    const AdamWStep& s) {
+  adamw_k(active_kernels(), w, g, m, v, n, s);
+}
+
+PathChoice opk::ops_choice() { return ops_table().choice(); }
 
 // ---- the scalar reference (nn/ops_kernels.h) -----------------------------------------------
 
@@ -294,6 +318,10 @@ void residual_backward(float* da, float* db, const float* dout, int64_t n) {
 }
 void axpy(float* y, const float* x, float alpha, int64_t n) {
   axpy_k(opk::kernels_ref(), y, x, alpha, n);
+}
+void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n,
+                    const AdamWStep& s) {
+  adamw_k(opk::kernels_ref(), w, g, m, v, n, s);
 }
 }  // namespace ref
 

@@ -1,5 +1,5 @@
 // nn/ops_attention.cc — causal multi-head self-attention core (nn/ops.h): argument checks,
-// kernel dispatch, and the portable reference kernel.
+// the kernels' dispatch table, and the portable reference kernel.
 //
 // Sits between the qkv projection and the output projection of every transformer layer:
 // packed qkv [B*T, 3*D] -> out [B*T, D]. The algorithm is FlashAttention-2's: the forward
@@ -23,8 +23,8 @@
 #include <limits>
 #include <vector>
 
+#include "core/dispatch.h"
 #include "mxtrain/common.h"
-#include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
 #include "nn/attention_kernels.h"
 
@@ -218,15 +218,43 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   }
 }
 
-bool attention_uses_avx512(AttnPrecision p) {
-  return p == AttnPrecision::bf16 && active_isa() >= Isa::avx512 &&
-         cpu_features().avx512_bf16;
-}
-
 }  // namespace attn_detail
 
 namespace {
 
+using attn_detail::AttnForward;
+using attn_detail::AttnBackward;
+
+void forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                        int64_t D, int64_t H, AttnPrecision) {
+  attn_detail::attention_forward_avx512bf16(out, lse, qkv, B, T, D, H);
+}
+void backward_avx512bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
+                         const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                         AttnPrecision) {
+  attn_detail::attention_backward_avx512bf16(dqkv, dout, qkv, out, lse, B, T, D, H);
+}
+
+// One path's kernels per precision (index: AttnPrecision). The AVX-512 kernel computes the
+// bf16 precision only; fp32 runs the reference on every path.
+struct AttnKernels {
+  AttnForward forward[2];
+  AttnBackward backward[2];
+};
+
+const PathTable<AttnKernels>& attention_table() {
+  using attn_detail::attention_backward_ref;
+  using attn_detail::attention_forward_ref;
+  static const PathTable<AttnKernels> t(
+      "attention",
+      {{Path::scalar, "attention_{forward,backward}_ref",
+        {{attention_forward_ref, attention_forward_ref},
+         {attention_backward_ref, attention_backward_ref}}},
+       {Path::avx512bf16, "attention_{forward,backward}_avx512bf16 (bf16; fp32: _ref)",
+        {{attention_forward_ref, forward_avx512bf16},
+         {attention_backward_ref, backward_avx512bf16}}}});
+  return t;
+}
 void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char* fn) {
   MXT_CHECK(B >= 1 && T >= 1 && D >= 1 && H >= 1, fn, ": B, T, D, H must be >= 1 (got ", B,
             ", ", T, ", ", D, ", ", H, ")");
@@ -235,14 +263,17 @@ void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char
 
 }  // namespace
 
+Path attn_detail::attention_path(AttnPrecision p) {
+  return p == AttnPrecision::bf16 ? attention_table().path() : Path::scalar;
+}
+
+PathChoice attn_detail::attention_choice() { return attention_table().choice(); }
+
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                        int64_t D, int64_t H, AttnPrecision p) {
   MXT_CHECK(out && lse && qkv, "attention_forward: null pointer");
   check_attention_args(B, T, D, H, "attention_forward");
-  if (attn_detail::attention_uses_avx512(p))
-    attn_detail::attention_forward_avx512(out, lse, qkv, B, T, D, H);
-  else
-    attn_detail::attention_forward_ref(out, lse, qkv, B, T, D, H, p);
+  attention_table().get().forward[int(p)](out, lse, qkv, B, T, D, H, p);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
@@ -250,10 +281,7 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         AttnPrecision p) {
   MXT_CHECK(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
   check_attention_args(B, T, D, H, "attention_backward");
-  if (attn_detail::attention_uses_avx512(p))
-    attn_detail::attention_backward_avx512(dqkv, dout, qkv, out, lse, B, T, D, H);
-  else
-    attn_detail::attention_backward_ref(dqkv, dout, qkv, out, lse, B, T, D, H, p);
+  attention_table().get().backward[int(p)](dqkv, dout, qkv, out, lse, B, T, D, H, p);
 }
 
 }  // namespace mxtrain

@@ -2,7 +2,7 @@
 //
 // 16 FP32 lanes, a masked tail for widths that are not multiples of 16. Against the scalar
 // kernels (ops_ref.cc):
-//   bit for bit   embedding forward/backward, residual, axpy, cross-entropy backward,
+//   bit for bit   embedding forward/backward, residual, axpy, AdamW, cross-entropy backward,
 //                 RMSNorm dgain (the same per-column sums in token order) — every FP32
 //                 operation is the reference's, in its order, with mul_rn/add_rn where the
 //                 compiler could otherwise fuse a multiply and an add;
@@ -234,12 +234,35 @@ void axpy(float* y, const float* x, float alpha, int64_t i0, int64_t i1) {
   });
 }
 
+// The reference's operations in its order; sqrt and division are IEEE.
+void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int64_t i0,
+           int64_t i1) {
+  const __m512 b1 = _mm512_set1_ps(s.beta1), b2 = _mm512_set1_ps(s.beta2);
+  const __m512 c1 = _mm512_set1_ps(s.one_minus_beta1), c2 = _mm512_set1_ps(s.one_minus_beta2);
+  const __m512 step = _mm512_set1_ps(s.step_size), ibc2 = _mm512_set1_ps(s.inv_sqrt_bc2);
+  const __m512 eps = _mm512_set1_ps(s.eps), wd = _mm512_set1_ps(s.wd);
+  for (int64_t i = i0; i < i1; i += 16) {
+    const __mmask16 k = tail_mask(i1 - i);
+    const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+    const __m512 mv = add_rn(mul_rn(b1, _mm512_maskz_loadu_ps(k, m + i)), mul_rn(c1, gv));
+    const __m512 vv =
+        add_rn(mul_rn(b2, _mm512_maskz_loadu_ps(k, v + i)), mul_rn(mul_rn(c2, gv), gv));
+    const __m512 denom = add_rn(mul_rn(_mm512_sqrt_ps(vv), ibc2), eps);
+    __m512 wv = _mm512_maskz_loadu_ps(k, w + i);
+    wv = sub_rn(wv, mul_rn(wd, wv));
+    wv = sub_rn(wv, _mm512_div_ps(mul_rn(step, mv), denom));
+    _mm512_mask_storeu_ps(m + i, k, mv);
+    _mm512_mask_storeu_ps(v + i, k, vv);
+    _mm512_mask_storeu_ps(w + i, k, wv);
+  }
+}
+
 }  // namespace
 
 const Kernels& kernels_avx512() {
   static const Kernels k{embed_fwd,  embed_bwd,  rms_fwd, rms_bwd_dx, rms_bwd_dgain,
                          swiglu_fwd, swiglu_bwd, ce_fwd,  ce_bwd,     add,
-                         acc,        axpy};
+                         acc,        axpy,       adamw};
   return k;
 }
 

@@ -1,6 +1,6 @@
 // nn/ops_kernels.h — private: the kernel layer behind nn/ops.h, and the scalar reference.
 //
-// ops.cc checks arguments, picks a kernel table for active_isa() and splits the work over
+// ops.cc checks arguments, takes the kernels its dispatch table picks and splits the work over
 // OpenMP threads; the kernels below do no checks and work on one range each:
 //   rows [n0, n1) for row-wise work, columns [d0, d1) (over all N rows, in token order) for
 //   reductions over rows, elements [i0, i1) for flat element-wise work.
@@ -15,6 +15,7 @@
 
 #include <cstdint>
 
+#include "core/dispatch.h"
 #include "mxtrain/nn/ops.h"
 
 namespace mxtrain {
@@ -52,7 +53,13 @@ struct Kernels {
   void (*add)(float* out, const float* a, const float* b, int64_t i0, int64_t i1);
   void (*acc)(float* y, const float* x, int64_t i0, int64_t i1);
   void (*axpy)(float* y, const float* x, float alpha, int64_t i0, int64_t i1);
+  // AdamW over elements [i0, i1) of w, m, v from g (nn/ops.h adamw_elements).
+  void (*adamw)(float* w, const float* g, float* m, float* v, const AdamWStep& s, int64_t i0,
+                int64_t i1);
 };
+
+// What the dispatch table (ops.cc) chooses now (mxtrain info).
+PathChoice ops_choice();
 
 const Kernels& kernels_ref();     // ops_ref.cc
 const Kernels& kernels_avx512();  // ops_avx512.cc
@@ -80,6 +87,7 @@ void crossentropy_backward(float* dlogits, const float* probs, const int32_t* ta
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 void axpy(float* y, const float* x, float alpha, int64_t n);
+void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 }  // namespace ref
 
 }  // namespace mxtrain

@@ -144,12 +144,23 @@ void axpy(float* y, const float* x, float alpha, int64_t i0, int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) y[i] += alpha * x[i];
 }
 
+void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int64_t i0,
+           int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i) {
+    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * g[i];
+    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) * s.inv_sqrt_bc2 + s.eps;
+    w[i] -= s.wd * w[i];
+    w[i] -= s.step_size * m[i] / denom;
+  }
+}
+
 }  // namespace
 
 const Kernels& kernels_ref() {
   static const Kernels k{embed_fwd,  embed_bwd,  rms_fwd, rms_bwd_dx, rms_bwd_dgain,
                          swiglu_fwd, swiglu_bwd, ce_fwd,  ce_bwd,     add,
-                         acc,        axpy};
+                         acc,        axpy,       adamw};
   return k;
 }
 

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "mxtrain/common.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/io/atomic_file.h"
 #include "policy/json_util.h"
 
@@ -48,12 +49,11 @@ std::string all_kinds_list() {
 
 Timing timing_from_samples(std::vector<double> ms) {
   MXT_CHECK(!ms.empty(), "timing_from_samples: no timed iterations");
-  std::sort(ms.begin(), ms.end());
-  const size_t n = ms.size();
-  const double median = n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+  const double median = median_of(ms);
+  const auto [lo, hi] = std::minmax_element(ms.begin(), ms.end());
   MXT_CHECK(median > 0 && std::isfinite(median),
             "timing_from_samples: median time must be > 0, got ", median);
-  return {median, (ms.back() - ms.front()) / median};
+  return {median, (*hi - *lo) / median};
 }
 
 double speedup_of(const Timing& bf16, const Timing& fp8) { return bf16.ms / fp8.ms; }

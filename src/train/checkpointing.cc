@@ -10,14 +10,6 @@
 namespace mxtrain {
 namespace {
 
-// Canonical YAML of the model section only: what must match to load weights.
-std::string model_yaml(const ModelConfig& m) {
-  TrainConfig c;
-  c.model = m;
-  const std::string y = config_to_yaml(c);
-  return y.substr(0, y.find("\ntraining:"));
-}
-
 constexpr const char* kTokenizerFile = "tokenizer.model";
 
 // The tokenizer a checkpoint records ("tokenizer" in its trainer state; none: byte-level).
@@ -35,7 +27,7 @@ void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst)
 
 }  // namespace
 
-void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
+std::string save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<FloatBuffer>& m,
                               const std::vector<FloatBuffer>& v, const TrainerState& st) {
@@ -56,7 +48,7 @@ void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
   opt.config_text = cfg.source_text;
   state["tokenizer"] = tokenizer_of(cfg).id().str();
   if (!cfg.tokenizer_model.empty()) opt.extra_files[kTokenizerFile] = cfg.tokenizer_model;
-  io::save_checkpoint(dir, st.step, model, optim, state, opt);
+  return io::save_checkpoint(dir, st.step, model, optim, state, opt);
 }
 
 int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int grad_accum,
@@ -85,9 +77,14 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
                                       std::vector<FloatBuffer>& v) {
   const io::LoadedCheckpoint ck = io::load_checkpoint(dir);
   const TrainConfig saved = parse_config(ck.config_text, ck.dir + "/state.json config");
-  MXT_CHECK(model_yaml(saved.model) == model_yaml(cfg.model), "checkpoint ", ck.dir,
-            " was written for a different model:\n", model_yaml(saved.model),
-            "\nbut the config asks for:\n", model_yaml(cfg.model));
+  const std::vector<std::string> changed = model_changes(saved.model, cfg.model);
+  if (!changed.empty()) {
+    std::string list;
+    for (const std::string& c : changed) list += (list.empty() ? "" : "; ") + c;
+    MXT_FAIL("checkpoint ", ck.dir, " was written for a different model (checkpoint -> config: ",
+             list, "); resume with the model it was written for, or start a new run in "
+             "another --checkpoint-dir");
+  }
   const std::string saved_tok = checkpoint_tokenizer(ck).id().str();
   const std::string want_tok = tokenizer_of(cfg).id().str();
   MXT_CHECK(saved_tok == want_tok, "checkpoint ", ck.dir, " was trained with tokenizer ",

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <type_traits>
@@ -22,10 +23,37 @@
 namespace mxtrain {
 namespace {
 
+// Full dotted key -> the flag that set it (ConfigOverride), for the messages.
+using OverrideFlags = std::map<std::string, std::string>;
+
+// ---- values: YAML scalars, and the typed ones YAML spells as a name (parsed once, here) ----
+
+template <class T>
+void decode(const YAML::Node& v, T& out) {
+  out = v.as<T>();
+}
+void decode(const YAML::Node& v, Recipe& out) { out = get_recipe(v.as<std::string>()); }
+void decode(const YAML::Node& v, SwigluInput& out) {
+  out = parse_swiglu_input(v.as<std::string>());
+}
+void decode(const YAML::Node& v, ScaleRounding& out) {
+  out = parse_rounding(v.as<std::string>().c_str());
+}
+
+// The text a value is written as (config_to_yaml, config_changes).
+template <class T>
+const T& text(const T& v) {
+  return v;
+}
+const std::string& text(const Recipe& r) { return r.name; }
+const char* text(SwigluInput s) { return swiglu_input_name(s); }
+const char* text(ScaleRounding r) { return rounding_name(r); }
+
 class Section {
  public:
-  Section(const YAML::Node& node, std::string path, std::string origin)
-      : node_(node), path_(std::move(path)), origin_(std::move(origin)) {
+  Section(const YAML::Node& node, std::string path, std::string origin,
+          const OverrideFlags* flags = nullptr)
+      : node_(node), path_(std::move(path)), origin_(std::move(origin)), flags_(flags) {
     MXT_CHECK(!node_ || node_.IsNull() || node_.IsMap(), origin_, ": `", path_,
               "` must be a mapping of key: value");
   }
@@ -37,13 +65,20 @@ class Section {
     YAML::Node v = node_[key];
     if (!v) return;
     try {
-      out = v.as<T>();
+      decode(v, out);
+    } catch (const Error& e) {  // a name that is not one of the valid ones
+      MXT_FAIL(origin_of(key), ": `", full(key), "`: ", e.what());
     } catch (const YAML::Exception&) {
-      MXT_FAIL(origin_, ": `", full(key), "` has the wrong type (got `", dump(v), "`)");
+      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+        if (is_integer_text(v))  // digits, but outside what T holds
+          MXT_FAIL(origin_of(key), ": `", full(key), "` must be between ",
+                   +std::numeric_limits<T>::min(), " and ", +std::numeric_limits<T>::max(),
+                   ", got ", dump(v));
+      MXT_FAIL(origin_of(key), ": `", full(key), "` has the wrong type (got `", dump(v), "`)");
     }
     if constexpr (std::is_floating_point_v<T>)
-      MXT_CHECK(std::isfinite(out), origin_, ": `", full(key), "` must be a finite number, got `",
-                dump(v), "`");
+      MXT_CHECK(std::isfinite(out), origin_of(key), ": `", full(key),
+                "` must be a finite number, got `", dump(v), "`");
   }
   // The value under `key`; an undefined node (false in a boolean test) when absent.
   YAML::Node child(const std::string& key) {
@@ -53,6 +88,15 @@ class Section {
   }
   std::string full(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
   const std::string& origin() const { return origin_; }
+  // Where `key`'s value came from: the flag that overrode it, else the file.
+  const std::string& origin_of(const std::string& key) const {
+    if (flags_) {
+      const auto it = flags_->find(full(key));
+      if (it != flags_->end()) return it->second;
+    }
+    return origin_;
+  }
+  const OverrideFlags* flags() const { return flags_; }
 
   // Every key present in the node must have been asked for.
   void finish() const {
@@ -76,14 +120,23 @@ class Section {
     std::string s = ss.str();
     return s.size() > 40 ? s.substr(0, 37) + "..." : s;
   }
+  // An optional '-' and decimal digits.
+  static bool is_integer_text(const YAML::Node& v) {
+    if (!v.IsScalar()) return false;
+    const std::string& t = v.Scalar();
+    const size_t first = !t.empty() && t[0] == '-';
+    return t.size() > first &&
+           t.find_first_not_of("0123456789", first) == std::string::npos;
+  }
   YAML::Node node_;
   std::string path_, origin_;
+  const OverrideFlags* flags_;
   std::set<std::string> known_;
 };
 
 template <class T>
 void require(bool ok, const Section& s, const std::string& key, const char* rule, const T& v) {
-  MXT_CHECK(ok, s.origin(), ": `", s.full(key), "` ", rule, ", got ", v);
+  MXT_CHECK(ok, s.origin_of(key), ": `", s.full(key), "` ", rule, ", got ", v);
 }
 
 // ---- field lists: one per section, shared by parsing and by config_to_yaml ---------------
@@ -150,6 +203,7 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("swiglu_input", p.swiglu_input);
   f("selective_fp8", p.selective_fp8);
   f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
+  f("scale_rounding", p.scale_rounding);
 }
 
 template <class F>
@@ -163,7 +217,7 @@ void fsdp_fields(FsdpConfig& c, F&& f) {
 void parse_model(Section s, ModelConfig& m, std::string& tokenizer) {
   model_fields(m, [&](const char* k, auto& v) { s.get(k, v); });
   s.get("tokenizer", tokenizer);
-  Section moe(s.child("moe"), s.full("moe"), s.origin());
+  Section moe(s.child("moe"), s.full("moe"), s.origin(), s.flags());
   moe_fields(m, [&](const char* k, auto& v) { moe.get(k, v); });
   moe.finish();
   s.finish();
@@ -209,43 +263,22 @@ void parse_data(Section s, DataConfig& d) {
           d.val_fraction);
 }
 
-void check_recipe(const Section& s, const std::string& key, const std::string& name) {
-  try {
-    get_recipe(name);
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin(), ": `", s.full(key), "`: ", e.what());
-  }
-}
-
 void parse_precision(Section s, PrecisionConfig& p) {
-  std::string rounding = rounding_name(p.scale_rounding);
   precision_fields(p, [&](const char* k, auto& v) { s.get(k, v); });
-  s.get("scale_rounding", rounding);
   YAML::Node ov = s.child("overrides");
   YAML::Node nt = s.child("fp8_dynamic_num_tokens");
   s.finish();
-  check_recipe(s, "recipe", p.recipe);
-  check_recipe(s, "lm_head", p.lm_head);
-  try {
-    parse_swiglu_input(p.swiglu_input);
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin(), ": `", s.full("swiglu_input"), "`: ", e.what());
-  }
-  try {
-    p.scale_rounding = parse_rounding(rounding.c_str());
-  } catch (const Error& e) {
-    MXT_FAIL(s.origin(), ": `", s.full("scale_rounding"), "`: ", e.what());
-  }
   require(p.bf16_first_layers >= 0, s, "bf16_first_layers", "must be >= 0", p.bf16_first_layers);
   require(p.bf16_last_layers >= 0, s, "bf16_last_layers", "must be >= 0", p.bf16_last_layers);
   if (ov) {
     MXT_CHECK(ov.IsMap(), s.origin(), ": `", s.full("overrides"),
               "` must map module-name globs to recipe names, e.g. `layers.0.*: bf16`");
+    Section o(ov, s.full("overrides"), s.origin(), s.flags());
     for (const auto& kv : ov) {
-      auto pat = kv.first.as<std::string>();
-      auto rec = kv.second.as<std::string>();
-      check_recipe(s, "overrides." + pat, rec);
-      p.overrides.emplace_back(pat, rec);
+      const auto pat = kv.first.as<std::string>();
+      Recipe r;
+      o.get(pat, r);
+      p.overrides.emplace_back(pat, r);
     }
   }
   if (nt) {
@@ -262,12 +295,14 @@ void parse_precision(Section s, PrecisionConfig& p) {
   if (p.selective_fp8)
     MXT_CHECK(!p.fp8_dynamic_policy_path.empty(), s.origin(), ": `", s.full("selective_fp8"),
               "` is true but `", s.full("fp8_dynamic_policy_path"), "` is not set");
-  MXT_CHECK(!(p.defer_backward_quant && !get_recipe(p.recipe).quantized()), s.origin(), ": `",
-            s.full("defer_backward_quant"), "` is only valid with an FP8 recipe (recipe is `",
-            p.recipe, "`)");
-  MXT_CHECK(p.swiglu_input != "fp8" || get_recipe(p.recipe).quantized(), s.origin(), ": `",
+  // The rules across keys (recipe.h, nn/fp8_activation.h), named by the flag that set the
+  // recipe when one did.
+  MXT_CHECK(!p.defer_backward_quant || defer_backward_quant_applies(p.recipe),
+            s.origin_of("recipe"), ": `", s.full("defer_backward_quant"),
+            "` is only valid with an FP8 recipe (recipe is `", p.recipe.name, "`)");
+  MXT_CHECK(swiglu_input_applies(p.swiglu_input, p.recipe), s.origin_of("recipe"), ": `",
             s.full("swiglu_input"), ": fp8` is only valid with an FP8 recipe (recipe is `",
-            p.recipe, "`)");
+            p.recipe.name, "`)");
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
@@ -320,10 +355,12 @@ void TrainConfig::validate() const {
 }
 
 namespace {
-TrainConfig parse_document(const YAML::Node& root, const std::string& origin);
+TrainConfig parse_document(YAML::Node root, const std::string& origin,
+                           const std::vector<ConfigOverride>& overrides);
 }  // namespace
 
-TrainConfig parse_config(const std::string& yaml_text, const std::string& origin) {
+TrainConfig parse_config(const std::string& yaml_text, const std::string& origin,
+                         const std::vector<ConfigOverride>& overrides) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -331,7 +368,7 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& origin
     MXT_FAIL(origin, ": not valid YAML: ", e.what());
   }
   try {
-    return parse_document(root, origin);
+    return parse_document(root, origin, overrides);
   } catch (const YAML::Exception& e) {  // a value of the wrong kind inside a map or list
     MXT_FAIL(origin, ": unexpected YAML value: ", e.msg);
   }
@@ -339,39 +376,67 @@ TrainConfig parse_config(const std::string& yaml_text, const std::string& origin
 
 namespace {
 
-TrainConfig parse_document(const YAML::Node& root, const std::string& origin) {
+// Puts each override into `root` as a plain scalar (`section.key: value`), creating the
+// section when the file has none, and records which flag set which key. A document that is
+// not a mapping is left alone: parsing it fails with the file's own error.
+OverrideFlags apply_overrides(YAML::Node& root, const std::vector<ConfigOverride>& overrides) {
+  OverrideFlags flags;
+  if (!root.IsMap() && !root.IsNull()) return flags;
+  for (const ConfigOverride& o : overrides) {
+    const size_t dot = o.key.find('.');
+    MXT_CHECK(dot != std::string::npos, "config override `", o.key, "` is not a section.key");
+    YAML::Node section = root[o.key.substr(0, dot)];
+    if (!section || section.IsNull()) {
+      section = YAML::Node(YAML::NodeType::Map);
+      root[o.key.substr(0, dot)] = section;
+    }
+    if (!section.IsMap()) continue;  // the section's own error comes when it is parsed
+    section[o.key.substr(dot + 1)] = YAML::Node(o.value);
+    flags[o.key] = o.flag;
+  }
+  return flags;
+}
+
+TrainConfig parse_document(YAML::Node root, const std::string& origin,
+                           const std::vector<ConfigOverride>& overrides) {
   int64_t nodes = 0;
   check_structure(root, "", 0, nodes, origin);
+  const OverrideFlags flags = apply_overrides(root, overrides);
   TrainConfig c;
-  Section top(root, "", origin);
+  Section top(root, "", origin, &flags);
   auto require_section = [&](const char* name, const char* hint) {
     const YAML::Node n = top.child(name);
     MXT_CHECK(n && !n.IsNull(), origin, ": missing required section `", name, ":` (", hint, ")");
   };
   require_section("model", "the model's shape: d_model, n_layers, n_heads, d_ff, max_seq_len");
-  parse_model(Section(top.child("model"), "model", origin), c.model, c.tokenizer);
-  parse_training(Section(top.child("training"), "training", origin), c.training);
-  parse_data(Section(top.child("data"), "data", origin), c.data);
+  parse_model(Section(top.child("model"), "model", origin, &flags), c.model, c.tokenizer);
+  parse_training(Section(top.child("training"), "training", origin, &flags), c.training);
+  parse_data(Section(top.child("data"), "data", origin, &flags), c.data);
   require_section("precision", "at least `recipe:`");
-  parse_precision(Section(top.child("precision"), "precision", origin), c.precision);
-  parse_fsdp(Section(top.child("fsdp"), "fsdp", origin), c.fsdp);
+  parse_precision(Section(top.child("precision"), "precision", origin, &flags), c.precision);
+  parse_fsdp(Section(top.child("fsdp"), "fsdp", origin, &flags), c.fsdp);
   top.finish();
-  c.validate();
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    rethrow_prefixed(
+        Section(top.child("training"), "training", origin, &flags).origin_of("seq_len") + ": ", e);
+  }
   c.source_text = config_to_yaml(c);
   return c;
 }
 
 }  // namespace
 
-TrainConfig load_config(const std::string& path) {
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   // read_text_file refuses devices and pipes (a config of /dev/zero is not read forever).
-  return parse_config(io::read_text_file(path), path);
+  return parse_config(io::read_text_file(path), path, overrides);
 }
 
 std::string config_to_yaml(const TrainConfig& config) {
   TrainConfig c = config;  // the field lists take mutable references
   YAML::Emitter e;
-  auto put = [&](const char* k, const auto& v) { e << YAML::Key << k << YAML::Value << v; };
+  auto put = [&](const char* k, const auto& v) { e << YAML::Key << k << YAML::Value << text(v); };
   auto open = [&](const char* k) { e << YAML::Key << k << YAML::Value << YAML::BeginMap; };
   e << YAML::BeginMap;
   open("model");
@@ -389,7 +454,6 @@ std::string config_to_yaml(const TrainConfig& config) {
   e << YAML::EndMap;
   open("precision");
   precision_fields(c.precision, put);
-  put("scale_rounding", rounding_name(c.precision.scale_rounding));
   open("overrides");
   for (const auto& [k, v] : c.precision.overrides) put(k.c_str(), v);
   e << YAML::EndMap;
@@ -404,24 +468,45 @@ std::string config_to_yaml(const TrainConfig& config) {
 
 namespace {
 
+// A field visitor that records "section.key" -> value as text in `out`.
+auto recorder(std::map<std::string, std::string>& out, const std::string& section) {
+  return [&out, section](const char* k, const auto& v) {
+    std::ostringstream os;
+    os << text(v);
+    out[section + "." + k] = os.str();
+  };
+}
+
+// "key: old -> new" for each key whose value differs between a and b (same keys).
+std::vector<std::string> differences(const std::map<std::string, std::string>& a,
+                                     const std::map<std::string, std::string>& b) {
+  std::vector<std::string> lines;
+  for (const auto& [k, v] : a) {
+    const std::string& w = b.at(k);
+    if (v != w) lines.push_back(k + ": " + v + " -> " + w);
+  }
+  return lines;
+}
+
+std::map<std::string, std::string> model_settings(const ModelConfig& model) {
+  ModelConfig m = model;  // the field lists take mutable references
+  std::map<std::string, std::string> out;
+  model_fields(m, recorder(out, "model"));
+  moe_fields(m, recorder(out, "model.moe"));
+  return out;
+}
+
 // "section.key" -> value as text, for every setting outside the model section.
 std::map<std::string, std::string> flat_settings(const TrainConfig& config) {
   TrainConfig c = config;  // the field lists take mutable references
   std::map<std::string, std::string> out;
-  std::vector<std::string> order;
-  auto add = [&](const std::string& section) {
-    return [&out, section](const char* k, const auto& v) {
-      std::ostringstream os;
-      os << v;
-      out[section + "." + k] = os.str();
-    };
-  };
+  auto add = [&](const std::string& section) { return recorder(out, section); };
   training_fields(c.training, add("training"));
   data_fields(c.data, add("data"));
   precision_fields(c.precision, add("precision"));
-  out["precision.scale_rounding"] = rounding_name(c.precision.scale_rounding);
   std::string ov;
-  for (const auto& [k, v] : c.precision.overrides) ov += (ov.empty() ? "" : ", ") + k + ": " + v;
+  for (const auto& [k, v] : c.precision.overrides)
+    ov += (ov.empty() ? "" : ", ") + k + ": " + v.name;
   out["precision.overrides"] = "{" + ov + "}";
   std::string nt;
   for (const auto& [k, v] : c.precision.fp8_dynamic_num_tokens)
@@ -434,13 +519,11 @@ std::map<std::string, std::string> flat_settings(const TrainConfig& config) {
 }  // namespace
 
 std::vector<std::string> config_changes(const TrainConfig& before, const TrainConfig& after) {
-  const auto a = flat_settings(before), b = flat_settings(after);
-  std::vector<std::string> lines;
-  for (const auto& [k, v] : a) {
-    const std::string& w = b.at(k);
-    if (v != w) lines.push_back(k + ": " + v + " -> " + w);
-  }
-  return lines;
+  return differences(flat_settings(before), flat_settings(after));
+}
+
+std::vector<std::string> model_changes(const ModelConfig& before, const ModelConfig& after) {
+  return differences(model_settings(before), model_settings(after));
 }
 
 bool glob_match(const std::string& pattern, const std::string& text) {

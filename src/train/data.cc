@@ -59,8 +59,14 @@ TextCorpus TextCorpus::from_text(std::string text, float val_fraction) {
 }
 
 TextCorpus TextCorpus::load(const std::string& path, float val_fraction) {
-  const corpus::TextInput in = corpus::resolve_text_input({path});
-  std::string text = corpus::read_all_text(in);
+  corpus::TextInput in;
+  std::string text;
+  try {  // a missing file, a FIFO, a device are each named for what they are
+    in = corpus::resolve_text_input({path});
+    text = corpus::read_all_text(in);
+  } catch (const Error& e) {
+    rethrow_prefixed("data `" + path + "`: ", e);
+  }
   MXT_CHECK(text.size() >= 4096, "corpus `", path, "` is too small (", text.size(),
             " bytes); need at least 4096");
   TextCorpus c = from_text(std::move(text), val_fraction);

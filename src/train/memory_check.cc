@@ -53,7 +53,7 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
   e.optimizer_bytes = 8 * e.parameters;
   // FP8 recipes keep one byte per weight element (the transposed copy is made per use).
   LinearPrecision prec;  // the recipe's, as every Linear would get it (overrides not counted)
-  prec.recipe = get_recipe(cfg.precision.recipe);
+  prec.recipe = cfg.precision.recipe;
   prec.defer_backward_quant = cfg.precision.defer_backward_quant;
   if (prec.recipe.quantized()) e.quantized_bytes = e.parameters;
 
@@ -63,7 +63,7 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
   // under an FP8 recipe without deferred quantization) the fc1 output (2F) takes 1 + 1/32 bytes
   // per element instead of 4.
   const double tokens = B * T;
-  const bool fc1_fp8 = swiglu_input_fp8(parse_swiglu_input(cfg.precision.swiglu_input), prec);
+  const bool fc1_fp8 = swiglu_input_fp8(cfg.precision.swiglu_input, prec);
   const double fc1_out = fc1_fp8 ? (1 + 1 / 32.0) / 4 : 1;
   const double dense_tok = 7 * D + H + F + 2 * F * fc1_out;
   const double moe_tok = 7 * D + H + K * (Fe + 2 * Fe * fc1_out) + E;

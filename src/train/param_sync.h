@@ -52,11 +52,15 @@ class ParamSync {
   virtual double grad_sum_squares() = 0;
   virtual std::vector<OptimView> views() = 0;
   virtual double sum_over_ranks(double x) { return x; }
+  // Collective: the largest of the ranks' x (the stop request, agreed at each step's end).
+  virtual int64_t max_over_ranks(int64_t x) { return x; }
   // Collective: throws on every rank when any rank's `value` differs from rank 0's.
   virtual void check_same(const std::string& what, const std::string& value) {}
   double mean_over_ranks(double x) { return sum_over_ranks(x) / world(); }
   virtual CommCounters counters() const { return {}; }
-  virtual void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) = 0;
+  // Collective under FSDP. Returns the step directory written (empty on ranks that write none).
+  virtual std::string save(const std::string& dir, const TrainConfig& cfg,
+                           const TrainerState& st) = 0;
   virtual TrainerState load(const std::string& dir, const TrainConfig& cfg) = 0;
 };
 

@@ -76,6 +76,10 @@ class FsdpSync : public ParamSync {
     comm_.allreduce_sum(&x, 1);
     return x;
   }
+  int64_t max_over_ranks(int64_t x) override {
+    comm_.allreduce_max(&x, 1);
+    return x;
+  }
   std::vector<OptimView> views() override {
     std::vector<OptimView> out;
     for (dist::ShardView& s : fsdp_->shards())
@@ -90,7 +94,8 @@ class FsdpSync : public ParamSync {
             s.allgather_span_ms, s.reduce_scatter_span_ms};
   }
 
-  void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) override {
+  std::string save(const std::string& dir, const TrainConfig& cfg,
+                   const TrainerState& st) override {
     // Whole tensors on rank 0, in the model's parameter order.
     std::vector<Parameter> full(params_.size());
     std::vector<FloatBuffer> m(params_.size()), v(params_.size());
@@ -101,12 +106,14 @@ class FsdpSync : public ParamSync {
       m[i] = fsdp_->gather_full(full[i].name, ShardField::m);
       v[i] = fsdp_->gather_full(full[i].name, ShardField::v);
     }
+    std::string written;
     if (rank() == 0) {
       std::vector<Parameter*> ptrs;
       for (Parameter& p : full) ptrs.push_back(&p);
-      save_training_checkpoint(dir, cfg, ptrs, m, v, st);
+      written = save_training_checkpoint(dir, cfg, ptrs, m, v, st);
     }
     comm_.barrier();
+    return written;
   }
 
   TrainerState load(const std::string& dir, const TrainConfig& cfg) override {

@@ -32,8 +32,9 @@ class LocalSync : public ParamSync {
     }
     return out;
   }
-  void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) override {
-    save_training_checkpoint(dir, cfg, params_, m_, v_, st);
+  std::string save(const std::string& dir, const TrainConfig& cfg,
+                   const TrainerState& st) override {
+    return save_training_checkpoint(dir, cfg, params_, m_, v_, st);
   }
   TrainerState load(const std::string& dir, const TrainConfig& cfg) override {
     return load_training_checkpoint(dir, cfg, params_, m_, v_);

@@ -10,9 +10,10 @@ namespace mxtrain {
 
 PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg) {
   auto pol = std::make_shared<policy::Policy>(policy::load_policy(path));
-  MXT_CHECK(pol->recipe.empty() || pol->recipe == cfg.precision.recipe, "FP8 policy `", path,
-            "` was measured with recipe `", pol->recipe, "` but training uses `",
-            cfg.precision.recipe, "`; re-run bench-layers with --recipe ", cfg.precision.recipe);
+  const std::string& recipe = cfg.precision.recipe.name;
+  MXT_CHECK(pol->recipe.empty() || pol->recipe == recipe, "FP8 policy `", path,
+            "` was measured with recipe `", pol->recipe, "` but training uses `", recipe,
+            "`; re-run bench-layers with --recipe ", recipe);
   return [pol](const ModuleInfo& m, int64_t base_tokens) {
     policy::DecisionQuery q;
     q.kind = m.kind;

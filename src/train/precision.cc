@@ -44,43 +44,44 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
   const auto& p = cfg_.precision;
   ModuleDecision d{m.module, m.is_expert ? grouped_kind(m.kind) : m.kind, m.name, tokens_for(m),
                    "", ""};
-  std::string recipe;
+  const Recipe* recipe = nullptr;
+  const Recipe bf16;
   for (const auto& [pat, rec] : p.overrides) {
     if (glob_match(pat, m.module)) {
-      recipe = rec;
+      recipe = &rec;
       d.reason = "override `" + pat + "`";
     }
   }
   const int L = cfg_.model.n_layers;
-  if (recipe.empty() && m.layer >= 0 && m.layer < p.bf16_first_layers) {
-    recipe = "bf16";
+  if (!recipe && m.layer >= 0 && m.layer < p.bf16_first_layers) {
+    recipe = &bf16;
     d.reason = "first " + std::to_string(p.bf16_first_layers) + " layer(s) kept in BF16";
   }
-  if (recipe.empty() && m.layer >= 0 && m.layer >= L - p.bf16_last_layers) {
-    recipe = "bf16";
+  if (!recipe && m.layer >= 0 && m.layer >= L - p.bf16_last_layers) {
+    recipe = &bf16;
     d.reason = "last " + std::to_string(p.bf16_last_layers) + " layer(s) kept in BF16";
   }
-  if (recipe.empty() && m.layer < 0) {
-    recipe = p.lm_head;
+  if (!recipe && m.layer < 0) {
+    recipe = &p.lm_head;
     d.reason = "precision.lm_head";
   }
-  if (recipe.empty() && p.selective_fp8 && get_recipe(p.recipe).quantized()) {
+  if (!recipe && p.selective_fp8 && p.recipe.quantized()) {
     const PolicyVerdict v = policy_(m, m.is_expert ? d.tokens / m.top_k : d.tokens);
-    recipe = v.use_fp8 ? p.recipe : "bf16";
+    recipe = v.use_fp8 ? &p.recipe : &bf16;
     d.reason = "policy: " + v.reason;
   }
-  if (recipe.empty()) {
-    recipe = p.recipe;
+  if (!recipe) {
+    recipe = &p.recipe;
     d.reason = "recipe";
   }
   LinearPrecision lp;
-  lp.recipe = get_recipe(recipe);
+  lp.recipe = *recipe;
   if (lp.recipe.quantized()) {
-    lp.recipe.rounding = p.scale_rounding;
+    lp.recipe.set_rule(p.scale_rounding);
     lp.defer_backward_quant = p.defer_backward_quant;
   }
   lp.validate();
-  d.precision = recipe;
+  d.precision = lp.recipe.name;
   decisions_.push_back(d);
   return lp;
 }

@@ -1,9 +1,10 @@
 // train/trainer.cc — the training loop (train/trainer.h). `run_training` reads top to bottom:
-// start (outputs checked, policy -> precision decisions -> model, data, parameter sync,
-// optional resume), then per step train_step (micro-batches forward/backward, finite check,
-// clip, AdamW) -> log_step (metrics row, progress) -> evaluate (when due) -> save_checkpoint
-// (when due), then the summary. The run's state lives in one `Run`; what differs between one
-// process and FSDP is behind ParamSync (train/param_sync.h).
+// start (launch agreed across ranks, outputs checked and locked, policy -> precision
+// decisions -> model, data, parameter sync, optional resume), then per step train_step
+// (micro-batches forward/backward, finite check, clip, AdamW) -> log_step (metrics row,
+// progress) -> the stop request agreed -> evaluate (when due) -> save_checkpoint (when due),
+// then the summary. The run's state lives in one `Run`; what differs between one process and
+// FSDP is behind ParamSync (train/param_sync.h).
 #include "mxtrain/train/trainer.h"
 
 #include <sys/resource.h>
@@ -19,6 +20,7 @@
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/transformer.h"
+#include "mxtrain/stats.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
 #include "mxtrain/train/hf_llama.h"
@@ -26,8 +28,10 @@
 #include "mxtrain/train/optim.h"
 #include "mxtrain/train/policy_oracle.h"
 #include "mxtrain/train/precision.h"
+#include "train/launch.h"
 #include "train/param_sync.h"
 #include "train/progress.h"
+#include "train/run_outputs.h"
 
 namespace mxtrain {
 namespace {
@@ -36,31 +40,6 @@ int64_t peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return int64_t(ru.ru_maxrss) * 1024;
-}
-
-// Appends one JSON object per line and flushes, so a crash keeps what was written; a
-// failed write (full disk) stops the run with the path.
-class MetricsWriter {
- public:
-  void open(const std::string& path, bool append) {
-    if (!path.empty()) out_ = std::make_unique<io::LineWriter>(path, append);
-  }
-  void write(const nlohmann::json& j) {
-    if (out_) out_->write(j.dump() + "\n");
-  }
-  void close() {
-    if (out_) out_->close();
-  }
-
- private:
-  std::unique_ptr<io::LineWriter> out_;
-};
-
-// The upper middle of `v` once sorted; 0 when empty.
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Everything one training run holds, from start to summary.
@@ -85,11 +64,13 @@ struct Run {
   std::unique_ptr<ParamSync> sync;
   TrainerState st;
 
+  OutputLocks locks;  // the checkpoint directory's and the metrics file's (the writing rank)
   MetricsWriter metrics;
   std::unique_ptr<ProgressLine> progress;
   std::vector<int32_t> tok, tgt;   // one micro-batch: [B, T] tokens and next-token targets
   Clock::time_point t_run;
   std::vector<double> step_times;  // seconds, steps that updated the weights
+  int stop_signal = 0;             // the signal that asked the run to stop, agreed by all ranks
   TrainSummary sum;
 };
 
@@ -107,6 +88,13 @@ struct StepResult {
 // rather than after its last step.
 void check_outputs(const Run& r) {
   const TrainOptions& opt = r.opt;
+  // A dry run trains nothing: a flag only training uses would be silently ignored.
+  for (const auto& [given, flag] : {std::pair{opt.resume, "--resume"},
+                                    std::pair{opt.stop_after > 0, "--stop-after"},
+                                    std::pair{!opt.metrics_out.empty(), "--metrics-out"},
+                                    std::pair{!opt.checkpoint_dir.empty(), "--checkpoint-dir"}})
+    MXT_CHECK(!(opt.dry_run && given), "--dry-run builds the model and prints its precision "
+              "decisions but trains nothing, so ", flag, " would do nothing; drop one of them");
   if (r.lead) {
     io::check_output_file(opt.decisions_out, "--decisions-out");
     if (!opt.dry_run) {
@@ -134,8 +122,7 @@ void build_model(Run& r) {
   } else {
     r.model = std::make_unique<GPT>(
         cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
-    r.model->set_swiglu_input(parse_swiglu_input(cfg.precision.swiglu_input),
-                              cfg.precision.scale_rounding);
+    r.model->set_swiglu_input(cfg.precision.swiglu_input, cfg.precision.scale_rounding);
     r.model->set_recompute(parse_recompute(cfg.training.recompute));
   }
   if (!r.opt.decisions_out.empty() && r.lead)
@@ -150,6 +137,21 @@ void build_model(Run& r) {
 void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
   const TrainConfig& cfg = r.cfg;
   r.data = open_training_data(cfg.data, r.tokenizer);
+  // Both splits must hold a sequence and its next-token target: found now, not at step 1 or
+  // at the first validation.
+  const bool text = dynamic_cast<const TextCorpus*>(r.data.get()) != nullptr;
+  const char* unit = text ? "bytes" : "tokens";
+  MXT_CHECK(r.data->train_tokens() > r.T + 1, "data `", cfg.data.path, "`: the training split "
+            "has ", r.data->train_tokens(), " ", unit, ", fewer than training.seq_len + 2 = ",
+            r.T + 2, "; use a larger corpus or a shorter seq_len");
+  MXT_CHECK(!text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
+            "validation split (data.val_fraction ", cfg.data.val_fraction, ") has ",
+            r.data->val_tokens(), " bytes, fewer than training.seq_len + 2 = ", r.T + 2,
+            "; raise data.val_fraction, use a larger corpus or a shorter seq_len");
+  MXT_CHECK(text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
+            "validation shard has ", r.data->val_tokens(), " tokens, fewer than "
+            "training.seq_len + 2 = ", r.T + 2, "; prepare the shards with a larger "
+            "--val-fraction or use a shorter seq_len");
   r.params = r.model->parameters();
   if (!r.opt.init_from.empty()) {  // before FSDP shards the values: every rank reads the files
     MXT_CHECK(!r.opt.resume, "--init-from and --resume exclude each other");
@@ -181,11 +183,18 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
 // checkpoint's global batch (train/checkpointing.h, resume_grad_accum).
 void resume(Run& r) {
   const TrainOptions& opt = r.opt;
-  MXT_CHECK(!opt.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
-  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);
+  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);  // check_outputs made sure there is one
   if (opt.progress && r.lead)
     std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
                  (long long)r.st.step);
+  // The metrics rows of steps after the checkpoint's (a run killed after its last save) go,
+  // so every step appears once.
+  if (r.lead && !opt.metrics_out.empty()) {
+    const int64_t dropped = trim_metrics(opt.metrics_out, r.st.step);
+    if (dropped > 0 && opt.progress)
+      std::fprintf(stderr, "%s: dropped %lld row(s) after step %lld (the checkpoint's)\n",
+                   opt.metrics_out.c_str(), (long long)dropped, (long long)r.st.step);
+  }
   // Every rank has the same state (FSDP broadcasts it), so every rank decides alike.
   std::string note;
   const int a = resume_grad_accum(r.st, r.B, r.W, r.cfg.training.grad_accum, &note);
@@ -365,7 +374,14 @@ void evaluate(Run& r, int64_t step) {
   r.progress->message(buf);
 }
 
-void save_checkpoint(Run& r) { r.sync->save(r.opt.checkpoint_dir, r.cfg, r.st); }
+void save_checkpoint(Run& r) { r.sum.checkpoint = r.sync->save(r.opt.checkpoint_dir, r.cfg, r.st); }
+
+// The stop request (a signal number, 0: none) as every rank sees it: the largest over ranks,
+// so a signal delivered to any one rank stops all of them after the same step.
+int agreed_stop(Run& r) {
+  if (!r.opt.stop_requested) return 0;
+  return int(r.sync->max_over_ranks(r.opt.stop_requested()));
+}
 
 // ---- end -----------------------------------------------------------------------------------
 
@@ -381,22 +397,27 @@ void finish(Run& r) {
   sum.mean_step_ms = n == 0 ? 0 : total_s / double(n) * 1e3;
   sum.tokens_per_s = total_s > 0 ? double(r.tokens_per_step) * double(n) / total_s : 0;
   sum.median_step_ms =
-      median(std::vector<double>(r.step_times.begin() + (n > 1), r.step_times.end())) * 1e3;
+      median_of(std::vector<double>(r.step_times.begin() + (n > 1), r.step_times.end())) * 1e3;
   sum.peak_rss_bytes = peak_rss_bytes();
   sum.global_batch = r.global_batch;
   sum.micro_batch_size = r.B;
   sum.world_size = r.W;
   sum.grad_accum = r.A;
-  r.metrics.write({{"summary", true}, {"recipe", r.cfg.precision.recipe}, {"steps", r.st.step},
-                   {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
-                   {"final_val_loss", sum.final_val_loss},
-                   {"final_val_nats_per_byte", sum.final_val_nats_per_byte},
-                   {"tokens_per_s", sum.tokens_per_s},
-                   {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
-                   {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
-                   {"peak_rss_bytes", sum.peak_rss_bytes},
-                   {"parameters", r.model->num_parameters()}, {"global_batch", r.global_batch},
-                   {"micro_batch_size", r.B}, {"world_size", r.W}, {"grad_accum", r.A}});
+  sum.stopped_by = r.stop_signal;
+  nlohmann::json row = {{"summary", true}, {"recipe", r.cfg.precision.recipe.name},
+                        {"steps", r.st.step},
+                        {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
+                        {"final_val_loss", sum.final_val_loss},
+                        {"final_val_nats_per_byte", sum.final_val_nats_per_byte},
+                        {"tokens_per_s", sum.tokens_per_s},
+                        {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
+                        {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
+                        {"peak_rss_bytes", sum.peak_rss_bytes},
+                        {"parameters", r.model->num_parameters()},
+                        {"global_batch", r.global_batch}, {"micro_batch_size", r.B},
+                        {"world_size", r.W}, {"grad_accum", r.A}};
+  if (r.stop_signal) row["stopped_by_signal"] = r.stop_signal;
+  r.metrics.write(row);
   r.metrics.close();
 }
 
@@ -405,6 +426,7 @@ void finish(Run& r) {
 TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
                           const SyncFactory& make_sync) {
   config.validate();
+  agree_on_launch(config, opt);  // under mpirun: before anything else waits on another rank
   Run r(config, opt);
   r.B = r.cfg.training.micro_batch_size;
   r.T = r.cfg.training.seq_len;
@@ -415,6 +437,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   if (!opt.dry_run && !opt.ignore_memory_check)
     check_training_memory(r.cfg, machine_memory_limit());
   check_outputs(r);
+  if (r.lead && !opt.dry_run) r.locks = lock_outputs(opt.checkpoint_dir, opt.metrics_out);
   // The tokenizer is read once (checkpoints copy it); its vocabulary must fit the model's.
   if (!opt.dry_run) r.tokenizer = open_run_tokenizer(r.cfg);
   build_model(r);
@@ -424,11 +447,14 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   prepare_steps(r);
 
   const TrainingConfig& tc = r.cfg.training;
-  for (int64_t step = r.st.step; step < r.end_step; ++step) {
+  for (int64_t step = r.st.step; step < r.end_step && !r.stop_signal; ++step) {
     log_step(r, step, train_step(r, step));
-    const bool last = step + 1 == r.end_step;
-    if ((tc.eval_every > 0 && (step + 1) % tc.eval_every == 0) || last) evaluate(r, step);
     r.st.step = step + 1;
+    r.stop_signal = agreed_stop(r);
+    const bool last = r.st.step == r.end_step || r.stop_signal;
+    // A stopped run saves at once (a scheduler's grace period is short): no validation.
+    if (!r.stop_signal && ((tc.eval_every > 0 && r.st.step % tc.eval_every == 0) || last))
+      evaluate(r, step);
     if (!opt.checkpoint_dir.empty() &&
         (last || (tc.checkpoint_every > 0 && r.st.step % tc.checkpoint_every == 0)))
       save_checkpoint(r);

@@ -104,7 +104,7 @@ expect_error "corrupted weights" "bad/step_4/model.safetensors: checksum mismatc
 cp ck_dense/step_4/model.safetensors bad/step_4/ && truncate -s -4 bad/step_4/model.safetensors
 expect_error "truncated weights" "(truncated or incomplete checkpoint)" \
   "$MXTRAIN" generate --checkpoint bad "${P[@]}"
-expect_error "empty prompt" "--prompt is empty" \
+expect_error "empty prompt" "--prompt: the value is empty" \
   "$MXTRAIN" generate --checkpoint ck_dense --prompt ''
 expect_error "byte outside the vocabulary" "--prompt byte 2 is 195 (\\xc3), outside the model's vocabulary of 128 tokens" \
   "$MXTRAIN" generate --checkpoint ck_v128 --prompt "$(printf 'ab\303\251')"
@@ -112,8 +112,10 @@ expect_error "negative max-new-tokens" "--max-new-tokens must be between 0 and 1
   "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --max-new-tokens=-1
 expect_error "huge max-new-tokens" "--max-new-tokens must be between 0 and 1000000, got 5000000000" \
   "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --max-new-tokens 5000000000
-for t in -0.5 nan inf; do
-  expect_error "temperature $t" "--temperature must be finite and >= 0" \
+expect_error "temperature -0.5" "--temperature must be finite and >= 0" \
+  "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --temperature=-0.5
+for t in nan inf; do
+  expect_error "temperature $t" "--temperature: \`$t\` is not a finite number" \
     "$MXTRAIN" generate --checkpoint ck_dense "${P[@]}" --temperature=$t
 done
 expect_error "negative top-k" "--top-k must be >= 0 (0 = every token), got -2" \

@@ -8,23 +8,20 @@
 FAILS=0
 fail() { echo "FAIL: $*"; FAILS=$((FAILS + 1)); }
 
-# expect_error [--at-start] [--within SECONDS] [--usage] DESCRIPTION FRAGMENT CMD...
+# expect_error [--at-start] [--within SECONDS] DESCRIPTION FRAGMENT CMD...
 # Runs CMD (killed after 60 s) in the current directory, its stdout in out.txt and its stderr
 # in err.txt, and checks: exit code 1, exactly one stderr line, starting with `error: ` and
-# holding FRAGMENT, and nothing on stdout.
+# holding FRAGMENT, and nothing on stdout. Command-line usage errors (an unknown option, a
+# bad value) follow the same contract.
 #   --at-start        the message is FRAGMENT followed by anything: the line starts with
 #                     `error: FRAGMENT` (the file, key or flag named first).
 #   --within SECONDS  CMD also ends within SECONDS.
-#   --usage           a command-line usage error reported by CLI11 instead of an `error:`
-#                     line: a non-zero exit code, FRAGMENT on the first stderr line and
-#                     CLI11's "Run with --help" hint as the second and last.
 expect_error() {
-  local at_start=0 within='' usage=0
+  local at_start=0 within=''
   while :; do
     case $1 in
       --at-start) at_start=1; shift ;;
       --within) within=$2; shift 2 ;;
-      --usage) usage=1; shift ;;
       *) break ;;
     esac
   done
@@ -33,19 +30,12 @@ expect_error() {
   local t0=$SECONDS
   timeout 60 "$@" > out.txt 2> err.txt
   local rc=$? took=$((SECONDS - t0))
-  if [ "$usage" -eq 1 ]; then
-    [ "$rc" -ne 0 ] || fail "$what: exit code 0"
-    { [ "$(wc -l < err.txt)" -eq 2 ] && grep -qF -- "$frag" <<<"$(head -n 1 err.txt)" &&
-      [[ $(tail -n 1 err.txt) == "Run with --help"* ]]; } ||
-      fail "$what: not a usage error with \`$frag\`: $(head -c 600 err.txt)"
-  else
-    [ "$rc" -eq 1 ] || fail "$what: exit $rc, expected 1 ($(head -c 300 err.txt))"
-    [ "$(wc -l < err.txt)" -eq 1 ] || fail "$what: expected one stderr line, got: $(head -c 600 err.txt)"
-    { grep -q '^error: ' err.txt && grep -qF -- "$frag" err.txt; } ||
-      fail "$what: not an \`error:\` line with \`$frag\`: $(head -c 400 err.txt)"
-    if [ "$at_start" -eq 1 ] && [[ $(head -n 1 err.txt) != "error: $frag"* ]]; then
-      fail "$what: the message does not start with \`$frag\`: $(head -c 400 err.txt)"
-    fi
+  [ "$rc" -eq 1 ] || fail "$what: exit $rc, expected 1 ($(head -c 300 err.txt))"
+  [ "$(wc -l < err.txt)" -eq 1 ] || fail "$what: expected one stderr line, got: $(head -c 600 err.txt)"
+  { grep -q '^error: ' err.txt && grep -qF -- "$frag" err.txt; } ||
+    fail "$what: not an \`error:\` line with \`$frag\`: $(head -c 400 err.txt)"
+  if [ "$at_start" -eq 1 ] && [[ $(head -n 1 err.txt) != "error: $frag"* ]]; then
+    fail "$what: the message does not start with \`$frag\`: $(head -c 400 err.txt)"
   fi
   [ -s out.txt ] && fail "$what: wrote to stdout: $(head -c 200 out.txt)"
   [ -z "$within" ] || [ "$took" -le "$within" ] || fail "$what: took ${took}s (limit ${within}s)"

@@ -88,7 +88,7 @@ expect_error "bad elem" "unknown element format 'e3m4'" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --elem e3m4 --out-dir e1
 expect_error "bad rounding" "unknown scale rounding 'ceil'" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --scale-rounding ceil --out-dir e1
-expect_error --usage "unknown option" "not expected" \
+expect_error --at-start "unknown option" "The following argument was not expected: --bogus" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --out-dir e1 --bogus
 expect_error "missing parent" "parent directory" \
   "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --out-dir nodir/e1

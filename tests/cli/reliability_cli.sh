@@ -4,8 +4,12 @@
 # seconds, and leave no partial output: unwritable output paths before step 1, a full
 # device (/dev/full) as metrics or decisions file, non-regular inputs (/dev/zero),
 # deeply nested JSON, a meta.json shape larger than its data, models that cannot fit in
-# memory, config sections missing, duplicate keys, non-finite values; and resuming with a
-# changed recipe or learning rate says what changed.
+# memory, config sections missing, duplicate keys, non-finite values; strict command-line
+# values; error lines without the build machine's paths; FIFO and device inputs named; a
+# validation split too short for a sequence refused before step 1; a second run on the same
+# outputs refused with the holder's PID, a killed run's lock and temporaries taken over and
+# removed; and resuming with a changed recipe or learning rate says what changed, with a
+# changed model names the keys.
 # Usage: reliability_cli.sh /path/to/mxtrain /path/to/source   (CTest `cli_reliability`)
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -49,12 +53,15 @@ if [ -w /dev/full ]; then
     "$MXTRAIN" train --quiet --config ok.yaml --dry-run --decisions-out /dev/full
   [ -c /dev/full ] || fail "/dev/full is no longer a device"
 fi
+# Permissions do not stop root: as root this case is left to cli_unprivileged, which runs
+# this script as an unprivileged user and checks that the line below was printed.
 if [ "$(id -u)" -ne 0 ]; then
   mkdir ro && chmod 555 ro
   expect_error --at-start --within 5 "read-only checkpoint dir" \
     "--checkpoint-dir ro/ckpt: cannot create files in ro" \
     "$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir ro/ckpt
   chmod 755 ro
+  echo "ran: read-only checkpoint dir"
 fi
 
 # ---- inputs: regular files only, nesting bounded, shapes checked before allocating ----
@@ -127,6 +134,119 @@ grep -qF "note: resuming with a changed setting: precision.recipe: mxfp8 -> bf16
   fail "resume did not report the recipe change: $(cat err.txt)"
 grep -qF "note: resuming with a changed setting: training.lr: 0.003 -> 0.01" err.txt ||
   fail "resume did not report the lr change: $(cat err.txt)"
+
+# ---- strict command-line values: 0 where >= 1 is needed, out of range, not decimal, empty ----
+expect_error --at-start --within 5 "--steps 0" "--steps: \`training.steps\` must be >= 1, got 0" \
+  "$MXTRAIN" train --quiet --config ok.yaml --steps 0
+expect_error --at-start --within 5 "--seq-len 0" "--seq-len: \`training.seq_len\` must be >= 1, got 0" \
+  "$MXTRAIN" train --quiet --config ok.yaml --seq-len 0
+expect_error --at-start --within 5 "--micro-batch-size 0" \
+  "--micro-batch-size: \`training.micro_batch_size\` must be >= 1, got 0" \
+  "$MXTRAIN" train --quiet --config ok.yaml --micro-batch-size 0
+expect_error --at-start --within 5 "--grad-accum 0" \
+  "--grad-accum: \`training.grad_accum\` must be >= 1, got 0" \
+  "$MXTRAIN" train --quiet --config ok.yaml --grad-accum 0
+expect_error --at-start --within 5 "--data ''" "--data: the value is empty" \
+  "$MXTRAIN" train --quiet --config ok.yaml --data ''
+expect_error --at-start --within 5 "--recipe ''" "--recipe: the value is empty" \
+  "$MXTRAIN" train --quiet --config ok.yaml --recipe ''
+expect_error --at-start --within 5 "--metrics-out ''" "--metrics-out: the value is empty" \
+  "$MXTRAIN" train --quiet --config ok.yaml --metrics-out ''
+expect_error --at-start --within 5 "--steps 2^66" \
+  "--steps: \`99999999999999999999\` is out of range: it does not fit a 64-bit integer" \
+  "$MXTRAIN" train --quiet --config ok.yaml --steps 99999999999999999999
+expect_error --at-start --within 5 "--seed -1" \
+  "--seed: \`-1\` is out of range: must be between 0 and 18446744073709551615" \
+  "$MXTRAIN" train --quiet --config ok.yaml --seed -1
+expect_error --at-start --within 5 "--stop-after -1" "--stop-after: \`-1\` is out of range: must be >= 1" \
+  "$MXTRAIN" train --quiet --config ok.yaml --stop-after -1
+expect_error --at-start --within 5 "--steps 0x10" "--steps: \`0x10\` is not a whole number in decimal digits" \
+  "$MXTRAIN" train --quiet --config ok.yaml --steps 0x10
+expect_error --at-start --within 5 "--steps 1e3" "--steps: \`1e3\` is not a whole number in decimal digits" \
+  "$MXTRAIN" train --quiet --config ok.yaml --steps 1e3
+expect_error --at-start --within 5 "--seq-len past int" \
+  "--seq-len: \`training.seq_len\` must be between -2147483648 and 2147483647, got 99999999999" \
+  "$MXTRAIN" train --quiet --config ok.yaml --seq-len 99999999999
+expect_error --at-start --within 5 "--dry-run with --metrics-out" \
+  "--dry-run builds the model and prints its precision decisions but trains nothing, so --metrics-out would do nothing" \
+  "$MXTRAIN" train --quiet --config ok.yaml --dry-run --metrics-out dry.jsonl
+expect_error --within 5 "--dry-run with --resume" "trains nothing, so --resume would do nothing" \
+  "$MXTRAIN" train --quiet --config ok.yaml --dry-run --resume
+expect_error --at-start --within 5 "unknown option" "The following argument was not expected: --lr" \
+  "$MXTRAIN" train --quiet --config ok.yaml --lr
+expect_error --at-start --within 5 "bench linear --tokens 0" "--tokens: \`0\` is out of range: must be >= 1" \
+  "$MXTRAIN" bench linear --tokens 0
+expect_error --at-start --within 5 "bench fsdp --compute-ms nan" "--compute-ms: \`nan\` is not a finite number" \
+  "$MXTRAIN" bench fsdp --compute-ms nan
+expect_error --at-start --within 5 "no subcommand" "A subcommand is required" "$MXTRAIN"
+"$MXTRAIN" train --help > out.txt 2> err.txt || fail "train --help: exit $?"
+grep -q -- "--stop-after" out.txt || fail "train --help does not list --stop-after"
+
+# ---- messages: no build machine's path, inputs named for what they are ----
+expect_error --within 5 "error location" "[src/train/config.cc:" \
+  "$MXTRAIN" train --quiet --config ok.yaml --steps 0
+grep -qF "$SRC/" err.txt && fail "an error names the source directory: $(cat err.txt)"
+mkfifo fifo
+sed 's/corpus.txt/fifo/' ok.yaml > fifo.yaml
+expect_error --at-start --within 5 "FIFO corpus" \
+  "data \`fifo\`: fifo is not a regular file but a FIFO (named pipe)" \
+  "$MXTRAIN" train --quiet --config fifo.yaml
+expect_error --at-start --within 5 "device corpus" \
+  "data \`/dev/null\`: /dev/null is not a regular file but a character device" \
+  "$MXTRAIN" train --quiet --config ok.yaml --data /dev/null
+expect_error --at-start --within 5 "FIFO config" "fifo is not a regular file but a FIFO (named pipe)" \
+  "$MXTRAIN" train --quiet --config fifo
+expect_error --at-start --within 5 "bench-layers unknown recipe, quiet" "unknown recipe 'nope'" \
+  "$MXTRAIN" bench-layers --config ok.yaml --report r.json --recipe nope --quiet
+[ -e r.json ] && fail "bench-layers with an unknown recipe wrote its report"
+printf '{"version": 1, "machine": {"cpu": "x", "isa": "scalar", "threads": 1, "hostname": ""},
+ "recipe": "mxfp8", "tp": 1, "ep": 1, "etp": 1, "model": "m.yaml", "points": []}\n' > empty.json
+expect_error --at-start --within 5 "policy merge of an empty report" \
+  "empty.json: the report holds no measured points" \
+  "$MXTRAIN" policy merge --reports empty.json --output pol.json
+[ -e pol.json ] && fail "policy merge of an empty report wrote a policy"
+
+# ---- every input checked before step 1: a validation split shorter than a sequence ----
+head -c 5000 corpus.txt > small.txt
+printf 'model: {d_model: 32, n_layers: 1, n_heads: 2, d_ff: 64, max_seq_len: 64}
+training: {steps: 300, seq_len: 64, micro_batch_size: 2, eval_every: 0, eval_batches: 1}
+data: {path: small.txt, val_fraction: 0.01}
+precision: {recipe: mxfp8}\n' > shortval.yaml
+expect_error --within 5 "short validation split" \
+  "the validation split (data.val_fraction 0.01) has 49 bytes, fewer than training.seq_len + 2 = 66" \
+  "$MXTRAIN" train --quiet --config shortval.yaml --metrics-out sv.jsonl --checkpoint-dir svck
+[ -e sv.jsonl ] && fail "a refused run wrote metrics"
+[ -z "$(ls -A svck 2>/dev/null)" ] || fail "a refused run left files in its checkpoint dir: $(ls -A svck)"
+
+# ---- one run per output: locks, stale locks, leftovers of killed runs ----
+sed 's/steps: 2,/steps: 1000000,/' ok.yaml > long.yaml
+"$MXTRAIN" train --quiet --config long.yaml --checkpoint-dir lk --metrics-out lk.jsonl 2> holder.txt &
+holder=$!
+for _ in $(seq 100); do [ -s lk.jsonl ] && break; sleep 0.1; done
+[ -s lk.jsonl ] || fail "the first run wrote no metrics row within 10 s"
+expect_error --at-start --within 5 "second run on the checkpoint dir" \
+  "--checkpoint-dir lk is in use by another mxtrain run (PID $holder on host " \
+  "$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir lk
+expect_error --at-start --within 5 "second run on the metrics file" \
+  "--metrics-out lk.jsonl is in use by another mxtrain run (PID $holder on host " \
+  "$MXTRAIN" train --quiet --config ok.yaml --metrics-out lk.jsonl
+kill -9 $holder; wait $holder 2>/dev/null
+[ -e lk/.lock ] || fail "a killed run's lock file is gone (nothing to take over)"
+mkdir lk/.step_9.tmp-$holder-0 && echo partial > lk/.step_9.tmp-$holder-0/model.safetensors
+"$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir lk --metrics-out lk2.jsonl 2> err.txt ||
+  fail "run after a killed one: $(cat err.txt)"
+grep -qF "note: took over the lock of --checkpoint-dir lk from a run that ended without releasing it (PID $holder on host " err.txt ||
+  fail "stale lock takeover not said: $(cat err.txt)"
+grep -qF "note: removed 1 temporary file(s) an interrupted run left in lk: .step_9.tmp-$holder-0" err.txt ||
+  fail "leftover removal not said: $(cat err.txt)"
+[ "$(ls -A lk | sort | tr '\n' ' ')" = "latest step_2 " ] || fail "lk holds $(ls -A lk)"
+[ -e lk2.jsonl.lock ] && fail "the metrics lock file was not removed at the end"
+
+# ---- resume: a changed model names each changed key with both values ----
+sed 's/d_model: 32/d_model: 64/; s/n_heads: 2/n_heads: 4/' ok.yaml > wide.yaml
+expect_error --within 10 "resume with another model" \
+  "was written for a different model (checkpoint -> config: model.d_model: 32 -> 64; model.n_heads: 2 -> 4)" \
+  "$MXTRAIN" train --quiet --config wide.yaml --checkpoint-dir lk --resume --steps 4
 
 # The loss plot (tools/plot_losses.py, run by the demo after training) is checked before
 # training starts, and an unwritable one is one error line; a good one leaves no temp file.

@@ -1,8 +1,10 @@
-// tests/core/isa_test.cc — CPU probing and kernel-path selection (isa.h).
+// tests/core/isa_test.cc — CPU probing, the ISA level, which kernel paths it enables (isa.h),
+// and the dispatch tables' choice (core/dispatch.h).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
+#include "core/dispatch.h"
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
 
@@ -70,6 +72,54 @@ TEST(Isa, EnvironmentChoiceIsHonoured) {
   } else {
     EXPECT_EQ(active_isa(), best_isa());
   }
+}
+
+// Each level enables exactly the paths its extensions allow; BF16 paths also need the CPU
+// feature.
+TEST(Isa, LevelsEnableTheirPaths) {
+  const bool bf16 = cpu_features().avx512_bf16;
+  for (Isa i : supported_isas()) {
+    set_isa(i);
+    SCOPED_TRACE(isa_name(i));
+    EXPECT_TRUE(path_enabled(Path::scalar));
+    EXPECT_EQ(path_enabled(Path::avx2), i >= Isa::avx2);
+    EXPECT_EQ(path_enabled(Path::avx512), i >= Isa::avx512);
+    EXPECT_EQ(path_enabled(Path::avx512vbmi), i >= Isa::avx512vbmi);
+    EXPECT_EQ(path_enabled(Path::avx512bf16), i >= Isa::avx512 && bf16);
+    EXPECT_EQ(path_enabled(Path::avx512vbmi_bf16), i >= Isa::avx512vbmi && bf16);
+  }
+  clear_isa_override();
+  for (Path p : {Path::scalar, Path::avx2, Path::avx512, Path::avx512vbmi, Path::avx512bf16,
+                 Path::avx512vbmi_bf16})
+    EXPECT_NE(std::string(path_name(p)), "?");
+}
+
+// A table runs its last enabled entry; the scalar entry when nothing else is enabled.
+TEST(Isa, DispatchTablePicksTheLastEnabledEntry) {
+  const PathTable<int> t("test op", {{Path::scalar, "k_ref", 0},
+                                      {Path::avx2, "k_avx2", 1},
+                                      {Path::avx512bf16, "k_avx512bf16", 2},
+                                      {Path::avx512vbmi, "k_avx512vbmi", 3}});
+  for (Isa i : supported_isas()) {
+    set_isa(i);
+    int want = 0;
+    if (path_enabled(Path::avx2)) want = 1;
+    if (path_enabled(Path::avx512bf16)) want = 2;
+    if (path_enabled(Path::avx512vbmi)) want = 3;
+    EXPECT_EQ(t.get(), want) << isa_name(i);
+    const PathChoice c = t.choice();
+    EXPECT_EQ(c.op, "test op");
+    EXPECT_EQ(c.path, t.path());
+    EXPECT_EQ(c.kernel, std::string(want == 0   ? "k_ref"
+                                    : want == 1 ? "k_avx2"
+                                    : want == 2 ? "k_avx512bf16"
+                                                : "k_avx512vbmi"));
+  }
+  set_isa(Isa::scalar);
+  EXPECT_EQ(t.get(), 0);
+  EXPECT_EQ(t.path(), Path::scalar);
+  clear_isa_override();
+  EXPECT_THROW(PathTable<int>("no scalar", {{Path::avx2, "k", 1}}), Error);
 }
 
 }  // namespace

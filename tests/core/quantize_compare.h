@@ -25,7 +25,7 @@ AllOutputs run_all(const std::vector<T>& x, int64_t M, int64_t K, QuantConfig cf
   AllOutputs o;
   o.row = quantize(x.data(), M, K, MXLayout::rowwise, cfg);
   o.col = quantize(x.data(), M, K, MXLayout::colwise, cfg);
-  o.tile = quantize(x.data(), M, K, MXLayout::tile32, cfg);
+  o.tile = quantize(x.data(), M, K, MXLayout::tile, cfg);
   quantize_dual(x.data(), M, K, cfg, o.dual_row, o.dual_col);
   return o;
 }

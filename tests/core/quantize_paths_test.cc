@@ -88,7 +88,7 @@ TEST(QuantizePaths, DequantizeMatchesScalarReference) {
   for (auto [M, K] : shapes()) {
     const std::vector<float> x = testdata::awkward_matrix(M, K, uint32_t(3 * M + K));
     for (Elem e : {Elem::e4m3, Elem::e5m2})
-      for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile32}) {
+      for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
         set_isa(Isa::scalar);
         MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
         // Also decode arbitrary bytes (including NaN/Inf codes and any scale).

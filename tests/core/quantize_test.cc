@@ -85,7 +85,7 @@ TEST(Quantize, SanityVectorsE4M3) {
   struct Case { float x; uint8_t floor_scale, floor_code, rceil_scale, rceil_code; };
   for (const Case& c : {Case{fmax, 246, 0x7E, 247, 0x78}, Case{480.f, 127, 0x7E, 128, 0x77},
                         Case{std::ldexp(1.f, -126), 0, 0x40, 0, 0x40}}) {
-    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
       const MXTensor qf = quantize(&c.x, 1, 1, l, fl), qr = quantize(&c.x, 1, 1, l, rc);
       EXPECT_EQ(qf.scales[0], c.floor_scale) << c.x;
       EXPECT_EQ(qf.data[0], c.floor_code) << c.x;
@@ -137,7 +137,7 @@ TEST(Quantize, MatchesDefinitionOnAwkwardData) {
     const std::vector<uint16_t> xb = testdata::to_bf16(x);
     std::vector<float> xb_f32(xb.size());
     for (size_t i = 0; i < xb.size(); ++i) xb_f32[i] = bf16_to_f32(xb[i]);
-    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile32})
+    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile})
       for (Elem e : {Elem::e4m3, Elem::e5m2})
         for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor}) {
           const QuantConfig cfg{e, r};
@@ -188,7 +188,7 @@ TEST(Quantize, DequantizeIsCodeTimesScale) {
   ScalarPath scalar;
   const int64_t M = 45, K = 70;
   const std::vector<float> x = testdata::awkward_matrix(M, K, 11);
-  for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile32})
+  for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile})
     for (Elem e : {Elem::e4m3, Elem::e5m2}) {
       const MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
       std::vector<float> y(size_t(M * K));
@@ -225,7 +225,7 @@ TEST(Quantize, RoundTripErrorWithinFormatBound) {
   for (Elem e : {Elem::e4m3, Elem::e5m2}) {
     const double rel = e == Elem::e4m3 ? std::ldexp(1.0, -4) : std::ldexp(1.0, -3);
     const int sub_half = e == Elem::e4m3 ? -10 : -17;
-    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
       const MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
       std::vector<float> y(x.size());
       dequantize(q, y.data());
@@ -248,7 +248,7 @@ TEST(Quantize, RoundTripErrorWithinFormatBound) {
 TEST(Quantize, LayoutsAndShapes) {
   const MXTensor r = MXTensor::empty(33, 65, MXLayout::rowwise, Elem::e4m3);
   const MXTensor c = MXTensor::empty(33, 65, MXLayout::colwise, Elem::e4m3);
-  const MXTensor t = MXTensor::empty(33, 65, MXLayout::tile32, Elem::e5m2);
+  const MXTensor t = MXTensor::empty(33, 65, MXLayout::tile, Elem::e5m2);
   EXPECT_EQ(r.scale_rows(), 33);
   EXPECT_EQ(r.scale_cols(), 3);
   EXPECT_EQ(c.scale_rows(), 2);
@@ -257,7 +257,7 @@ TEST(Quantize, LayoutsAndShapes) {
   EXPECT_EQ(t.scale_cols(), 3);
   EXPECT_EQ(r.bytes(), size_t(33 * 65 + 33 * 3));
   EXPECT_EQ(t.bytes(), size_t(33 * 65 + 6));
-  EXPECT_STREQ(layout_name(MXLayout::tile32), "tile32");
+  EXPECT_STREQ(layout_name(MXLayout::tile), "tile");
   EXPECT_EQ(parse_rounding("floor"), ScaleRounding::floor);
   EXPECT_STREQ(rounding_name(ScaleRounding::rceil), "rceil");
   EXPECT_THROW(parse_rounding("ceil"), Error);
@@ -304,7 +304,7 @@ TEST(Quantize, ApiErrorsAreClear) {
   EXPECT_THROW(quantize_into(x.data(), 8, 8, {}, e5), Error);
   EXPECT_THROW(quantize(x.data(), -1, 8, MXLayout::rowwise, {}), Error);
   EXPECT_THROW(quantize(static_cast<const float*>(nullptr), 2, 2, MXLayout::rowwise, {}), Error);
-  MXTensor broken = MXTensor::empty(8, 8, MXLayout::tile32, Elem::e4m3);
+  MXTensor broken = MXTensor::empty(8, 8, MXLayout::tile, Elem::e4m3);
   broken.scales.clear();
   std::vector<float> out(64);
   EXPECT_THROW(dequantize(broken, out.data()), Error);

@@ -1,8 +1,11 @@
-// tests/core/recipe_test.cc — granularity validation and the recipe registry
-// (docs/numerics.md, "Recipes").
+// tests/core/recipe_test.cc — the recipe types and registry, and copies_needed, the one rule
+// for which copies a product reads (docs/numerics.md, "Recipes").
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "mxtrain/common.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -19,40 +22,55 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(Recipe, RegisteredNamesInOrder) {
   const std::vector<std::string> names = recipe_names();
-  ASSERT_GE(names.size(), 3u);
-  EXPECT_EQ(names[0], "bf16");
-  EXPECT_EQ(names[1], "mxfp8");
-  EXPECT_EQ(names[2], "mxfp8-32x32");
+  ASSERT_EQ(names, (std::vector<std::string>{"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad"}));
   for (const std::string& n : names) EXPECT_EQ(get_recipe(n).name, n);
+  ASSERT_EQ(registered_recipes().size(), names.size());
+  for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(registered_recipes()[i], get_recipe(names[i]));
 }
 
-TEST(Recipe, Settings) {
-  const Recipe bf16 = get_recipe("bf16");
+TensorFormat mx(BlockShape b, Elem e = Elem::e4m3) {
+  TensorFormat f;
+  f.scale = ScaleType::e8m0;
+  f.elem = e;
+  f.block = b;
+  return f;
+}
+
+TEST(Recipe, EntriesAreTheirFormats) {
+  const TensorFormat bf16{};  // unscaled
   EXPECT_FALSE(bf16.quantized());
-  EXPECT_FALSE(bf16.weight_tiled());
+  EXPECT_EQ(bf16.scale, ScaleType::none);
+  EXPECT_EQ(bf16.block, BlockShape::none);
+  const Recipe b = get_recipe("bf16");
+  EXPECT_FALSE(b.quantized());
+  for (const TensorFormat& f : b.roles) EXPECT_EQ(f, bf16);
 
-  const Recipe mx = get_recipe("mxfp8");
-  EXPECT_TRUE(mx.quantized());
-  EXPECT_FALSE(mx.weight_tiled());
-  EXPECT_EQ(mx.granularity.block_size, (std::array<int, 3>{1, 1, 32}));
-  EXPECT_EQ(mx.strategy, "dynamic");
-  // E4M3 for every role and rceil scales by default (docs/numerics.md, "Registered recipes").
-  EXPECT_EQ(mx.input_elem, Elem::e4m3);
-  EXPECT_EQ(mx.weight_elem, Elem::e4m3);
-  EXPECT_EQ(mx.grad_elem, Elem::e4m3);
-  EXPECT_EQ(mx.rounding, ScaleRounding::rceil);
-  EXPECT_EQ(mx.grad_cfg().elem, Elem::e4m3);
-  EXPECT_EQ(mx.weight_cfg().rounding, ScaleRounding::rceil);
+  // E4M3, E8M0 scales per 1x32 block, rceil, no epsilon, the current tensor's amax
+  // (docs/numerics.md, "Registered recipes").
+  const TensorFormat m = mx(BlockShape::b1x32);
+  EXPECT_EQ(m.rule, ScaleRounding::rceil);
+  EXPECT_EQ(m.amax_epsilon, 0.f);
+  EXPECT_EQ(m.source, ScaleSource::current);
+  EXPECT_EQ(m.quant_config().elem, Elem::e4m3);
+  EXPECT_EQ(m.quant_config().rounding, ScaleRounding::rceil);
+  const Recipe x = get_recipe("mxfp8");
+  EXPECT_TRUE(x.quantized());
+  for (Role r : {Role::input, Role::weight, Role::grad}) EXPECT_EQ(x.role(r), m) << role_name(r);
 
-  const Recipe tile = get_recipe("mxfp8-32x32");
-  EXPECT_TRUE(tile.weight_tiled());
-  EXPECT_EQ(tile.granularity.block_size, (std::array<int, 3>{1, 32, 32}));
-  EXPECT_EQ(tile.input_elem, Elem::e4m3);
+  const Recipe t = get_recipe("mxfp8-32x32");
+  EXPECT_EQ(t.role(Role::input), m);
+  EXPECT_EQ(t.role(Role::weight), mx(BlockShape::b32x32));
+  EXPECT_EQ(t.role(Role::grad), m);
 
   const Recipe e5 = get_recipe("mxfp8-e5m2grad");
-  EXPECT_EQ(e5.grad_elem, Elem::e5m2);
-  EXPECT_EQ(e5.grad_cfg().elem, Elem::e5m2);
-  EXPECT_EQ(e5.input_elem, Elem::e4m3);
+  EXPECT_EQ(e5.role(Role::input), m);
+  EXPECT_EQ(e5.role(Role::weight), m);
+  EXPECT_EQ(e5.role(Role::grad), mx(BlockShape::b1x32, Elem::e5m2));
+
+  Recipe floor = x;
+  floor.set_rule(ScaleRounding::floor);
+  for (const TensorFormat& f : floor.roles) EXPECT_EQ(f.rule, ScaleRounding::floor);
+  EXPECT_FALSE(floor == x);
 }
 
 TEST(Recipe, UnknownNameListsRegistered) {
@@ -61,45 +79,122 @@ TEST(Recipe, UnknownNameListsRegistered) {
   for (const std::string& n : recipe_names()) EXPECT_NE(msg.find(n), std::string::npos) << n;
 }
 
-TEST(Recipe, GranularityValidation) {
-  ScalingGranularity g;
-  g.type = ScalingType::mx;
-  for (std::array<int, 3> ok : {std::array<int, 3>{1, 1, 32}, std::array<int, 3>{1, 32, 32}}) {
-    g.block_size = ok;
-    EXPECT_NO_THROW(g.validate());
-  }
-  for (std::array<int, 3> bad : {std::array<int, 3>{1, 1, 16}, std::array<int, 3>{32, 32, 32},
-                                 std::array<int, 3>{1, 32, 1}, std::array<int, 3>{0, 0, 0}}) {
-    g.block_size = bad;
-    const std::string msg = error_of([&] { g.validate(); });
-    EXPECT_NE(msg.find("[1,1,32]"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[1,32,32]"), std::string::npos) << msg;
-    EXPECT_NE(msg.find("[" + std::to_string(bad[0]) + "," + std::to_string(bad[1]) + "," +
-                       std::to_string(bad[2]) + "]"),
-              std::string::npos)
-        << "names the rejected size: " << msg;
-  }
-  ScalingGranularity none;  // type none: nothing to validate
-  EXPECT_NO_THROW(none.validate());
+TEST(Recipe, BlockShapes) {
+  EXPECT_EQ(block_edge(BlockShape::b1x32), 32);
+  EXPECT_EQ(block_edge(BlockShape::b32x32), 32);
+  EXPECT_EQ(block_edge(BlockShape::b1x128), 128);
+  EXPECT_EQ(block_edge(BlockShape::b128x128), 128);
+  EXPECT_EQ(block_edge(BlockShape::tensor), 0);
+  for (BlockShape b : {BlockShape::b32x32, BlockShape::b128x128, BlockShape::tensor})
+    EXPECT_TRUE(block_is_2d(b)) << block_name(b);
+  for (BlockShape b : {BlockShape::none, BlockShape::b1x32, BlockShape::b1x128})
+    EXPECT_FALSE(block_is_2d(b)) << block_name(b);
 }
 
-TEST(Recipe, FromGranularity) {
-  ScalingGranularity g{ScalingType::mx, {1, 32, 32}};
-  EXPECT_EQ(recipe_from_granularity(g).name, "mxfp8-32x32");
-  g.block_size = {1, 1, 32};
-  EXPECT_EQ(recipe_from_granularity(g).name, "mxfp8");
-  EXPECT_EQ(recipe_from_granularity(ScalingGranularity{}).name, "bf16");
-  g.block_size = {1, 16, 16};
-  EXPECT_THROW(recipe_from_granularity(g), Error);
+// Every (recipe, role, use) of the registry: the copy its product reads.
+TEST(Recipe, CopiesNeeded) {
+  using C = CopySet;
+  const C none{}, bf{Copy::bf16}, row{Copy::rowwise}, col{Copy::colwise}, tile{Copy::tile};
+  struct Want {
+    const char* recipe;
+    Role role;
+    C forward, dgrad, wgrad;
+  };
+  const Want want[] = {
+      {"bf16", Role::input, bf, none, bf},
+      {"bf16", Role::weight, bf, bf, none},
+      {"bf16", Role::grad, none, bf, bf},
+      {"mxfp8", Role::input, row, none, col},
+      {"mxfp8", Role::weight, row, col, none},
+      {"mxfp8", Role::grad, none, row, col},
+      {"mxfp8-32x32", Role::input, row, none, col},
+      {"mxfp8-32x32", Role::weight, tile, tile, none},
+      {"mxfp8-32x32", Role::grad, none, row, col},
+      {"mxfp8-e5m2grad", Role::grad, none, row, col},
+  };
+  for (const Want& w : want) {
+    const Recipe r = get_recipe(w.recipe);
+    SCOPED_TRACE(std::string(w.recipe) + " " + role_name(w.role));
+    EXPECT_EQ(copies_needed(r, w.role, Use::forward), w.forward);
+    EXPECT_EQ(copies_needed(r, w.role, Use::dgrad), w.dgrad);
+    EXPECT_EQ(copies_needed(r, w.role, Use::wgrad), w.wgrad);
+    EXPECT_EQ(copies_needed(r, w.role), w.forward | w.dgrad | w.wgrad);
+  }
+  // Formats no registered recipe has yet follow the same rule: 1-D blocks by axis, 2-D
+  // blocks and tensor scales one copy.
+  Recipe r = get_recipe("mxfp8");
+  r.role(Role::input) = mx(BlockShape::b1x128);
+  r.role(Role::weight) = mx(BlockShape::b128x128);
+  r.role(Role::grad) = mx(BlockShape::tensor);
+  EXPECT_EQ(copies_needed(r, Role::input), C({Copy::rowwise, Copy::colwise}));
+  EXPECT_EQ(copies_needed(r, Role::weight), tile);
+  EXPECT_EQ(copies_needed(r, Role::grad), tile);
+}
+
+TEST(Recipe, CopySet) {
+  const CopySet rc{Copy::rowwise, Copy::colwise};
+  EXPECT_EQ(rc.size(), 2);
+  EXPECT_TRUE(rc.has(Copy::colwise));
+  EXPECT_FALSE(rc.has(Copy::tile));
+  EXPECT_TRUE(rc.contains(CopySet{Copy::rowwise}));
+  EXPECT_FALSE(CopySet{Copy::rowwise}.contains(rc));
+  EXPECT_EQ(rc - CopySet{Copy::rowwise}, CopySet{Copy::colwise});
+  EXPECT_EQ(rc.name(), "rowwise+colwise");
+  EXPECT_EQ(CopySet{}.name(), "none");
+  EXPECT_EQ(CopySet{Copy::tile}.only(), Copy::tile);
+  EXPECT_THROW(rc.only(), Error);
+  EXPECT_EQ(CopySet::from_bits(rc.bits()), rc);
+}
+
+// make_copies makes the copies asked for, marks them present, and refuses a format this build
+// has no kernels for, naming it; the MX API refuses a copy that is not MX.
+TEST(Recipe, MakeCopiesAndUnsupportedFormats) {
+  const int64_t M = 33, K = 70;
+  std::vector<float> x(size_t(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 13) - 6) * 0.25f;
+  const Recipe r = get_recipe("mxfp8");
+  QTensor a, b;
+  make_copies(x.data(), M, K, r.role(Role::input), a, {Copy::rowwise}, b, {Copy::colwise});
+  EXPECT_EQ(a.present, CopySet{Copy::rowwise});
+  EXPECT_EQ(b.present, CopySet{Copy::colwise});
+  const QuantConfig cfg = r.role(Role::input).quant_config();
+  EXPECT_TRUE(a.rowwise.data == quantize(x.data(), M, K, MXLayout::rowwise, cfg).data);
+  EXPECT_TRUE(b.colwise.scales == quantize(x.data(), M, K, MXLayout::colwise, cfg).scales);
+  QTensor c;
+  make_copies(x.data(), M, K, TensorFormat{}, c, {Copy::bf16});
+  EXPECT_EQ(c.present, CopySet{Copy::bf16});
+  EXPECT_EQ(c.bytes(), size_t(M * K) * 2);
+  c.invalidate();
+  EXPECT_TRUE(c.empty());
+  EXPECT_EQ(c.bytes(), 0u);
+
+  TensorFormat f = mx(BlockShape::b1x128);
+  QTensor d;
+  const std::string msg = error_of([&] { make_copies(x.data(), M, K, f, d, {Copy::rowwise}); });
+  EXPECT_NE(msg.find("e4m3, e8m0 scales per 1x128 block"), std::string::npos) << msg;
+  EXPECT_TRUE(d.empty());
+  f = mx(BlockShape::b1x32);
+  f.scale = ScaleType::fp32;
+  EXPECT_NE(error_of([&] { make_copies(x.data(), M, K, f, d, {Copy::rowwise}); }).find("fp32"),
+            std::string::npos);
+
+  MXTensor big = MXTensor::empty(M, K, MXLayout::rowwise, Elem::e4m3);
+  big.block = 128;
+  const std::string q = error_of([&] { quantize_into(x.data(), M, K, cfg, big); });
+  EXPECT_NE(q.find("per 128-element block"), std::string::npos) << q;
+  EXPECT_NE(error_of([&] { big.scale_at(0, 0); }).find("not E8M0 per 32"), std::string::npos);
 }
 
 TEST(Recipe, Describe) {
   const std::string d = get_recipe("mxfp8-e5m2grad").describe();
-  EXPECT_NE(d.find("mxfp8-e5m2grad"), std::string::npos) << d;
-  EXPECT_NE(d.find("[1,1,32]"), std::string::npos) << d;
-  EXPECT_NE(d.find("grads e5m2"), std::string::npos) << d;
-  EXPECT_NE(d.find("rceil"), std::string::npos) << d;
-  EXPECT_NE(get_recipe("bf16").describe().find("no quantization"), std::string::npos);
+  EXPECT_NE(d.find("mxfp8-e5m2grad: "), std::string::npos) << d;
+  EXPECT_NE(d.find("grad    e5m2, e8m0 scales per 1x32 block, rceil, current amax"),
+            std::string::npos)
+      << d;
+  EXPECT_NE(d.find("input   e4m3, e8m0 scales per 1x32 block"), std::string::npos) << d;
+  EXPECT_NE(get_recipe("mxfp8-32x32").describe().find("weight  e4m3, e8m0 scales per 32x32 block"),
+            std::string::npos);
+  EXPECT_NE(get_recipe("bf16").describe().find("input   bf16 (no scale)"), std::string::npos);
 }
 
 }  // namespace

@@ -38,8 +38,8 @@ TEST(FsdpLocal, OneRankGathersNothingAndKeepsWholeShards) {
   EXPECT_EQ(f.add(l), 0);
   EXPECT_EQ(f.world(), 1);
   EXPECT_EQ(f.layout(0).rows_per_rank, 64);
-  f.fetch(0, WeightUse::forward);
-  EXPECT_TRUE(l.weight_cache().has_tile);
+  f.fetch(0, Use::forward);
+  EXPECT_TRUE(l.weight_cache().has(Copy::tile));
   EXPECT_EQ(f.stats().allgather_payload_bytes, 0u) << "one process: nothing is gathered";
   EXPECT_EQ(f.stats().allgather_bytes, 0u);
   EXPECT_EQ(f.stats().allgather_calls, 1);
@@ -122,11 +122,11 @@ TEST(FsdpLocal, VersionBumpInvalidatesGatheredWeights) {
   for (size_t i = 0; i < l.weight.value.size(); ++i) l.weight.value[i] = float(i);
   Fsdp f(Comm::local());
   f.add(l);
-  f.fetch(0, WeightUse::forward);
+  f.fetch(0, Use::forward);
   const auto before = l.weight_cache().rowwise.data;
   f.shards()[0].value[0] = 1000.f;  // an optimizer step changed the shard ...
   f.bump_versions();                 // ... and says so
-  f.fetch(0, WeightUse::forward);
+  f.fetch(0, Use::forward);
   EXPECT_NE(l.weight_cache().rowwise.data, before);
   EXPECT_EQ(f.stats().shard_quantizations, 2);
 }
@@ -159,7 +159,7 @@ TEST(FsdpLocal, ClearErrors) {
   EXPECT_NE(error_of([&] { f.scatter_full("l.weight", ShardField::value, nullptr); })
                 .find("root rank must pass the whole tensor"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { f.prefetch(3, WeightUse::forward); }).find("module index 3 outside [0, 1)"),
+  EXPECT_NE(error_of([&] { f.prefetch(3, Use::forward); }).find("module index 3 outside [0, 1)"),
             std::string::npos);
   l.weight.grad.resize(5);
   EXPECT_NE(error_of([&] { f.reduce_gradients(); }).find("gradient holds 5 values, expected 32"),

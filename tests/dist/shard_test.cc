@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "dist/gather_format.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/shard.h"
 
@@ -22,8 +23,11 @@ const std::vector<std::vector<int64_t>> kShapes = {
     {33, 65}, {100, 64}, {31, 7}, {257, 96}, {1, 1}, {64, 32}, {32, 33},
     {3, 33, 65}, {2, 31, 7}, {4, 64, 96}, {5, 1, 40}};
 const int kWorlds[] = {1, 2, 3, 4, 8};
-const GatherKind kKinds[] = {GatherKind::bf16, GatherKind::rowwise, GatherKind::colwise,
-                             GatherKind::dual, GatherKind::tile32};
+// What a gather may carry (dist/shard.h).
+const CopySet kKinds[] = {{Copy::bf16}, {Copy::rowwise}, {Copy::colwise},
+                          {Copy::rowwise, Copy::colwise}, {Copy::tile}};
+
+using testutil::gather_format;
 
 // Values spanning many binades (row- and column-dependent magnitude), so neighbouring blocks
 // get different scales and a misplaced scale shows up.
@@ -54,24 +58,27 @@ void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) 
 }
 
 void expect_same(const QuantizedWeight& a, const QuantizedWeight& b, const std::string& what) {
-  EXPECT_TRUE(a.bf16 == b.bf16) << what << ": bf16 differs";
-  ASSERT_EQ(a.has_rowwise, b.has_rowwise) << what;
-  ASSERT_EQ(a.has_colwise, b.has_colwise) << what;
-  ASSERT_EQ(a.has_tile, b.has_tile) << what;
-  if (a.has_rowwise) expect_same(a.rowwise, b.rowwise, what + " rowwise");
-  if (a.has_colwise) expect_same(a.colwise, b.colwise, what + " colwise");
-  if (a.has_tile) expect_same(a.tile, b.tile, what + " tile");
+  ASSERT_EQ(a.present, b.present) << what;
+  EXPECT_EQ(a.rows, b.rows) << what;
+  EXPECT_EQ(a.cols, b.cols) << what;
+  if (a.has(Copy::bf16)) {
+    EXPECT_TRUE(a.bf16 == b.bf16) << what << ": bf16 differs";
+  }
+  if (a.has(Copy::rowwise)) expect_same(a.rowwise, b.rowwise, what + " rowwise");
+  if (a.has(Copy::colwise)) expect_same(a.colwise, b.colwise, what + " colwise");
+  if (a.has(Copy::tile)) expect_same(a.tile, b.tile, what + " tile");
 }
 
 // Packs every simulated rank's shard and concatenates: what an all-gather delivers.
 std::vector<uint8_t> simulate_gather(const ShardLayout& L, const std::vector<float>& full,
-                                     GatherKind kind, const QuantConfig& cfg) {
+                                     CopySet kind, const QuantConfig& cfg) {
   const size_t P = packed_bytes(L, kind);
   std::vector<uint8_t> gathered(P * size_t(L.world));
   std::vector<float> shard(size_t(L.shard_numel()));
   for (int r = 0; r < L.world; ++r) {
     slice_shard(L, r, full.data(), shard.data());
-    pack_shard(L, r, shard.data(), kind, cfg, gathered.data() + P * size_t(r));
+    pack_shard(L, r, shard.data(), kind, gather_format(kind, cfg),
+               gathered.data() + P * size_t(r));
   }
   return gathered;
 }
@@ -188,15 +195,15 @@ TEST(ShardPack, GatheredWeightIsByteIdenticalToOneProcessQuantization) {
     const auto full = make_weight(numel(s), s.back(), seed++);
     for (int W : kWorlds) {
       const auto L = ShardLayout::make(s, W);
-      for (GatherKind kind : kKinds)
+      for (CopySet kind : kKinds)
         for (const auto& cfg : cfgs) {
           const auto gathered = simulate_gather(L, full, kind, cfg);
           for (int64_t g = 0; g < L.groups; ++g) {
             QuantizedWeight got, want;
             unpack_group(L, kind, cfg.elem, gathered.data(), g, got);
-            quantize_group_reference(L, kind, cfg, full.data(), g, want);
+            quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), g, want);
             expect_same(got, want,
-                        L.describe() + " " + gather_kind_name(kind) + " " +
+                        L.describe() + " " + kind.name() + " " +
                             elem_name(cfg.elem) + " expert " + std::to_string(g));
           }
         }
@@ -212,13 +219,13 @@ TEST(ShardPack, NonFiniteBlocksPropagateIdentically) {
   full[66 * 40 + 39] = std::numeric_limits<float>::infinity();
   const QuantConfig cfg{};
   for (int W : {2, 3})
-    for (GatherKind kind : kKinds) {
+    for (CopySet kind : kKinds) {
       const auto L = ShardLayout::make(s, W);
       const auto gathered = simulate_gather(L, full, kind, cfg);
       QuantizedWeight got, want;
       unpack_group(L, kind, cfg.elem, gathered.data(), 0, got);
-      quantize_group_reference(L, kind, cfg, full.data(), 0, want);
-      expect_same(got, want, std::string("nonfinite ") + gather_kind_name(kind));
+      quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), 0, want);
+      expect_same(got, want, std::string("nonfinite ") + kind.name());
     }
 }
 
@@ -232,12 +239,12 @@ TEST(ShardPack, PackedBytesMatchTableFormulas) {
     for (int W : kWorlds) {
       const auto L = ShardLayout::make(s, W);
       const uint64_t N = uint64_t(L.padded_numel());
-      const auto total = [&](GatherKind k) { return uint64_t(packed_bytes(L, k)) * uint64_t(W); };
-      EXPECT_EQ(total(GatherKind::bf16), 2 * N);
-      EXPECT_EQ(total(GatherKind::rowwise), N + N / 32);
-      EXPECT_EQ(total(GatherKind::colwise), N + N / 32);
-      EXPECT_EQ(total(GatherKind::dual), 2 * N + 2 * N / 32);
-      EXPECT_EQ(total(GatherKind::tile32), N + N / 1024);
+      const auto total = [&](CopySet k) { return uint64_t(packed_bytes(L, k)) * uint64_t(W); };
+      EXPECT_EQ(total(CopySet{Copy::bf16}), 2 * N);
+      EXPECT_EQ(total(CopySet{Copy::rowwise}), N + N / 32);
+      EXPECT_EQ(total(CopySet{Copy::colwise}), N + N / 32);
+      EXPECT_EQ(total(CopySet{Copy::rowwise, Copy::colwise}), 2 * N + 2 * N / 32);
+      EXPECT_EQ(total(CopySet{Copy::tile}), N + N / 1024);
       EXPECT_EQ(N % 1024, 0u);
     }
 }
@@ -246,11 +253,11 @@ TEST(ShardPack, PackedBytesMatchTableFormulas) {
 TEST(ShardPack, PackedBytesForRaggedColumns) {
   const auto L = ShardLayout::make({33, 65}, 2);  // R = 32, K = 65, Kb = 3
   EXPECT_EQ(L.rows_per_rank, 32);
-  EXPECT_EQ(packed_bytes(L, GatherKind::bf16), 2u * 32 * 65);
-  EXPECT_EQ(packed_bytes(L, GatherKind::rowwise), 32u * 65 + 32 * 3);
-  EXPECT_EQ(packed_bytes(L, GatherKind::colwise), 32u * 65 + 1 * 65);
-  EXPECT_EQ(packed_bytes(L, GatherKind::dual), 2u * 32 * 65 + 32 * 3 + 65);
-  EXPECT_EQ(packed_bytes(L, GatherKind::tile32), 32u * 65 + 1 * 3);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::bf16}), 2u * 32 * 65);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::rowwise}), 32u * 65 + 32 * 3);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::colwise}), 32u * 65 + 1 * 65);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::rowwise, Copy::colwise}), 2u * 32 * 65 + 32 * 3 + 65);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::tile}), 32u * 65 + 1 * 3);
 }
 
 }  // namespace

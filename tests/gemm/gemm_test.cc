@@ -218,7 +218,7 @@ TEST(GemmMx, Tile32WeightServesForwardAndDgrad) {
     SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
     auto x = randn(s.M * s.K, 7), w = randn(s.N * s.K, 8, 0.05f);
     MXTensor xq = quantize(x.data(), s.M, s.K, MXLayout::rowwise, kCfg);
-    MXTensor wt = quantize(w.data(), s.N, s.K, MXLayout::tile32, kCfg);  // W [out=N, in=K]
+    MXTensor wt = quantize(w.data(), s.N, s.K, MXLayout::tile, kCfg);  // W [out=N, in=K]
     expect_mx_matches(false, xq, true, wt, false);                      // forward
     auto dy = randn(s.M * s.N, 9, 1e-3f);
     MXTensor dyq = quantize(dy.data(), s.M, s.N, MXLayout::rowwise, kCfg);

@@ -79,7 +79,7 @@ void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, boo
   IsaGuard guard;
   for (Isa isa : path_isas()) {
     set_isa(isa);
-    SCOPED_TRACE(std::string(what) + " on path " + gemm_path_name(gemm_path()) + ", M=" +
+    SCOPED_TRACE(std::string(what) + " on path " + path_name(gemm_mx_path()) + ", M=" +
                  std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
     std::vector<float> c(c0.begin(), c0.begin() + M * N);
     gemm_mx(ta, A, tb, B, c.data(), N, acc);
@@ -115,7 +115,7 @@ MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e
 
 TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile32}) {
+    for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile}) {
       const auto x = randn(s.M * s.K, 1), w = randn(s.N * s.K, 2, 0.05f);
       const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
       const MXTensor wq = q(w, s.N, s.K, wl, Elem::e4m3, ScaleRounding::floor);
@@ -125,7 +125,7 @@ TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
 
 TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile}) {
       // dx[M, N] = dy[M, K] · W[K, N]: dy E5M2 rowwise, W stored [K, N].
       const auto dy = randn(s.M * s.K, 3, 1e-3f), w = randn(s.K * s.N, 4, 0.05f);
       const MXTensor dq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e5m2);
@@ -136,7 +136,7 @@ TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
 
 TEST(MxGemmPaths, WgradAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
-    for (MXLayout al : {MXLayout::colwise, MXLayout::tile32}) {
+    for (MXLayout al : {MXLayout::colwise, MXLayout::tile}) {
       // dW[M, N] += dy^T · x with dy stored [K, M], x stored [K, N] (K = tokens).
       const auto dy = randn(s.K * s.M, 5, 1e-2f), x = randn(s.K * s.N, 6);
       const MXTensor dq = q(dy, s.K, s.M, al, Elem::e5m2);
@@ -170,7 +170,15 @@ TEST(MxGemmPaths, HugeE4M3ScalesGiveTheReferenceBytes) {
   const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
   ASSERT_GE(xq.scale_at(0, 5), 247);
   check_all_paths(false, xq, true, wq, false, "huge scale");
-  if (!isa_supported(Isa::avx512)) return;
+}
+
+TEST(MxGemmPaths, HugeE4M3ScalesOnAvx512GiveTheReferenceBytes) {
+  if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512 path";
+  std::vector<float> x = randn(9 * 64, 10), w = randn(12 * 64, 11, 1e-30f);
+  x[5] = 3e38f;
+  const MXTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
+  const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
+  ASSERT_GE(xq.scale_at(0, 5), 247);
   IsaGuard guard;
   std::vector<float> ref(9 * 12), fast(9 * 12);
   set_isa(Isa::scalar);
@@ -194,7 +202,7 @@ TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
     for (int64_t i = 0; i < 10; ++i)
       for (int64_t j = 0; j < 70; ++j)
         EXPECT_EQ(std::isnan(c[size_t(i * 70 + j)]), i == 3)
-            << gemm_path_name(gemm_path()) << " C[" << i << "," << j << "]";
+            << path_name(gemm_mx_path()) << " C[" << i << "," << j << "]";
   }
 }
 
@@ -227,8 +235,11 @@ void expect_transpose_of_direct(const Product& product, const std::vector<float>
 // product of the transposed problem (more rows than outputs: run directly) must be its
 // transpose bit for bit, and accumulating must add exactly C0 to it.
 TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
+  if (!isa_supported(Isa::avx512) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "the transposed product runs on the AVX512-BF16 panel kernel, which this "
+                    "CPU lacks";
   for (Isa isa : path_isas()) {
-    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    if (isa < Isa::avx512) continue;  // the panel kernel's paths only
     IsaGuard guard;
     set_isa(isa);
     for (const Shape& s : {Shape{64, 300, 100}, Shape{100, 130, 1100}, Shape{200, 1100, 70}}) {
@@ -251,8 +262,11 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
 // quantized colwise (the same codes and scales as dY rowwise, transposed), which has more
 // rows than columns and runs directly.
 TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
+  if (!isa_supported(Isa::avx512) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "the transposed product runs on the AVX512-BF16 panel kernel, which this "
+                    "CPU lacks";
   for (Isa isa : path_isas()) {
-    if (isa < Isa::avx512 || !cpu_features().avx512_bf16) continue;  // the panel kernel only
+    if (isa < Isa::avx512) continue;  // the panel kernel's paths only
     IsaGuard guard;
     set_isa(isa);
     // {M tokens, N inputs, K outputs (the sum)}, all M < N: ragged K blocks and panels, one
@@ -276,7 +290,7 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
   }
 }
 
-// The VBMI row packer (pack_a_rows_avx512vbmi) decodes by table lookup where the scale folds
+// The VBMI row packer (pack_a_rows_avx512vbmi_bf16) decodes by table lookup where the scale folds
 // exactly and falls back to the general decoder elsewhere: the panel products on the avx512vbmi
 // path equal the avx512 path's bit for bit, with ordinary scales, a block scaled by 2^-120
 // (scale below the table's range: the general decoder), one by 2^120 (near its top), a NaN

@@ -93,7 +93,7 @@ TEST(QuantizeFiles, Tile32FilesEqualCoreQuantize) {
     const std::string in = write_input(d, x, M, K);
     QuantizeFilesResult r = quantize_npy_to_dir(in, d / "q", {"mxfp8-32x32", {}, {}});
     EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{"data.npy", "meta.json", "scale.npy"}));
-    const MXTensor t = quantize(x.data(), M, K, MXLayout::tile32, r.cfg);
+    const MXTensor t = quantize(x.data(), M, K, MXLayout::tile, r.cfg);
     EXPECT_EQ(read_file(d / "q/data.npy"), u8_npy(t.data, M, K));
     EXPECT_EQ(read_file(d / "q/scale.npy"), u8_npy(t.scales, (M + 31) / 32, (K + 31) / 32));
     dequantize_dir_to_npy(d / "q", d / "y.npy", {"mxfp8-32x32", Elem::e4m3});

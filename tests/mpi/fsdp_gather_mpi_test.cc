@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/gather_format.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/fsdp.h"
 
@@ -57,42 +58,32 @@ void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) 
   EXPECT_TRUE(a.scales == b.scales) << what << ": scale bytes differ";
 }
 
-// Compares the members `kind` fills with the one-process reference of the full weight.
+using testutil::gather_format;
+
+// Compares the copies `kind` fills with the one-process reference of the full weight.
 void expect_cache_matches(const QuantizedWeight& got, const std::vector<float>& full,
-                          const std::vector<int64_t>& shape, int64_t group, GatherKind kind,
+                          const std::vector<int64_t>& shape, int64_t group, CopySet kind,
                           const QuantConfig& cfg, const std::string& what) {
   const auto L1 = ShardLayout::make(shape, 1);
   QuantizedWeight want;
-  quantize_group_reference(L1, kind, cfg, full.data(), group, want);
-  switch (kind) {
-    case GatherKind::bf16: EXPECT_TRUE(got.bf16 == want.bf16) << what; break;
-    case GatherKind::rowwise:
-      ASSERT_TRUE(got.has_rowwise) << what;
-      expect_same(got.rowwise, want.rowwise, what);
-      break;
-    case GatherKind::colwise:
-      ASSERT_TRUE(got.has_colwise) << what;
-      expect_same(got.colwise, want.colwise, what);
-      break;
-    case GatherKind::dual:
-      ASSERT_TRUE(got.has_rowwise && got.has_colwise) << what;
-      expect_same(got.rowwise, want.rowwise, what + " rowwise");
-      expect_same(got.colwise, want.colwise, what + " colwise");
-      break;
-    case GatherKind::tile32:
-      ASSERT_TRUE(got.has_tile) << what;
-      expect_same(got.tile, want.tile, what);
-      break;
+  quantize_group_reference(L1, kind, gather_format(kind, cfg), full.data(), group, want);
+  ASSERT_TRUE(got.has_all(kind)) << what;
+  if (kind.has(Copy::bf16)) {
+    EXPECT_TRUE(got.bf16 == want.bf16) << what;
   }
+  if (kind.has(Copy::rowwise)) expect_same(got.rowwise, want.rowwise, what + " rowwise");
+  if (kind.has(Copy::colwise)) expect_same(got.colwise, want.colwise, what + " colwise");
+  if (kind.has(Copy::tile)) expect_same(got.tile, want.tile, what + " tile");
 }
 
-GatherKind forward_kind(const GatherSetup& s) {
-  if (s.recipe == "bf16") return GatherKind::bf16;
-  if (s.recipe == "mxfp8-32x32") return GatherKind::tile32;
-  return s.mode == "all" ? GatherKind::dual : GatherKind::rowwise;
+// What each setup gathers (docs/design.md, "Bytes per step").
+CopySet forward_kind(const GatherSetup& s) {
+  if (s.recipe == "bf16") return {Copy::bf16};
+  if (s.recipe == "mxfp8-32x32") return {Copy::tile};
+  return s.mode == "all" ? CopySet{Copy::rowwise, Copy::colwise} : CopySet{Copy::rowwise};
 }
-GatherKind backward_kind(const GatherSetup& s) {
-  if (s.recipe == "mxfp8") return GatherKind::colwise;
+CopySet backward_kind(const GatherSetup& s) {
+  if (s.recipe == "mxfp8") return {Copy::colwise};
   return forward_kind(s);
 }
 
@@ -110,18 +101,18 @@ TEST(FsdpGather, ProvidedWeightsAreByteIdenticalToOneProcessQuantization) {
     }
     Fsdp fsdp(world(), s.options());
     for (auto& l : layers) fsdp.add(*l);
-    const QuantConfig cfg = s.precision().recipe.weight_cfg();
+    const QuantConfig cfg = s.precision().recipe.role(Role::weight).quant_config();
     for (int i = 0; i < fsdp.num_modules(); ++i) {
       const std::string what = s.label() + " " + fsdp.layout(i).describe();
       EXPECT_TRUE(layers[size_t(i)]->weight.value.empty()) << "full value freed after sharding";
-      fsdp.fetch(i, WeightUse::forward);
+      fsdp.fetch(i, Use::forward);
       expect_cache_matches(layers[size_t(i)]->weight_cache(), full[size_t(i)], kShapes[size_t(i)],
                            0, forward_kind(s), cfg, what + " forward");
       fsdp.post_forward(i);
     }
     for (int i = fsdp.num_modules() - 1; i >= 0; --i) {
       const std::string what = s.label() + " " + fsdp.layout(i).describe();
-      fsdp.fetch(i, WeightUse::backward);
+      fsdp.fetch(i, Use::dgrad);
       expect_cache_matches(layers[size_t(i)]->weight_cache(), full[size_t(i)], kShapes[size_t(i)],
                            0, backward_kind(s), cfg, what + " backward");
       fsdp.post_backward(i);
@@ -134,8 +125,8 @@ TEST(FsdpGather, ProvidedWeightsAreByteIdenticalToOneProcessQuantization) {
 // provider wiring is covered with the layer in fsdp_train_mpi_test.cc).
 TEST(FsdpGather, ExpertWeightsAreByteIdenticalPerExpert) {
   const int W = world().size(), r = world().rank();
-  const GatherKind kinds[] = {GatherKind::bf16, GatherKind::rowwise, GatherKind::colwise,
-                              GatherKind::dual, GatherKind::tile32};
+  const CopySet kinds[] = {{Copy::bf16}, {Copy::rowwise}, {Copy::colwise},
+                           {Copy::rowwise, Copy::colwise}, {Copy::tile}};
   for (const std::vector<int64_t>& shape : std::vector<std::vector<int64_t>>{
            {3, 33, 65}, {2, 31, 7}, {4, 64, 96}, {5, 1, 40}}) {
     const auto L = ShardLayout::make(shape, W);
@@ -143,17 +134,17 @@ TEST(FsdpGather, ExpertWeightsAreByteIdenticalPerExpert) {
     fill(full, shape[2], 99);
     std::vector<float> shard(size_t(L.shard_numel()));
     slice_shard(L, r, full.data(), shard.data());
-    for (GatherKind k : kinds) {
+    for (CopySet k : kinds) {
       const QuantConfig cfg{};
       const size_t P = packed_bytes(L, k);
       std::vector<uint8_t> send(P), recv(P * size_t(W));
-      pack_shard(L, r, shard.data(), k, cfg, send.data());
+      pack_shard(L, r, shard.data(), k, gather_format(k, cfg), send.data());
       world().allgather(send.data(), recv.data(), P);
       for (int64_t g = 0; g < L.groups; ++g) {
         QuantizedWeight got;
         unpack_group(L, k, cfg.elem, recv.data(), g, got);
         expect_cache_matches(got, full, shape, g, k, cfg,
-                             L.describe() + " " + gather_kind_name(k) + " expert " +
+                             L.describe() + " " + k.name() + " expert " +
                                  std::to_string(g));
       }
     }
@@ -211,11 +202,11 @@ TEST(FsdpGather, BytesPerStepMatchFormulas) {
     for (int step = 0; step < 2; ++step) {  // the second step re-quantizes (new version)
       fsdp.reset_stats();
       for (int i = 0; i < fsdp.num_modules(); ++i) {
-        fsdp.fetch(i, WeightUse::forward);
+        fsdp.fetch(i, Use::forward);
         fsdp.post_forward(i);
       }
       for (int i = fsdp.num_modules() - 1; i >= 0; --i) {
-        fsdp.fetch(i, WeightUse::backward);
+        fsdp.fetch(i, Use::dgrad);
         fsdp.post_backward(i);
       }
       fsdp.bump_versions();
@@ -253,9 +244,9 @@ TEST(FsdpGather, MicroBatchesOfOneStepQuantizeTheShardOnce) {
   Fsdp fsdp(world(), s.options());
   fsdp.add(l);
   for (int micro = 0; micro < 3; ++micro) {
-    fsdp.fetch(0, WeightUse::forward);
+    fsdp.fetch(0, Use::forward);
     fsdp.post_forward(0);
-    fsdp.fetch(0, WeightUse::backward);
+    fsdp.fetch(0, Use::dgrad);
     fsdp.post_backward(0);
   }
   EXPECT_EQ(fsdp.stats().allgather_calls, 6);

@@ -28,9 +28,9 @@
 namespace mxtrain {
 namespace {
 
-using attn_detail::attention_backward_avx512;
+using attn_detail::attention_backward_avx512bf16;
 using attn_detail::attention_backward_ref;
-using attn_detail::attention_forward_avx512;
+using attn_detail::attention_forward_avx512bf16;
 using attn_detail::attention_forward_ref;
 using layer_test::same_bytes;
 using testing_nn::random_vector;
@@ -151,13 +151,13 @@ Textbook textbook(const std::vector<float>& qkv, const std::vector<float>& dout,
 
 // ---- one run of a kernel ---------------------------------------------------------------------
 
-enum class Path { ref, fast, api };
+enum class Via { ref, fast, api };
 
 struct Result {
   std::vector<float> out, lse, dqkv;
 };
 
-Result run(Path path, AttnPrecision p, const std::vector<float>& qkv, const std::vector<float>& dout,
+Result run(Via path, AttnPrecision p, const std::vector<float>& qkv, const std::vector<float>& dout,
         Shape s, float dqkv_fill = 0.f) {
   const int64_t B = s.B, T = s.T, D = s.D, H = s.H;
   Result r;
@@ -165,17 +165,17 @@ Result run(Path path, AttnPrecision p, const std::vector<float>& qkv, const std:
   r.lse.assign(B * H * T, std::numeric_limits<float>::quiet_NaN());
   r.dqkv.assign(B * T * 3 * D, dqkv_fill);
   switch (path) {
-    case Path::ref:
+    case Via::ref:
       attention_forward_ref(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p);
       attention_backward_ref(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(),
                              B, T, D, H, p);
       break;
-    case Path::fast:
-      attention_forward_avx512(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H);
-      attention_backward_avx512(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
+    case Via::fast:
+      attention_forward_avx512bf16(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H);
+      attention_backward_avx512bf16(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
                                 r.lse.data(), B, T, D, H);
       break;
-    case Path::api:
+    case Via::api:
       attention_forward(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p);
       attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), B,
                          T, D, H, p);
@@ -199,7 +199,7 @@ TEST(Attention, Fp32ReferenceMatchesTextbook) {
                   Shape{2, 130, 64, 2}, Shape{1, 70, 9, 1}}) {
     const Inputs in = inputs(s, uint32_t(40 + s.T));
     const Textbook want = textbook(in.qkv, in.dout, s);
-    const Result got = run(Path::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
+    const Result got = run(Via::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
     expect_close(got.out, want.out, kFp32Ref, "out " + s.str());
     expect_close(got.lse, want.lse, kFp32Ref, "lse " + s.str());
     expect_close(got.dqkv, want.dqkv, kFp32Ref, "dqkv " + s.str());
@@ -280,8 +280,8 @@ TEST(Attention, FastBf16MatchesBf16ReferenceOnAwkwardShapes) {
       const int64_t H = hd >= 64 ? 1 : 2, B = T > 128 ? 1 : 2;
       const Shape s{B, T, hd * H, H};
       const Inputs in = inputs(s, uint32_t(7 * T + hd));
-      const Result ref = run(Path::ref, AttnPrecision::bf16, in.qkv, in.dout, s);
-      const Result fast = run(Path::fast, AttnPrecision::bf16, in.qkv, in.dout, s);
+      const Result ref = run(Via::ref, AttnPrecision::bf16, in.qkv, in.dout, s);
+      const Result fast = run(Via::fast, AttnPrecision::bf16, in.qkv, in.dout, s);
       expect_close(fast.out, ref.out, kBlockOrder, "out " + s.str());
       expect_close(fast.lse, ref.lse, kBlockOrder, "lse " + s.str());
       expect_close(fast.dqkv, ref.dqkv, kBlockOrder, "dqkv " + s.str());
@@ -291,8 +291,8 @@ TEST(Attention, FastBf16MatchesBf16ReferenceOnAwkwardShapes) {
 TEST(Attention, Bf16IsWithinBf16BoundOfFp32) {
   for (Shape s : {Shape{2, 65, 64, 2}, Shape{1, 257, 128, 2}, Shape{2, 33, 24, 1}}) {
     const Inputs in = inputs(s, uint32_t(90 + s.T));
-    const Result f32 = run(Path::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
-    const Result b16 = run(Path::api, AttnPrecision::bf16, in.qkv, in.dout, s);
+    const Result f32 = run(Via::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
+    const Result b16 = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
     expect_close(b16.out, f32.out, kBf16VsFp32, "out " + s.str());
     expect_close(b16.lse, f32.lse, kBf16VsFp32, "lse " + s.str());
     expect_close(b16.dqkv, f32.dqkv, kBf16VsFp32, "dqkv " + s.str());
@@ -301,18 +301,18 @@ TEST(Attention, Bf16IsWithinBf16BoundOfFp32) {
 
 // ---- contract ------------------------------------------------------------------------------
 
-std::vector<Path> paths() {
-  std::vector<Path> p{Path::ref};
-  if (fast_available()) p.push_back(Path::fast);
+std::vector<Via> paths() {
+  std::vector<Via> p{Via::ref};
+  if (fast_available()) p.push_back(Via::fast);
   return p;
 }
 
 TEST(Attention, ResultDoesNotDependOnThreadCount) {
   const Shape s{2, 130, 96, 3};
   const Inputs in = inputs(s, 70);
-  for (Path path : paths())
+  for (Via path : paths())
     for (AttnPrecision p : {AttnPrecision::fp32, AttnPrecision::bf16}) {
-      if (path == Path::fast && p == AttnPrecision::fp32) continue;
+      if (path == Via::fast && p == AttnPrecision::fp32) continue;
       Result r1, r2;
       with_threads(1, [&] { r1 = run(path, p, in.qkv, in.dout, s); });
       with_threads(2, [&] { r2 = run(path, p, in.qkv, in.dout, s); });
@@ -325,7 +325,7 @@ TEST(Attention, ResultDoesNotDependOnThreadCount) {
 TEST(Attention, BackwardWritesEveryElementOfDqkv) {
   const Shape s{2, 70, 48, 2};
   const Inputs in = inputs(s, 80);
-  for (Path path : paths()) {
+  for (Via path : paths()) {
     const AttnPrecision p = AttnPrecision::bf16;
     const Result zero = run(path, p, in.qkv, in.dout, s, 0.f);
     const Result filled = run(path, p, in.qkv, in.dout, s, std::numeric_limits<float>::quiet_NaN());
@@ -337,9 +337,9 @@ TEST(Attention, IsCausal) {
   const Shape s{1, 100, 32, 2};
   Inputs in = inputs(s, 50);
   const int64_t t0 = 70;  // change k and v of tokens t0.. ; outputs before t0 must not move
-  for (Path path : paths())
+  for (Via path : paths())
     for (AttnPrecision p : {AttnPrecision::fp32, AttnPrecision::bf16}) {
-      if (path == Path::fast && p == AttnPrecision::fp32) continue;
+      if (path == Via::fast && p == AttnPrecision::fp32) continue;
       std::vector<float> q2 = in.qkv;
       for (int64_t t = t0; t < s.T; ++t)
         for (int64_t c = s.D; c < 3 * s.D; ++c) q2[t * 3 * s.D + c] += 5.f;
@@ -354,20 +354,20 @@ TEST(Attention, IsCausal) {
 TEST(Attention, DispatchFollowsIsaAndPrecision) {
   const Shape s{1, 65, 64, 2};
   const Inputs in = inputs(s, 90);
-  const Result ref = run(Path::ref, AttnPrecision::bf16, in.qkv, in.dout, s);
+  const Result ref = run(Via::ref, AttnPrecision::bf16, in.qkv, in.dout, s);
   set_isa(Isa::scalar);
-  EXPECT_FALSE(attn_detail::attention_uses_avx512(AttnPrecision::bf16));
-  const Result scalar = run(Path::api, AttnPrecision::bf16, in.qkv, in.dout, s);
+  EXPECT_EQ(attn_detail::attention_path(AttnPrecision::bf16), Path::scalar);
+  const Result scalar = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
   clear_isa_override();
   EXPECT_TRUE(same_bytes(scalar.out, ref.out) && same_bytes(scalar.dqkv, ref.dqkv));
-  EXPECT_FALSE(attn_detail::attention_uses_avx512(AttnPrecision::fp32));
-  const Result f32 = run(Path::api, AttnPrecision::fp32, in.qkv, in.dout, s);
-  const Result f32ref = run(Path::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
+  EXPECT_EQ(attn_detail::attention_path(AttnPrecision::fp32), Path::scalar);
+  const Result f32 = run(Via::api, AttnPrecision::fp32, in.qkv, in.dout, s);
+  const Result f32ref = run(Via::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
   EXPECT_TRUE(same_bytes(f32.out, f32ref.out) && same_bytes(f32.dqkv, f32ref.dqkv));
   if (fast_available() && active_isa() >= Isa::avx512) {
-    EXPECT_TRUE(attn_detail::attention_uses_avx512(AttnPrecision::bf16));
-    const Result fast = run(Path::fast, AttnPrecision::bf16, in.qkv, in.dout, s);
-    const Result api = run(Path::api, AttnPrecision::bf16, in.qkv, in.dout, s);
+    EXPECT_EQ(attn_detail::attention_path(AttnPrecision::bf16), Path::avx512bf16);
+    const Result fast = run(Via::fast, AttnPrecision::bf16, in.qkv, in.dout, s);
+    const Result api = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
     EXPECT_TRUE(same_bytes(api.out, fast.out) && same_bytes(api.dqkv, fast.dqkv));
   }
 }

@@ -146,7 +146,8 @@ TEST(GroupedLinear, WgradBlocksDoNotStraddleExperts) {
   EXPECT_GE(cosine(dW1, exact_f), kCosine);
   // What a joint pass would have given expert 1's x rows: mostly flushed to zero.
   Recipe rc = get_recipe("mxfp8");
-  MXTensor joint = quantize(x.data(), 38, in, MXLayout::colwise, rc.input_cfg());
+  MXTensor joint = quantize(x.data(), 38, in, MXLayout::colwise,
+                            rc.role(Role::input).quant_config());
   std::vector<float> a(joint.data.size());
   dequantize(joint, a.data());
   std::vector<float> x1_joint(a.begin() + 33 * in, a.end());
@@ -264,15 +265,15 @@ TEST(GroupedLinear, ProviderPerExpert) {
   l.weight.value.clear();
   std::vector<int> calls(E, 0);
   Recipe rc = get_recipe("mxfp8");
-  l.set_weight_provider([&](WeightUse use, int64_t g, QuantizedWeight& c) {
+  l.set_weight_provider([&](Use use, int64_t g, QuantizedWeight& c) {
     ++calls[size_t(g)];
     const float* w = master.data() + g * out * in;
-    if (use == WeightUse::forward) {
-      c.rowwise = quantize(w, out, in, MXLayout::rowwise, rc.weight_cfg());
-      c.has_rowwise = true;
+    if (use == Use::forward) {
+      c.rowwise = quantize(w, out, in, MXLayout::rowwise, rc.role(Role::weight).quant_config());
+      c.present |= {Copy::rowwise};
     } else {
-      c.colwise = quantize(w, out, in, MXLayout::colwise, rc.weight_cfg());
-      c.has_colwise = true;
+      c.colwise = quantize(w, out, in, MXLayout::colwise, rc.role(Role::weight).quant_config());
+      c.present |= {Copy::colwise};
     }
   });
   Result got = run_grouped(l, x, dy, groups);

@@ -208,16 +208,18 @@ TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, false, 22);
     Result r = run_layer(l, x, dy, T);
-    Recipe rc = get_recipe(name);
-    MXLayout fwd_w = rc.weight_tiled() ? MXLayout::tile32 : MXLayout::rowwise;
-    MXLayout bwd_w = rc.weight_tiled() ? MXLayout::tile32 : MXLayout::colwise;
+    // Both recipes: E4M3 and rceil for every role; mxfp8-32x32's weight is one 32x32 copy.
+    const bool tiled = name == "mxfp8-32x32";
+    const QuantConfig cfg{Elem::e4m3, ScaleRounding::rceil};
+    MXLayout fwd_w = tiled ? MXLayout::tile : MXLayout::rowwise;
+    MXLayout bwd_w = tiled ? MXLayout::tile : MXLayout::colwise;
     const float* W = l.weight.value.data();
-    MXTensor xr = quantize(x.data(), T, in, MXLayout::rowwise, rc.input_cfg());
-    MXTensor xc = quantize(x.data(), T, in, MXLayout::colwise, rc.input_cfg());
-    MXTensor wf = quantize(W, out, in, fwd_w, rc.weight_cfg());
-    MXTensor wb = quantize(W, out, in, bwd_w, rc.weight_cfg());
-    MXTensor dyr = quantize(dy.data(), T, out, MXLayout::rowwise, rc.grad_cfg());
-    MXTensor dyc = quantize(dy.data(), T, out, MXLayout::colwise, rc.grad_cfg());
+    MXTensor xr = quantize(x.data(), T, in, MXLayout::rowwise, cfg);
+    MXTensor xc = quantize(x.data(), T, in, MXLayout::colwise, cfg);
+    MXTensor wf = quantize(W, out, in, fwd_w, cfg);
+    MXTensor wb = quantize(W, out, in, bwd_w, cfg);
+    MXTensor dyr = quantize(dy.data(), T, out, MXLayout::rowwise, cfg);
+    MXTensor dyc = quantize(dy.data(), T, out, MXLayout::colwise, cfg);
     std::vector<float> y(size_t(T * out)), dx(size_t(T * in)), dW(size_t(out * in), 0.f);
     gemm_mx(false, xr, true, wf, y.data(), out, false);
     gemm_mx(false, dyr, false, wb, dx.data(), in, false);
@@ -233,8 +235,8 @@ TEST(LinearMx, DeferOnAndOffGiveIdenticalBytesAndDeferHoldsLess) {
   auto x = randn(T * in, 30), dy = randn(T * out, 31, 1e-2f);
   std::vector<Recipe> recipes = {get_recipe("mxfp8"), get_recipe("mxfp8-32x32")};
   Recipe e5 = get_recipe("mxfp8");
-  e5.grad_elem = Elem::e5m2;
-  e5.rounding = ScaleRounding::floor;
+  e5.role(Role::grad).elem = Elem::e5m2;
+  e5.set_rule(ScaleRounding::floor);
   recipes.push_back(e5);
   for (const Recipe& rc : recipes)
     for (bool want_dx : {true, false}) {
@@ -290,7 +292,7 @@ TEST(LinearMx, WeightCacheHoldsOnlyFp8Copies) {
       Linear l = make_layer(name, defer, in, out, true, 47);
       run_layer(l, x, dy, T);
       EXPECT_EQ(l.weight_cache().bytes(), name == "mxfp8" ? row + col : tile);
-      EXPECT_FALSE(l.weight_cache().has_bf16());
+      EXPECT_FALSE(l.weight_cache().has(Copy::bf16));
     }
 }
 
@@ -362,33 +364,36 @@ TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
       const FloatBuffer master = l.weight.value;
       l.weight.value.clear();  // as on an FSDP rank
       int calls = 0;
-      Recipe rc = get_recipe(name);
-      l.set_weight_provider([&](WeightUse use, QuantizedWeight& c) {
+      // What each recipe's weight copies are (E4M3, rceil): bf16, 32x32 tiles, or rowwise for
+      // forward and colwise for dgrad.
+      const QuantConfig cfg{Elem::e4m3, ScaleRounding::rceil};
+      l.set_weight_provider([&](Use use, QuantizedWeight& c) {
         ++calls;
-        if (!rc.quantized()) {
+        if (name == "bf16") {
           c.bf16.resize(master.size());
           f32_to_bf16_array(master.data(), c.bf16.data(), int64_t(master.size()));
-        } else if (rc.weight_tiled()) {
-          c.tile = quantize(master.data(), out, in, MXLayout::tile32, rc.weight_cfg());
-          c.has_tile = true;
-        } else if (use == WeightUse::forward) {
-          c.rowwise = quantize(master.data(), out, in, MXLayout::rowwise, rc.weight_cfg());
-          c.has_rowwise = true;
+          c.present |= {Copy::bf16};
+        } else if (name == "mxfp8-32x32") {
+          c.tile = quantize(master.data(), out, in, MXLayout::tile, cfg);
+          c.present |= {Copy::tile};
+        } else if (use == Use::forward) {
+          c.rowwise = quantize(master.data(), out, in, MXLayout::rowwise, cfg);
+          c.present |= {Copy::rowwise};
         } else {
-          c.colwise = quantize(master.data(), out, in, MXLayout::colwise, rc.weight_cfg());
-          c.has_colwise = true;
+          c.colwise = quantize(master.data(), out, in, MXLayout::colwise, cfg);
+          c.present |= {Copy::colwise};
         }
       });
       Result got = run_layer(l, x, dy, T);
       EXPECT_TRUE(same_bytes(got.y, want.y));
       EXPECT_TRUE(same_bytes(got.dx, want.dx));
       EXPECT_TRUE(same_bytes(got.dW, want.dW));
-      EXPECT_EQ(calls, rc.quantized() && !rc.weight_tiled() ? 2 : 1);
+      EXPECT_EQ(calls, name == "mxfp8" ? 2 : 1);
       EXPECT_EQ(l.weight_quantizations(), calls);
     }
   // A provider that fills nothing is a clear error.
   Linear l = make_layer("mxfp8", false, in, out, false, 73);
-  l.set_weight_provider([](WeightUse, QuantizedWeight&) {});
+  l.set_weight_provider([](Use, QuantizedWeight&) {});
   std::vector<float> y(size_t(T * out));
   LinearSaved s;
   EXPECT_THROW(l.forward(x.data(), T, y.data(), s), Error);

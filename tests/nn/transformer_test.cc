@@ -455,9 +455,10 @@ TEST(GPT, WorksWithProviderSuppliedWeights) {
   Linear* head = fsdp.linear("lm_head");
   ASSERT_NE(head, nullptr);
   const FloatBuffer full = head->weight.value;
-  head->set_weight_provider([full](WeightUse, QuantizedWeight& c) {
+  head->set_weight_provider([full](Use, QuantizedWeight& c) {
     c.bf16.resize(full.size());
     f32_to_bf16_array(full.data(), c.bf16.data(), int64_t(full.size()));
+    c.present |= {Copy::bf16};
   });
   FloatBuffer().swap(head->weight.value);
   for (int micro = 0; micro < 2; ++micro) {  // gradients accumulate across micro-batches

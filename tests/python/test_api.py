@@ -204,11 +204,22 @@ def test_linear_class():
     check(lin.weight_quantizations == 2 and lin.weight_version == 2, "re-quantized on change")
 
 
+def test_linear_sizes():
+    # Element counts that overflow, and sizes no machine holds, are mxtrain.Error (a
+    # RuntimeError) naming the parameter: never a wrapped count, never a bare MemoryError.
+    raises(mxtrain.Error, mxtrain.Linear, 1 << 40, 1 << 40,
+           contains="parameter `python.weight`: its shape has more than 2^48 elements")
+    raises(mxtrain.Error, mxtrain.Linear, 1 << 20, 1 << 20,
+           contains="parameter `python.weight`: its value and gradient need 8192 GiB")
+    check(mxtrain.Linear(40, 8).out_features == 8, "a small layer still builds")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="mxt_py_api_") as tmp:
         test_errors(tmp)
     test_info_and_recipes()
     test_matmul()
     test_linear_class()
+    test_linear_sizes()
     test_gil_released()
     print("test_api: all passed")

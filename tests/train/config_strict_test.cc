@@ -1,6 +1,7 @@
 // Tests that a config means what it says: required sections, duplicate keys, non-finite
 // numbers, bounded nesting and alias expansion are errors naming the key; config_changes
-// lists what differs between two configs (printed on resume).
+// lists what differs between two configs (printed on resume); command-line overrides are
+// checked as the same value in the file would be, and their errors name the flag.
 #include <gtest/gtest.h>
 
 #include "mxtrain/common.h"
@@ -14,9 +15,9 @@ const std::string kModel =
 const std::string kTraining = "training: {steps: 10, seq_len: 32, micro_batch_size: 2}\n";
 const std::string kPrecision = "precision: {recipe: mxfp8}\n";
 
-std::string error_of(const std::string& text) {
+std::string error_of(const std::string& text, const std::vector<ConfigOverride>& overrides = {}) {
   try {
-    parse_config(text, "test.yaml");
+    parse_config(text, "test.yaml", overrides);
   } catch (const Error& e) {
     // The message without the " [file:line]" MXT_CHECK appends.
     std::string m = e.what();
@@ -93,6 +94,57 @@ TEST(ConfigStrict, ChangesListWhatDiffers) {
             (std::vector<std::string>{"precision.recipe: mxfp8 -> bf16", "training.lr: 0.003 -> 0.01",
                                       "training.steps: 10 -> 20"}));
   EXPECT_TRUE(config_changes(a, a).empty());
+}
+
+// Overrides (mxtrain train's --steps, --recipe, ...) go through the file's checks, once, and
+// a bad one names the flag; values from the file still name the file.
+TEST(ConfigOverrides, AppliedAndCheckedLikeFileValues) {
+  const TrainConfig c = parse_config(kModel + kTraining + kPrecision, "test.yaml",
+                                     {{"training.steps", "7", "--steps"},
+                                      {"data.path", "a: b.txt", "--data"},
+                                      {"fsdp.enabled", "true", "--fsdp"},
+                                      {"training.seed", "18446744073709551615", "--seed"}});
+  EXPECT_EQ(c.training.steps, 7);
+  EXPECT_EQ(c.data.path, "a: b.txt");  // a plain string, never re-read as YAML
+  EXPECT_TRUE(c.fsdp.enabled);
+  EXPECT_EQ(c.training.seed, 18446744073709551615ull);
+  EXPECT_EQ(parse_config(c.source_text, "again").training.steps, 7);  // recorded as run
+
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"training.steps", "0", "--steps"}}),
+            "--steps: `training.steps` must be >= 1, got 0");
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision,
+                     {{"training.micro_batch_size", "0", "--micro-batch-size"}}),
+            "--micro-batch-size: `training.micro_batch_size` must be >= 1, got 0");
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision,
+                     {{"training.seq_len", "99999999999", "--seq-len"}}),
+            "--seq-len: `training.seq_len` must be between -2147483648 and 2147483647, got "
+            "99999999999");
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"training.seed", "-1", "--seed"}}),
+            "--seed: `training.seed` must be between 0 and 18446744073709551615, got -1");
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"training.seq_len", "64", "--seq-len"}}),
+            "--seq-len: training.seq_len (64) exceeds model.max_seq_len (32)");
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "nope", "--recipe"}})
+                .rfind("--recipe: `precision.recipe`: unknown recipe 'nope'", 0),
+            0u);
+  // A cross-field rule broken by the flag names the flag.
+  EXPECT_EQ(error_of(kModel + kTraining + "precision: {recipe: mxfp8, defer_backward_quant: true}\n",
+                     {{"precision.recipe", "bf16", "--recipe"}}),
+            "--recipe: `precision.defer_backward_quant` is only valid with an FP8 recipe "
+            "(recipe is `bf16`)");
+  // The file's own bad value still names the file, even with overrides given.
+  EXPECT_EQ(error_of(kModel + "training: {steps: 0}\n" + kPrecision,
+                     {{"data.path", "x.txt", "--data"}}),
+            "test.yaml: `training.steps` must be >= 1, got 0");
+}
+
+TEST(ConfigChanges, ModelChangesNameEachKeyWithBothValues) {
+  const TrainConfig a = parse_config(kModel + kTraining + kPrecision, "a");
+  TrainConfig b = a;
+  EXPECT_TRUE(model_changes(a.model, b.model).empty());
+  b.model.d_model = 128;
+  b.model.moe_top_k = 1;
+  EXPECT_EQ(model_changes(a.model, b.model),
+            (std::vector<std::string>{"model.d_model: 64 -> 128", "model.moe.top_k: 2 -> 1"}));
 }
 
 }  // namespace

@@ -40,14 +40,15 @@ TEST(Config, ParsesValuesAndDefaults) {
   EXPECT_EQ(c.training.steps, 10);
   EXPECT_EQ(c.training.grad_accum, 1);
   EXPECT_FLOAT_EQ(c.training.lr, 3e-3f);
-  EXPECT_EQ(c.precision.recipe, "mxfp8");
+  EXPECT_EQ(c.precision.recipe, get_recipe("mxfp8"));
   EXPECT_EQ(c.precision.scale_rounding, ScaleRounding::rceil);
-  EXPECT_EQ(c.precision.swiglu_input, "auto");
+  EXPECT_EQ(c.precision.swiglu_input, SwigluInput::follow_fc1);
+  EXPECT_EQ(c.precision.lm_head, get_recipe("bf16"));
   EXPECT_EQ(c.data.path, "fortunes");
   // auto is valid under every recipe (it keeps FP32 under bf16); fp32 too.
   for (const char* p : {"recipe: bf16, swiglu_input: auto", "recipe: bf16, swiglu_input: fp32",
                         "recipe: mxfp8-32x32, swiglu_input: fp8"})
-    EXPECT_EQ(parse_config(replaced("recipe: mxfp8", p)).precision.swiglu_input,
+    EXPECT_EQ(swiglu_input_name(parse_config(replaced("recipe: mxfp8", p)).precision.swiglu_input),
               std::string(p).substr(std::string(p).rfind(' ') + 1)) << p;
 }
 
@@ -79,10 +80,11 @@ TEST(Config, RoundTripThroughCanonicalYaml) {
   TrainConfig a = parse_config(text);
   TrainConfig b = parse_config(config_to_yaml(a));
   EXPECT_EQ(config_to_yaml(a), config_to_yaml(b));
-  EXPECT_EQ(b.precision.recipe, "mxfp8-32x32");
+  EXPECT_EQ(b.precision.recipe.name, "mxfp8-32x32");
   EXPECT_EQ(b.precision.scale_rounding, ScaleRounding::floor);
   ASSERT_EQ(b.precision.overrides.size(), 1u);
   EXPECT_EQ(b.precision.overrides[0].first, "layers.1.mlp.*");
+  EXPECT_EQ(b.precision.overrides[0].second, get_recipe("bf16"));
   EXPECT_EQ(b.precision.fp8_dynamic_num_tokens.at(""), 512);
   EXPECT_TRUE(b.fsdp.enabled);
   EXPECT_EQ(b.fsdp.mxfp8_gather, "all");

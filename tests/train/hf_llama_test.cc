@@ -309,7 +309,7 @@ TEST(HfLlama, InitFromStartsFromTheExportedWeights) {
   PolicyOracle oracle;
   PrecisionResolver resolver(b, oracle);  // as the trainer decides each module's precision
   GPT m(b.model, [&](const ModuleInfo& info) { return resolver(info); }, b.training.seed);
-  m.set_swiglu_input(parse_swiglu_input(b.precision.swiglu_input));
+  m.set_swiglu_input(b.precision.swiglu_input);
   hf::load_weights(h, m.parameters());
   const TextCorpus data = TextCorpus::load("fortunes", b.data.val_fraction);
   std::vector<int32_t> tok(32), tgt(32);

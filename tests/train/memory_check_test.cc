@@ -36,7 +36,7 @@ TEST(MemoryCheck, ParameterCountMatchesTheBuiltModel) {
 TEST(MemoryCheck, EstimateAddsUp) {
   TrainConfig c = config("d_model: 64, n_layers: 2, n_heads: 2, d_ff: 128, max_seq_len: 32",
                          "seq_len: 32, micro_batch_size: 4");
-  c.precision.swiglu_input = "fp32";
+  c.precision.swiglu_input = SwigluInput::fp32;
   const MemoryEstimate e = estimate_training_memory(c);
   EXPECT_EQ(e.param_grad_bytes, 8 * e.parameters);
   EXPECT_EQ(e.optimizer_bytes, 8 * e.parameters);
@@ -47,14 +47,14 @@ TEST(MemoryCheck, EstimateAddsUp) {
   // swiglu_input fp8: the fc1 output (2 x 128 floats per token) takes 1 + 1/32 bytes each;
   // auto (the default) does the same under mxfp8, and keeps FP32 with defer on or under bf16.
   const double fp8_act = e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 33 / 32.0);
-  c.precision.swiglu_input = "fp8";
+  c.precision.swiglu_input = SwigluInput::fp8;
   EXPECT_EQ(estimate_training_memory(c).activation_bytes, fp8_act);
-  c.precision.swiglu_input = "auto";
+  c.precision.swiglu_input = SwigluInput::follow_fc1;
   EXPECT_EQ(estimate_training_memory(c).activation_bytes, fp8_act);
   c.precision.defer_backward_quant = true;
   EXPECT_EQ(estimate_training_memory(c).activation_bytes, e.activation_bytes);
   c.precision.defer_backward_quant = false;
-  c.precision.recipe = "bf16";
+  c.precision.recipe = get_recipe("bf16");
   EXPECT_EQ(estimate_training_memory(c).activation_bytes, e.activation_bytes);
 }
 

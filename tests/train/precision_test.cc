@@ -59,7 +59,8 @@ TEST(Precision, DeferAndRoundingFollowTheRecipe) {
     LinearPrecision p = r(m);
     if (p.recipe.quantized()) {
       EXPECT_TRUE(p.defer_backward_quant) << m.module;
-      EXPECT_EQ(p.recipe.rounding, ScaleRounding::floor) << m.module;
+      for (const TensorFormat& f : p.recipe.roles)
+        EXPECT_EQ(f.rule, ScaleRounding::floor) << m.module;
     } else {
       EXPECT_FALSE(p.defer_backward_quant) << m.module;  // never defer with bf16
     }

@@ -7,9 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <functional>
+#include <memory>
 #include <filesystem>
 
 #include "mxtrain/common.h"
+#include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/checkpoint.h"
 #include "mxtrain/train/checkpointing.h"
 #include "train/param_sync.h"
@@ -34,8 +38,9 @@ class PoisonedSync : public ParamSync {
   bool grads_finite() override { return inner_->grads_finite(); }
   double grad_sum_squares() override { return inner_->grad_sum_squares(); }
   std::vector<OptimView> views() override { return inner_->views(); }
-  void save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st) override {
-    inner_->save(dir, cfg, st);
+  std::string save(const std::string& dir, const TrainConfig& cfg,
+                   const TrainerState& st) override {
+    return inner_->save(dir, cfg, st);
   }
   TrainerState load(const std::string& dir, const TrainConfig& cfg) override {
     TrainerState st = inner_->load(dir, cfg);
@@ -103,8 +108,13 @@ TEST(Trainer, LossFallsWellBelowUniformOnText) {
 }
 
 // 8 steps in one run and 4 + 4 with a resume give the same losses and final weight bytes.
-// Returns the losses of the one run.
-std::vector<double> expect_resume_bit_identical(const TrainConfig& c, const std::string& what) {
+// `interrupt` makes the first part stop after 4 steps (default: --stop-after 4). Returns the
+// losses of the one run.
+std::vector<double> expect_resume_bit_identical(
+    const TrainConfig& c, const std::string& what,
+    const std::function<void(TrainOptions&)>& interrupt = [](TrainOptions& o) {
+      o.stop_after = 4;
+    }) {
   TempDir a, b;
   TrainOptions oa = quiet();
   oa.checkpoint_dir = a.path.string();
@@ -112,11 +122,13 @@ std::vector<double> expect_resume_bit_identical(const TrainConfig& c, const std:
 
   TrainOptions ob = quiet();
   ob.checkpoint_dir = b.path.string();
-  ob.stop_after = 4;
+  interrupt(ob);
   TrainSummary first = run_training(c, ob);
-  ob.stop_after = 0;
-  ob.resume = true;
-  TrainSummary second = run_training(c, ob);
+  EXPECT_EQ(first.steps_done, 4) << what;
+  TrainOptions oc = quiet();
+  oc.checkpoint_dir = b.path.string();
+  oc.resume = true;
+  TrainSummary second = run_training(c, oc);
 
   EXPECT_EQ(first.losses.size() + second.losses.size(), full.losses.size()) << what;
   for (size_t i = 0; i < full.losses.size() && i < 4 + second.losses.size(); ++i) {
@@ -138,12 +150,12 @@ std::vector<double> expect_resume_bit_identical(const TrainConfig& c, const std:
 TEST(Trainer, ResumeIsBitIdentical) {
   for (bool moe : {false, true}) {
     TrainConfig c = tiny("mxfp8", 8, moe);
-    EXPECT_EQ(c.precision.swiglu_input, "auto");
+    EXPECT_EQ(c.precision.swiglu_input, SwigluInput::follow_fc1);
     const std::vector<double> lauto = run_training(c, quiet()).losses;
-    c.precision.swiglu_input = "fp32";
+    c.precision.swiglu_input = SwigluInput::fp32;
     c = parse_config(config_to_yaml(c), "tiny-test");
     const std::vector<double> l32 = expect_resume_bit_identical(c, moe ? "moe" : "dense");
-    c.precision.swiglu_input = "fp8";
+    c.precision.swiglu_input = SwigluInput::fp8;
     c = parse_config(config_to_yaml(c), "tiny-test");
     const std::vector<double> l8 = expect_resume_bit_identical(c, moe ? "moe fp8" : "dense fp8");
     ASSERT_EQ(l8.size(), l32.size());
@@ -151,6 +163,72 @@ TEST(Trainer, ResumeIsBitIdentical) {
     EXPECT_NE(l8.back(), l32.back());
     EXPECT_EQ(lauto, l8);
   }
+}
+
+// A stop request (what the CLI's SIGTERM handler answers) asked during step 4 ends the run
+// after it: a checkpoint at step 4, the summary says why; resuming continues bit for bit.
+TEST(Trainer, StopRequestEndsAtTheStepWithACheckpointAndResumesBitIdentically) {
+  TrainConfig c = tiny("mxfp8", 8);
+  TempDir m;
+  fs::create_directories(m.path);
+  const std::string metrics = (m.path / "m.jsonl").string();
+  expect_resume_bit_identical(c, "SIGTERM at step 4", [&](TrainOptions& o) {
+    auto asked = std::make_shared<int>(0);
+    o.stop_requested = [asked] { return ++*asked == 4 ? SIGTERM : 0; };  // asked once per step
+    o.metrics_out = metrics;
+  });
+  const std::string rows = io::read_text_file(metrics);
+  EXPECT_NE(rows.find("\"step\":4,\"step_ms\""), std::string::npos) << rows;
+  EXPECT_EQ(rows.find("\"step\":5,"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("\"stopped_by_signal\":15"), std::string::npos) << rows;
+  EXPECT_NE(rows.find("\"steps\":4,"), std::string::npos) << rows;
+  EXPECT_EQ(rows.find("{\"step\":4,\"val_loss\""), std::string::npos) << "no validation when stopped";
+}
+
+TEST(Trainer, StopSummaryNamesTheSignalAndTheCheckpoint) {
+  TempDir d;
+  TrainOptions o = quiet();
+  o.checkpoint_dir = d.path.string();
+  o.stop_requested = [] { return SIGINT; };  // at once: after the first step
+  const TrainSummary s = run_training(tiny("bf16", 5), o);
+  EXPECT_EQ(s.stopped_by, SIGINT);
+  EXPECT_EQ(s.steps_done, 1);
+  EXPECT_EQ(s.checkpoint, d.path.string() + "/step_1");
+  EXPECT_EQ(io::load_checkpoint(d.path.string()).step, 1);
+}
+
+// A validation split shorter than a sequence is refused before step 1 (it used to end the
+// run at its final validation, with nothing saved): 5000 bytes, val_fraction 0.01 (49 bytes:
+// the float 0.01 is a little below 1/100), seq 64.
+TEST(Trainer, ShortValidationSplitIsRefusedAtStart) {
+  TempDir d;
+  fs::create_directories(d.path);
+  const std::string corpus = (d.path / "small.txt").string();
+  std::string text;
+  while (text.size() < 5000) text += "the quick brown fox jumps over the lazy dog. ";
+  text.resize(5000);
+  io::write_file_atomic(corpus, text);
+  TrainConfig c = parse_config(
+      "model: {d_model: 32, n_layers: 1, n_heads: 2, d_ff: 64, max_seq_len: 64}\n"
+      "training: {steps: 300, seq_len: 64, micro_batch_size: 2, eval_every: 0}\n"
+      "data: {path: " + corpus + ", val_fraction: 0.01}\nprecision: {recipe: bf16}\n",
+      "short-val");
+  TrainOptions o = quiet();
+  o.metrics_out = (d.path / "m.jsonl").string();
+  o.checkpoint_dir = (d.path / "ck").string();
+  try {
+    run_training(c, o);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "the validation split (data.val_fraction 0.01) has 49 bytes, fewer than "
+                  "training.seq_len + 2 = 66"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(d.path / "m.jsonl"));   // no step ran, no row written
+  EXPECT_FALSE(fs::exists(d.path / "ck/step_0"));
+  EXPECT_FALSE(fs::exists(d.path / "ck/.lock"));  // the lock went with the run
 }
 
 TEST(Trainer, NonFiniteStepIsSkippedAndWeightsUntouched) {
@@ -203,7 +281,12 @@ TEST(Trainer, ResumeErrors) {
     run_training(other, o);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("different model"), std::string::npos) << e.what();
+    // One line naming each changed key with both values.
+    EXPECT_NE(std::string(e.what()).find("was written for a different model (checkpoint -> "
+                                         "config: model.d_model: 32 -> 64)"),
+              std::string::npos)
+        << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << e.what();
   }
 }
 

@@ -35,6 +35,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "mxtrain/common.h"
 
 namespace mxtrain::dist {
 
@@ -69,8 +73,21 @@ class MpiSession {
   bool owner_ = false;
 };
 
+// An error every rank raises at the same point (a failed agreement check): there is no rank
+// left waiting in a collective, so the program can end normally on every rank — each printing
+// its message — instead of aborting the job (abort_world_if_distributed).
+class CollectiveError : public Error {
+ public:
+  using Error::Error;
+};
+
 // True when MPI was initialised (and not yet finalised) by this library or the program.
 bool mpi_active();
+
+// True when this process was started by an MPI launcher (mpirun/mpiexec, srun, hydra: their
+// environment variables OMPI_COMM_WORLD_SIZE, PMIX_RANK or PMI_RANK are set) and
+// MXTRAIN_NO_MPI is not: then Comm::world() joins that job instead of a one-rank singleton.
+bool launched_by_mpi();
 
 // For a program's top-level error handler. When MPI is active with more than one rank in
 // MPI_COMM_WORLD: prints "rank R: error: <message>" on stderr and ends every rank with
@@ -151,8 +168,13 @@ class Comm {
   // Collective: every rank passes its own `value` (config text, expected world size, ...).
   // A fixed-size record (64-bit hash, length, first bytes) is all-gathered, so ranks never
   // block on each other's sizes. If any rank's value differs from rank 0's, every rank
-  // throws mxtrain::Error naming `what` and the differing ranks.
+  // throws CollectiveError naming `what` and the differing ranks.
   void check_consistent(const std::string& what, const std::string& value);
+  // Collective: every rank passes the same names, in the same order, with its own values
+  // (run-mode flags, say). One fixed-size record per setting is all-gathered; when any rank's
+  // value of a setting differs from rank 0's, every rank throws CollectiveError naming the
+  // first such setting, rank 0's value and the first differing rank's.
+  void check_same_settings(const std::vector<std::pair<std::string, std::string>>& settings);
 
   CommStats& stats() { return stats_; }
   const CommStats& stats() const { return stats_; }

@@ -170,10 +170,10 @@ class Fsdp {
   // ---- weights --------------------------------------------------------------------------
   // Starts the all-gather module `module` needs for `use`, unless its weight for that use is
   // already cached or in flight.
-  void prefetch(int module, WeightUse use);
+  void prefetch(int module, Use use);
   // Fills the layer's weight cache(s) for `use` exactly as its provider would (gathers if
   // needed). For tools and benchmarks that drive gathers without running the layer.
-  void fetch(int module, WeightUse use);
+  void fetch(int module, Use use);
   void post_forward(int module);
   // Lends the layer a full-size gradient buffer for its backward ("Gradients" above).
   void pre_backward(int module);
@@ -218,11 +218,11 @@ class Fsdp {
   struct GradState;
 
  private:
-  void provide(int module, WeightUse use, int64_t expert, QuantizedWeight& cache);
+  void provide(int module, Use use, int64_t expert, QuantizedWeight& cache);
   void start_gather(int module, int kind);
   void wait_gather(int module, int kind);
-  int kind_for(int module, WeightUse use) const;
-  bool cache_has(int module, WeightUse use) const;
+  int kind_for(int module, Use use) const;
+  bool cache_has(int module, Use use) const;
   void drop(int module, bool caches);
   void start_reduce(int module, const float* full);
   void finish_reduce();

@@ -14,16 +14,17 @@
 // rows hold zeros, are never quantized as data, and travel as zero bytes. A rank may own
 // only padding (a small weight on many ranks): that is allowed, never an error.
 //
-// Packed shard (one buffer per gather, equal size on every rank), for R = rows_per_rank,
-// K = in, Kb = ceil(K/32):
+// Packed shard (one buffer per gather, equal size on every rank): a gather carries a set of
+// the weight's copies (qtensor.h; FSDP asks copies_needed which), each copy's part in Copy
+// order, for R = rows_per_rank, K = in, Kb = ceil(K/32):
 //   bf16    : BF16 data [R, K]                                        2·R·K bytes
 //   rowwise : fp8 data [R, K], then rowwise scales [R, Kb]           R·K + R·Kb
 //   colwise : fp8 data [R, K], then colwise scales [R/32, K]         R·K + R·K/32
-//   dual    : rowwise pack, then colwise pack                        sum of both
-//   tile32  : fp8 data [R, K], then tile scales [R/32, Kb]           R·K + R/32·Kb
-// The gathered buffer is the world's packs in rank order. With N = world·R·K (the padded
-// element count) and K a multiple of 32 these are the figures of docs/design.md, "Bytes per
-// step" exactly: 2N, N + N/32, N + N/32, 2N + 2N/32, N + N/1024 bytes.
+//   tile    : fp8 data [R, K], then tile scales [R/32, Kb]           R·K + R/32·Kb
+// so rowwise+colwise is the sum of both. The gathered buffer is the world's packs in rank
+// order. With N = world·R·K (the padded element count) and K a multiple of 32 these are the
+// figures of docs/design.md, "Bytes per step" exactly: 2N, N + N/32, N + N/32,
+// 2N + 2N/32, N + N/1024 bytes.
 #pragma once
 
 #include <cstdint>
@@ -31,14 +32,10 @@
 #include <vector>
 
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/qtensor.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain::dist {
-
-// What one all-gather carries.
-enum class GatherKind : uint8_t { bf16, rowwise, colwise, dual, tile32 };
-constexpr int kNumGatherKinds = 5;
-const char* gather_kind_name(GatherKind k);
 
 // A run of rows of one group inside one rank's shard.
 struct ShardPiece {
@@ -79,22 +76,21 @@ void place_shard(const ShardLayout& L, int rank, const float* shard, float* full
 void pad_full(const ShardLayout& L, const float* full, float* padded);
 
 // ---- packed quantized shards --------------------------------------------------------------
-// Bytes of one rank's pack.
-size_t packed_bytes(const ShardLayout& L, GatherKind kind);
-// Pre all-gather. shard: [rows_per_rank, in] FP32 of `rank`; out: [packed_bytes].
-// cfg is ignored for bf16.
-void pack_shard(const ShardLayout& L, int rank, const float* shard, GatherKind kind,
-                const QuantConfig& cfg, uint8_t* out);
+// Bytes of one rank's pack of the copies `copies`.
+size_t packed_bytes(const ShardLayout& L, CopySet copies);
+// Pre all-gather. shard: [rows_per_rank, in] FP32 of `rank`, quantized in the weight's format
+// f (qtensor.h make_copies); out: [packed_bytes].
+void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
+                const TensorFormat& f, uint8_t* out);
 // Post all-gather. gathered: [world * packed_bytes], rank order. Fills group `group` of the
-// weight into `out` (bf16 -> out.bf16; rowwise/colwise/dual/tile32 -> the matching MXTensor
-// members and has_* flags). Members of other kinds are left as they are; out.version is not
-// touched (the caller tags it).
-void unpack_group(const ShardLayout& L, GatherKind kind, Elem elem, const uint8_t* gathered,
+// weight into `out`: its copies `copies`, marked present, and its shape [out, in]. Other
+// copies are left as they are; out.version is not touched (the caller tags it).
+void unpack_group(const ShardLayout& L, CopySet copies, Elem elem, const uint8_t* gathered,
                   int64_t group, QuantizedWeight& out);
 
-// The one-process reference: the same members quantized from the whole group.
+// The one-process reference: the same copies quantized from the whole group.
 // full: [E, out, in] FP32.
-void quantize_group_reference(const ShardLayout& L, GatherKind kind, const QuantConfig& cfg,
+void quantize_group_reference(const ShardLayout& L, CopySet copies, const TensorFormat& f,
                               const float* full, int64_t group, QuantizedWeight& out);
 
 }  // namespace mxtrain::dist

@@ -20,10 +20,13 @@
 namespace mxtrain::io {
 
 // Whole file contents. Throws "file not found: PATH", "cannot read PATH: <reason>", or
-// "PATH is a directory, expected a file", or "PATH is not a regular file" (inputs are
-// regular files, so a device such as /dev/zero is refused instead of read forever).
+// "PATH is a directory, expected a file", or "PATH is not a regular file but a FIFO (named
+// pipe)" (or a character device, ...): inputs are regular files, so a device such as
+// /dev/zero is refused instead of read forever, and a FIFO is never waited on.
 std::vector<uint8_t> read_file(const std::string& path);
 std::string read_text_file(const std::string& path);
+// What a stat() mode is, for messages: "a FIFO (named pipe)", "a character device", ...
+const char* file_kind(unsigned mode);
 
 // Atomically replaces `path` with the given bytes (temp file in the same directory, fsync,
 // rename, fsync of the directory). The directory must exist. On failure the target is
@@ -87,5 +90,12 @@ class AtomicDir {
 
 // A unique temporary name next to `target`: "<dir>/.<base>.tmp-<pid>-<n>".
 std::string temp_sibling(const std::string& target, const char* tag = "tmp");
+
+// Removes from `dir` what temp_sibling() named and a process other than this one left there
+// (".<base>.tmp-<pid>-<n>", and the "old" and "probe" tags; only those of `base` when it is
+// given): the leftovers of a writer killed before it renamed or removed them. For a caller
+// that owns `dir` (holds its run lock), so no other writer can be at work there. Returns
+// the names removed.
+std::vector<std::string> remove_temporaries(const std::string& dir, const std::string& base = "");
 
 }  // namespace mxtrain::io

@@ -23,7 +23,13 @@ namespace mxtrain {
 // kept in BF16 (overrides, an adaptive policy) keeps what the bf16 recipe keeps.
 enum class SwigluInput : uint8_t { fp32, fp8, follow_fc1 };
 SwigluInput parse_swiglu_input(const std::string& name);  // throws naming the valid values
+const char* swiglu_input_name(SwigluInput s);             // "fp32" | "fp8" | "auto"
 struct LinearPrecision;  // nn/linear.h
+struct Recipe;           // recipe.h
+// Whether setting s makes sense for a run whose recipe is `run_recipe`: fp8 keeps every
+// layer's SwiGLU input in E4M3, which only an FP8 recipe's layers do. The one statement of
+// this rule (the config parser asks it).
+bool swiglu_input_applies(SwigluInput s, const Recipe& run_recipe);
 // Whether a SwiGLU input is kept in FP8 under setting s, given the precision of the fc1 that
 // makes it (follow_fc1: an FP8 recipe without deferred quantization).
 bool swiglu_input_fp8(SwigluInput s, const LinearPrecision& fc1);

@@ -48,7 +48,7 @@ class GroupedLinear {
   std::vector<QuantizedWeight>& weight_caches() { return wcache_; }
   // Called with the expert index; same contract as Linear's provider.
   using GroupedWeightProvider =
-      std::function<void(WeightUse use, int64_t expert, QuantizedWeight& cache)>;
+      std::function<void(Use use, int64_t expert, QuantizedWeight& cache)>;
   void set_weight_provider(GroupedWeightProvider p) { provider_ = std::move(p); }
 
  private:

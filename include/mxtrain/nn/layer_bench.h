@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/stats.h"  // median_of
 
 namespace mxtrain {
 
@@ -52,8 +53,5 @@ LayerBenchResult bench_layer(const LayerBenchConfig& cfg);
 // weight copy, so memory grows with the number of precisions.
 std::vector<LayerBenchResult> bench_layers_alternating(
     const LayerBenchConfig& cfg, const std::vector<LinearPrecision>& precisions);
-
-// Median of the values (mean of the two middle ones for an even count); 0 for none.
-double median_of(std::vector<double> v);
 
 }  // namespace mxtrain

@@ -33,14 +33,15 @@
 namespace mxtrain {
 
 struct LinearPrecision {
-  Recipe recipe = get_recipe("bf16");
+  Recipe recipe;  // bf16
   bool defer_backward_quant = false;
-  // Throws for combinations that make no sense (defer_backward_quant with bf16).
+  // Throws for combinations that make no sense: defer_backward_quant with a recipe that keeps
+  // inputs unscaled (bf16; defer_backward_quant_applies, recipe.h).
   void validate() const;
 };
 
 // Copies of one weight matrix [out, in] made for the products, tagged with the parameter
-// version they came from. Which members are filled depends on the recipe:
+// version they came from. Which copies are present follows copies_needed (qtensor.h):
 //   bf16        -> bf16
 //   mxfp8       -> rowwise (forward), colwise (dgrad)
 //   mxfp8-32x32 -> tile (forward and dgrad)
@@ -53,19 +54,17 @@ struct QuantizedWeight : QTensor {
   }
 };
 
-// What a weight is needed for; passed to a WeightProvider (FSDP gathers on demand).
-enum class WeightUse : uint8_t { forward, backward };
-
-// When set, a layer asks the provider to fill its QuantizedWeight for `use` instead of
-// quantizing Parameter::value itself (FSDP: all-gather of pre-quantized shards).
-using WeightProvider = std::function<void(WeightUse use, QuantizedWeight& cache)>;
+// When set, a layer asks the provider to fill its QuantizedWeight for `use` (forward or dgrad,
+// qtensor.h) instead of quantizing Parameter::value itself (FSDP: all-gather of pre-quantized
+// shards).
+using WeightProvider = std::function<void(Use use, QuantizedWeight& cache)>;
 
 // What forward keeps for backward, per row group (one group for a Linear).
 struct LinearSaved {
   int64_t tokens = 0;
   GroupList groups;
   const float* x = nullptr;     // defer on: reference to the caller's x [tokens, in]
-  std::vector<QTensor> xs;      // per group: x in BF16 (bf16) or colwise (mxfp8*, defer off)
+  std::vector<QTensor> xs;      // per group: x's wgrad copy (defer off): bf16 or colwise
   size_t weight_bytes_for_backward = 0;  // weight copies made at forward only for backward
   // Bytes this layer allocated and holds between forward and backward (x copies + weight
   // copies made only for backward). References to caller memory are not counted.
@@ -107,7 +106,7 @@ class Linear {
   void set_weight_provider(WeightProvider p) { provider_ = std::move(p); }
 
  private:
-  void ensure_weight(WeightUse use, bool dual);
+  void ensure_weight(Use use, bool dual);
   std::string name_;
   int64_t in_ = 0, out_ = 0;
   LinearPrecision prec_;

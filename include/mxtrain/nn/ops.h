@@ -7,8 +7,8 @@
 // column over all rows in token order — so the order of additions, hence every bit of the
 // result, is the same for any thread count.
 //
-// Embedding, RMSNorm, SwiGLU, cross-entropy and the residual helpers run AVX-512 kernels when
-// active_isa() is avx512 or better, else the scalar reference (MXTRAIN_ISA=scalar forces it).
+// Embedding, RMSNorm, SwiGLU, cross-entropy and the residual helpers run AVX-512 kernels on
+// kernel path avx512 (mxtrain/isa.h), else the scalar reference (MXTRAIN_ISA=scalar forces it).
 // The two paths agree bit for bit except where the AVX-512 kernels use a vectorised exp
 // (SwiGLU, softmax; at most ~1 ulp per exp) or reassociate RMSNorm's row sums: see
 // docs/numerics.md, "FP32 model ops and AdamW".
@@ -73,7 +73,7 @@ void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x
 //   fp32  every operand FP32 (the model's FP32 reference mode, finite-difference checks);
 //   bf16  operands q, k, v, P, dO, dS rounded to BF16 (nearest even), FP32 accumulation.
 // Softmax, exp, lse and every accumulator are FP32 in both. bf16 runs an AVX512-BF16 kernel
-// when active_isa() >= avx512 and the CPU has AVX512-BF16, the portable reference otherwise
+// on kernel path avx512bf16 (mxtrain/isa.h), the portable reference otherwise
 // (MXTRAIN_ISA=scalar selects it); fp32 always runs the reference.
 enum class AttnPrecision { fp32, bf16 };
 
@@ -136,5 +136,18 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 // y += alpha * x, all [n].
 void axpy(float* y, const float* x, float alpha, int64_t n);
+
+// ---- AdamW, element by element (train/optim.h's adamw_update derives the constants) ------
+struct AdamWStep {
+  float beta1, beta2, one_minus_beta1, one_minus_beta2;
+  float step_size;     // lr / (1 - beta1^t)
+  float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
+  float eps;
+  float wd;            // lr * weight_decay, or 0 when the parameter is not decayed
+};
+// Per element, in this order: m = b1 m + (1 - b1) g; v = b2 v + ((1 - b2) g) g;
+// denom = sqrt(v) / sqrt(bc2) + eps; w = w - wd w; w = w - (step_size m) / denom.
+// w, m, v updated in place from g, all [n]. Both paths give the same bits.
+void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
 
 }  // namespace mxtrain

@@ -8,15 +8,21 @@
 // wgrad, an RMSNorm's dgain, ...) WRITES it instead of adding, then marks it live. So a
 // training step never zero-fills its gradients. zero_grad() is the eager form (fills zeros).
 // Under FSDP `value` may be empty on a rank: the layer then receives its (quantized) weight
-// from a weight provider instead (dist/fsdp.h).
+// from a weight provider instead (dist/fsdp.h). init() checks the element count for overflow
+// (at most 2^48, as MXTensor) and the bytes against the machine's memory, and turns a failed
+// allocation into mxtrain::Error naming the parameter and the bytes, never std::bad_alloc.
 #pragma once
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <new>
 #include <string>
 #include <vector>
 
 #include "mxtrain/aligned.h"
+#include "mxtrain/common.h"
 
 namespace mxtrain {
 
@@ -36,8 +42,25 @@ struct Parameter {
   void init(std::string n, std::vector<int64_t> s) {
     name = std::move(n);
     shape = std::move(s);
-    value.assign(numel(), 0.f);
-    grad.assign(numel(), 0.f);
+    int64_t count = 1;
+    for (int64_t d : shape)
+      MXT_CHECK(d >= 0 && !__builtin_mul_overflow(count, d, &count) &&
+                    count <= (int64_t(1) << 48),
+                "parameter `", name, "`: its shape has more than 2^48 elements (or a negative "
+                "dimension); make the layer smaller");
+    const double bytes = double(count) * 2 * sizeof(float);  // value and gradient
+    const double ram = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+    MXT_CHECK(ram <= 0 || bytes <= ram, "parameter `", name, "`: its value and gradient need ",
+              bytes / (1 << 30), " GiB, more than the machine's ", ram / (1 << 30),
+              " GiB of memory; make the layer smaller");
+    try {
+      value.assign(count, 0.f);
+      grad.assign(count, 0.f);
+    } catch (const std::bad_alloc&) {
+      value = FloatBuffer();
+      MXT_FAIL("parameter `", name, "`: cannot allocate ", bytes / (1 << 30),
+               " GiB for its value and gradient (out of memory); make the layer smaller");
+    }
   }
   void zero_grad() {
     std::fill(grad.begin(), grad.end(), 0.f);

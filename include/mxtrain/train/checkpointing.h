@@ -32,7 +32,8 @@ struct TrainerState {
   int64_t global_batch = 0;
 };
 
-void save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
+// Returns the step directory written (`dir/step_N`).
+std::string save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<FloatBuffer>& m,
                               const std::vector<FloatBuffer>& v, const TrainerState& st);

@@ -5,7 +5,8 @@
 // schedule, batch, checkpoints), `data` (corpus) and `precision` (recipe, scale rounding,
 // defer_backward_quant, first/last-N BF16 layers, name-glob overrides, adaptive FP8 policy),
 // plus `fsdp`. Parsing is strict: an unknown key or a bad value is an error that names the key
-// (`training.lr: must be > 0, got -1`), so a typo never silently runs the default.
+// (`training.lr: must be > 0, got -1`), so a typo never silently runs the default. Command-line
+// flags are overrides of single keys, parsed in the same pass (ConfigOverride).
 #pragma once
 
 #include <cstdint>
@@ -14,8 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
 
 namespace mxtrain {
 
@@ -46,18 +49,19 @@ struct DataConfig {
   float val_fraction = 0.05f;
 };
 
+// Parsed once: recipes are registry values (recipe.h), not names.
 struct PrecisionConfig {
-  std::string recipe = "mxfp8";
-  ScaleRounding scale_rounding = ScaleRounding::rceil;
+  Recipe recipe = get_recipe("mxfp8");
+  ScaleRounding scale_rounding = ScaleRounding::rceil;  // applied to every FP8 recipe used
   bool defer_backward_quant = false;
   int bf16_first_layers = 0;
   int bf16_last_layers = 0;
-  std::string lm_head = "bf16";       // recipe for the LM head
+  Recipe lm_head;  // the LM head's recipe (bf16)
   // SwiGLU input kept for backward: auto (FP8 where fc1 runs an FP8 recipe without
   // defer_backward_quant) | fp32 | fp8 (nn/fp8_activation.h)
-  std::string swiglu_input = "auto";
-  // Module-name glob -> recipe name, applied in order; the last match wins.
-  std::vector<std::pair<std::string, std::string>> overrides;
+  SwigluInput swiglu_input = SwigluInput::follow_fc1;
+  // Module-name glob -> recipe, applied in order; the last match wins.
+  std::vector<std::pair<std::string, Recipe>> overrides;
   bool selective_fp8 = false;
   std::string fp8_dynamic_policy_path;
   // Token count used for policy decisions, per model component (key "" = whole model).
@@ -84,18 +88,30 @@ struct TrainConfig {
   // checkpoints store them as tokenizer.model. Empty for byte-level.
   std::string tokenizer_model;
 
-  void validate() const;    // cross-field checks (seq_len <= max_seq_len, recipes exist, ...)
+  void validate() const;    // cross-field checks (seq_len <= max_seq_len, ...)
 };
 
-// Parse YAML text / file. Throws mxtrain::Error naming the offending key.
-TrainConfig parse_config(const std::string& yaml_text, const std::string& origin = "<config>");
-TrainConfig load_config(const std::string& path);
+// One setting given outside the file (a command-line flag): `key` is the dotted YAML key
+// (`training.steps`), `value` its text as a YAML scalar would hold it, `flag` what the user
+// typed (`--steps`), named in the error when the value is bad.
+struct ConfigOverride {
+  std::string key, value, flag;
+};
+
+// Parse YAML text / file, with the overrides put in place of (or beside) the file's values
+// before anything is interpreted: each one is converted and checked once, exactly as the
+// same value in the file. Throws mxtrain::Error naming the offending key (and the flag).
+TrainConfig parse_config(const std::string& yaml_text, const std::string& origin = "<config>",
+                         const std::vector<ConfigOverride>& overrides = {});
+TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides = {});
 // Canonical YAML of a config (used for checkpoints and consistency checks across ranks).
 std::string config_to_yaml(const TrainConfig& c);
 
 // Settings of `training`, `data`, `precision` and `fsdp` that differ between two configs,
 // one "key: old -> new" line each, in field order (resuming prints these).
 std::vector<std::string> config_changes(const TrainConfig& before, const TrainConfig& after);
+// The same for the `model` section (`model.d_model: 128 -> 256`, `model.moe.top_k: 2 -> 1`).
+std::vector<std::string> model_changes(const ModelConfig& before, const ModelConfig& after);
 
 // Glob match with '*' (any run of characters, including dots) and '?'.
 bool glob_match(const std::string& pattern, const std::string& text);

@@ -16,7 +16,7 @@ struct AdamWHyper {
 
 // One AdamW update of n elements at optimizer step `t` (1-based, for bias correction).
 // w, m, v updated in place; g is the (already clipped/scaled) gradient. Runs an AVX-512
-// kernel when active_isa() is avx512 or better; it gives the scalar loop's bits exactly.
+// kernel on kernel path avx512 (mxtrain/isa.h); it gives the scalar loop's bits exactly.
 //   w: [n], g: [n], m: [n], v: [n]
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
                   int64_t t, bool decay);

@@ -13,9 +13,16 @@
 // Resuming at another world size keeps the checkpoint's global batch by changing grad_accum
 // (said on stderr) when micro_batch_size x W divides it; otherwise it is an error naming the
 // numbers (train/checkpointing.h, resume_grad_accum).
+//
+// Nothing is lost (docs/reliability.md): every input and output is checked before step 1;
+// under mpirun the ranks first agree on the launch (train/launch.h); the checkpoint directory
+// and the metrics file are locked for the run (train/run_outputs.h); a resume drops the
+// metrics rows after the checkpoint's step; a stop request (a signal) ends the run at a step
+// boundary with a checkpoint.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +45,10 @@ struct TrainOptions {
   std::string init_from;
   int64_t stop_after = 0;      // stop after this many steps in this run (0: run to the end);
                                // the schedule still spans training.steps (preemption)
+  // Asked at the end of every step (under FSDP the ranks take the largest answer, so all stop
+  // at the same step): non-zero — the number of the signal that asked for it — stops the run
+  // there, with a checkpoint when checkpoint_dir is set and the summary row. Empty: never.
+  std::function<int()> stop_requested;
 };
 
 struct TrainSummary {
@@ -54,6 +65,8 @@ struct TrainSummary {
   int micro_batch_size = 0, world_size = 1, grad_accum = 0;  // as run (grad_accum after resume)
   size_t held_bytes = 0;                    // bytes held between forward and backward (last step)
   int64_t peak_rss_bytes = 0;
+  int stopped_by = 0;                       // the signal that stopped the run early, or 0
+  std::string checkpoint;                   // the last checkpoint written by this run, or empty
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt);

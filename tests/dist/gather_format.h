@@ -1,0 +1,22 @@
+// tests/dist/gather_format.h — the weight format whose copies a gather carries, for the shard
+// and FSDP gather tests (tests/dist/shard_test.cc, tests/mpi/fsdp_gather_mpi_test.cc).
+#pragma once
+
+#include "mxtrain/qtensor.h"
+#include "mxtrain/recipe.h"
+
+namespace mxtrain::testutil {
+
+// BF16 for the bf16 copy; else MX (E8M0) with 32x32 tiles for the tile copy, 1x32 blocks for
+// rowwise/colwise, and cfg's element format and scale rule.
+inline TensorFormat gather_format(CopySet kind, const QuantConfig& cfg) {
+  TensorFormat f;
+  if (kind.has(Copy::bf16)) return f;
+  f.scale = ScaleType::e8m0;
+  f.block = kind.has(Copy::tile) ? BlockShape::b32x32 : BlockShape::b1x32;
+  f.elem = cfg.elem;
+  f.rule = cfg.rounding;
+  return f;
+}
+
+}  // namespace mxtrain::testutil
