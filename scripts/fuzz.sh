@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 secs=${1:-20}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(npy checkpoint config policy report quantize)
+[ ${#targets[@]} -gt 0 ] || targets=(npy checkpoint config policy report quantize corpus)
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_CXX_COMPILER=clang++-14 -DMXTRAIN_FUZZ=ON \
   -DMXTRAIN_BUILD_TESTS=OFF -DMXTRAIN_BUILD_BENCH=OFF > /dev/null

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Loss parity at the scale of the main job: configs/demo.yaml trained for its full length in
-# bf16, mxfp8 and mxfp8-32x32 with 3 seeds each (the seed sets the initial weights and the
-# data order; within a seed every recipe sees the same batches). Reports the final validation
-# loss per recipe as mean ± spread (half the min–max range) and the gap of each recipe's mean
-# to BF16's.
+# Loss parity at the scale of the byte-level main job: configs/demo-bytes.yaml trained for its
+# full length in bf16, mxfp8 and mxfp8-32x32 with 3 seeds each (the seed sets the initial
+# weights and the data order; within a seed every recipe sees the same batches). Reports the
+# final validation loss per recipe as mean ± spread (half the min–max range) and the gap of
+# each recipe's mean to BF16's.
 # Usage: bash scripts/parity_seeds.sh   (SEEDS="1 2 3", RECIPES="bf16 mxfp8 mxfp8-32x32")
 # Output: runs/parity_seeds/*.jsonl, docs/results/parity_seeds.md
 set -euo pipefail
@@ -17,7 +17,7 @@ mkdir -p "$out" docs/results
 for seed in $seeds; do
   for recipe in $recipes; do
     echo "== seed $seed / $recipe" >&2
-    "$bin" train --config configs/demo.yaml --recipe "$recipe" --seed "$seed" --quiet \
+    "$bin" train --config configs/demo-bytes.yaml --recipe "$recipe" --seed "$seed" --quiet \
       --metrics-out "$out/$recipe-s$seed.jsonl"
   done
 done
@@ -30,7 +30,7 @@ def final(r, s):
     summ = [o for o in rows if o.get("summary")][-1]
     return summ["final_val_loss"], summ["tokens_per_s"]
 print(f"Machine: {open(out + '/machine.txt').read().strip()}; `bash scripts/parity_seeds.sh` "
-      f"(configs/demo.yaml, seeds {', '.join(seeds)}).\n")
+      f"(configs/demo-bytes.yaml, seeds {', '.join(seeds)}).\n")
 print("| recipe | final val loss per seed | mean ± spread | gap of the mean vs bf16 | tokens/s (mean) |")
 print("|---|---|---|---|---|")
 base = None

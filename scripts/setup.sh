@@ -10,7 +10,7 @@ set -euo pipefail
 # stacks) comes only through its Recommends llvm-14-dev, so both are listed by name.
 PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
-      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev
+      nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libsentencepiece-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       fortunes python3
       python3-dev pybind11-dev python3-numpy

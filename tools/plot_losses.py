@@ -5,8 +5,12 @@ Usage: plot_losses.py --out FILE.svg --title TEXT LABEL=metrics.jsonl [LABEL=met
 
 Reads the JSON Lines that `mxtrain train --metrics-out` writes (objects with `step` + `loss`,
 and `step` + `val_loss`) and draws, per run, the training loss (thin line, smoothed over a
-window of 10 steps) and the validation loss (markers joined by a thicker line). Uses only
-the Python standard library, so it runs anywhere the project builds.
+window of 10 steps) and the validation loss (markers joined by a thicker line), in nats per
+byte: validation rows give `val_nats_per_byte` (equal to `val_loss` for byte-level models), and
+the per-token training loss is scaled by the validation windows' tokens per byte (their mean
+ratio val_nats_per_byte / val_loss; 1 for byte-level models), so runs with different
+tokenizers share the axis. Uses only the Python standard library, so it runs anywhere the
+project builds.
 """
 import argparse
 import json
@@ -19,17 +23,21 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"]
 
 
 def read_metrics(path):
-    train, val = [], []
+    train, val, ratios = [], [], []
     with open(path) as f:
         for line in f:
             o = json.loads(line)
             if o.get("summary"):
                 continue
             if "val_loss" in o:
-                val.append((o["step"], o["val_loss"]))
+                per_byte = o.get("val_nats_per_byte", o["val_loss"])
+                val.append((o["step"], per_byte))
+                if o["val_loss"] > 0:
+                    ratios.append(per_byte / o["val_loss"])
             elif "loss" in o and o["loss"] is not None:
                 train.append((o["step"], o["loss"]))
-    return train, val
+    ratio = sum(ratios) / len(ratios) if ratios else 1.0
+    return [(x, y * ratio) for x, y in train], val
 
 
 def smooth(points, window=10):

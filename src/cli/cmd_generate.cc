@@ -1,11 +1,12 @@
 // cli/cmd_generate.cc — `mxtrain generate`: continue a prompt with a trained checkpoint.
 //
-// Reads the latest complete checkpoint under --checkpoint (train/checkpointing.h), runs the
-// model in FP32 over a KV cache (nn/generate.h) and prints the prompt and its continuation to
-// stdout as they are produced: readable text by default (printable ASCII, newline, tab and
-// valid UTF-8 as they are, any other byte as \xNN), the bytes unchanged with --raw, or one
-// JSON object with --json. Every argument is checked before the checkpoint is read; load and
-// speed lines go to stderr. Details: docs/generate.md.
+// Reads the latest complete checkpoint under --checkpoint (train/checkpointing.h), encodes the
+// prompt with the checkpoint's tokenizer (bytes, or its SentencePiece model), runs the model in
+// FP32 over a KV cache (nn/generate.h) and prints the prompt and its continuation to stdout as
+// they are produced, each token as the bytes it stands for: readable text by default
+// (printable ASCII, newline, tab and valid UTF-8 as they are, any other byte as \xNN), the
+// bytes unchanged with --raw, or one JSON object with --json. Every argument is checked before
+// the checkpoint is read; load and speed lines go to stderr. Details: docs/generate.md.
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -16,6 +17,8 @@
 
 #include "cli/commands.h"
 #include "mxtrain/common.h"
+#include "mxtrain/io/npy.h"
+#include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/generate.h"
 #include "mxtrain/train/checkpointing.h"
 
@@ -26,7 +29,7 @@ namespace {
 constexpr int64_t kMaxNewTokens = 1000000;
 
 struct GenerateArgs {
-  std::string checkpoint, prompt;
+  std::string checkpoint, prompt, logits_out;
   int64_t max_new_tokens = 200;
   uint64_t seed = 1;
   double temperature = 0.8;  // double, so --json echoes 0.8 rather than its float rounding
@@ -50,28 +53,39 @@ int run_generate(const GenerateArgs& a) {
   MXT_CHECK(a.top_k >= 0, "--top-k must be >= 0 (0 = every token), got ", a.top_k);
   MXT_CHECK(a.context_keep >= 0, "--context-keep must be >= 0 (0 = max_seq_len / 2), got ",
             a.context_keep);
+  io::check_output_file(a.logits_out, "--logits-out");
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointModel ck = load_checkpoint_model(a.checkpoint);
   const ModelConfig& mc = ck.config.model;
   MXT_CHECK(a.context_keep <= mc.max_seq_len, "--context-keep ", a.context_keep,
             " is larger than the model's max_seq_len = ", mc.max_seq_len);
+  const corpus::Tokenizer& tok = ck.tokenizer;
+  MXT_CHECK(tok.is_bytes() || tok.vocab_size() <= mc.vocab_size, "checkpoint ", ck.dir,
+            ": its tokenizer has ", tok.vocab_size(), " pieces, more than the model's "
+            "vocabulary of ", mc.vocab_size);
   std::vector<int32_t> prompt;
-  for (size_t i = 0; i < a.prompt.size(); ++i) {
-    const int32_t b = uint8_t(a.prompt[i]);
-    MXT_CHECK(b < mc.vocab_size, "--prompt byte ", i, " is ", b, " (",
+  tok.encode(a.prompt, prompt);
+  for (size_t i = 0; i < prompt.size(); ++i)
+    MXT_CHECK(prompt[i] < mc.vocab_size, "--prompt byte ", i, " is ", prompt[i], " (",
               escape_bytes(a.prompt.substr(i, 1)), "), outside the model's vocabulary of ",
               mc.vocab_size, " tokens");
-    prompt.push_back(b);
-  }
   const double load_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.quiet) {
-    std::fprintf(stderr, "loaded %s (step %lld, recipe %s, d_model %d, %d layers%s) in %.2f s\n",
-                 ck.dir.c_str(), (long long)ck.step, ck.config.precision.recipe.name.c_str(),
-                 mc.d_model, mc.n_layers, mc.moe_num_experts > 0 ? ", MoE" : "", load_s);
+    std::fprintf(stderr, "loaded %s (step %lld, recipe %s, d_model %d, %d layers%s, tokenizer "
+                 "%s) in %.2f s\n", ck.dir.c_str(), (long long)ck.step,
+                 ck.config.precision.recipe.name.c_str(), mc.d_model, mc.n_layers,
+                 mc.moe_num_experts > 0 ? ", MoE" : "", tok.id().str().c_str(), load_s);
     if (int64_t(prompt.size()) > mc.max_seq_len)
-      std::fprintf(stderr, "warning: the prompt has %zu bytes, more than max_seq_len = %d; the "
+      std::fprintf(stderr, "warning: the prompt has %zu tokens, more than max_seq_len = %d; the "
                    "model reads its last %d\n", prompt.size(), mc.max_seq_len, mc.max_seq_len);
+  }
+  if (!a.logits_out.empty()) {  // the logits after the prompt, [V] FP32
+    std::vector<float> logits(size_t(mc.vocab_size));
+    const int n = int(std::min<size_t>(prompt.size(), size_t(mc.max_seq_len)));
+    ck.model->reset();
+    ck.model->append(prompt.data() + prompt.size() - n, n, logits.data());
+    io::write_npy(a.logits_out, io::npy_from_f32(logits.data(), {int64_t(logits.size())}));
   }
 
   GenerateOptions opt;
@@ -80,6 +94,7 @@ int run_generate(const GenerateArgs& a) {
   opt.sampling.top_k = a.top_k;
   opt.sampling.seed = a.seed;
   opt.context_keep = a.context_keep;
+  opt.vocab_limit = tok.is_bytes() ? 0 : tok.vocab_size();
   ByteEscaper esc;
   std::string continuation;
   auto emit = [&](const std::string& bytes) {
@@ -93,8 +108,8 @@ int run_generate(const GenerateArgs& a) {
   };
   if (!a.json) emit(a.prompt);
   GenerateStats st;
-  generate(*ck.model, prompt, opt, [&](int32_t tok) {
-    const std::string b(1, char(uint8_t(tok)));
+  const std::vector<int32_t> ids = generate(*ck.model, prompt, opt, [&](int32_t id) {
+    const std::string& b = tok.token_bytes(id);
     continuation += b;
     if (!a.json) emit(b);
   }, &st);
@@ -113,7 +128,10 @@ int run_generate(const GenerateArgs& a) {
                               {"temperature", a.temperature},
                               {"top_k", a.top_k},
                               {"checkpoint", ck.dir},
-                              {"step", ck.step}};
+                              {"step", ck.step},
+                              {"tokenizer", tok.id().str()},
+                              {"prompt_tokens", prompt},
+                              {"tokens", ids}};
     write_out(j.dump() + "\n");
   } else if (!a.raw) {
     write_out(esc.finish() + "\n");
@@ -137,11 +155,11 @@ MXT_REGISTER_COMMAND("generate", [](CLI::App& app) {
                   "Checkpoint directory written by `mxtrain train --checkpoint-dir` (or one "
                   "of its step_<N> directories)")->required();
   sub->add_option("--prompt", a->prompt, "Text to continue (bytes; at least one)")->required();
-  sub->add_option("--max-new-tokens", a->max_new_tokens, "Bytes to generate (default 200)");
+  sub->add_option("--max-new-tokens", a->max_new_tokens, "Tokens to generate (default 200)");
   sub->add_option("--seed", a->seed, "Seed of the sampling stream (default 1)");
   sub->add_option("--temperature", a->temperature,
                   "Softmax temperature; 0 = greedy (default 0.8)");
-  sub->add_option("--top-k", a->top_k, "Sample among the K likeliest bytes; 0 = all (default 40)");
+  sub->add_option("--top-k", a->top_k, "Sample among the K likeliest tokens; 0 = all (default 40)");
   sub->add_option("--context-keep", a->context_keep,
                   "Tokens kept when the context window is full and slides (default "
                   "max_seq_len / 2; max_seq_len keeps the full window at the cost of "
@@ -152,6 +170,8 @@ MXT_REGISTER_COMMAND("generate", [](CLI::App& app) {
   sub->add_flag("--raw", a->raw, "Write the bytes unchanged (no \\xNN escapes, no final newline)")
       ->excludes(json);
   sub->add_flag("--quiet", a->quiet, "No load and speed lines on stderr");
+  sub->add_option("--logits-out", a->logits_out,
+                  "Also write the logits after the prompt (its last position) as a float32 .npy");
   sub->callback([a] { exit_code() = run_generate(*a); });
 });
 

@@ -23,6 +23,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
 #include "mxtrain/train/config.h"
+#include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/trainer.h"
 
 namespace mxtrain::cli {
@@ -74,7 +75,7 @@ const char* signal_name(int sig) {
 }
 
 struct TrainArgs {
-  std::string config, metrics_out, checkpoint_dir, decisions_out, profile_out;
+  std::string config, metrics_out, checkpoint_dir, decisions_out, init_from, profile_out;
   std::vector<ConfigOverride> overrides;  // in the order the flags are declared
   int64_t stop_after = 0;
   int profile_steps = 0;
@@ -84,7 +85,15 @@ struct TrainArgs {
 
 int run_train(TrainArgs a) {
   if (a.fsdp) a.overrides.push_back({"fsdp.enabled", "true", "--fsdp"});
-  const TrainConfig cfg = load_config(a.config, a.overrides);
+  TrainConfig cfg = load_config(a.config, a.overrides);
+  if (!a.init_from.empty()) {  // the model section and tokenizer become the directory's
+    MXT_CHECK(!a.resume, "--init-from starts a new run from a Hugging Face model; --resume "
+              "continues a checkpoint: give one of them");
+    for (const std::string& n : hf::apply_model(cfg, hf::import_dir(a.init_from, false)))
+      if (!a.quiet) std::fprintf(stderr, "note: --init-from %s: %s\n", a.init_from.c_str(),
+                                 n.c_str());
+    cfg.validate();
+  }
 
   TrainOptions opt;
   opt.metrics_out = a.metrics_out;
@@ -94,6 +103,7 @@ int run_train(TrainArgs a) {
   opt.dry_run = a.dry_run;
   opt.decisions_out = a.decisions_out;
   opt.ignore_memory_check = a.ignore_memory_check;
+  opt.init_from = a.init_from;
   opt.progress = !a.quiet;
   opt.print_decisions = !a.quiet;
   opt.peak_gflops = a.peak_gflops;
@@ -157,7 +167,9 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                "Micro-batches per rank per optimizer step", Value::integer);
   add_override(sub, a, "--seed", "training.seed", "Seed for init and data order",
                Value::unsigned_integer);
-  add_override(sub, a, "--data", "data.path", "Text file or fortunes directory (default: Debian fortunes)");
+  add_override(sub, a, "--data", "data.path",
+               "Text file, fortunes directory or token-shard directory (default: Debian "
+               "fortunes)");
   sub->add_option_function<std::string>(
       "--fp8-policy",
       [a](const std::string& v) {
@@ -175,6 +187,11 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run, "Build the model, print precision decisions, exit");
   sub->add_option("--decisions-out", a->decisions_out, "Write per-module decisions as JSON");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
+  add_override(sub, a, "--recompute", "training.recompute",
+               "Activation recompute: none, attention or layer");
+  sub->add_option("--init-from", a->init_from,
+                  "Start from the weights of a Hugging Face Llama/Mixtral directory (mxtrain "
+                  "export --format hf); its config replaces the model section");
   sub->add_flag("--ignore-memory-check", a->ignore_memory_check,
                 "Train even when the start-up estimate says the model does not fit in memory");
   sub->add_flag("--quiet", a->quiet, "No progress line and no decision table");

@@ -97,9 +97,14 @@ void prune(const std::string& root, int64_t current, int keep_last) {
     remove_tree_noexcept(root + "/" + step_dir_name(others[i]));
 }
 
-// Reads one data file, checks size and CRC against state.json, decodes it to FP32 tensors.
-std::vector<NamedTensor> load_tensor_file(const std::string& dir, const std::string& name,
-                                          const json& files) {
+bool plain_file_name(const std::string& n) {
+  return !n.empty() && n.size() <= 128 && n[0] != '.' && n.find('/') == std::string::npos &&
+         n.find('\\') == std::string::npos;
+}
+
+// Reads one file of the step directory and checks its size and CRC against state.json.
+std::vector<uint8_t> read_recorded_file(const std::string& dir, const std::string& name,
+                                        const json& files) {
   const std::string path = dir + "/" + name;
   MXT_CHECK(files.contains(name) && files[name].is_object() && files[name].contains("bytes") &&
                 files[name].contains("crc32"),
@@ -114,6 +119,14 @@ std::vector<NamedTensor> load_tensor_file(const std::string& dir, const std::str
   const std::string crc = crc32_hex(crc32(bytes.data(), bytes.size()));
   MXT_CHECK(crc == want_crc, path, ": checksum mismatch (crc32 ", crc, ", ", kStateFile,
             " records ", want_crc, "); the file is corrupted");
+  return bytes;
+}
+
+// Reads one data file, checks size and CRC against state.json, decodes it to FP32 tensors.
+std::vector<NamedTensor> load_tensor_file(const std::string& dir, const std::string& name,
+                                          const json& files) {
+  const std::string path = dir + "/" + name;
+  std::vector<uint8_t> bytes = read_recorded_file(dir, name, files);
   Safetensors st = safetensors_decode(bytes.data(), bytes.size(), path);
   std::vector<NamedTensor> out;
   out.reserve(st.tensors.size());
@@ -169,6 +182,13 @@ std::string save_checkpoint(const std::string& root, int64_t step,
   state["config_hash"] = config_hash(opt.config_text);
   state["files"][kModelFile] = {{"bytes", ms.total_size}, {"crc32", crc32_hex(crc_of(ms))}};
   state["files"][kOptimizerFile] = {{"bytes", os.total_size}, {"crc32", crc32_hex(crc_of(os))}};
+  for (const auto& [name, text] : opt.extra_files) {
+    MXT_CHECK(plain_file_name(name) && name != kModelFile && name != kOptimizerFile &&
+                  name != kStateFile,
+              "checkpoint: extra file name '", name, "' is not a plain, unused file name");
+    state["files"][name] = {{"bytes", text.size()},
+                            {"crc32", crc32_hex(crc32(text.data(), text.size()))}};
+  }
   const std::string body = canonical(state);
   state["state_crc32"] = crc32_hex(crc32(body.data(), body.size()));
   const std::string text = state.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
@@ -177,6 +197,7 @@ std::string save_checkpoint(const std::string& root, int64_t step,
   AtomicDir out(root + "/" + name);
   out.write(kModelFile, ms.parts);
   out.write(kOptimizerFile, os.parts);
+  for (const auto& [name, bytes] : opt.extra_files) out.write(name, bytes);
   out.write(kStateFile, text);
   out.commit();
   write_file_atomic(root + "/" + kLatestFile, name + "\n");
@@ -276,6 +297,14 @@ LoadedCheckpoint load_checkpoint(const std::string& path, bool read_optimizer) {
     const json& files = state.at("files");
     ck.model = load_tensor_file(ck.dir, kModelFile, files);
     if (read_optimizer) ck.optimizer = load_tensor_file(ck.dir, kOptimizerFile, files);
+    MXT_CHECK(files.is_object(), state_path, ": `files` is not an object");
+    for (const auto& [name, v] : files.items()) {
+      if (name == kModelFile || name == kOptimizerFile) continue;
+      MXT_CHECK(plain_file_name(name) && name != kStateFile, state_path, ": file name '",
+                name.substr(0, 64), "' is not a plain file name");
+      const std::vector<uint8_t> b = read_recorded_file(ck.dir, name, files);
+      ck.extra_files[name] = std::string(b.begin(), b.end());
+    }
   } catch (const json::exception& e) {
     MXT_FAIL(state_path, ": malformed checkpoint state: ", e.what());
   }

@@ -2,6 +2,8 @@
 // quantize_into / dequantize on storage that is allocated once and reused.
 #include "mxtrain/nn/fp8_activation.h"
 
+#include <algorithm>
+
 #include "mxtrain/common.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/profile.h"
@@ -53,6 +55,17 @@ void Fp8Activation::restore(float* out) const {
   MXT_CHECK(out, "Fp8Activation::restore: null output");
   MXT_CHECK(!q_.data.empty(), "Fp8Activation::restore: nothing kept (no forward ran)");
   dequantize(q_, out);
+}
+
+void Fp8Activation::round_trip(float* x, int64_t rows, int64_t cols, ScaleRounding rounding) {
+  MXT_CHECK(x && rows >= 1 && cols >= 1, "Fp8Activation::round_trip: null input or empty shape ",
+            rows, "x", cols);
+  constexpr int64_t kRows = 256;
+  for (int64_t r = 0; r < rows; r += kRows) {
+    const int64_t n = std::min(kRows, rows - r);
+    keep(x + r * cols, n, cols, rounding);
+    restore(x + r * cols);
+  }
 }
 
 }  // namespace mxtrain

@@ -90,7 +90,10 @@ std::vector<int32_t> generate(InferenceModel& model, const std::vector<int32_t>&
     return out;
   }
   std::vector<float> logits(size_t(cfg.vocab_size));
-  const int64_t V = byte_vocab(cfg);
+  MXT_CHECK(opt.vocab_limit >= 0 && opt.vocab_limit <= cfg.vocab_size, "vocab_limit must be "
+            "between 1 and the model's vocabulary of ", cfg.vocab_size, " (0 = byte-level), got ",
+            opt.vocab_limit);
+  const int64_t V = opt.vocab_limit > 0 ? opt.vocab_limit : byte_vocab(cfg);
   const std::clock_t c0 = std::clock();
   auto t0 = Clock::now();
   const int n0 = int(std::min<size_t>(prompt.size(), size_t(L)));

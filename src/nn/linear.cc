@@ -85,6 +85,16 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, r);
 }
 
+// x: [T, in] FP32.
+void Linear::save_input(const float* x, int64_t T, LinearSaved& saved) {
+  MXT_CHECK(T >= 1, "Linear '", name_, "': save_input needs at least one token row, got T=", T);
+  MXT_CHECK(x != nullptr, "Linear '", name_, "': save_input got a null x");
+  thread_local GroupList one_group;  // {0, T}, storage kept across calls
+  one_group.offsets.assign({0, T});
+  core_save_input(prec_, in_, x, one_group, saved);
+  saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, prec_.recipe);
+}
+
 // dy: [T, out] FP32; dx: [T, in] FP32 or null.
 void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
   MXT_PROFILE_PRODUCT(name_, bwd);

@@ -79,6 +79,17 @@ std::vector<QTensor>& scratch(int slot, int64_t groups) {
   return v;
 }
 
+// Starts a new saved state for `groups`, reusing the storage of the previous step's copies:
+// no fresh pages every step.
+void begin_saved(LinearSaved& saved, const GroupList& groups) {
+  saved.tokens = groups.offsets.back();
+  saved.groups = groups;
+  saved.x = nullptr;
+  saved.weight_bytes_for_backward = 0;
+  saved.xs.resize(size_t(groups.num_groups()));
+  for (QTensor& t : saved.xs) t.invalidate();
+}
+
 }  // namespace
 
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
@@ -90,13 +101,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
   // copy both read is made once, in the kept QTensor, and forward reads it there.
   const CopySet keep = p.defer_backward_quant ? CopySet{} : copies_needed(r, Role::input, Use::wgrad);
   const CopySet fwd = copies_needed(r, Role::input, Use::forward) - keep;
-  // Reuse the storage of the previous step's copies: no fresh pages every step.
-  saved.tokens = groups.offsets.back();
-  saved.groups = groups;
-  saved.x = nullptr;
-  saved.weight_bytes_for_backward = 0;
-  saved.xs.resize(size_t(E));
-  for (QTensor& t : saved.xs) t.invalidate();
+  begin_saved(saved, groups);
   std::vector<QTensor>& xq = fwd.empty() ? saved.xs : scratch(0, E);
   for (int64_t g = 0; g < E; ++g) {
     const int64_t n = groups.count(g);
@@ -106,6 +111,21 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
   }
   if (p.defer_backward_quant) saved.x = x;
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
+}
+
+void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
+                     const GroupList& groups, LinearSaved& saved) {
+  // The copies core_forward keeps for wgrad, made again without the product.
+  const CopySet keep =
+      p.defer_backward_quant ? CopySet{} : copies_needed(p.recipe, Role::input, Use::wgrad);
+  begin_saved(saved, groups);
+  for (int64_t g = 0; g < groups.num_groups(); ++g) {
+    const int64_t n = groups.count(g);
+    if (n == 0) continue;
+    make_copies(x + groups.offsets[g] * in, n, in, p.recipe.role(Role::input),
+                saved.xs[size_t(g)], keep);
+  }
+  if (p.defer_backward_quant) saved.x = x;
 }
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,

@@ -51,6 +51,10 @@ size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r)
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
                   LinearSaved& saved);
+// What core_forward keeps in `saved`, without the product (the same bytes: colwise
+// quantization alone equals quantize_dual's colwise half).
+void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
+                     const GroupList& groups, LinearSaved& saved);
 // dy: [T, out]; dx: [T, in] or null (then w is not read); dw[g]: [out, in] FP32, added into
 // (accumulate) or written (every group, zeros for a group with no rows). w[g] must hold what
 // dgrad needs when dx is set. Empties `saved`.

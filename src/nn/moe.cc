@@ -2,11 +2,12 @@
 // SwiGLU experts -> gated combine, and its backward.
 //
 // Glue only: the routing math is in ops_router.cc, the expert GEMMs in GroupedLinear. Every
-// activation the backward needs stays in a member buffer until the next forward. The experts'
+// activation the backward needs stays in the block's MoEActivations until the next forward
+// (its own, or one shared by the model's blocks under activation recompute). The experts'
 // inputs xp (fc1) and h (fc2) are needed only by their wgrad: when the GroupedLinear keeps its
 // own copy (BF16, or FP8 with defer_backward_quant off) they are written into the backward's
-// dxp_ / dh_ scratch, free during the forward; with defer on (the layer keeps a pointer) and in
-// the FP32 reference they get their own buffers xp_ / h_.
+// dxp / dh scratch, free during the forward; with defer on (the layer keeps a pointer) and in
+// the FP32 reference they get their own buffers xp / h.
 #include <algorithm>
 
 #include "mxtrain/common.h"
@@ -63,32 +64,33 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
 
 void MoELayer::reserve(int64_t N) {
   MXT_CHECK(N >= 1, "MoE reserve: needs at least one token, got ", N);
+  MoEActivations& A = act();
   const int64_t rows = N * k_;
-  for (auto* v : {&yp_, &dyp_, &dxp_}) v->resize(size_t(rows * D_));
+  for (auto* v : {&A.yp, &A.dyp, &A.dxp}) v->resize(size_t(rows * D_));
   if (own_input(fc1))
-    xp_.resize(size_t(rows * D_));
+    A.xp.resize(size_t(rows * D_));
   else
-    xp_ = FloatBuffer();
-  da_.resize(size_t(rows * 2 * F_));
+    A.xp = FloatBuffer();
+  A.da.resize(size_t(rows * 2 * F_));
   if (a_fp8()) {
-    a_ = FloatBuffer();  // fc1 writes da_ (free until the backward); a8_ keeps the FP8 copy
+    A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the FP8 copy
   } else {
-    a_.resize(size_t(rows * 2 * F_));
-    a8_.clear();
+    A.a.resize(size_t(rows * 2 * F_));
+    A.a8.clear();
   }
-  dh_.resize(size_t(rows * F_));
+  A.dh.resize(size_t(rows * F_));
   if (own_input(fc2))
-    h_.resize(size_t(rows * F_));
+    A.h.resize(size_t(rows * F_));
   else
-    h_ = FloatBuffer();
-  logits_.resize(size_t(N * E_));
-  dlogits_.resize(size_t(N * E_));
-  dgate_.resize(size_t(rows));
-  routing_.probs.reserve(size_t(N * E_));  // moe_route resizes these within capacity
-  for (auto* v : {&routing_.expert, &routing_.perm_token, &routing_.slot_row})
+    A.h = FloatBuffer();
+  A.logits.resize(size_t(N * E_));
+  A.dlogits.resize(size_t(N * E_));
+  A.dgate.resize(size_t(rows));
+  A.routing.probs.reserve(size_t(N * E_));  // moe_route resizes these within capacity
+  for (auto* v : {&A.routing.expert, &A.routing.perm_token, &A.routing.slot_row})
     v->reserve(size_t(rows));
-  routing_.gate.reserve(size_t(rows));
-  routing_.counts.reserve(size_t(E_));
+  A.routing.gate.reserve(size_t(rows));
+  A.routing.counts.reserve(size_t(E_));
 }
 
 double MoELayer::forward(const float* x, int64_t N, float* y) {
@@ -100,27 +102,28 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   x_ = x;
   const int64_t rows = N * k_;
   reserve(N);  // forward and backward buffers for this N (no allocation once sized)
-  router_logits_forward(logits_.data(), x, router.value.data(), N, D_, E_);
-  moe_route(routing_, logits_.data(), N, E_, k_);
-  aux_ = moe_aux_loss(routing_);
-  routing_.groups_into(groups_);
-  float* xp = own_input(fc1) ? xp_.data() : dxp_.data();
-  float* h = own_input(fc2) ? h_.data() : dh_.data();
-  moe_permute(xp, x, routing_, D_);
+  MoEActivations& A = act();
+  router_logits_forward(A.logits.data(), x, router.value.data(), N, D_, E_);
+  moe_route(A.routing, A.logits.data(), N, E_, k_);
+  aux_ = moe_aux_loss(A.routing);
+  A.routing.groups_into(A.groups);
+  float* xp = own_input(fc1) ? A.xp.data() : A.dxp.data();
+  float* h = own_input(fc2) ? A.h.data() : A.dh.data();
+  moe_permute(xp, x, A.routing, D_);
   if (fp32_ref_) {
-    saved1_ = GroupedLinearSaved{};
-    saved2_ = GroupedLinearSaved{};
-    grouped_forward_f32(fc1, xp, groups_, a_.data());
-    swiglu_forward(h, a_.data(), rows, F_);
-    grouped_forward_f32(fc2, h, groups_, yp_.data());
+    A.saved1 = GroupedLinearSaved{};
+    A.saved2 = GroupedLinearSaved{};
+    grouped_forward_f32(fc1, xp, A.groups, A.a.data());
+    swiglu_forward(h, A.a.data(), rows, F_);
+    grouped_forward_f32(fc2, h, A.groups, A.yp.data());
   } else {
-    float* a = a_fp8() ? da_.data() : a_.data();
-    fc1.forward(xp, rows, groups_, a, saved1_);
+    float* a = a_fp8() ? A.da.data() : A.a.data();
+    fc1.forward(xp, rows, A.groups, a, A.saved1);
     swiglu_forward(h, a, rows, F_);
-    if (a_fp8()) a8_.keep(a, 2 * rows, F_, swiglu_rounding_);  // [2 rows, F]
-    fc2.forward(h, rows, groups_, yp_.data(), saved2_);
+    if (a_fp8()) A.a8.keep(a, 2 * rows, F_, swiglu_rounding_);  // [2 rows, F]
+    fc2.forward(h, rows, A.groups, A.yp.data(), A.saved2);
   }
-  moe_combine(y, yp_.data(), routing_, D_);
+  moe_combine(y, A.yp.data(), A.routing, D_);
   return aux_;
 }
 
@@ -128,30 +131,32 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   MXT_CHECK(dy && dx, "MoE backward: null dy or dx");
   MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
   const int64_t N = N_, rows = N * k_;
+  MoEActivations& A = act();
   if (router.grad.size() != size_t(router.numel())) router.grad.assign(router.numel(), 0.f);
   // The forward sized every scratch buffer; each is written by its first producer: no zero
   // fill.
-  moe_combine_backward(dyp_.data(), dgate_.data(), dy, yp_.data(), routing_, D_, Accum::write);
+  moe_combine_backward(A.dyp.data(), A.dgate.data(), dy, A.yp.data(), A.routing, D_,
+                       Accum::write);
   if (fp32_ref_) {
     for (GroupedLinear* l : {&fc1, &fc2})
       if (l->weight.grad.size() != size_t(l->weight.numel()))
         l->weight.grad.assign(l->weight.numel(), 0.f);
-    grouped_backward_f32(fc2, h_.data(), groups_, dyp_.data(), dh_.data());
-    swiglu_backward(da_.data(), dh_.data(), a_.data(), rows, F_, Accum::write);
-    grouped_backward_f32(fc1, xp_.data(), groups_, da_.data(), dxp_.data());
+    grouped_backward_f32(fc2, A.h.data(), A.groups, A.dyp.data(), A.dh.data());
+    swiglu_backward(A.da.data(), A.dh.data(), A.a.data(), rows, F_, Accum::write);
+    grouped_backward_f32(fc1, A.xp.data(), A.groups, A.da.data(), A.dxp.data());
   } else {
-    fc2.backward(saved2_, dyp_.data(), dh_.data());
-    const float* a = a_.data();
-    if (a_fp8()) {  // dequantized into da_, then SwiGLU's backward runs in place
-      a8_.restore(da_.data());
-      a = da_.data();
+    fc2.backward(A.saved2, A.dyp.data(), A.dh.data());
+    const float* a = A.a.data();
+    if (a_fp8()) {  // dequantized into A.da, then SwiGLU's backward runs in place
+      A.a8.restore(A.da.data());
+      a = A.da.data();
     }
-    swiglu_backward(da_.data(), dh_.data(), a, rows, F_, Accum::write);
-    fc1.backward(saved1_, da_.data(), dxp_.data());
+    swiglu_backward(A.da.data(), A.dh.data(), a, rows, F_, Accum::write);
+    fc1.backward(A.saved1, A.da.data(), A.dxp.data());
   }
-  moe_permute_backward(dx, dxp_.data(), routing_, D_, dx_mode);
-  moe_route_backward(dlogits_.data(), dgate_.data(), daux, routing_);
-  router_logits_backward(dx, router.grad.data(), dlogits_.data(), x_, router.value.data(), N,
+  moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);
+  moe_route_backward(A.dlogits.data(), A.dgate.data(), daux, A.routing);
+  router_logits_backward(dx, router.grad.data(), A.dlogits.data(), x_, router.value.data(), N,
                          D_, E_, take_grad_mode(router));
   N_ = 0;  // one backward per forward
 }

@@ -98,17 +98,76 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
 
 }  // namespace
 
+// What a layer's attention block keeps for backward: the RMSNorm output (when qkv keeps no
+// copy of its own), rstd, the rotated qkv, the attention output and row log-sum-exp, and the
+// two Linears' saved copies.
+struct GPT::AttnActs {
+  FloatBuffer ln1, rstd1, qkv_out, lse, atty;
+  LinearSaved s_qkv, s_proj;
+};
+
+// What a layer's MLP keeps: the RMSNorm output (when fc1 keeps no copy; always on MoE layers,
+// whose router backward reads it) and rstd, fc1's output (SwiGLU's input) in FP32 or FP8,
+// SwiGLU's output (when fc2 keeps no copy), and the Linears' saved copies.
+struct GPT::MlpActs {
+  FloatBuffer ln2, rstd2, fc1_out, h;
+  Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
+  LinearSaved s_fc1, s_fc2;
+};
+
 struct GPT::Layer {
   bool moe = false;
   Parameter attn_norm, mlp_norm;
   Linear qkv, proj, fc1, fc2;      // fc1/fc2 unused on MoE layers
   std::unique_ptr<MoELayer> experts;
-  LinearSaved s_qkv, s_proj, s_fc1, s_fc2;
-  // Activations of the last forward, [N, ...] with N = B*T.
-  // atty (attention output) is always this layer's own: attention's backward reads it.
-  FloatBuffer ln1, rstd1, qkv_out, lse, atty, resid_mid, ln2, rstd2, fc1_out, h;
-  Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
+  FloatBuffer resid_mid;  // the residual stream after attention (the MLP's input); shared
+                          // (shared_resid_mid_) when the whole layer is recomputed
+  AttnActs attn;          // empty when the attention block is recomputed (shared_attn_)
+  MlpActs mlp;            // empty when the whole layer is recomputed (shared_mlp_)
 };
+
+// Where a pass finds one block's tensors [N, width]: the layer's own buffers, the set shared
+// by the layers under recompute, or scratch (lin_in_, branch_, dfc1_ without recompute; the
+// arena with it).
+struct GPT::AttnView {
+  float *ln1, *rstd1, *qkv_out, *lse, *atty, *branch;
+  float* resid_mid;  // the block's output
+  LinearSaved *s_qkv, *s_proj;
+};
+struct GPT::MlpView {
+  float* resid_mid;  // the block's input
+  float *ln2, *rstd2, *a, *h, *branch;  // a: fc1's FP32 output
+  Fp8Activation* a8;                    // set: SwiGLU's input is kept here in FP8
+  LinearSaved *s_fc1, *s_fc2;
+};
+// The backward's scratch gradients: the RMSNorm input gradient of the MLP, the attention block
+// and the final norm, proj's dx, dqkv, fc1's output gradient, fc2's dx.
+struct GPT::Grads {
+  float *dln_mlp, *dln_attn, *dln_head, *dbranch, *dqkv, *dfc1, *dh;
+};
+
+namespace {
+
+// The arena of the recompute modes, in columns of N rows (each region is an [N, width] matrix
+// starting at N * offset). The MLP phases use [a = dfc1 = branch : 2F][ln2 = h = dh = dln :
+// max(F, D)] (fc2 writes its output over a, which is dead by then); the attention phases
+// [qkv : 3D][atty : D][ln1 = branch = dbranch : D][dqkv : 3D], dln over qkv once attention's
+// backward has read it. A region is reused only once what was there is dead (the order is in
+// the header of this file).
+struct ArenaLayout {
+  int64_t mlp_h, atty, attn_branch, dqkv, width;
+};
+ArenaLayout arena_layout(const ModelConfig& c) {
+  const int64_t D = c.d_model, F = c.d_ff, mF = std::max<int64_t>(F, D);
+  return {2 * F, 3 * D, 4 * D, 5 * D, std::max(8 * D, 2 * F + mF)};
+}
+
+float* grow(FloatBuffer& b, int64_t n) {
+  if (b.size() != size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+}  // namespace
 
 GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed) : cfg_(cfg) {
   MXT_CHECK(bool(resolver), "GPT: no precision resolver given");
@@ -242,78 +301,159 @@ void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
     if (L->experts) L->experts->set_swiglu_input(s, rounding);
 }
 
-// The buffer a Linear's FP32 input goes to: the layer's own (kept until backward) when the
-// Linear does not keep a copy of it or the FP32 reference needs it, else the shared scratch.
-float* GPT::linear_input(const Linear& l, FloatBuffer& own, int64_t n) {
-  if (fp32_ref_ || !l.keeps_input_copy()) {
-    own.resize(size_t(n));
-    return own.data();
-  }
+// The buffer a Linear's FP32 input goes to: `own` (kept until backward) when the Linear does
+// not keep a copy of it or the FP32 reference needs it, else `scratch` (and `own` is freed).
+float* GPT::linear_input(const Linear& l, FloatBuffer& own, int64_t n, float* scratch) {
+  if (fp32_ref_ || !l.keeps_input_copy()) return grow(own, n);
   own = FloatBuffer();
+  return scratch;
+}
+
+// The shared scratch of the mode without recompute, grown to n floats.
+float* GPT::lin_scratch(int64_t n) {
   if (lin_in_.size() < size_t(n)) lin_in_.resize(size_t(n));
   return lin_in_.data();
+}
+
+float* GPT::arena(int64_t N, int64_t col) { return arena_.data() + N * col; }
+
+float* GPT::resid_mid(Layer& L, int64_t N) {
+  return grow(recompute_ == Recompute::layer ? shared_resid_mid_ : L.resid_mid,
+              N * cfg_.d_model);
 }
 
 size_t GPT::activation_bytes() const {
   size_t n = 0;
   for (const auto& r : resid_) n += r.size();
-  for (const auto& L : layers_)
-    n += L->ln1.size() + L->rstd1.size() + L->qkv_out.size() + L->lse.size() +
-         L->atty.size() + L->resid_mid.size() + L->ln2.size() + L->rstd2.size() +
-         L->fc1_out.size() + L->h.size();
+  for (const auto& L : layers_) {
+    const AttnActs& a = L->attn;
+    const MlpActs& m = L->mlp;
+    n += a.ln1.size() + a.rstd1.size() + a.qkv_out.size() + a.lse.size() + a.atty.size() +
+         L->resid_mid.size() + m.ln2.size() + m.rstd2.size() + m.fc1_out.size() + m.h.size();
+  }
   n += lnf_.size() + rstdf_.size() + logits_.size();
   size_t bytes = n * sizeof(float);
   for (const auto& L : layers_)
-    bytes += L->fc1_out8.bytes() + (L->moe ? L->experts->activation_bytes() : 0);
+    bytes += L->mlp.fc1_out8.bytes() +
+             (L->moe && recompute_ != Recompute::layer ? L->experts->activation_bytes() : 0);
   return bytes;
+}
+
+void GPT::set_recompute(Recompute r) {
+  recompute_ = r;
+  shared_attn_ = r != Recompute::none ? std::make_unique<AttnActs>() : nullptr;
+  shared_mlp_ = r == Recompute::layer ? std::make_unique<MlpActs>() : nullptr;
+  shared_moe_ = r == Recompute::layer && cfg_.moe_num_experts > 0
+                    ? std::make_unique<MoEActivations>() : nullptr;
+  for (auto& L : layers_) {
+    if (r != Recompute::none) L->attn = AttnActs{};
+    if (r == Recompute::layer) {
+      L->mlp = MlpActs{};
+      L->resid_mid = FloatBuffer();
+    }
+    if (L->moe) L->experts->share_activations(shared_moe_.get());
+  }
+  // Scratch of the other mode, freed (ensure_buffers makes what this one uses).
+  if (r != Recompute::layer) shared_resid_mid_ = FloatBuffer();
+  if (r == Recompute::none) {
+    arena_ = FloatBuffer();
+  } else {
+    for (FloatBuffer* b : {&lin_in_, &branch_, &dln_, &dbranch_, &dqkv_, &dfc1_, &dh_})
+      *b = FloatBuffer();
+  }
 }
 
 // ---- forward / backward ---------------------------------------------------------------------
 
-void GPT::ensure_buffers(int B, int T) {
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model, H = cfg_.n_heads;
-  resid_.resize(layers_.size() + 1);
-  for (auto& r : resid_) r.resize(N * D);
-  for (auto& L : layers_) {
-    L->rstd1.resize(N);
-    L->qkv_out.resize(N * 3 * D);
-    L->lse.resize(N * H);
-    L->atty.resize(N * D);
-    L->resid_mid.resize(N * D);
-    linear_input(L->qkv, L->ln1, N * D);
-    if (L->moe) L->ln2.resize(N * D);  // the router's backward reads it
-    L->rstd2.resize(N);
-    if (!L->moe) {
-      linear_input(L->fc1, L->ln2, N * D);
-      if (fc1_out_fp8(*L)) {
-        L->fc1_out = FloatBuffer();  // fc1 writes the shared dfc1_ (see forward)
-        dfc1_.resize(N * 2 * cfg_.d_ff);
-      } else {
-        L->fc1_out.resize(N * 2 * cfg_.d_ff);
-        L->fc1_out8.clear();
-      }
-      linear_input(L->fc2, L->h, N * cfg_.d_ff);
-    }
+GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
+  const int64_t D = cfg_.d_model, H = cfg_.n_heads;
+  const bool shared = recompute_ != Recompute::none;
+  AttnActs& A = shared ? *shared_attn_ : L.attn;
+  AttnView v{};
+  v.resid_mid = resid_mid(L, N);
+  v.s_qkv = &A.s_qkv;
+  v.s_proj = &A.s_proj;
+  v.rstd1 = grow(A.rstd1, N);
+  v.lse = grow(A.lse, N * H);
+  if (!shared) {
+    v.ln1 = linear_input(L.qkv, A.ln1, N * D, lin_scratch(N * D));
+    v.qkv_out = grow(A.qkv_out, N * 3 * D);
+    v.atty = grow(A.atty, N * D);
+    v.branch = grow(branch_, N * D);
+  } else {
+    const ArenaLayout al = arena_layout(cfg_);
+    v.ln1 = linear_input(L.qkv, A.ln1, N * D, arena(N, al.attn_branch));
+    v.qkv_out = arena(N, 0);
+    v.atty = arena(N, al.atty);
+    v.branch = arena(N, al.attn_branch);
   }
-  linear_input(lm_head_, lnf_, N * D);
-  rstdf_.resize(N);
-  logits_.resize(N * cfg_.vocab_size);
-  branch_.resize(N * D);
+  return v;
+}
+
+GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
+  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+  MlpActs& M = recompute_ == Recompute::layer ? *shared_mlp_ : L.mlp;
+  const bool in_arena = recompute_ != Recompute::none;
+  const ArenaLayout al = arena_layout(cfg_);
+  MlpView v{};
+  v.resid_mid = resid_mid(L, N);
+  v.s_fc1 = &M.s_fc1;
+  v.s_fc2 = &M.s_fc2;
+  v.rstd2 = grow(M.rstd2, N);
+  v.branch = in_arena ? arena(N, 0) : grow(branch_, N * D);
+  if (L.moe) {
+    v.ln2 = grow(M.ln2, N * D);  // the router's backward reads it
+    return v;
+  }
+  v.ln2 = linear_input(L.fc1, M.ln2, N * D, in_arena ? arena(N, al.mlp_h) : lin_scratch(N * D));
+  if (fc1_out_fp8(L)) {
+    // fc1 writes the backward's dfc1 scratch (free until the backward); only the FP8 copy stays.
+    M.fc1_out = FloatBuffer();
+    v.a = in_arena ? arena(N, 0) : grow(dfc1_, N * 2 * F);
+    v.a8 = &M.fc1_out8;
+  } else {
+    v.a = grow(M.fc1_out, N * 2 * F);
+    M.fc1_out8.clear();
+  }
+  v.h = linear_input(L.fc2, M.h, N * F, in_arena ? arena(N, al.mlp_h) : lin_scratch(N * F));
+  return v;
+}
+
+GPT::Grads GPT::grads(int64_t N) {
+  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+  if (recompute_ == Recompute::none) {
+    float* dln = grow(dln_, N * D);
+    return {dln, dln, dln, grow(dbranch_, N * D), grow(dqkv_, N * 3 * D), grow(dfc1_, N * 2 * F),
+            grow(dh_, N * F)};
+  }
+  const ArenaLayout al = arena_layout(cfg_);
+  return {arena(N, al.mlp_h), arena(N, 0), arena(N, 0), arena(N, al.attn_branch),
+          arena(N, al.dqkv), arena(N, 0), arena(N, al.mlp_h)};
+}
+
+void GPT::ensure_buffers(int B, int T) {
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model;
+  resid_.resize(layers_.size() + 1);
+  for (auto& r : resid_) grow(r, N * D);
+  if (recompute_ != Recompute::none) grow(arena_, N * arena_layout(cfg_).width);
+  for (auto& L : layers_) {
+    attn_view(*L, N);  // sizes what the views point at
+    mlp_view(*L, N);
+  }
+  linear_input(lm_head_, lnf_, N * D,
+               recompute_ != Recompute::none ? arena(N, 0) : lin_scratch(N * D));
+  grow(rstdf_, N);
+  grow(logits_, N * cfg_.vocab_size);
 }
 
 // The backward's scratch gradients [N, ...] and every parameter's gradient.
 void GPT::ensure_backward_buffers(int B, int T) {
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model;
   // A parameter whose value is held elsewhere (FSDP shards) gets no gradient buffer here: the
   // holder lends one while its module's backward runs (ModuleEvent::backward_start).
   for (Parameter* p : params_)
     if (!p->value.empty()) ensure_grad(*p);
-  dres_.resize(N * D);
-  dln_.resize(N * D);
-  dbranch_.resize(N * D);
-  dqkv_.resize(N * 3 * D);
-  dfc1_.resize(N * 2 * cfg_.d_ff);
-  dh_.resize(N * cfg_.d_ff);
+  grow(dres_, int64_t(B) * T * cfg_.d_model);
+  grads(int64_t(B) * T);
 }
 
 void GPT::reserve(int B, int T) {
@@ -326,58 +466,88 @@ void GPT::reserve(int B, int T) {
     if (L->moe) L->experts->reserve(int64_t(B) * T);
 }
 
+// x: [N, D] the layer's input. Pass::forward writes v.resid_mid = x + proj(attention(...)) and
+// reports the module events; Pass::rebuild does the same silently (the whole-layer recompute
+// needs the MLP's input again); Pass::recompute only re-creates what the backward reads (qkv,
+// attention's output and lse, the Linears' saved copies — not proj's product).
+void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p) {
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, H = cfg_.n_heads;
+  rmsnorm_forward(v.ln1, v.rstd1, x, L.attn_norm.value.data(), N, D, cfg_.rms_eps);
+  linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
+  if (p == Pass::forward) event(L.qkv.name(), ModuleEvent::forward_done);
+  if (cfg_.rope_theta > 0.f) rope_forward(v.qkv_out, rope_, B, T, D, H);
+  attention_forward(v.atty, v.lse, v.qkv_out, B, T, D, H,
+                    fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16);
+  if (p == Pass::recompute) {
+    if (fp32_ref_)
+      *v.s_proj = LinearSaved{};
+    else
+      L.proj.save_input(v.atty, N, *v.s_proj);
+    return;
+  }
+  linear_forward(fp32_ref_, L.proj, v.atty, N, v.branch, *v.s_proj);
+  if (p == Pass::forward) event(L.proj.name(), ModuleEvent::forward_done);
+  residual_forward(v.resid_mid, x, v.branch, N * D);
+}
+
+// The MLP of v.resid_mid; writes out = v.resid_mid + mlp(...) unless `recompute`, which only
+// re-creates what the backward reads. Returns the MoE load-balancing loss (0 for dense).
+double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool recompute) {
+  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+  rmsnorm_forward(v.ln2, v.rstd2, v.resid_mid, L.mlp_norm.value.data(), N, D, cfg_.rms_eps);
+  double aux = 0.0;
+  if (L.moe) {
+    aux = L.experts->forward(v.ln2, N, v.branch);
+    if (recompute) return aux;
+    event(L.experts->fc1.name(), ModuleEvent::forward_done);
+    event(L.experts->fc2.name(), ModuleEvent::forward_done);
+  } else {
+    linear_forward(fp32_ref_, L.fc1, v.ln2, N, v.a, *v.s_fc1);
+    if (!recompute) event(L.fc1.name(), ModuleEvent::forward_done);
+    swiglu_forward(v.h, v.a, N, F);
+    // SwiGLU's input in FP8, [2N, F]: kept as codes; under the whole-layer recompute only the
+    // recomputed pass rounds it, in place, for SwiGLU's backward to read there.
+    if (v.a8 && recompute_ != Recompute::layer) v.a8->keep(v.a, 2 * N, F, swiglu_rounding_);
+    if (v.a8 && recompute) v.a8->round_trip(v.a, 2 * N, F, swiglu_rounding_);
+    if (recompute) {
+      if (fp32_ref_)
+        *v.s_fc2 = LinearSaved{};
+      else
+        L.fc2.save_input(v.h, N, *v.s_fc2);
+      return 0.0;
+    }
+    linear_forward(fp32_ref_, L.fc2, v.h, N, v.branch, *v.s_fc2);
+    event(L.fc2.name(), ModuleEvent::forward_done);
+  }
+  residual_forward(out, v.resid_mid, v.branch, N * D);
+  return aux;
+}
+
 float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) {
   MXT_CHECK(tokens, "GPT: null tokens");
   MXT_CHECK(B >= 1, "GPT: batch size must be >= 1, got ", B);
   MXT_CHECK(T >= 1 && T <= cfg_.max_seq_len, "GPT: sequence length ", T,
             " must be between 1 and model.max_seq_len = ", cfg_.max_seq_len);
   ensure_buffers(B, T);
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
-  const float eps = cfg_.rms_eps;
-  const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size;
   embedding_forward(resid_[0].data(), tokens, N, embed_.value.data(), V, D);
   double aux = 0.0;
   size_t held = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& L = *layers_[l];
-    const float* x = resid_[l].data();
-    float* ln1 = linear_input(L.qkv, L.ln1, N * D);
-    rmsnorm_forward(ln1, L.rstd1.data(), x, L.attn_norm.value.data(), N, D, eps);
-    linear_forward(fp32_ref_, L.qkv, ln1, N, L.qkv_out.data(), L.s_qkv);
-    event(L.qkv.name(), ModuleEvent::forward_done);
-    if (cfg_.rope_theta > 0.f) rope_forward(L.qkv_out.data(), rope_, B, T, D, H);
-    attention_forward(L.atty.data(), L.lse.data(), L.qkv_out.data(), B, T, D, H, attn_prec);
-    linear_forward(fp32_ref_, L.proj, L.atty.data(), N, branch_.data(), L.s_proj);
-    event(L.proj.name(), ModuleEvent::forward_done);
-    residual_forward(L.resid_mid.data(), x, branch_.data(), N * D);
-    if (L.moe) {
-      rmsnorm_forward(L.ln2.data(), L.rstd2.data(), L.resid_mid.data(),
-                      L.mlp_norm.value.data(), N, D, eps);
-      aux += L.experts->forward(L.ln2.data(), N, branch_.data());
-      event(L.experts->fc1.name(), ModuleEvent::forward_done);
-      event(L.experts->fc2.name(), ModuleEvent::forward_done);
-      held += L.experts->held_bytes();
-    } else {
-      float* ln2 = linear_input(L.fc1, L.ln2, N * D);
-      rmsnorm_forward(ln2, L.rstd2.data(), L.resid_mid.data(), L.mlp_norm.value.data(), N, D,
-                      eps);
-      // With the SwiGLU input kept in FP8, fc1 writes the backward's scratch dfc1_ (free until
-      // the backward), and only the FP8 copy stays per layer.
-      float* a = fc1_out_fp8(L) ? dfc1_.data() : L.fc1_out.data();
-      linear_forward(fp32_ref_, L.fc1, ln2, N, a, L.s_fc1);
-      event(L.fc1.name(), ModuleEvent::forward_done);
-      float* h = linear_input(L.fc2, L.h, N * cfg_.d_ff);
-      swiglu_forward(h, a, N, cfg_.d_ff);
-      if (fc1_out_fp8(L)) L.fc1_out8.keep(a, 2 * N, cfg_.d_ff, swiglu_rounding_);  // [2N, F]
-      linear_forward(fp32_ref_, L.fc2, h, N, branch_.data(), L.s_fc2);
-      event(L.fc2.name(), ModuleEvent::forward_done);
-      held += L.s_fc1.held_bytes() + L.s_fc2.held_bytes();
-    }
-    held += L.s_qkv.held_bytes() + L.s_proj.held_bytes();
-    residual_forward(resid_[l + 1].data(), L.resid_mid.data(), branch_.data(), N * D);
+    const AttnView av = attn_view(L, N);
+    attention_block(L, av, resid_[l].data(), B, T, Pass::forward);
+    const MlpView mv = mlp_view(L, N);
+    aux += mlp_block(L, mv, N, resid_[l + 1].data(), false);
+    // What stays until the backward (the recomputed blocks' copies are made again there).
+    if (recompute_ == Recompute::none) held += av.s_qkv->held_bytes() + av.s_proj->held_bytes();
+    if (recompute_ != Recompute::layer)
+      held += L.moe ? L.experts->held_bytes() : mv.s_fc1->held_bytes() + mv.s_fc2->held_bytes();
   }
-  float* lnf = linear_input(lm_head_, lnf_, N * D);
-  rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N, D, eps);
+  float* lnf = linear_input(lm_head_, lnf_, N * D,
+                            recompute_ != Recompute::none ? arena(N, 0) : lin_scratch(N * D));
+  rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N, D,
+                  cfg_.rms_eps);
   linear_forward(fp32_ref_, lm_head_, lnf, N, logits_.data(), lm_saved_);
   event(lm_head_.name(), ModuleEvent::forward_done);
   held += lm_saved_.held_bytes();
@@ -409,58 +579,70 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   MXT_CHECK(targets, "GPT: null targets");
   const float loss = forward(tokens, targets, B, T);
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
+  const int64_t F = cfg_.d_ff;
   ensure_backward_buffers(B, T);
+  const Grads g = grads(N);
   const float daux = grad_scale * cfg_.aux_loss_coef;
   const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
 
   // logits_ holds the probabilities; turn them into dlogits in place.
   crossentropy_backward(logits_.data(), logits_.data(), targets, N, V, grad_scale / float(N));
   event(lm_head_.name(), ModuleEvent::backward_start);
-  linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), dln_.data());
+  linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), g.dln_head);
   event(lm_head_.name(), ModuleEvent::backward_done);
-  rmsnorm_backward(dres_.data(), final_norm_.grad.data(), dln_.data(), resid_.back().data(),
+  rmsnorm_backward(dres_.data(), final_norm_.grad.data(), g.dln_head, resid_.back().data(),
                    final_norm_.value.data(), rstdf_.data(), N, D, Accum::write,
                    take_grad_mode(final_norm_));
   // dres_ is the gradient w.r.t. the residual stream: the final norm writes it, and each
   // branch adds its share through its RMSNorm backward. Every other buffer is written by its
   // first producer (Linear::backward writes dx, the ops below say Accum::write): the backward
-  // fills nothing with zeros.
+  // fills nothing with zeros. Under recompute each block's forward runs again just before its
+  // backward, into the shared set and the arena (the views of the forward's pass).
   for (size_t l = layers_.size(); l-- > 0;) {
     Layer& L = *layers_[l];
+    const AttnView av = attn_view(L, N);
+    const MlpView mv = mlp_view(L, N);
+    if (recompute_ == Recompute::layer) {  // the MLP's input again, then its activations
+      attention_block(L, av, resid_[l].data(), B, T, Pass::rebuild);
+      mlp_block(L, mv, N, nullptr, true);
+    }
     if (L.moe) {
       event(L.experts->fc2.name(), ModuleEvent::backward_start);
       event(L.experts->fc1.name(), ModuleEvent::backward_start);
-      L.experts->backward(dres_.data(), daux, dln_.data(), Accum::write);
+      L.experts->backward(dres_.data(), daux, g.dln_mlp, Accum::write);
       event(L.experts->fc2.name(), ModuleEvent::backward_done);
       event(L.experts->fc1.name(), ModuleEvent::backward_done);
     } else {
       event(L.fc2.name(), ModuleEvent::backward_start);
-      linear_backward(fp32_ref_, L.fc2, L.s_fc2, L.h.data(), N, dres_.data(), dh_.data());
+      linear_backward(fp32_ref_, L.fc2, *mv.s_fc2, mv.h, N, dres_.data(), g.dh);
       event(L.fc2.name(), ModuleEvent::backward_done);
-      const float* a = L.fc1_out.data();
-      if (fc1_out_fp8(L)) {  // dequantized into dfc1_, then SwiGLU's backward runs in place
-        L.fc1_out8.restore(dfc1_.data());
-        a = dfc1_.data();
+      const float* a = mv.a;
+      if (mv.a8 && recompute_ != Recompute::layer) {  // dequantized into dfc1, then SwiGLU's
+                                                      // backward runs in place
+        mv.a8->restore(g.dfc1);
+        a = g.dfc1;
       }
-      swiglu_backward(dfc1_.data(), dh_.data(), a, N, cfg_.d_ff, Accum::write);
+      swiglu_backward(g.dfc1, g.dh, a, N, F, Accum::write);
       event(L.fc1.name(), ModuleEvent::backward_start);
-      linear_backward(fp32_ref_, L.fc1, L.s_fc1, L.ln2.data(), N, dfc1_.data(), dln_.data());
+      linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
       event(L.fc1.name(), ModuleEvent::backward_done);
     }
-    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), dln_.data(), L.resid_mid.data(),
-                     L.mlp_norm.value.data(), L.rstd2.data(), N, D, Accum::add,
+    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), g.dln_mlp, mv.resid_mid,
+                     L.mlp_norm.value.data(), mv.rstd2, N, D, Accum::add,
                      take_grad_mode(L.mlp_norm));
+    if (recompute_ != Recompute::none)
+      attention_block(L, av, resid_[l].data(), B, T, Pass::recompute);
     event(L.proj.name(), ModuleEvent::backward_start);
-    linear_backward(fp32_ref_, L.proj, L.s_proj, L.atty.data(), N, dres_.data(), dbranch_.data());
+    linear_backward(fp32_ref_, L.proj, *av.s_proj, av.atty, N, dres_.data(), g.dbranch);
     event(L.proj.name(), ModuleEvent::backward_done);
-    attention_backward(dqkv_.data(), dbranch_.data(), L.qkv_out.data(), L.atty.data(),
-                       L.lse.data(), B, T, D, H, attn_prec);  // writes dqkv_
-    if (cfg_.rope_theta > 0.f) rope_backward(dqkv_.data(), rope_, B, T, D, H);
+    attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, D, H,
+                       attn_prec);  // writes dqkv
+    if (cfg_.rope_theta > 0.f) rope_backward(g.dqkv, rope_, B, T, D, H);
     event(L.qkv.name(), ModuleEvent::backward_start);
-    linear_backward(fp32_ref_, L.qkv, L.s_qkv, L.ln1.data(), N, dqkv_.data(), dln_.data());
+    linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
     event(L.qkv.name(), ModuleEvent::backward_done);
-    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), dln_.data(), resid_[l].data(),
-                     L.attn_norm.value.data(), L.rstd1.data(), N, D, Accum::add,
+    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), g.dln_attn, resid_[l].data(),
+                     L.attn_norm.value.data(), av.rstd1, N, D, Accum::add,
                      take_grad_mode(L.attn_norm));
   }
   embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D,

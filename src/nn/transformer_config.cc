@@ -9,6 +9,22 @@ namespace mxtrain {
 
 // ---- config ---------------------------------------------------------------------------------
 
+Recompute parse_recompute(const std::string& name) {
+  if (name == "none") return Recompute::none;
+  if (name == "attention") return Recompute::attention;
+  if (name == "layer") return Recompute::layer;
+  MXT_FAIL("unknown recompute mode `", name, "` (valid: none, attention, layer)");
+}
+
+const char* recompute_name(Recompute r) {
+  switch (r) {
+    case Recompute::none: return "none";
+    case Recompute::attention: return "attention";
+    case Recompute::layer: return "layer";
+  }
+  return "?";
+}
+
 void ModelConfig::validate() const {
   auto need = [](bool ok, const char* field, const char* what, double got) {
     MXT_CHECK(ok, "model.", field, ": ", what, ", got ", got);

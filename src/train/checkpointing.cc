@@ -10,6 +10,15 @@
 namespace mxtrain {
 namespace {
 
+constexpr const char* kTokenizerFile = "tokenizer.model";
+
+// The tokenizer a checkpoint records ("tokenizer" in its trainer state; none: byte-level).
+corpus::Tokenizer checkpoint_tokenizer(const io::LoadedCheckpoint& ck) {
+  const auto it = ck.extra_files.find(kTokenizerFile);
+  if (it == ck.extra_files.end()) return corpus::Tokenizer::bytes();
+  return corpus::Tokenizer::from_model(it->second, ck.dir + "/" + kTokenizerFile);
+}
+
 // dst = the checkpoint tensor t, which must have p's shape.
 void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst) {
   MXT_CHECK(t.shape == p.shape, "checkpoint tensor `", t.name, "` has the wrong shape");
@@ -29,14 +38,16 @@ std::string save_training_checkpoint(const std::string& dir, const TrainConfig& 
     optim.push_back({io::exp_avg_name(p.name), p.shape, m[i].data()});
     optim.push_back({io::exp_avg_sq_name(p.name), p.shape, v[i].data()});
   }
-  const nlohmann::json state = {{"step", st.step},
-                                 {"opt_steps", st.opt_steps},
-                                 {"skipped", st.skipped},
-                                 {"world_size", st.world_size},
-                                 {"global_batch", st.global_batch}};
+  nlohmann::json state = {{"step", st.step},
+                           {"opt_steps", st.opt_steps},
+                           {"skipped", st.skipped},
+                           {"world_size", st.world_size},
+                           {"global_batch", st.global_batch}};
   io::CheckpointOptions opt;
   opt.keep_last = cfg.training.keep_checkpoints;
   opt.config_text = cfg.source_text;
+  state["tokenizer"] = tokenizer_of(cfg).id().str();
+  if (!cfg.tokenizer_model.empty()) opt.extra_files[kTokenizerFile] = cfg.tokenizer_model;
   return io::save_checkpoint(dir, st.step, model, optim, state, opt);
 }
 
@@ -74,6 +85,11 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
              list, "); resume with the model it was written for, or start a new run in "
              "another --checkpoint-dir");
   }
+  const std::string saved_tok = checkpoint_tokenizer(ck).id().str();
+  const std::string want_tok = tokenizer_of(cfg).id().str();
+  MXT_CHECK(saved_tok == want_tok, "checkpoint ", ck.dir, " was trained with tokenizer ",
+            saved_tok, " but the config's is ", want_tok, " (model.tokenizer: ",
+            cfg.tokenizer.empty() ? "byte-level" : cfg.tokenizer, ")");
   if (saved.training.seed != cfg.training.seed)
     std::fprintf(stderr, "warning: resuming with seed %llu, checkpoint used %llu: the data "
                  "order differs from the original run\n",
@@ -117,7 +133,13 @@ CheckpointModel load_checkpoint_model(const std::string& dir) {
   out.model = std::make_unique<InferenceModel>(out.config.model);
   for (Parameter* p : out.model->parameters())
     copy_tensor(ck.model_tensor(p->name), *p, p->value);
+  out.tokenizer = checkpoint_tokenizer(ck);
   return out;
+}
+
+corpus::Tokenizer tokenizer_of(const TrainConfig& cfg) {
+  if (cfg.tokenizer_model.empty()) return corpus::Tokenizer::bytes();
+  return corpus::Tokenizer::from_model(cfg.tokenizer_model, cfg.tokenizer);
 }
 
 }  // namespace mxtrain

@@ -184,6 +184,7 @@ void training_fields(TrainingConfig& t, F&& f) {
   f("checkpoint_every", t.checkpoint_every);
   f("keep_checkpoints", t.keep_checkpoints);
   f("max_nonfinite_steps", t.max_nonfinite_steps);
+  f("recompute", t.recompute);
 }
 
 template <class F>
@@ -213,8 +214,9 @@ void fsdp_fields(FsdpConfig& c, F&& f) {
   f("progress_thread", c.progress_thread);
 }
 
-void parse_model(Section s, ModelConfig& m) {
+void parse_model(Section s, ModelConfig& m, std::string& tokenizer) {
   model_fields(m, [&](const char* k, auto& v) { s.get(k, v); });
+  s.get("tokenizer", tokenizer);
   Section moe(s.child("moe"), s.full("moe"), s.origin(), s.flags());
   moe_fields(m, [&](const char* k, auto& v) { moe.get(k, v); });
   moe.finish();
@@ -247,6 +249,11 @@ void parse_training(Section s, TrainingConfig& t) {
   require(t.keep_checkpoints >= 1, s, "keep_checkpoints", "must be >= 1", t.keep_checkpoints);
   require(t.max_nonfinite_steps >= 0, s, "max_nonfinite_steps", "must be >= 0",
           t.max_nonfinite_steps);
+  try {
+    parse_recompute(t.recompute);
+  } catch (const Error& e) {
+    MXT_FAIL(s.origin(), ": `", s.full("recompute"), "`: ", e.what());
+  }
 }
 
 void parse_data(Section s, DataConfig& d) {
@@ -341,6 +348,9 @@ void check_structure(const YAML::Node& n, const std::string& path, int depth, in
 void TrainConfig::validate() const {
   MXT_CHECK(training.seq_len <= model.max_seq_len, "training.seq_len (", training.seq_len,
             ") exceeds model.max_seq_len (", model.max_seq_len, ")");
+  MXT_CHECK(!fsdp.enabled || parse_recompute(training.recompute) == Recompute::none,
+            "training.recompute: ", training.recompute, " is not supported with fsdp (the "
+            "recomputed forwards would need the sharded weights gathered again); use none");
   model.validate();
 }
 
@@ -399,7 +409,7 @@ TrainConfig parse_document(YAML::Node root, const std::string& origin,
     MXT_CHECK(n && !n.IsNull(), origin, ": missing required section `", name, ":` (", hint, ")");
   };
   require_section("model", "the model's shape: d_model, n_layers, n_heads, d_ff, max_seq_len");
-  parse_model(Section(top.child("model"), "model", origin, &flags), c.model);
+  parse_model(Section(top.child("model"), "model", origin, &flags), c.model, c.tokenizer);
   parse_training(Section(top.child("training"), "training", origin, &flags), c.training);
   parse_data(Section(top.child("data"), "data", origin, &flags), c.data);
   require_section("precision", "at least `recipe:`");
@@ -433,7 +443,9 @@ std::string config_to_yaml(const TrainConfig& config) {
   model_fields(c.model, put);
   open("moe");
   moe_fields(c.model, put);
-  e << YAML::EndMap << YAML::EndMap;
+  e << YAML::EndMap;
+  put("tokenizer", c.tokenizer);
+  e << YAML::EndMap;
   open("training");
   training_fields(c.training, put);
   e << YAML::EndMap;

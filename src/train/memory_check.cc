@@ -11,6 +11,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/transformer.h"
 #include "mxtrain/recipe.h"
 
 namespace mxtrain {
@@ -66,7 +67,19 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
   const double fc1_out = fc1_fp8 ? (1 + 1 / 32.0) / 4 : 1;
   const double dense_tok = 7 * D + H + F + 2 * F * fc1_out;
   const double moe_tok = 7 * D + H + K * (Fe + 2 * Fe * fc1_out) + E;
-  e.activation_bytes = 4 * tokens * (n_dense * dense_tok + n_moe * moe_tok) + 8 * tokens * V;
+  // Under activation recompute (training.recompute) each layer keeps its input (D), and with
+  // `attention` also its MLP's input and activations; the recomputed part exists for one layer
+  // at a time.
+  const double attn_tok = 5 * D + H;  // normed input, QKV, attention output, lse
+  double per_token = n_dense * dense_tok + n_moe * moe_tok;
+  const Recompute rc = parse_recompute(cfg.training.recompute);
+  if (rc == Recompute::attention)
+    per_token = double(m.n_layers) * 2 * D + (n_dense * (dense_tok - attn_tok - 2 * D) +
+                                              n_moe * (moe_tok - attn_tok - 2 * D)) + attn_tok;
+  else if (rc == Recompute::layer)
+    per_token = double(m.n_layers) * D + std::max(n_dense > 0 ? dense_tok : 0.0,
+                                                  n_moe > 0 ? moe_tok : 0.0);
+  e.activation_bytes = 4 * tokens * per_token + 8 * tokens * V;
   // Workspaces: the widest layer's output and input gradient, FP32.
   const double widest = std::max({3 * D, 2 * F, n_moe > 0 ? K * 2 * Fe : 0.0, V});
   e.workspace_bytes = 8 * tokens * widest;

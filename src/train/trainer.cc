@@ -26,6 +26,7 @@
 #include "mxtrain/stats.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
+#include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/memory_check.h"
 #include "mxtrain/train/optim.h"
 #include "mxtrain/train/policy_oracle.h"
@@ -62,7 +63,8 @@ struct Run {
   std::unique_ptr<PrecisionResolver> resolver;
   std::unique_ptr<GPT> model;
   std::vector<Parameter*> params;
-  TextCorpus corpus;
+  corpus::Tokenizer tokenizer;     // model.tokenizer, or byte-level
+  std::unique_ptr<TokenData> data;  // text or token shards
   std::unique_ptr<ParamSync> sync;
   TrainerState st;
 
@@ -139,6 +141,7 @@ void build_model(Run& r) {
     r.model = std::make_unique<GPT>(
         cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
     r.model->set_swiglu_input(cfg.precision.swiglu_input, cfg.precision.scale_rounding);
+    r.model->set_recompute(parse_recompute(cfg.training.recompute));
   }
   if (!r.opt.decisions_out.empty() && r.lead)
     io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
@@ -147,31 +150,50 @@ void build_model(Run& r) {
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
 }
 
-// The corpus and the parameter sync (one process or FSDP shards).
+// The training data, the initial weights of --init-from, and the parameter sync (one process
+// or FSDP shards).
 void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
   const TrainConfig& cfg = r.cfg;
-  r.corpus = TextCorpus::load(cfg.data.path, cfg.data.val_fraction);
+  r.data = open_training_data(cfg.data, r.tokenizer);
   // Both splits must hold a sequence and its next-token target: found now, not at step 1 or
   // at the first validation.
-  MXT_CHECK(r.corpus.train_size() > r.T + 1, "data `", cfg.data.path, "`: the training split "
-            "has ", r.corpus.train_size(), " bytes, fewer than training.seq_len + 2 = ", r.T + 2,
-            "; use a larger corpus or a shorter seq_len");
-  MXT_CHECK(r.corpus.val_size() > r.T + 1, "data `", cfg.data.path, "`: the validation split "
-            "(data.val_fraction ", cfg.data.val_fraction, ") has ", r.corpus.val_size(),
-            " bytes, fewer than training.seq_len + 2 = ", r.T + 2, "; raise data.val_fraction, "
-            "use a larger corpus or a shorter seq_len");
+  const bool text = dynamic_cast<const TextCorpus*>(r.data.get()) != nullptr;
+  const char* unit = text ? "bytes" : "tokens";
+  MXT_CHECK(r.data->train_tokens() > r.T + 1, "data `", cfg.data.path, "`: the training split "
+            "has ", r.data->train_tokens(), " ", unit, ", fewer than training.seq_len + 2 = ",
+            r.T + 2, "; use a larger corpus or a shorter seq_len");
+  MXT_CHECK(!text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
+            "validation split (data.val_fraction ", cfg.data.val_fraction, ") has ",
+            r.data->val_tokens(), " bytes, fewer than training.seq_len + 2 = ", r.T + 2,
+            "; raise data.val_fraction, use a larger corpus or a shorter seq_len");
+  MXT_CHECK(text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
+            "validation shard has ", r.data->val_tokens(), " tokens, fewer than "
+            "training.seq_len + 2 = ", r.T + 2, "; prepare the shards with a larger "
+            "--val-fraction or use a shorter seq_len");
   r.params = r.model->parameters();
+  if (!r.opt.init_from.empty()) {  // before FSDP shards the values: every rank reads the files
+    MXT_CHECK(!r.opt.resume, "--init-from and --resume exclude each other");
+    const hf::HfModel h = hf::import_dir(r.opt.init_from);
+    TrainConfig want = cfg;
+    MXT_CHECK(hf::apply_model(want, h).empty(), "--init-from ", r.opt.init_from, ": the "
+              "config's model section or tokenizer is not the directory's (hf::apply_model "
+              "sets them)");
+    hf::load_weights(h, r.params);
+    if (r.opt.progress && r.lead)
+      std::fprintf(stderr, "initial weights: %s (%s)\n", r.opt.init_from.c_str(),
+                   h.architecture.c_str());
+  }
   r.sync = make_sync(*r.model, cfg);
   r.W = r.sync->world();
   r.rank = r.sync->rank();
   // Each rank reads data.path on its own machine: they must all have read the same bytes.
   r.sync->check_same("training data (" + cfg.data.path + ")",
-                     r.corpus.description() + " fnv1a64 " +
-                         std::to_string(r.corpus.content_hash()));
+                     r.data->description() + " fnv1a64 " +
+                         std::to_string(r.data->content_hash()));
   if (r.opt.progress && r.lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
                  (long long)r.model->num_parameters(), cfg.model.n_layers,
-                 cfg.model.moe_num_experts ? " (MoE)" : "", r.corpus.description().c_str(),
+                 cfg.model.moe_num_experts ? " (MoE)" : "", r.data->description().c_str(),
                  r.W > 1 ? ("; FSDP over " + std::to_string(r.W) + " ranks").c_str() : "");
 }
 
@@ -265,7 +287,7 @@ double step_mfu(const Run& r, double tokens_per_s) {
 void report_profile(Run& r) {
   const ProfileReport rep = make_profile_report(
       *r.profiler, r.profiled, r.cfg.model, int64_t(r.B) * r.T * r.A, r.T,
-      r.flops.flops_per_token, r.rank_peak_gflops, r.peak_source, r.cfg.precision.recipe, r.W);
+      r.flops.flops_per_token, r.rank_peak_gflops, r.peak_source, r.cfg.precision.recipe.name, r.W);
   if (!r.lead) return;
   std::string table = profile_table(rep);
   if (r.opt.progress) {
@@ -299,8 +321,8 @@ void step_body(Run& r, int64_t step, StepResult& s) {
     {
       MXT_PROFILE(data, none);
       for (int i = 0; i < B; ++i)
-        r.corpus.train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
-                                &r.tgt[size_t(i) * T]);
+        r.data->train_sequence(tc.seed, step, first + i, T, &r.tok[size_t(i) * T],
+                               &r.tgt[size_t(i) * T]);
     }
     s.loss += r.model->forward_backward(r.tok.data(), r.tgt.data(), B, T, 1.0f) / A;
     s.aux += r.model->last_aux_loss() / A;
@@ -410,34 +432,49 @@ void log_step(Run& r, int64_t step, const StepResult& s) {
   r.progress->update(step, s.loss, tps, s.seconds, elapsed, extra);
 }
 
+struct ValidationLoss {
+  double loss = 0, nats_per_byte = 0;
+};
+
 // Mean loss over `eval_batches` validation batches of B sequences: the same sequences and the
 // same value (up to summation order) at every world size. The ranks share the batches: in
 // round k rank r computes batch k*W + r. Every rank runs the same number of forwards (FSDP's
 // weight gathers are collective), so a rank past the last batch computes batch 0 again and
-// leaves it out of the sum.
-double validation_loss(Run& r) {
+// leaves it out of the sum. Also per byte of text: the loss times the targets' tokens over
+// their bytes (the tokenizer's token_bytes), exactly the loss for byte-level models.
+ValidationLoss validation_loss(Run& r) {
   const int B = r.B, T = r.T, W = r.W, n_batches = r.cfg.training.eval_batches;
-  double sum = 0;
+  double sum = 0, bytes = 0;
   for (int k = 0; int64_t(k) * W < n_batches; ++k) {
     const int b = k * W + r.rank;
     const bool counted = b < n_batches;
     for (int i = 0; i < B; ++i)
-      r.corpus.val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
-                            &r.tok[size_t(i) * T], &r.tgt[size_t(i) * T]);
+      r.data->val_sequence(int64_t(counted ? b : 0) * B + i, int64_t(n_batches) * B, T,
+                           &r.tok[size_t(i) * T], &r.tgt[size_t(i) * T]);
     const double loss = r.model->forward_loss(r.tok.data(), r.tgt.data(), B, T);
-    if (counted) sum += loss;
+    if (!counted) continue;
+    sum += loss;
+    for (int32_t t : r.tgt) bytes += double(r.tokenizer.token_bytes(t).size());
   }
-  return r.sync->sum_over_ranks(sum) / n_batches;
+  ValidationLoss v;
+  v.loss = r.sync->sum_over_ranks(sum) / n_batches;
+  const double tokens = double(n_batches) * B * T;
+  bytes = r.sync->sum_over_ranks(bytes);
+  v.nats_per_byte = bytes > 0 ? v.loss * (tokens / bytes) : 0.0;
+  return v;
 }
 
 // Validation after step `step` (0-based): recorded, written and said.
 void evaluate(Run& r, int64_t step) {
-  const double vl = validation_loss(r);
-  r.sum.val_losses.emplace_back(step + 1, vl);
-  r.sum.final_val_loss = vl;
-  r.metrics.write({{"step", step + 1}, {"val_loss", vl}});
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f", (long long)(step + 1), vl);
+  const ValidationLoss v = validation_loss(r);
+  r.sum.val_losses.emplace_back(step + 1, v.loss);
+  r.sum.final_val_loss = v.loss;
+  r.sum.final_val_nats_per_byte = v.nats_per_byte;
+  r.metrics.write(
+      {{"step", step + 1}, {"val_loss", v.loss}, {"val_nats_per_byte", v.nats_per_byte}});
+  char buf[128];
+  std::snprintf(buf, sizeof buf, "step %lld: val_loss %.4f (%.4f nats/byte)",
+                (long long)(step + 1), v.loss, v.nats_per_byte);
   r.progress->message(buf);
 }
 
@@ -480,7 +517,9 @@ void finish(Run& r) {
   nlohmann::json row = {{"summary", true}, {"recipe", r.cfg.precision.recipe.name},
                         {"steps", r.st.step},
                         {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
-                        {"final_val_loss", sum.final_val_loss}, {"tokens_per_s", sum.tokens_per_s},
+                        {"final_val_loss", sum.final_val_loss},
+                        {"final_val_nats_per_byte", sum.final_val_nats_per_byte},
+                        {"tokens_per_s", sum.tokens_per_s},
                         {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
                         {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
                         {"peak_rss_bytes", sum.peak_rss_bytes},
@@ -512,6 +551,8 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
     check_training_memory(r.cfg, machine_memory_limit());
   check_outputs(r);
   if (r.lead && !opt.dry_run) r.locks = lock_outputs(opt.checkpoint_dir, opt.metrics_out);
+  // The tokenizer is read once (checkpoints copy it); its vocabulary must fit the model's.
+  if (!opt.dry_run) r.tokenizer = open_run_tokenizer(r.cfg);
   build_model(r);
   if (opt.dry_run) return r.sum;
   attach_data_and_sync(r, make_sync);

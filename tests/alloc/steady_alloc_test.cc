@@ -1,8 +1,9 @@
 // tests/alloc/steady_alloc_test.cc — the training step allocates nothing in the steady state.
 //
 // This binary replaces the global operator new/delete with counting versions (that is why it
-// is its own executable). A GPT is built for each recipe, dense and MoE, and run for warm-up
-// steps (forward + backward + AdamW on every parameter, which bumps every weight's version so
+// is its own executable). A GPT is built for each recipe, dense and MoE (and a few with
+// activation recompute), and run for warm-up steps (forward + backward + AdamW on every
+// parameter, which bumps every weight's version so
 // each step re-quantizes the weights), which size every buffer and workspace; two more steps
 // must then make no heap allocation in the engine's code. The steps run on one batch with
 // learning rate 0, so an MoE layer routes the same way every step: expert row counts — hence
@@ -76,9 +77,11 @@ namespace {
 struct Case {
   std::string recipe;
   bool defer, moe;
+  Recompute recompute = Recompute::none;
 };
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.recipe << (c.defer ? " defer" : "") << (c.moe ? " MoE" : "");
+  *os << c.recipe << (c.defer ? " defer" : "") << (c.moe ? " MoE" : "") << " recompute "
+      << recompute_name(c.recompute);
 }
 
 // One optimizer step as the trainer runs it: forward + backward, then AdamW everywhere.
@@ -106,6 +109,7 @@ TEST_P(SteadyAlloc, NoHeapAllocationAfterWarmUp) {
   GPT m(layer_test::tiny_model({.d_model = 64, .n_layers = 2, .n_heads = 2, .d_ff = 96,
                                 .max_seq_len = 64, .moe_d_ff = c.moe ? 64 : 0}),
         layer_test::recipe_resolver(c.recipe, c.defer), 7);
+  m.set_recompute(c.recompute);
   const std::vector<Parameter*> params = m.parameters();
   std::vector<std::vector<float>> mom, vel;
   for (Parameter* p : params) {
@@ -176,9 +180,14 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"bf16", false, false}, Case{"mxfp8", false, false},
                       Case{"mxfp8", true, false}, Case{"mxfp8-32x32", false, false},
                       Case{"bf16", false, true}, Case{"mxfp8", false, true},
-                      Case{"mxfp8-32x32", true, true}),
+                      Case{"mxfp8-32x32", true, true},
+                      Case{"mxfp8", false, false, Recompute::layer},
+                      Case{"bf16", false, true, Recompute::layer},
+                      Case{"mxfp8", true, true, Recompute::attention}),
     [](const ::testing::TestParamInfo<Case>& i) {
       std::string n = i.param.recipe + (i.param.defer ? "_defer" : "") + (i.param.moe ? "_moe" : "");
+      if (i.param.recompute != Recompute::none)
+        n += std::string("_recompute_") + recompute_name(i.param.recompute);
       for (char& ch : n)
         if (ch == '-') ch = '_';
       return n;

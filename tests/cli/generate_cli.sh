@@ -82,7 +82,7 @@ gen --checkpoint ck_bf16 --prompt 'the' --max-new-tokens 40 > out.txt 2> err.txt
 long=$(printf 'fox %.0s' $(seq 20))  # 80 bytes > max_seq_len 32
 gen --checkpoint ck_dense --prompt "$long" --max-new-tokens 40 > out.txt 2> err.txt ||
   fail "long prompt: $(cat err.txt)"
-grep -q "warning: the prompt has 80 bytes, more than max_seq_len = 32" err.txt ||
+grep -q "warning: the prompt has 80 tokens, more than max_seq_len = 32" err.txt ||
   fail "no warning for a long prompt: $(cat err.txt)"
 # Non-printable prompt bytes are shown escaped; valid UTF-8 is kept.
 gen --checkpoint ck_dense --prompt "$(printf 'a\001\303\251')" --max-new-tokens 0 --quiet > out.txt

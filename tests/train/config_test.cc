@@ -52,6 +52,24 @@ TEST(Config, ParsesValuesAndDefaults) {
               std::string(p).substr(std::string(p).rfind(' ') + 1)) << p;
 }
 
+TEST(Config, TokenizerAndRecompute) {
+  TrainConfig c = parse_config(kBase);
+  EXPECT_EQ(c.tokenizer, "");
+  EXPECT_EQ(c.training.recompute, "none");
+  c = parse_config(replaced("max_seq_len: 32}", "max_seq_len: 32, tokenizer: tok.model}"));
+  EXPECT_EQ(c.tokenizer, "tok.model");
+  EXPECT_EQ(parse_config(config_to_yaml(c)).tokenizer, "tok.model");
+  for (const char* r : {"none", "attention", "layer"})
+    EXPECT_EQ(parse_config(replaced("micro_batch_size: 2", std::string("micro_batch_size: 2, "
+                                                                       "recompute: ") + r))
+                  .training.recompute, r);
+  expect_error(replaced("micro_batch_size: 2", "micro_batch_size: 2, recompute: full"),
+               {"test.yaml", "training.recompute", "full", "none, attention, layer"});
+  expect_error(replaced("micro_batch_size: 2", "micro_batch_size: 2, recompute: layer") +
+                   "fsdp: {enabled: true}\n",
+               {"training.recompute", "fsdp"});
+}
+
 TEST(Config, RoundTripThroughCanonicalYaml) {
   std::string text = std::string(kBase) +
                      "fsdp: {enabled: true, mxfp8_gather: all, prefetch: 2, "

@@ -4,6 +4,7 @@
 //   <root>/step_<N>/model.safetensors      FP32 master weights by parameter name
 //   <root>/step_<N>/optimizer.safetensors  FP32 optimizer state; for AdamW
 //                                          "<param>.exp_avg" and "<param>.exp_avg_sq"
+//   <root>/step_<N>/<extra files>          e.g. tokenizer.model, the run's tokenizer
 //   <root>/step_<N>/state.json             format version, step, the trainer's opaque
 //                                          state (data position, RNG), config text and
 //                                          hash, size + CRC-32 of each file above, and a
@@ -17,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -47,6 +49,9 @@ inline std::string exp_avg_sq_name(const std::string& param) { return param + ".
 struct CheckpointOptions {
   int keep_last = 3;        // step directories kept after a save (<= 0: keep all)
   std::string config_text;  // the training config as given (stored and hashed)
+  // Further files of the step directory, name -> contents (the tokenizer model), recorded
+  // with size and CRC-32 like the tensor files. Names are plain file names.
+  std::map<std::string, std::string> extra_files;
 };
 
 // Saves step `step` under `root` (created if missing) and returns the step directory.
@@ -69,6 +74,7 @@ struct LoadedCheckpoint {
   nlohmann::json trainer_state;
   std::string config_text;
   std::string config_hash;  // "crc32:xxxxxxxx" of config_text
+  std::map<std::string, std::string> extra_files;  // CheckpointOptions::extra_files, verified
 
   const NamedTensor* find_model(const std::string& name) const;      // nullptr if absent
   const NamedTensor* find_optimizer(const std::string& name) const;  // nullptr if absent

@@ -41,6 +41,10 @@ class Fp8Activation {
   void keep(const float* x, int64_t rows, int64_t cols, ScaleRounding rounding);
   // out: [rows, cols] = the kept values, dequantized (exact: codes times powers of two).
   void restore(float* out) const;
+  // x = restore(keep(x)) in place, a few rows at a time: the values the backward would read,
+  // without holding the whole FP8 copy (the blocks lie along cols, so rows are independent and
+  // the bytes equal those of one keep + restore).
+  void round_trip(float* x, int64_t rows, int64_t cols, ScaleRounding rounding);
   size_t bytes() const { return q_.bytes(); }
   void clear() { q_ = MXTensor(); }
 

@@ -2,8 +2,8 @@
 // cache, sampling, and printing bytes as readable text.
 //
 // InferenceModel computes the same function as GPT's forward (nn/transformer.h) — token
-// embedding, n_layers × [pre-norm causal attention, pre-norm SwiGLU MLP or top-k MoE], final
-// RMSNorm, untied lm_head; no position encoding (the causal mask is the only order signal) —
+// embedding, n_layers × [pre-norm causal attention with rotary q/k, pre-norm SwiGLU MLP or
+// top-k MoE], final RMSNorm, untied lm_head —
 // in plain FP32 from the FP32 master weights, whatever recipe trained them. Tokens are added
 // to a KV cache, K and V each [n_layers][max_seq_len][D], so the prompt is read once (one
 // batched pass) and every later token costs one row through the layers plus attention over
@@ -13,9 +13,9 @@
 //
 // generate() samples a continuation. When the window is full (max_seq_len tokens cached) the
 // cache is rebuilt from the last `context_keep` tokens (default max_seq_len / 2) and
-// generation goes on: the model was trained on windows of max_seq_len tokens at most, and
-// without position encoding a token's K and V depend on everything before it in the window,
-// so sliding means recomputing, not shifting. A prompt longer than max_seq_len is read from
+// generation goes on: the model was trained on windows of max_seq_len tokens at most, and a
+// token's K and V depend on everything before it in the window (and on its position), so
+// sliding means recomputing, not shifting. A prompt longer than max_seq_len is read from
 // its last max_seq_len tokens. Sampling: temperature 0 = greedy (argmax, ties to the lower
 // id); else softmax(logits / T) over the top_k largest logits (0 = all), drawn with a
 // splitmix64 stream seeded by `seed` — the same seed gives the same tokens on every run.
@@ -94,6 +94,9 @@ struct GenerateOptions {
   int64_t max_new_tokens = 200;
   SamplingOptions sampling;
   int context_keep = 0;  // tokens kept when the window slides, 1..max_seq_len; 0 = half of it
+  // Ids [0, vocab_limit) may be sampled: the tokenizer's vocabulary (a model's may be larger);
+  // 0 = byte_vocab(cfg).
+  int64_t vocab_limit = 0;
 };
 
 struct GenerateStats {
@@ -104,8 +107,8 @@ struct GenerateStats {
   double cpu_s = 0;                     // CPU time of both, all threads (std::clock)
 };
 
-// Token ids a model may emit: generation is byte-level (vocab 256), so ids >= 256 (which
-// never occur as training targets) are not sampled.
+// Token ids a byte-level model may emit: ids >= 256 (which never occur as training targets)
+// are not sampled.
 inline int64_t byte_vocab(const ModelConfig& cfg) {
   return cfg.vocab_size < 256 ? cfg.vocab_size : 256;
 }

@@ -87,6 +87,10 @@ class Linear {
 
   // x: [T, in] FP32; y: [T, out] FP32. Throws on T < 1 or nullptr.
   void forward(const float* x, int64_t T, float* y, LinearSaved& saved);
+  // What forward keeps for backward, without the product: fills `saved` as forward(x, T, y,
+  // saved) would, byte for byte, and writes no output (activation recompute re-creates the
+  // saved state of a layer whose output is still kept). x: [T, in] FP32.
+  void save_input(const float* x, int64_t T, LinearSaved& saved);
   // dy: [T, out] FP32; dx: [T, in] FP32 (nullptr: not needed). Accumulates weight.grad
   // and bias.grad.
   void backward(LinearSaved& saved, const float* dy, float* dx);

@@ -92,6 +92,18 @@ void moe_combine_backward(float* dyp, float* dgate, const float* dy, const float
                           const MoERouting& r, int64_t D, Accum mode = Accum::add);
 
 // ---- the MoE block ---------------------------------------------------------------------------
+
+// An MoE block's activations and backward scratch, reused across micro-batches. Several blocks
+// may share one (activation recompute, nn/transformer.h: only one block's forward is alive at a
+// time, recomputed right before its backward).
+struct MoEActivations {
+  MoERouting routing;
+  GroupList groups;
+  FloatBuffer logits, xp, a, h, yp;           // forward activations (xp, h: see moe.cc)
+  Fp8Activation a8;                           // a in FP8 instead (swiglu_input fp8)
+  FloatBuffer dyp, dh, da, dxp, dgate, dlogits;  // backward scratch
+  GroupedLinearSaved saved1, saved2;
+};
 // Owns the router weight `<prefix>.router.weight` [E, D] and the experts
 // `<prefix>.experts.fc1` / `<prefix>.experts.fc2`. Activations live in member buffers that are
 // reused across micro-batches; the input x passed to forward must stay alive and unchanged
@@ -136,17 +148,27 @@ class MoELayer {
     swiglu_rounding_ = rounding;
   }
 
-  const MoERouting& routing() const { return routing_; }
+  // Keep activations and scratch in `shared` (nullptr: the block's own, the default). The
+  // block's own buffers are freed when it starts sharing.
+  void share_activations(MoEActivations* shared) {
+    if (shared) own_ = MoEActivations{};
+    shared_ = shared;
+  }
+
+  const MoERouting& routing() const { return act().routing; }
   double aux_loss() const { return aux_; }
   // Bytes the two GroupedLinear layers hold for backward after the last forward.
-  size_t held_bytes() const { return saved1_.held_bytes() + saved2_.held_bytes(); }
+  size_t held_bytes() const { return act().saved1.held_bytes() + act().saved2.held_bytes(); }
   // Bytes of this block's FP32 activation buffers (kept for backward).
   size_t activation_bytes() const {
-    return (logits_.size() + routing_.probs.size() + routing_.gate.size() + xp_.size() +
-            a_.size() + h_.size() + yp_.size()) * sizeof(float) + a8_.bytes();
+    const MoEActivations& a = act();
+    return (a.logits.size() + a.routing.probs.size() + a.routing.gate.size() + a.xp.size() +
+            a.a.size() + a.h.size() + a.yp.size()) * sizeof(float) + a.a8.bytes();
   }
 
  private:
+  MoEActivations& act() { return shared_ ? *shared_ : own_; }
+  const MoEActivations& act() const { return shared_ ? *shared_ : own_; }
   int64_t D_ = 0, F_ = 0, E_ = 0, k_ = 0, N_ = 0;
   const float* x_ = nullptr;
   double aux_ = 0.0;
@@ -156,12 +178,8 @@ class MoELayer {
   bool a_fp8() const { return !fp32_ref_ && swiglu_input_fp8(swiglu_, fc1.precision()); }
   // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
   bool own_input(const GroupedLinear& l) const { return fp32_ref_ || !l.keeps_input_copy(); }
-  MoERouting routing_;
-  GroupList groups_;
-  FloatBuffer logits_, xp_, a_, h_, yp_;           // forward activations (xp_, h_: see moe.cc)
-  Fp8Activation a8_;                               // a_ in FP8 instead (swiglu_input fp8)
-  FloatBuffer dyp_, dh_, da_, dxp_, dgate_, dlogits_;  // backward scratch
-  GroupedLinearSaved saved1_, saved2_;
+  MoEActivations own_;
+  MoEActivations* shared_ = nullptr;
 };
 
 }  // namespace mxtrain

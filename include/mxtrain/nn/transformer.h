@@ -43,7 +43,8 @@
 
 namespace mxtrain {
 
-class MoELayer;  // nn/moe.h
+class MoELayer;         // nn/moe.h
+struct MoEActivations;  // nn/moe.h
 
 struct ModelConfig {
   int vocab_size = 256;
@@ -92,6 +93,21 @@ std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg);
 using LinearPrecisionFn = std::function<LinearPrecision(const ModuleInfo&)>;
 
 enum class ModuleEvent : uint8_t { forward_done, backward_start, backward_done };
+
+// Activation recompute (config training.recompute): what the forward keeps for backward.
+//   none       everything the backward reads (docs/design.md, "Saved for backward");
+//   attention  per layer the attention block's input and output (the residual stream) and the
+//              MLP's activations; the backward recomputes RMSNorm -> qkv -> RoPE -> attention
+//              of each layer from its input just before that layer's attention backward;
+//   layer      per layer only its input (the residual stream); the backward recomputes, one
+//              layer at a time, the attention block's forward (for the MLP's input), the
+//              MLP's, and after the MLP's backward the attention block's again (its output
+//              does not fit next to the MLP's backward in the shared buffers).
+// The recomputed activations are bit-identical to the forward's, so losses, gradients and
+// weights are the same in every mode; what differs is the memory held and the time spent.
+enum class Recompute : uint8_t { none, attention, layer };
+Recompute parse_recompute(const std::string& name);  // throws naming the valid values
+const char* recompute_name(Recompute r);
 
 class GPT {
  public:
@@ -175,13 +191,33 @@ class GPT {
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding = ScaleRounding::rceil);
   SwigluInput swiglu_input() const { return swiglu_input_; }
 
+  // Activation recompute (Recompute above; default none). Call before reserve(): buffers the
+  // mode does not use are freed. The module events (set_module_hook) fire for the forward and
+  // backward passes only, not for the recomputed forwards, so FSDP refuses recompute.
+  void set_recompute(Recompute r);
+  Recompute recompute() const { return recompute_; }
+
  private:
   struct Layer;
+  struct AttnActs;
+  struct MlpActs;
+  struct AttnView;
+  struct MlpView;
+  struct Grads;
+  enum class Pass : uint8_t { forward, rebuild, recompute };  // transformer.cc, attention_block
   void event(const std::string& module, ModuleEvent e);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);
-  float* linear_input(const Linear& l, FloatBuffer& own, int64_t n);
+  float* linear_input(const Linear& l, FloatBuffer& own, int64_t n, float* scratch);
+  float* lin_scratch(int64_t n);
+  float* arena(int64_t N, int64_t col);
+  float* resid_mid(Layer& L, int64_t N);
+  AttnView attn_view(Layer& L, int64_t N);
+  MlpView mlp_view(Layer& L, int64_t N);
+  Grads grads(int64_t N);
+  void attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p);
+  double mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool recompute);
   bool fc1_out_fp8(const Layer& L) const;  // this dense layer keeps SwiGLU's input in FP8
   std::vector<Parameter*> collect_parameters();
 
@@ -198,6 +234,15 @@ class GPT {
   // Backward scratch shared by all layers.
   // dfc1_ is also the fc1 output's forward scratch when the SwiGLU input is kept in FP8.
   FloatBuffer dres_, dln_, dbranch_, dqkv_, dfc1_, dh_;
+  // Activation recompute: the blocks' sets shared by all layers, and one arena holding the
+  // forward's scratch, the recomputed tensors and the backward's scratch gradients (except
+  // dres_), which then replaces the buffers above.
+  Recompute recompute_ = Recompute::none;
+  std::unique_ptr<AttnActs> shared_attn_;
+  std::unique_ptr<MlpActs> shared_mlp_;
+  std::unique_ptr<MoEActivations> shared_moe_;
+  FloatBuffer arena_;
+  FloatBuffer shared_resid_mid_;  // the layers' resid_mid under the whole-layer recompute
   std::map<std::string, Linear*> linears_;
   std::map<std::string, GroupedLinear*> grouped_;
   std::vector<Parameter*> params_;  // parameters() order, fixed at construction

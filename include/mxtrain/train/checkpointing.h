@@ -1,9 +1,10 @@
 // mxtrain/train/checkpointing.h — saving and resuming a training run.
 //
 // A checkpoint holds the FP32 weights (model.safetensors, by parameter name), the AdamW
-// moments (optimizer.safetensors) and the trainer state (step, optimizer steps, skipped
-// steps, the config) — everything needed to continue bit-identically, since the data order
-// depends only on (seed, step). Files are written atomically and checksummed (io/checkpoint.h);
+// moments (optimizer.safetensors), the tokenizer (tokenizer.model, when the model is not
+// byte-level) and the trainer state (step, optimizer steps, skipped steps, the tokenizer's
+// hash, the config) — everything needed to continue bit-identically, since the data order
+// depends only on (seed, step). Resuming with another tokenizer is an error. Files are written atomically and checksummed (io/checkpoint.h);
 // a truncated or corrupted checkpoint is an error, never a silent restart.
 #pragma once
 
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/corpus/tokenizer.h"
 #include "mxtrain/nn/generate.h"
 #include "mxtrain/nn/parameter.h"
 #include "mxtrain/train/config.h"
@@ -61,7 +63,11 @@ struct CheckpointModel {
   int64_t step = 0;
   TrainConfig config;
   std::unique_ptr<InferenceModel> model;
+  corpus::Tokenizer tokenizer;  // the checkpoint's tokenizer.model, or byte-level
 };
 CheckpointModel load_checkpoint_model(const std::string& dir);
+
+// The tokenizer of a run: cfg.tokenizer_model (read when training starts), or byte-level.
+corpus::Tokenizer tokenizer_of(const TrainConfig& cfg);
 
 }  // namespace mxtrain

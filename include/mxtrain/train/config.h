@@ -1,6 +1,7 @@
 // mxtrain/train/config.h — the training configuration: YAML file + command-line overrides.
 //
-// A config has four sections: `model` (nn/transformer.h ModelConfig), `training` (optimizer,
+// A config has four sections: `model` (nn/transformer.h ModelConfig, and the tokenizer),
+// `training` (optimizer,
 // schedule, batch, checkpoints), `data` (corpus) and `precision` (recipe, scale rounding,
 // defer_backward_quant, first/last-N BF16 layers, name-glob overrides, adaptive FP8 policy),
 // plus `fsdp`. Parsing is strict: an unknown key or a bad value is an error that names the key
@@ -38,6 +39,9 @@ struct TrainingConfig {
   int64_t checkpoint_every = 0;        // 0: only at the end (when a checkpoint dir is set)
   int keep_checkpoints = 2;
   int max_nonfinite_steps = 5;         // stop with an error after this many skipped steps
+  // Activations the backward recomputes instead of keeping: none | attention | layer
+  // (nn/transformer.h, Recompute).
+  std::string recompute = "none";
 };
 
 struct DataConfig {
@@ -73,11 +77,16 @@ struct FsdpConfig {
 
 struct TrainConfig {
   ModelConfig model;
+  // model.tokenizer: a SentencePiece model file (corpus/tokenizer.h); "" = byte-level.
+  std::string tokenizer;
   TrainingConfig training;
   DataConfig data;
   PrecisionConfig precision;
   FsdpConfig fsdp;
   std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
+  // The tokenizer model file's contents, read once when training starts (not YAML):
+  // checkpoints store them as tokenizer.model. Empty for byte-level.
+  std::string tokenizer_model;
 
   void validate() const;    // cross-field checks (seq_len <= max_seq_len, ...)
 };

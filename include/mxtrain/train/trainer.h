@@ -40,6 +40,9 @@ struct TrainOptions {
   bool print_decisions = true;
   // Skip the start-up check that the model fits in memory (train/memory_check.h).
   bool ignore_memory_check = false;
+  // Initial weights from a Hugging Face directory (train/hf_llama.h) instead of the seed's;
+  // the config's model section must be that directory's (hf::apply_model). Not with resume.
+  std::string init_from;
   int64_t stop_after = 0;      // stop after this many steps in this run (0: run to the end);
                                // the schedule still spans training.steps (preemption)
   // The peak MFU is measured against, in GFLOP/s for the whole job (all ranks); 0: measured at
@@ -60,7 +63,8 @@ struct TrainSummary {
   int64_t first_step = 0, steps_done = 0;   // steps run in this invocation
   std::vector<double> losses;               // per step run here (NaN for skipped steps)
   std::vector<std::pair<int64_t, double>> val_losses;
-  double final_val_loss = 0;
+  double final_val_loss = 0;                // nats per token
+  double final_val_nats_per_byte = 0;       // nats per byte of text (= final_val_loss for bytes)
   double tokens_per_s = 0;                  // global-batch tokens over time of updating steps
   double mean_step_ms = 0;                  // over steps that updated the weights
   double median_step_ms = 0;                // same, without the first step (warm-up)
