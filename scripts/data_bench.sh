@@ -46,7 +46,7 @@ PY
 ls -l "$tmp"/c10.txt "$tmp"/c100.txt >&2
 "$bin" tokenizer train --input fortunes --vocab-size "$vocab" --out "$tmp/tok.model" --quiet
 
-sed -e "s|vocab_size: 256|vocab_size: $vocab|" -e "s|steps: [0-9]*|steps: $steps|" \
+sed -e "s|vocab_size: [0-9]*|vocab_size: $vocab|" -e "s|steps: [0-9]*|steps: $steps|" \
     -e "s|eval_every: [0-9]*|eval_every: 0|" configs/demo.yaml | grep -v '^\s*\(tokenizer\|path\):' > "$tmp/base.yaml"
 for round in $(seq 1 "$rounds"); do
   for c in c10 c100; do
