@@ -23,6 +23,8 @@ std::vector<int32_t> encode(const Tokenizer& t, std::string_view s) {
 
 // Texts SentencePiece alone would not reproduce: malformed UTF-8, U+2581, NUL and control
 // bytes, runs of spaces, tabs, CR, a word longer than the cache's limit, no final newline.
+using namespace std::string_literals;
+
 const std::vector<std::string>& awkward_texts() {
   static const std::vector<std::string> t = {
       "",
@@ -32,7 +34,7 @@ const std::vector<std::string>& awkward_texts() {
       "   leading and trailing spaces   ",
       "Hello, world.\nThe quick brown fox.\n",
       "tabs\tand\r\nCRLF\r\n",
-      std::string("nul\0byte and \x01\x02\x7f controls", 30),
+      "nul\0byte and \x01\x02\x7f controls"s,  // the s literal keeps the NUL
       "bad utf-8: \xff\xfe \xc3\x28 \xe2\x82 \xf0\x9f\x98 end",
       "overlong \xc0\xaf and surrogate \xed\xa0\x80 and too big \xf4\x90\x80\x80",
       "the marker \xE2\x96\x81 itself, \xE2\x96\x81\xE2\x96\x81 twice, a\xE2\x96\x81" "b",
