@@ -33,9 +33,9 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # the libraries and builds a program against them without the sanitizer flags (the package
 # test of the normal build covers it); cli_unprivileged reruns io and CLI cases as `nobody`,
 # who cannot read this tree's LeakSanitizer suppressions (the normal build runs it);
-# mpi_train_signal trains 4000 steps three times over (five 2-rank launches) so that mpirun's delayed SIGTERM finds the
-# run still going (8 minutes under the sanitizers); its stop path is the one cli_signals
-# runs here, and its FSDP steps are fsdp_train_mpi_test_np2's.
+# mpi_train_signal trains 4000 steps three times over (five 2-rank launches) so that
+# mpirun's delayed SIGTERM finds the run still going (8 minutes under the sanitizers); its
+# stop path is the one cli_signals runs here, its FSDP steps fsdp_train_mpi_test_np2's.
 ctest --test-dir build-asan --output-on-failure -j 2 --timeout 900 \
   -E '_np4$|_np1$|_nompirun$|^cli_fsdp_train$|^cli_info_bench$|^package_example$|^cli_unprivileged$|^mpi_train_signal$' "$@"
 
