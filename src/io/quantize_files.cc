@@ -138,20 +138,32 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
 
 }  // namespace
 
-QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
-                                        const QuantizeFilesOptions& opt) {
-  Recipe recipe = quantized_recipe(opt.recipe);
-  check_options(recipe, opt);
-  QuantizeFilesResult res;
-  const bool fp32 = fp32_scaled(recipe);
-  res.role = opt.role.value_or(fp32 ? Role::input : Role::weight);
-  TensorFormat& f = recipe.role(res.role);
+bool QuantizeSetup::fp32_scaled() const { return io::fp32_scaled(recipe); }
+
+QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
+  QuantizeSetup s;
+  s.recipe = quantized_recipe(opt.recipe);
+  check_options(s.recipe, opt);
+  s.role = opt.role.value_or(fp32_scaled(s.recipe) ? Role::input : Role::weight);
+  TensorFormat& f = s.recipe.role(s.role);
   if (opt.amax_epsilon) f.amax_epsilon = *opt.amax_epsilon;
   if (opt.fp32_scales) f.scale = ScaleType::fp32;
-  res.cfg.elem = opt.elem.value_or(f.elem);
-  res.cfg.rounding = opt.rounding.value_or(f.rule);
-  res.scale = f.scale;
-  res.amax_epsilon = f.amax_epsilon;
+  if (opt.elem) f.elem = *opt.elem;
+  if (opt.rounding) f.rule = *opt.rounding;
+  s.cfg = f.quant_config();
+  return s;
+}
+
+QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
+                                        const QuantizeFilesOptions& opt) {
+  const QuantizeSetup setup = quantize_setup(opt);
+  const Recipe& recipe = setup.recipe;
+  const bool fp32 = setup.fp32_scaled();
+  QuantizeFilesResult res;
+  res.role = setup.role;
+  res.cfg = setup.cfg;
+  res.scale = setup.format().scale;
+  res.amax_epsilon = setup.format().amax_epsilon;
 
   const NpyArray x = read_npy(input_npy);
   npy_require(x, "<f4", 2, input_npy);

@@ -52,6 +52,19 @@ struct QuantizeFilesOptions {
 // "input" | "weight" -> Role; anything else throws naming the choices (for --role).
 Role parse_quantize_role(const std::string& name);
 
+// What a quantization with these options uses: the recipe with the options applied to the
+// role they select, that role, and its element format and MX rounding. Checks the options
+// against the recipe's kind (the errors of `mxtrain quantize`); the Python module's
+// quantize() asks it too, so both take the same options the same way.
+struct QuantizeSetup {
+  Recipe recipe;
+  Role role = Role::weight;
+  QuantConfig cfg;
+  const TensorFormat& format() const { return recipe.role(role); }
+  bool fp32_scaled() const;  // FP32 scale_inv grids (blockwise) rather than E8M0 bytes
+};
+QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt);
+
 struct QuantizeFilesResult {
   int64_t rows = 0, cols = 0;
   QuantConfig cfg;                 // the element format (and MX rounding) used
