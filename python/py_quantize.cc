@@ -133,33 +133,11 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
                         "); pass the dict quantize() returned for this recipe");
 }
 
-// An MXTensor rebuilt from q[data_key], q[scale_key], checked against each other.
+// A copy rebuilt from q[data_key] (uint8 codes) and q[scale_key], checked against each other:
+// MX (uint8 E8M0 bytes), or with `fp32` FP32-scaled 128 blocks (float32 scale_inv values;
+// dequantize reads code * scale_inv whether they were pow2 or not).
 MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
-                          MXLayout layout, Elem elem) {
-  for (const char* k : {data_key, scale_key})
-    if (!q.contains(k)) missing_key(q, k);
-  const std::string dname = std::string("q['") + data_key + "']";
-  const std::string sname = std::string("q['") + scale_key + "']";
-  py::array d = matrix_arg(q[data_key], dname.c_str());
-  py::array s = matrix_arg(q[scale_key], sname.c_str());
-  for (const auto& [a, n] : {std::pair{&d, &dname}, std::pair{&s, &sname}})
-    if (!has_dtype<uint8_t>(*a))
-      throw py::type_error(*n + " must have dtype uint8, got " + dtype_of(*a));
-  MXTensor t = MXTensor::empty(d.shape(0), d.shape(1), layout, elem);
-  if (s.shape(0) != t.scale_rows() || s.shape(1) != t.scale_cols())
-    throw py::value_error(sname + " has shape " + shape_of(s) + ", but a " +
-                          std::to_string(t.rows) + "x" + std::to_string(t.cols) + " " +
-                          layout_name(layout) + " tensor has a (" +
-                          std::to_string(t.scale_rows()) + ", " +
-                          std::to_string(t.scale_cols()) + ") scale grid");
-  std::memcpy(t.data.data(), d.data(), t.data.size());
-  std::memcpy(t.scales.data(), s.data(), t.scales.size());
-  return t;
-}
-
-// An FP32-scaled copy from q[data_key] (uint8 codes) and q[scale_key] (float32 scale_inv).
-MXTensor blocks_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
-                          MXLayout layout, Elem elem) {
+                          MXLayout layout, Elem elem, bool fp32 = false) {
   for (const char* k : {data_key, scale_key})
     if (!q.contains(k)) missing_key(q, k);
   const std::string dname = std::string("q['") + data_key + "']";
@@ -168,23 +146,22 @@ MXTensor blocks_from_dict(const py::dict& q, const char* data_key, const char* s
   py::array s = matrix_arg(q[scale_key], sname.c_str());
   if (!has_dtype<uint8_t>(d))
     throw py::type_error(dname + " must have dtype uint8, got " + dtype_of(d));
-  if (!has_dtype<float>(s))
-    throw py::type_error(sname + " must have dtype float32 (scale_inv values), got " +
+  if (fp32 ? !has_dtype<float>(s) : !has_dtype<uint8_t>(s))
+    throw py::type_error(sname + " must have dtype " +
+                         (fp32 ? "float32 (scale_inv values)" : "uint8") + ", got " +
                          dtype_of(s));
-  MXTensor t;
-  t.rows = d.shape(0);
-  t.cols = d.shape(1);
-  t.layout = layout;
-  t.elem = elem;
-  t.scale_type = ScaleType::fp32_pow2;  // dequantize reads code * scale_inv either way
-  t.block = kFp32ScaleBlock;
+  MXTensor t = MXTensor::empty(d.shape(0), d.shape(1), layout, elem);
+  if (fp32) {
+    t.scale_type = ScaleType::fp32_pow2;
+    t.block = kFp32ScaleBlock;
+  }
   if (s.shape(0) != t.scale_rows() || s.shape(1) != t.scale_cols())
     throw py::value_error(sname + " has shape " + shape_of(s) + ", but a " +
                           std::to_string(t.rows) + "x" + std::to_string(t.cols) + " " +
-                          layout_name(layout) + " copy has a (" +
+                          layout_name(layout) + " tensor has a (" +
                           std::to_string(t.scale_rows()) + ", " +
-                          std::to_string(t.scale_cols()) + ") scale_inv grid");
-  t.data.resize(size_t(t.rows * t.cols));
+                          std::to_string(t.scale_cols()) + ") " +
+                          (fp32 ? "scale_inv grid" : "scale grid"));
   t.scales.resize(t.scale_bytes());
   std::memcpy(t.data.data(), d.data(), t.data.size());
   std::memcpy(t.scales.data(), s.data(), t.scales.size());
@@ -206,11 +183,11 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
   const std::string layout = layout_obj.value_or(tiled ? "tile" : "rowwise");
   MXTensor t;
   if (fp32 && tiled && layout == "tile")
-    t = blocks_from_dict(q, "data", "scale_inv", MXLayout::tile, elem);
+    t = tensor_from_dict(q, "data", "scale_inv", MXLayout::tile, elem, true);
   else if (fp32 && !tiled && (layout == "rowwise" || layout == "colwise"))
     t = layout == "rowwise"
-            ? blocks_from_dict(q, "rowwise", "rowwise_scale_inv", MXLayout::rowwise, elem)
-            : blocks_from_dict(q, "colwise", "colwise_scale_inv", MXLayout::colwise, elem);
+            ? tensor_from_dict(q, "rowwise", "rowwise_scale_inv", MXLayout::rowwise, elem, true)
+            : tensor_from_dict(q, "colwise", "colwise_scale_inv", MXLayout::colwise, elem, true);
   else if (tiled && layout == "tile")
     t = tensor_from_dict(q, "data", "scale", MXLayout::tile, elem);
   else if (!tiled && layout == "rowwise")

@@ -117,6 +117,8 @@ MXTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout 
 // Into `out` (any MXTensor; reshaped to M x K with that layout, its storage reused).
 void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
                           const BlockQuantConfig& cfg, MXTensor& out);
+void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out);
 // Rowwise (1x128) and colwise (128x1) copies from one read of x.
 void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
                           MXTensor& rowwise, MXTensor& colwise);

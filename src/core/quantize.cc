@@ -437,6 +437,11 @@ void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
   quantize_blocks_impl(x, M, K, layout, cfg, out);
 }
 
+void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out) {
+  quantize_blocks_impl(x_bf16, M, K, layout, cfg, out);
+}
+
 void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
                           MXTensor& rowwise, MXTensor& colwise) {
   quantize_blocks_dual_impl(x, M, K, cfg, rowwise, colwise);
