@@ -2,9 +2,9 @@
 // (1x128 rowwise, 128x1 colwise, 128x128 tiles, rowwise + colwise from one read), compiled
 // with the AVX-512 flags; byte-identical to quantize_block_ref.cc.
 //
-// The kernels walk the region in 128x128 pieces (partial at the edges; lanes past the edge
-// are masked off). Rowwise: each row piece is read once for its amax and again from L1 for
-// its codes. Colwise, tile and dual: a first pass over the piece keeps the 16-lane amax
+// Rowwise runs row by row: each 1x128 block is read once for its amax and again from L1 for
+// its codes. Colwise, tile and dual walk the region in 128x128 pieces (partial at the edges;
+// lanes past the edge are masked off, the next piece prefetched): a first pass over the piece keeps the 16-lane amax
 // vectors of its columns (and each row's amax), the scales follow from block_scale — the
 // scalar rule of quantize_block_kernels.h, so every path agrees — and a second pass over the
 // piece (from L2) writes the codes. Elements: fl32(x * scale) (one IEEE multiply, as in the
@@ -34,6 +34,15 @@ inline __m512i amax_lanes(__m512i u) {
   return _mm512_maskz_mov_epi32(_mm512_cmple_epu32_mask(a, set1(0x7F800000u)), a);
 }
 
+// Stores a vector's 16 codes; a full vector without a mask (the masked byte-narrowing store
+// is several times slower).
+inline void put16(uint8_t* p, __m512i k, __mmask16 m) {
+  if (m == 0xFFFF)
+    store_codes(p, k);
+  else
+    store_codes(p, k, m);
+}
+
 // Codes of one vector: sat(fl32(x * s)); NaN -> sign | NaN code.
 template <Elem E>
 inline __m512i codes(__m512i u, __m512 s) {
@@ -46,9 +55,47 @@ inline __m512i codes(__m512i u, __m512 s) {
   return _mm512_mask_mov_epi32(k, nan, nk);
 }
 
+// Rowwise: row by row (sequential reads the hardware prefetcher follows), each 1x128 block
+// read once for its amax and again from L1 for its codes.
+template <class T, Elem E>
+void rows(const T* x, const BParams& p, Region g, BOut row) {
+  const float maxe = elem_info(E).max_value;
+  const int64_t K = p.K;
+  for (int64_t r = g.r0; r < g.r1; ++r)
+    for (int64_t cb = g.c0; cb < g.c1; cb += B) {
+      const int64_t nc = imin(B, K - cb);
+      const int nv = int((nc + 15) / 16);
+      const T* xr = x + r * K + cb;
+      __m512i rm = _mm512_setzero_si512();
+      for (int v = 0; v < nv; ++v)
+        rm = _mm512_max_epu32(rm, amax_lanes(load_bits(xr + 16 * v, lanes(nc - 16 * v))));
+      const float s = block_scale(bits_f32(uint32_t(_mm512_reduce_max_epu32(rm))), maxe,
+                                  p.amax_epsilon, p.pow2);
+      row.scale_inv[r * row.ld + cb / B] = 1.f / s;
+      const __m512 sv = _mm512_set1_ps(s);
+      uint8_t* d = row.data + r * K + cb;
+      for (int v = 0; v < nv; ++v) {
+        const __mmask16 m = lanes(nc - 16 * v);
+        put16(d + 16 * v, codes<E>(load_bits(xr + 16 * v, m), sv), m);
+      }
+    }
+}
+
+// Prefetches the next piece's part of a row (the rows of a piece lie a page or more apart,
+// which the hardware prefetcher does not follow).
+template <class T>
+inline void prefetch_next(const T* xr, int64_t cb, int64_t K) {
+  if (cb + B >= K) return;
+  const char* p = reinterpret_cast<const char*>(xr + B);
+  const int64_t bytes = imin(B, K - cb - B) * int64_t(sizeof(T));
+  for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+// Colwise, tile, dual: 128x128 pieces, two passes each (see the file comment).
 template <class T, Elem E, BMode MODE>
 void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
-  constexpr bool kRow = MODE == BMode::rowwise || MODE == BMode::dual;
+  static_assert(MODE != BMode::rowwise, "rowwise runs rows()");
+  constexpr bool kRow = MODE == BMode::dual;
   constexpr bool kCol = MODE == BMode::colwise || MODE == BMode::dual;
   constexpr bool kTile = MODE == BMode::tile;
   const float maxe = elem_info(E).max_value;
@@ -63,9 +110,10 @@ void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
       __m512i cmax[kVecs];
       for (int v = 0; v < kVecs; ++v) cmax[v] = _mm512_setzero_si512();
       alignas(64) float rs[B];
-      // Pass 1: amaxes (and, rowwise only, the codes of each row right away).
+      // Pass 1: amaxes.
       for (int64_t i = 0; i < nr; ++i) {
         const T* xr = x + (rb + i) * K + cb;
+        prefetch_next(xr, cb, K);
         __m512i rm = _mm512_setzero_si512();
         for (int v = 0; v < nv; ++v) {
           const __m512i a = amax_lanes(load_bits(xr + 16 * v, m[v]));
@@ -77,15 +125,8 @@ void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
                                       p.amax_epsilon, p.pow2);
           row.scale_inv[(rb + i) * row.ld + cb / B] = 1.f / s;
           rs[i] = s;
-          if constexpr (MODE == BMode::rowwise) {
-            const __m512 sv = _mm512_set1_ps(s);
-            uint8_t* d = row.data + (rb + i) * K + cb;
-            for (int v = 0; v < nv; ++v)
-              store_codes(d + 16 * v, codes<E>(load_bits(xr + 16 * v, m[v]), sv), m[v]);
-          }
         }
       }
-      if constexpr (MODE == BMode::rowwise) continue;
       // Scales of the piece's columns (colwise, dual) or of the tile.
       __m512 cs[kVecs];
       float ts = 1.f;
@@ -117,9 +158,9 @@ void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
         const __m512 rsv = _mm512_set1_ps(kRow ? rs[i] : 1.f);
         for (int v = 0; v < nv; ++v) {
           const __m512i u = load_bits(xr + 16 * v, m[v]);
-          if constexpr (kRow) store_codes(row.data + o + 16 * v, codes<E>(u, rsv), m[v]);
-          if constexpr (kCol) store_codes(col.data + o + 16 * v, codes<E>(u, cs[v]), m[v]);
-          if constexpr (kTile) store_codes(row.data + o + 16 * v, codes<E>(u, tsv), m[v]);
+          if constexpr (kRow) put16(row.data + o + 16 * v, codes<E>(u, rsv), m[v]);
+          if constexpr (kCol) put16(col.data + o + 16 * v, codes<E>(u, cs[v]), m[v]);
+          if constexpr (kTile) put16(row.data + o + 16 * v, codes<E>(u, tsv), m[v]);
         }
       }
     }
@@ -128,10 +169,16 @@ void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
 
 template <class T, BMode MODE>
 void walk_any(const T* x, const BParams& p, Region g, BOut a, BOut b) {
-  if (p.elem == Elem::e4m3)
+  if constexpr (MODE == BMode::rowwise) {
+    if (p.elem == Elem::e4m3)
+      rows<T, Elem::e4m3>(x, p, g, a);
+    else
+      rows<T, Elem::e5m2>(x, p, g, a);
+  } else if (p.elem == Elem::e4m3) {
     walk<T, Elem::e4m3, MODE>(x, p, g, a, b);
-  else
+  } else {
     walk<T, Elem::e5m2, MODE>(x, p, g, a, b);
+  }
 }
 
 }  // namespace
