@@ -96,9 +96,8 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
   const Recipe r = quantized_recipe_arg(recipe_name, "quantize");
   io::QuantizeFilesOptions opt;
   opt.recipe = recipe_name;
-  opt.elem = elem ? std::optional<Elem>(elem_arg(elem, Elem::e4m3)) : std::nullopt;
-  opt.rounding = rounding ? std::optional<ScaleRounding>(rounding_arg(rounding, ScaleRounding::rceil))
-                          : std::nullopt;
+  if (elem) opt.elem = elem_arg(elem, Elem::e4m3);
+  if (rounding) opt.rounding = rounding_arg(rounding, ScaleRounding::rceil);
   if (role) opt.role = as_value_error([&] { return io::parse_quantize_role(*role); });
   opt.amax_epsilon = amax_epsilon;
   opt.fp32_scales = fp32_scales;

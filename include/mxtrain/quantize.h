@@ -129,8 +129,9 @@ void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
 // out: [rows, cols]. MX: value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
 // FP32-scaled blocks: value = fp8(code) * scale_inv in FP32.
 void dequantize(const MXTensor& q, float* out);
-// BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e stays inside
-// BF16's range (which equals FP32's; below 2^-133 results are BF16 subnormals/rounded).
+// BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e
+// stays inside BF16's range (which equals FP32's; below 2^-133 results are BF16
+// subnormals/rounded).
 void dequantize_bf16(const MXTensor& q, uint16_t* out);
 
 // ---- helpers --------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 //
 // For FP32 and BF16 inputs, the MX rowwise (1x32), dual-axis (rowwise + colwise from one read)
 // and 32x32-tile quantizers, and the blockwise ones (FP32 power-of-two scales: b128_rowwise
-// 1x128, b128_dual, b128_tile 128x128), are timed at 1 and 2 OpenMP threads on the active kernel path
+// 1x128, b128_dual, b128_tile 128x128), are timed at 1 and 2 OpenMP threads on the active
+// kernel path
 // and on the scalar path. Throughput counts bytes read + bytes written (input, codes and
 // scales). Each row also carries memcpy_gb_per_s: a memcpy moving the same traffic — it
 // copies (read + written) / 2 bytes, i.e. reads and writes that many — timed in the same

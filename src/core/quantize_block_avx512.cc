@@ -4,12 +4,12 @@
 //
 // Rowwise runs row by row: each 1x128 block is read once for its amax and again from L1 for
 // its codes. Colwise, tile and dual walk the region in 128x128 pieces (partial at the edges;
-// lanes past the edge are masked off, the next piece prefetched): a first pass over the piece keeps the 16-lane amax
-// vectors of its columns (and each row's amax), the scales follow from block_scale — the
-// scalar rule of quantize_block_kernels.h, so every path agrees — and a second pass over the
-// piece (from L2) writes the codes. Elements: fl32(x * scale) (one IEEE multiply, as in the
-// reference), encoded by simd_avx512.h's encode (RNE + satfinite, which also takes +-Inf to
-// +-max); NaN lanes then get the NaN code with the input's sign.
+// lanes past the edge are masked off; the next piece is prefetched): a first pass over the
+// piece keeps the 16-lane amax vectors of its columns (and each row's amax), the scales follow
+// from block_scale — the scalar rule of quantize_block_kernels.h, so every path agrees — and
+// a second pass over the piece (from L2) writes the codes. Elements: fl32(x * scale) (one
+// IEEE multiply, as in the reference), encoded by simd_avx512.h's encode (RNE + satfinite,
+// which also takes +-Inf to +-max); NaN lanes then get the NaN code with the input's sign.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"

@@ -69,9 +69,11 @@ std::vector<CopyFiles> copies_for(const Recipe& r, Role role) {
   const bool f = fp32_scaled(r);
   std::vector<CopyFiles> out;
   if (c.has(Copy::rowwise))
-    out.push_back({Copy::rowwise, "rowwise.npy", f ? "rowwise_scale_inv.npy" : "rowwise_scale.npy"});
+    out.push_back(
+        {Copy::rowwise, "rowwise.npy", f ? "rowwise_scale_inv.npy" : "rowwise_scale.npy"});
   if (c.has(Copy::colwise))
-    out.push_back({Copy::colwise, "colwise.npy", f ? "colwise_scale_inv.npy" : "colwise_scale.npy"});
+    out.push_back(
+        {Copy::colwise, "colwise.npy", f ? "colwise_scale_inv.npy" : "colwise_scale.npy"});
   if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", f ? "scale_inv.npy" : "scale.npy"});
   return out;
 }
@@ -257,7 +259,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
                 "' is not fp32 or fp32_pow2");
       scale = st == "fp32" ? ScaleType::fp32 : ScaleType::fp32_pow2;
     }
-    MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path, ": layout '",
+    MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path,
+              ": layout '",
               meta.at("layout").get<std::string>(), "' does not match recipe '", recipe.name, "'");
     const json& shape = meta.at("shape");
     MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&

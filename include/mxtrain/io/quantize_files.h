@@ -21,12 +21,11 @@
 //   "tile128".
 // The element format defaults to the role's (E4M3) and the MX rounding to the recipe's
 // (rceil). MX recipes write the weight's copies and take no role, epsilon or fp32_scales;
-// FP32-scaled recipes take no scale rounding. `bf16` quantizes nothing and is refused. The directory is built under a
-// temporary name and renamed into place, so a failure leaves no output; an existing output
-// directory is replaced only if it is empty or was itself written by quantize.
-// Dequantizing reads the rowwise copy (mxfp8, blockwise inputs) or the tile copy (mxfp8-32x32,
-// blockwise weights) and writes
-// float32 [M, K] atomically, after checking every file against meta.json.
+// FP32-scaled recipes take no scale rounding. `bf16` quantizes nothing and is refused. The
+// directory is built under a temporary name and renamed into place, so a failure leaves no
+// output; an existing output directory is replaced only if it is empty or was itself written
+// by quantize. Dequantizing reads the rowwise copy (mxfp8, blockwise inputs) or the tile copy
+// (mxfp8-32x32, blockwise weights) and writes float32 [M, K] atomically, after checking every file against meta.json.
 #pragma once
 
 #include <optional>
