@@ -1,14 +1,17 @@
 // python/py_quantize.cc — mxtrain.quantize / dequantize / matmul: MX quantization and the
 // MX GEMM on NumPy arrays.
 //
-// quantize() returns the same arrays `mxtrain quantize` writes as .npy files (the same core
-// calls: quantize_dual for 1x32 recipes, quantize(tile32) for mxfp8-32x32), so the bytes are
-// identical; the output arrays own the engine's buffers (no copy). dequantize() takes such a
+// quantize() returns the same arrays `mxtrain quantize` writes as .npy files (the options
+// checked by the same io::quantize_setup; the same core calls: quantize_dual for 1x32
+// recipes, quantize(tile32) for mxfp8-32x32, quantize_blocks_dual / quantize_blocks(tile) for
+// blockwise inputs / weights), so the bytes are identical; the code arrays own the engine's
+// buffers (no copy), FP32 scale_inv grids are float32 copies. dequantize() takes such a
 // dict back. matmul() quantizes x and w as the quantized Linear's forward does and returns
 // x·wᵀ from gemm_mx in FP32. The GIL is released while kernels run.
 #include <cstring>
 
 #include "mxtrain/gemm.h"
+#include "mxtrain/io/quantize_files.h"
 #include "py_util.h"
 
 namespace mxtrain::py_detail {
@@ -51,13 +54,57 @@ void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) 
   d[scale_key] = owning_array(std::move(t.scales), sr, sc);
 }
 
+// An FP32-scaled copy's codes (uint8, owned) and scale_inv grid (float32) into d.
+void put_fp32(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
+  const int64_t sr = t.scale_rows(), sc = t.scale_cols();
+  std::vector<float> s(size_t(sr * sc));
+  std::memcpy(s.data(), t.scales.data(), s.size() * sizeof(float));
+  d[data_key] = owning_array(std::move(t.data), t.rows, t.cols);
+  d[scale_key] = owning_array(std::move(s), sr, sc);
+}
+
+// blockwise: role input -> rowwise / colwise copies, weight -> one tile copy.
+py::dict quantize_blocks_py(const Input& x, const io::QuantizeSetup& s) {
+  const TensorFormat& f = s.format();
+  const BlockQuantConfig cfg{f.elem, f.scale, f.amax_epsilon};
+  py::dict out;
+  MXTensor a, b;
+  {
+    py::gil_scoped_release nogil;
+    if (s.role == Role::weight)
+      a = x.f32 ? quantize_blocks(x.f32, x.rows, x.cols, MXLayout::tile, cfg)
+                : quantize_blocks(x.bf16, x.rows, x.cols, MXLayout::tile, cfg);
+    else if (x.f32)
+      quantize_blocks_dual(x.f32, x.rows, x.cols, cfg, a, b);
+    else
+      quantize_blocks_dual(x.bf16, x.rows, x.cols, cfg, a, b);
+  }
+  if (s.role == Role::weight) {
+    put_fp32(out, "data", "scale_inv", a);
+  } else {
+    put_fp32(out, "rowwise", "rowwise_scale_inv", a);
+    put_fp32(out, "colwise", "colwise_scale_inv", b);
+  }
+  return out;
+}
+
 py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
                      const std::optional<std::string>& elem,
-                     const std::optional<std::string>& rounding) {
+                     const std::optional<std::string>& rounding,
+                     const std::optional<std::string>& role,
+                     const std::optional<float>& amax_epsilon, bool fp32_scales) {
   const Recipe r = quantized_recipe_arg(recipe_name, "quantize");
-  const TensorFormat& wf = r.role(Role::weight);
-  const QuantConfig cfg{elem_arg(elem, wf.elem), rounding_arg(rounding, wf.rule)};
+  io::QuantizeFilesOptions opt;
+  opt.recipe = recipe_name;
+  if (elem) opt.elem = elem_arg(elem, Elem::e4m3);
+  if (rounding) opt.rounding = rounding_arg(rounding, ScaleRounding::rceil);
+  if (role) opt.role = as_value_error([&] { return io::parse_quantize_role(*role); });
+  opt.amax_epsilon = amax_epsilon;
+  opt.fp32_scales = fp32_scales;
+  const io::QuantizeSetup setup = as_value_error([&] { return io::quantize_setup(opt); });
   const Input x = input_arg(x_obj, "x");
+  if (setup.fp32_scaled()) return quantize_blocks_py(x, setup);
+  const QuantConfig cfg = setup.cfg;
   py::dict out;
   if (weight_tiled(r)) {
     MXTensor t = quantize_one(x, MXLayout::tile, cfg);
@@ -77,30 +124,44 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
   return out;
 }
 
-// An MXTensor rebuilt from q[data_key], q[scale_key], checked against each other.
+// The error for a dict that lacks a key quantize() would have put there.
+[[noreturn]] void missing_key(const py::dict& q, const char* k) {
+  std::string keys;
+  for (auto item : q) keys += (keys.empty() ? "" : ", ") + py::str(item.first).cast<std::string>();
+  throw py::value_error(std::string("q has no '") + k + "' array (its keys: " + keys +
+                        "); pass the dict quantize() returned for this recipe");
+}
+
+// A copy rebuilt from q[data_key] (uint8 codes) and q[scale_key], checked against each other:
+// MX (uint8 E8M0 bytes), or with `fp32` FP32-scaled 128 blocks (float32 scale_inv values;
+// dequantize reads code * scale_inv whether they were pow2 or not).
 MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
-                          MXLayout layout, Elem elem) {
+                          MXLayout layout, Elem elem, bool fp32 = false) {
   for (const char* k : {data_key, scale_key})
-    if (!q.contains(k)) {
-      std::string keys;
-      for (auto item : q) keys += (keys.empty() ? "" : ", ") + py::str(item.first).cast<std::string>();
-      throw py::value_error(std::string("q has no '") + k + "' array (its keys: " + keys +
-                            "); pass the dict quantize() returned for this recipe");
-    }
+    if (!q.contains(k)) missing_key(q, k);
   const std::string dname = std::string("q['") + data_key + "']";
   const std::string sname = std::string("q['") + scale_key + "']";
   py::array d = matrix_arg(q[data_key], dname.c_str());
   py::array s = matrix_arg(q[scale_key], sname.c_str());
-  for (const auto& [a, n] : {std::pair{&d, &dname}, std::pair{&s, &sname}})
-    if (!has_dtype<uint8_t>(*a))
-      throw py::type_error(*n + " must have dtype uint8, got " + dtype_of(*a));
+  if (!has_dtype<uint8_t>(d))
+    throw py::type_error(dname + " must have dtype uint8, got " + dtype_of(d));
+  if (fp32 ? !has_dtype<float>(s) : !has_dtype<uint8_t>(s))
+    throw py::type_error(sname + " must have dtype " +
+                         (fp32 ? "float32 (scale_inv values)" : "uint8") + ", got " +
+                         dtype_of(s));
   MXTensor t = MXTensor::empty(d.shape(0), d.shape(1), layout, elem);
+  if (fp32) {
+    t.scale_type = ScaleType::fp32_pow2;
+    t.block = kFp32ScaleBlock;
+  }
   if (s.shape(0) != t.scale_rows() || s.shape(1) != t.scale_cols())
     throw py::value_error(sname + " has shape " + shape_of(s) + ", but a " +
                           std::to_string(t.rows) + "x" + std::to_string(t.cols) + " " +
                           layout_name(layout) + " tensor has a (" +
                           std::to_string(t.scale_rows()) + ", " +
-                          std::to_string(t.scale_cols()) + ") scale grid");
+                          std::to_string(t.scale_cols()) + ") " +
+                          (fp32 ? "scale_inv grid" : "scale grid"));
+  t.scales.resize(t.scale_bytes());
   std::memcpy(t.data.data(), d.data(), t.data.size());
   std::memcpy(t.scales.data(), s.data(), t.scales.size());
   return t;
@@ -111,14 +172,22 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
                         const std::optional<std::string>& layout_obj) {
   const Recipe r = quantized_recipe_arg(recipe_name, "dequantize");
   const Elem elem = elem_arg(elem_obj, r.role(Role::weight).elem);
-  const bool tiled = weight_tiled(r);
+  const bool fp32 = r.role(Role::weight).scale != ScaleType::e8m0;
   if (!py::isinstance<py::dict>(q_obj))
-    throw py::type_error("q must be a dict of uint8 arrays as returned by quantize(), got " +
+    throw py::type_error("q must be a dict of arrays as returned by quantize(), got " +
                          py::str(py::type::of(q_obj).attr("__name__")).cast<std::string>());
   const py::dict q = py::reinterpret_borrow<py::dict>(q_obj);
+  // blockwise: a weight's dict holds the tile copy ("data"), an input's the two 1-D copies.
+  const bool tiled = fp32 ? q.contains("data") : weight_tiled(r);
   const std::string layout = layout_obj.value_or(tiled ? "tile" : "rowwise");
   MXTensor t;
-  if (tiled && layout == "tile")
+  if (fp32 && tiled && layout == "tile")
+    t = tensor_from_dict(q, "data", "scale_inv", MXLayout::tile, elem, true);
+  else if (fp32 && !tiled && (layout == "rowwise" || layout == "colwise"))
+    t = layout == "rowwise"
+            ? tensor_from_dict(q, "rowwise", "rowwise_scale_inv", MXLayout::rowwise, elem, true)
+            : tensor_from_dict(q, "colwise", "colwise_scale_inv", MXLayout::colwise, elem, true);
+  else if (tiled && layout == "tile")
     t = tensor_from_dict(q, "data", "scale", MXLayout::tile, elem);
   else if (!tiled && layout == "rowwise")
     t = tensor_from_dict(q, "rowwise", "rowwise_scale", MXLayout::rowwise, elem);
@@ -139,6 +208,7 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
                     const std::string& recipe_name, const std::optional<std::string>& elem,
                     const std::optional<std::string>& rounding) {
   const Recipe r = recipe_arg(recipe_name);
+  as_value_error([&] { check_products_built(r); });
   const py::array_t<float> x = f32_matrix_arg(x_obj, "x");
   const py::array_t<float> w = f32_matrix_arg(w_obj, "w");
   const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);
@@ -175,17 +245,25 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
 void bind_quantize(py::module_& m) {
   m.def("quantize", &quantize_py, py::arg("x"), py::arg("recipe") = "mxfp8",
         py::arg("elem") = py::none(), py::arg("scale_rounding") = py::none(),
-        "MX-quantize a 2-D C-contiguous array [M, K] (float32, or uint16 holding BF16 bits).\n"
-        "Returns a dict of uint8 arrays named like `mxtrain quantize`'s files: for 1x32 "
+        py::arg("role") = py::none(), py::arg("amax_epsilon") = py::none(),
+        py::arg("fp32_scales") = false,
+        "Quantize a 2-D C-contiguous array [M, K] (float32, or uint16 holding BF16 bits).\n"
+        "Returns a dict of arrays named like `mxtrain quantize`'s files: for 1x32 "
         "recipes rowwise [M,K], rowwise_scale [M,ceil(K/32)], colwise [M,K], colwise_scale "
-        "[ceil(M/32),K]; for mxfp8-32x32 data [M,K], scale [ceil(M/32),ceil(K/32)].\n"
-        "elem ('e4m3'|'e5m2') and scale_rounding ('rceil'|'floor') default to the recipe's "
-        "weight element and rounding (e4m3, rceil).");
+        "[ceil(M/32),K]; for mxfp8-32x32 data [M,K], scale [ceil(M/32),ceil(K/32)] (all "
+        "uint8); for blockwise role 'input' (default) rowwise, rowwise_scale_inv "
+        "[M,ceil(K/128)], colwise, colwise_scale_inv [ceil(M/128),K], role 'weight' data, "
+        "scale_inv [ceil(M/128),ceil(K/128)] (codes uint8, scale_inv float32).\n"
+        "elem ('e4m3'|'e5m2') defaults to the role's (e4m3); scale_rounding ('rceil'|'floor', "
+        "MX only) to rceil. blockwise only: amax_epsilon (finite, >= 0; default 0), "
+        "fp32_scales (True: FP32 scales as computed, not truncated to powers of two).");
   m.def("dequantize", &dequantize_py, py::arg("q"), py::arg("recipe") = "mxfp8",
         py::arg("elem") = py::none(), py::arg("layout") = py::none(),
         "float32 [M, K] from a dict returned by quantize(): code * 2^(scale-127), NaN for a "
-        "0xFF scale. layout: 'rowwise' (default) or 'colwise' for 1x32 recipes, 'tile' for "
-        "mxfp8-32x32. elem must be the one used to quantize (default the recipe's, e4m3).");
+        "0xFF scale (MX); code * scale_inv (blockwise). layout: 'rowwise' (default) or "
+        "'colwise' for 1x32 recipes and blockwise inputs, 'tile' for mxfp8-32x32 and "
+        "blockwise weights. elem must be the one used to quantize (default the recipe's, "
+        "e4m3).");
   m.def("matmul", &matmul_py, py::arg("x"), py::arg("w"), py::arg("recipe") = "mxfp8",
         py::arg("elem") = py::none(), py::arg("scale_rounding") = py::none(),
         "x·wᵀ in FP32 for float32 x [M, K] and w [N, K], with both operands in the recipe's "

@@ -1,5 +1,6 @@
 // mxtrain/quantize.h — MX block quantization (docs/numerics.md, "MX block scaling" and
-// "Layouts"): the public entry points.
+// "Layouts") and FP32-scaled block quantization ("Blockwise FP32 scaling"): the public entry
+// points.
 //
 // A 2-D row-major tensor X[M,K] (FP32 or BF16) is cut into blocks of 32 elements along one
 // axis (rowwise 1x32 along K, colwise 32x1 along M) or into 32x32 tiles (layout tile). Each block gets one
@@ -29,6 +30,7 @@ enum class MXLayout : uint8_t { rowwise, colwise, tile };
 const char* layout_name(MXLayout l);  // "rowwise" | "colwise" | "tile"
 
 constexpr int64_t kMXBlock = 32;
+constexpr int64_t kFp32ScaleBlock = 128;  // the edge of an FP32-scaled block
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct QuantConfig {
@@ -58,6 +60,11 @@ struct MXTensor {
   size_t bytes() const { return data.size() + scales.size(); }
   // Whether the MX kernels read and write this copy (E8M0 scales, 32-element blocks).
   bool is_mx() const { return scale_type == ScaleType::e8m0 && block == kMXBlock; }
+  // Whether the blockwise kernels read and write it (FP32 scale_inv per 128-element block).
+  bool is_fp32_blocks() const {
+    return (scale_type == ScaleType::fp32 || scale_type == ScaleType::fp32_pow2) &&
+           block == kFp32ScaleBlock;
+  }
   // E8M0 scale byte that applies to element (r, c) (an MX copy).
   uint8_t scale_at(int64_t r, int64_t c) const;
   // Allocate data and scales for the given shape and layout (contents unspecified), MX.
@@ -86,11 +93,45 @@ void quantize_dual(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
 void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
                    MXTensor& rowwise, MXTensor& colwise);
 
+// ---- FP32-scaled blocks (docs/numerics.md, "Blockwise FP32 scaling") ----------------------
+// Blocks of 128: rowwise 1x128 along K, colwise 128x1 along M, tile 128x128 (partial blocks
+// at every edge). Each block stores its codes and scale_inv = fl32(1 / scale) as one FP32
+// (MXTensor::scales holds the FP32 values' bytes; scale_type fp32 or fp32_pow2, block 128).
+struct BlockQuantConfig {
+  Elem elem = Elem::e4m3;
+  ScaleType scale = ScaleType::fp32_pow2;  // fp32_pow2 (scales truncated to 2^k) or fp32
+  float amax_epsilon = 0.f;                // >= 0 and finite; a smaller amax counts as it
+};
+
+// The scale of one block from its amax (max |x| with NaN ignored; >= 0): amax < eps -> eps;
+// amax == 0 or Inf -> 1; else fl32(max_elem / amax), Inf -> FLT_MAX; fp32_pow2 clears the
+// mantissa bits.
+float block_scale(float amax, const BlockQuantConfig& cfg);
+
+// x: [M, K] FP32 or BF16 bits. Never throws on NaN/Inf: NaN is ignored by the amax and stays
+// NaN; +-Inf saturates to +-max_elem.
+MXTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
+                         const BlockQuantConfig& cfg);
+MXTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                         const BlockQuantConfig& cfg);
+// Into `out` (any MXTensor; reshaped to M x K with that layout, its storage reused).
+void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out);
+void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out);
+// Rowwise (1x128) and colwise (128x1) copies from one read of x.
+void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
+                          MXTensor& rowwise, MXTensor& colwise);
+void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
+                          const BlockQuantConfig& cfg, MXTensor& rowwise, MXTensor& colwise);
+
 // ---- dequantize ---------------------------------------------------------------------------
-// out: [rows, cols]. value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
+// out: [rows, cols]. MX: value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
+// FP32-scaled blocks: value = fp8(code) * scale_inv in FP32.
 void dequantize(const MXTensor& q, float* out);
-// BF16 output with the power-of-two scale folded in. Exact while fp8 * 2^e stays inside
-// BF16's range (which equals FP32's; below 2^-133 results are BF16 subnormals/rounded).
+// BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e
+// stays inside BF16's range (which equals FP32's; below 2^-133 results are BF16
+// subnormals/rounded).
 void dequantize_bf16(const MXTensor& q, uint16_t* out);
 
 // ---- helpers --------------------------------------------------------------------------------

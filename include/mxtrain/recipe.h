@@ -80,6 +80,15 @@ struct Recipe {
 // LinearPrecision::validate and the config parser, each naming its own context).
 bool defer_backward_quant_applies(const Recipe& r);
 
+// Whether the quantized products (mxtrain/gemm.h) read recipe r's copies: every scaled role is
+// an MX format (E8M0 scales). FP32-scaled recipes (blockwise) quantize and dequantize, but
+// their products are not built yet.
+bool products_built(const Recipe& r);
+// Throws "<name>: the quantized products are not built yet; quantize/dequantize support it"
+// unless products_built(r). Layers (LinearPrecision::validate), the config parser, the
+// benchmarks and the Python module ask it before running a product.
+void check_products_built(const Recipe& r);
+
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();
 std::vector<std::string> recipe_names();

@@ -108,7 +108,10 @@ int run_bench_gemm(const BenchGemmOptions& o) {
               "'; valid: fwd, dgrad, wgrad");
   std::vector<Recipe> recipes{Recipe{}};  // the bf16 baseline is always measured
   for (const std::string& n : o.recipes)
-    if (n != "bf16") recipes.push_back(get_recipe(n));
+    if (n != "bf16") {
+      recipes.push_back(get_recipe(n));
+      check_products_built(recipes.back());
+    }
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
   const ReferencePeak peak = reference_peak(o.peak_gflops);
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);

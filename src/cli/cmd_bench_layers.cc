@@ -168,6 +168,7 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
   }
   // Before anything is printed or timed: an unknown name is one error line.
   MXT_CHECK(get_recipe(recipe).quantized(), "--recipe ", recipe, " is not an FP8 recipe");
+  check_products_built(get_recipe(recipe));
   bo.recipe = recipe;
 
   std::vector<policy::BenchModule> modules;

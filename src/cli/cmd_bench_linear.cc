@@ -37,6 +37,7 @@ struct BenchLinearOptions {
 };
 
 int run_bench_linear(const BenchLinearOptions& o) {
+  for (const std::string& name : o.recipes) check_products_built(get_recipe(name));
   const ReferencePeak peak = reference_peak(o.peak_gflops);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)

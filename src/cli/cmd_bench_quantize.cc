@@ -1,7 +1,9 @@
-// cli/cmd_bench_quantize.cc — `mxtrain bench quantize`: MX quantization throughput.
+// cli/cmd_bench_quantize.cc — `mxtrain bench quantize`: quantization throughput.
 //
-// For FP32 and BF16 inputs, the rowwise (1x32), dual-axis (rowwise + colwise from one read)
-// and 32x32-tile quantizers are timed at 1 and 2 OpenMP threads on the active kernel path
+// For FP32 and BF16 inputs, the MX rowwise (1x32), dual-axis (rowwise + colwise from one read)
+// and 32x32-tile quantizers, and the blockwise ones (FP32 power-of-two scales: b128_rowwise
+// 1x128, b128_dual, b128_tile 128x128), are timed at 1 and 2 OpenMP threads on the active
+// kernel path
 // and on the scalar path. Throughput counts bytes read + bytes written (input, codes and
 // scales). Each row also carries memcpy_gb_per_s: a memcpy moving the same traffic — it
 // copies (read + written) / 2 bytes, i.e. reads and writes that many — timed in the same
@@ -11,7 +13,7 @@
 // all come from AlignedAllocator (huge-page advice for large blocks, aligned.h), so both
 // work on the same kind of memory. Figures use the best of the
 // timed runs (the median is reported too). --json prints one JSON array of row objects
-// (name, input, op, elem, threads, isa, rows, cols, ms, median_ms, bytes_read,
+// (name, input, op, elem, scales, threads, isa, rows, cols, ms, median_ms, bytes_read,
 // bytes_written, gb_per_s, memcpy_gb_per_s, fraction_of_memcpy, cache_settle_bytes (0 with
 // --no-settle) and, on fast-path rows, speedup_vs_scalar).
 #include <omp.h>
@@ -148,6 +150,10 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   MXTensor row = MXTensor::empty(M, K, MXLayout::rowwise, cfg.elem);
   MXTensor col = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);
   MXTensor tile = MXTensor::empty(M, K, MXLayout::tile, cfg.elem);
+  const BlockQuantConfig bcfg;  // E4M3, fp32_pow2, epsilon 0 (the blockwise recipe's)
+  MXTensor brow = quantize_blocks(in.f32.data(), M, K, MXLayout::rowwise, bcfg);
+  MXTensor bcol = quantize_blocks(in.f32.data(), M, K, MXLayout::colwise, bcfg);
+  MXTensor btile = quantize_blocks(in.f32.data(), M, K, MXLayout::tile, bcfg);
   const Isa fast = active_isa();
   std::vector<Isa> isas = {fast};
   if (o.scalar && fast != Isa::scalar) isas.push_back(Isa::scalar);
@@ -160,13 +166,26 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   for (const char* input : {"f32", "bf16"}) {
     const bool is_f32 = std::string(input) == "f32";
     const size_t in_bytes = size_t(M * K) * (is_f32 ? 4 : 2);
-    for (const char* op : {"rowwise", "dual", "tile32"}) {
+    for (const char* op :
+         {"rowwise", "dual", "tile32", "b128_rowwise", "b128_dual", "b128_tile"}) {
       const std::string sop = op;
-      size_t written = sop == "rowwise" ? row.bytes()
-                       : sop == "dual"  ? row.bytes() + col.bytes()
-                                        : tile.bytes();
+      size_t written = sop == "rowwise"        ? row.bytes()
+                       : sop == "dual"         ? row.bytes() + col.bytes()
+                       : sop == "tile32"       ? tile.bytes()
+                       : sop == "b128_rowwise" ? brow.bytes()
+                       : sop == "b128_dual"    ? brow.bytes() + bcol.bytes()
+                                               : btile.bytes();
       auto run = [&] {
-        if (sop == "rowwise") {
+        if (sop == "b128_rowwise") {
+          is_f32 ? quantize_blocks_into(in.f32.data(), M, K, MXLayout::rowwise, bcfg, brow)
+                 : quantize_blocks_into(in.bf16.data(), M, K, MXLayout::rowwise, bcfg, brow);
+        } else if (sop == "b128_dual") {
+          is_f32 ? quantize_blocks_dual(in.f32.data(), M, K, bcfg, brow, bcol)
+                 : quantize_blocks_dual(in.bf16.data(), M, K, bcfg, brow, bcol);
+        } else if (sop == "b128_tile") {
+          is_f32 ? quantize_blocks_into(in.f32.data(), M, K, MXLayout::tile, bcfg, btile)
+                 : quantize_blocks_into(in.bf16.data(), M, K, MXLayout::tile, bcfg, btile);
+        } else if (sop == "rowwise") {
           is_f32 ? quantize_into(in.f32.data(), M, K, cfg, row)
                  : quantize_into(in.bf16.data(), M, K, cfg, row);
         } else if (sop == "dual") {
@@ -197,6 +216,7 @@ int run_bench_quantize(const BenchQuantOptions& o) {
                               {"input", input},
                               {"op", op},
                               {"elem", elem_name(cfg.elem)},
+                              {"scales", sop.rfind("b128", 0) == 0 ? "fp32_pow2" : "e8m0"},
                               {"threads", threads},
                               {"isa", isa_name(isa)},
                               {"rows", M},
@@ -218,14 +238,16 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   }
   omp_set_num_threads(saved_threads);
   // Keep the results observable so the work cannot be optimised away.
-  volatile uint8_t sink = row.data[0] ^ col.data[0] ^ tile.data[0] ^ mdst[0];
+  volatile uint8_t sink = row.data[0] ^ col.data[0] ^ tile.data[0] ^ brow.data[0] ^
+                         bcol.data[0] ^ btile.data[0] ^ mdst[0];
   (void)sink;
 
   if (o.json) {
     std::cout << rows.dump(1) << std::endl;
     return 0;
   }
-  std::printf("MX quantize %lldx%lld, E4M3 rceil; GB/s = (bytes read + written) / best time\n",
+  std::printf("quantize %lldx%lld, E4M3 (MX: E8M0 rceil; b128: blockwise, FP32 pow2 scales); "
+              "GB/s = (bytes read + written) / best time\n",
               (long long)M, (long long)K);
   std::printf("%-24s %7s %-10s %9s %9s %11s %9s %9s\n", "name", "threads", "isa", "ms", "GB/s",
               "memcpyGB/s", "of memcpy", "vs scalar");
@@ -249,8 +271,9 @@ MXT_REGISTER_COMMAND("bench quantize", [](CLI::App& app) {
   auto opts = std::make_shared<BenchQuantOptions>();
   CLI::App* sub = mxtrain::cli::group(app, "bench", "Benchmarks")->add_subcommand(
       "quantize",
-      "MX quantization throughput (rowwise, dual-axis, 32x32; FP32 and BF16 inputs; 1 and 2 "
-      "threads) against a same-run memcpy of equal traffic and against the scalar path");
+      "Quantization throughput (MX rowwise, dual-axis, 32x32; blockwise 1x128, dual-axis, "
+      "128x128; FP32 and BF16 inputs; 1 and 2 threads) against a same-run memcpy of equal "
+      "traffic and against the scalar path");
   sub->add_flag("--json", opts->json, "Print one JSON array of rows instead of a table");
   sub->add_option("--rows", opts->rows, "Rows M of the input X[M,K] (default 4096)")
       ->check(mxtrain::cli::whole_number(1));

@@ -1,12 +1,14 @@
-// cli/cmd_quantize.cc — `mxtrain quantize` and `mxtrain dequantize`: MX-quantize a float32
-// .npy matrix into a directory of uint8 .npy files (FP8 codes + E8M0 scales) and back.
+// cli/cmd_quantize.cc — `mxtrain quantize` and `mxtrain dequantize`: quantize a float32 .npy
+// matrix into a directory of .npy files (uint8 FP8 codes + E8M0 scale bytes for MX recipes,
+// float32 scale_inv grids for blockwise) and back.
 //
 // Thin layer over io/quantize_files.h (which holds the logic and is what the tests call):
-// parses options, turns --elem / --scale-rounding into core enums (their parsers list the
-// valid choices), prints one summary line. Errors become "error: ..." and exit code 1 in
+// parses options, turns --elem / --scale-rounding / --role into core enums (their parsers
+// list the valid choices), prints one summary line. Errors become "error: ..." and exit code 1 in
 // main.cc; the output is written atomically, so a failed command leaves nothing behind.
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.h"
@@ -18,7 +20,9 @@ namespace {
 using namespace mxtrain;
 
 struct QuantizeArgs {
-  std::string input, recipe, rounding, elem, out_dir;
+  std::string input, recipe, rounding, elem, out_dir, role;
+  std::optional<float> amax_epsilon;
+  bool fp32_scales = false;
 };
 struct DequantizeArgs {
   std::string in_dir, recipe, elem, output;
@@ -29,10 +33,18 @@ int run_quantize(const QuantizeArgs& a) {
   opt.recipe = a.recipe;
   if (!a.elem.empty()) opt.elem = parse_elem(a.elem.c_str());
   if (!a.rounding.empty()) opt.rounding = parse_rounding(a.rounding.c_str());
+  if (!a.role.empty()) opt.role = io::parse_quantize_role(a.role);
+  opt.amax_epsilon = a.amax_epsilon;
+  opt.fp32_scales = a.fp32_scales;
   io::QuantizeFilesResult r = io::quantize_npy_to_dir(a.input, a.out_dir, opt);
   std::cout << "quantized " << a.input << " " << io::shape_str({r.rows, r.cols}) << " with "
-            << a.recipe << " (" << elem_name(r.cfg.elem) << ", scale rounding "
-            << rounding_name(r.cfg.rounding) << ") -> " << a.out_dir << ":";
+            << a.recipe << " (" << elem_name(r.cfg.elem);
+  if (r.scale == ScaleType::e8m0)
+    std::cout << ", scale rounding " << rounding_name(r.cfg.rounding);
+  else
+    std::cout << ", " << role_name(r.role) << ", " << scale_type_name(r.scale)
+              << " scales, amax epsilon " << r.amax_epsilon;
+  std::cout << ") -> " << a.out_dir << ":";
   for (const std::string& f : r.files) std::cout << " " << f;
   std::cout << "\n";
   return 0;
@@ -55,15 +67,26 @@ MXT_REGISTER_COMMAND("quantize", [](CLI::App& app) {
   auto a = std::make_shared<QuantizeArgs>();
   CLI::App* sub = app.add_subcommand(
       "quantize",
-      "MX-quantize a 2-D float32 .npy [M,K] into a directory of uint8 .npy files. mxfp8: "
+      "Quantize a 2-D float32 .npy [M,K] into a directory of .npy files. mxfp8: "
       "rowwise.npy, rowwise_scale.npy [M,ceil(K/32)], colwise.npy, colwise_scale.npy "
-      "[ceil(M/32),K]; mxfp8-32x32: data.npy, scale.npy [ceil(M/32),ceil(K/32)]; plus "
-      "meta.json. bf16 has nothing to quantize and is refused.");
+      "[ceil(M/32),K]; mxfp8-32x32: data.npy, scale.npy [ceil(M/32),ceil(K/32)]; blockwise "
+      "--role input: rowwise.npy, rowwise_scale_inv.npy [M,ceil(K/128)] float32, colwise.npy, "
+      "colwise_scale_inv.npy [ceil(M/128),K]; --role weight: data.npy, scale_inv.npy "
+      "[ceil(M/128),ceil(K/128)]; plus meta.json. bf16 has nothing to quantize and is "
+      "refused.");
   sub->add_option("--input", a->input, "Input .npy: 2-D little-endian float32 [M,K]")->required();
   sub->add_option("--recipe", a->recipe, "Recipe name: mxfp8, mxfp8-32x32, ...")->required();
   sub->add_option("--scale-rounding", a->rounding,
                   "Scale exponent rule: rceil (default) or floor (OCP MX v1.0)");
   sub->add_option("--elem", a->elem, "Element format: e4m3 (default) or e5m2");
+  sub->add_option("--role", a->role,
+                  "blockwise: input (default; 1x128 rowwise + colwise copies) or weight "
+                  "(128x128 tiles)");
+  sub->add_option("--amax-epsilon", a->amax_epsilon,
+                  "blockwise: a block amax below this counts as it (finite, >= 0; default 0)");
+  sub->add_flag("--fp32-scales", a->fp32_scales,
+                "blockwise: keep FP32 scales as computed instead of truncating them to powers "
+                "of two");
   sub->add_option("--out-dir", a->out_dir,
                   "Output directory (created; replaced if it holds an earlier quantize output)")
       ->required();
@@ -75,7 +98,8 @@ MXT_REGISTER_COMMAND("dequantize", [](CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "dequantize",
       "Turn a directory written by `mxtrain quantize` back into a float32 .npy [M,K] (from "
-      "the rowwise copy for mxfp8, the tile copy for mxfp8-32x32).");
+      "the rowwise copy for mxfp8 and blockwise inputs, the tile copy for mxfp8-32x32 and "
+      "blockwise weights).");
   sub->add_option("--in-dir", a->in_dir, "Directory written by `mxtrain quantize`")->required();
   sub->add_option("--recipe", a->recipe, "Recipe it was quantized with")->required();
   sub->add_option("--elem", a->elem, "Element format (checked against meta.json)");

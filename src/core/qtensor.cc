@@ -106,12 +106,23 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
   quantize_into(x, M, K, cfg, out);
 }
 
-// The format's scaled copies are MX copies (the kernels this build has).
-void check_mx_format(const TensorFormat& f) {
-  MXT_CHECK(f.scale == ScaleType::e8m0 && (f.block == BlockShape::b1x32 ||
-                                           f.block == BlockShape::b32x32),
+// Which kernels make the format's scaled copies: MX (E8M0 scales per 1x32 or 32x32 block) or
+// FP32-scaled blocks (fp32 / fp32_pow2 scales per 1x128 or 128x128 block).
+bool is_fp32_block_format(const TensorFormat& f) {
+  const bool fp32 = f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2;
+  const bool b128 = f.block == BlockShape::b1x128 || f.block == BlockShape::b128x128;
+  MXT_CHECK((f.scale == ScaleType::e8m0 &&
+             (f.block == BlockShape::b1x32 || f.block == BlockShape::b32x32)) ||
+                (fp32 && b128),
             "quantizing with ", f.describe(), " needs kernels this build does not have (MX: "
-            "E8M0 scales per 1x32 or 32x32 block)");
+            "E8M0 scales per 1x32 or 32x32 block; FP32 scales per 1x128 or 128x128 block)");
+  return fp32;
+}
+
+void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
+  if (row) row->present |= {Copy::rowwise};
+  if (col) col->present |= {Copy::colwise};
+  if (tile) tile->present |= {Copy::tile};
 }
 
 }  // namespace
@@ -138,7 +149,18 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
   QTensor* col = owner[int(Copy::colwise)];
   QTensor* tile = owner[int(Copy::tile)];
   if (!row && !col && !tile) return;
-  check_mx_format(f);
+  if (is_fp32_block_format(f)) {
+    const BlockQuantConfig bc{f.elem, f.scale, f.amax_epsilon};
+    if (row && col)
+      quantize_blocks_dual(x, M, K, bc, row->rowwise, col->colwise);
+    else if (row)
+      quantize_blocks_into(x, M, K, MXLayout::rowwise, bc, row->rowwise);
+    else if (col)
+      quantize_blocks_into(x, M, K, MXLayout::colwise, bc, col->colwise);
+    if (tile) quantize_blocks_into(x, M, K, MXLayout::tile, bc, tile->tile);
+    mark_present(row, col, tile);
+    return;
+  }
   const QuantConfig cfg = f.quant_config();
   if (row && col) {
     quantize_dual(x, M, K, cfg, row->rowwise, col->colwise);
@@ -148,9 +170,7 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
     quantize_reuse(x, M, K, MXLayout::colwise, cfg, col->colwise);
   }
   if (tile) quantize_reuse(x, M, K, MXLayout::tile, cfg, tile->tile);
-  if (row) row->present |= {Copy::rowwise};
-  if (col) col->present |= {Copy::colwise};
-  if (tile) tile->present |= {Copy::tile};
+  mark_present(row, col, tile);
 }
 
 QTensor quantize_qtensor(const float* x, int64_t M, int64_t K, const Recipe& r, Role role,

@@ -9,9 +9,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <type_traits>
 
 #include "core/dispatch.h"
+#include "core/quantize_block_kernels.h"
 #include "core/quantize_kernels.h"
 #include "mxtrain/common.h"
 
@@ -76,11 +78,34 @@ const PathTable<NonFinite>& nonfinite_table() {
   return t;
 }
 
+const PathTable<BlockQuantizeKernels>& block_quantize_table() {
+  static const PathTable<BlockQuantizeKernels> t(
+      "quantize FP32-scaled 128 blocks (all layouts)",
+      {{Path::scalar, "quantize_b128_{rowwise,colwise,tile,dual}_{f32,bf16}_ref",
+        {quantize_b128_rowwise_f32_ref, quantize_b128_colwise_f32_ref, quantize_b128_tile_f32_ref,
+         quantize_b128_rowwise_bf16_ref, quantize_b128_colwise_bf16_ref,
+         quantize_b128_tile_bf16_ref, quantize_b128_dual_f32_ref, quantize_b128_dual_bf16_ref}},
+       {Path::avx512, "quantize_b128_{rowwise,colwise,tile,dual}_{f32,bf16}_avx512",
+        {quantize_b128_rowwise_f32_avx512, quantize_b128_colwise_f32_avx512,
+         quantize_b128_tile_f32_avx512, quantize_b128_rowwise_bf16_avx512,
+         quantize_b128_colwise_bf16_avx512, quantize_b128_tile_bf16_avx512,
+         quantize_b128_dual_f32_avx512, quantize_b128_dual_bf16_avx512}}});
+  return t;
+}
+
+const PathTable<BDequantF32>& block_dequantize_table() {
+  static const PathTable<BDequantF32> t(
+      "dequantize FP32-scaled 128 blocks (to fp32)",
+      {{Path::scalar, "dequantize_b128_f32_ref", dequantize_b128_f32_ref}});
+  return t;
+}
+
 }  // namespace
 
 std::vector<PathChoice> kern::quantize_path_choices() {
-  return {quantize_table().choice(), dequantize_table().choice(), convert_table().choice(),
-          nonfinite_table().choice()};
+  return {quantize_table().choice(),       dequantize_table().choice(),
+          block_quantize_table().choice(), block_dequantize_table().choice(),
+          convert_table().choice(),        nonfinite_table().choice()};
 }
 
 const char* rounding_name(ScaleRounding r) { return r == ScaleRounding::rceil ? "rceil" : "floor"; }
@@ -149,25 +174,24 @@ namespace {
 // Below this many elements the work runs on the calling thread only.
 constexpr int64_t kParallelMin = int64_t(1) << 16;
 
-// Runs fn(Region) over X[M,K] split among the OpenMP threads. With at least as many 32-row
-// strips as threads, each thread gets one contiguous range of whole strips (one call, so
-// the kernels can pipeline across it); otherwise every strip is split into one column range
-// per thread. Boundaries are multiples of 32, so no block is shared and the bytes written
-// do not depend on the split.
+// Runs fn(Region) over X[M,K] split among the OpenMP threads. With at least as many B-row
+// strips as threads (B: the block edge, 32 for MX, 128 for FP32-scaled blocks), each thread
+// gets one contiguous range of whole strips (one call, so the kernels can pipeline across
+// it); otherwise every strip is split into one column range per thread. Boundaries are
+// multiples of B, so no block is shared and the bytes written do not depend on the split.
 template <class Fn>
-void for_each_unit(int64_t M, int64_t K, Fn&& fn) {
-  const int64_t nrb = ceil_div(M, kMXBlock), ncb = ceil_div(K, kMXBlock);
+void for_each_unit(int64_t M, int64_t K, Fn&& fn, int64_t B = kMXBlock) {
+  const int64_t nrb = ceil_div(M, B), ncb = ceil_div(K, B);
 #pragma omp parallel if (M * K >= kParallelMin)
   {
     const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
     if (nrb >= nt) {
       const int64_t s0 = nrb * t / nt, s1 = nrb * (t + 1) / nt;
-      if (s0 < s1) fn(Region{s0 * kMXBlock, std::min(M, s1 * kMXBlock), 0, K});
+      if (s0 < s1) fn(Region{s0 * B, std::min(M, s1 * B), 0, K});
     } else {
       const int64_t b0 = ncb * t / nt, b1 = ncb * (t + 1) / nt;
       for (int64_t rb = 0; rb < nrb && b0 < b1; ++rb)
-        fn(Region{rb * kMXBlock, std::min(M, (rb + 1) * kMXBlock), b0 * kMXBlock,
-                  std::min(K, b1 * kMXBlock)});
+        fn(Region{rb * B, std::min(M, (rb + 1) * B), b0 * B, std::min(K, b1 * B)});
     }
   }
 }
@@ -250,13 +274,92 @@ void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
   }
 }
 
-void check_mx(const MXTensor& q, const char* what) {
-  check_is_mx(q, what);
+// ---- FP32-scaled blocks ----
+
+void check_block_config(const BlockQuantConfig& cfg, const char* what) {
+  MXT_CHECK(cfg.scale == ScaleType::fp32 || cfg.scale == ScaleType::fp32_pow2, what,
+            ": FP32-scaled blocks take scale type fp32 or fp32_pow2, not ",
+            scale_type_name(cfg.scale));
+  MXT_CHECK(cfg.amax_epsilon >= 0.f && cfg.amax_epsilon <= FLT_MAX, what,
+            ": amax epsilon must be a finite number >= 0, got ", cfg.amax_epsilon);
+}
+
+kern::BParams block_params(int64_t M, int64_t K, const BlockQuantConfig& cfg) {
+  return {M, K, cfg.elem, cfg.scale == ScaleType::fp32_pow2, cfg.amax_epsilon};
+}
+
+// Makes `t` an M x K FP32-scaled copy with that layout, reusing its buffers.
+void reshape_blocks(MXTensor& t, int64_t M, int64_t K, MXLayout layout,
+                    const BlockQuantConfig& cfg) {
+  int64_t n = 0;
+  MXT_CHECK(!__builtin_mul_overflow(M, K, &n) && n <= (int64_t(1) << 48), "quantize_blocks: ",
+            "shape ", M, "x", K, " is too large (", M, " * ", K, " elements exceed 2^48)");
+  t.rows = M;
+  t.cols = K;
+  t.layout = layout;
+  t.elem = cfg.elem;
+  t.scale_type = cfg.scale;
+  t.block = kFp32ScaleBlock;
+  t.data.resize(size_t(n));
+  t.scales.resize(t.scale_bytes());
+}
+
+kern::BOut block_view(MXTensor& t) {
+  return kern::BOut{t.data.data(), reinterpret_cast<float*>(t.scales.data()), t.scale_cols()};
+}
+
+template <class T>
+void quantize_blocks_impl(const T* x, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out) {
+  check_input(x, M, K, "quantize_blocks");
+  check_block_config(cfg, "quantize_blocks");
+  reshape_blocks(out, M, K, layout, cfg);
+  const kern::BlockQuantizeKernels& k = block_quantize_table().get();
+  const kern::BParams p = block_params(M, K, cfg);
+  const kern::BOut o = block_view(out);
+  void (*fn)(const T*, const kern::BParams&, Region, kern::BOut);
+  if constexpr (std::is_same_v<T, float>) {
+    fn = layout == MXLayout::rowwise   ? k.rowwise_f32
+         : layout == MXLayout::colwise ? k.colwise_f32
+                                       : k.tile_f32;
+  } else {
+    fn = layout == MXLayout::rowwise   ? k.rowwise_bf16
+         : layout == MXLayout::colwise ? k.colwise_bf16
+                                       : k.tile_bf16;
+  }
+  for_each_unit(M, K, [&](Region g) { fn(x, p, g, o); }, kFp32ScaleBlock);
+}
+
+template <class T>
+void quantize_blocks_dual_impl(const T* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
+                               MXTensor& rowwise, MXTensor& colwise) {
+  check_input(x, M, K, "quantize_blocks_dual");
+  check_block_config(cfg, "quantize_blocks_dual");
+  MXT_CHECK(&rowwise != &colwise, "quantize_blocks_dual: rowwise and colwise must be two tensors");
+  reshape_blocks(rowwise, M, K, MXLayout::rowwise, cfg);
+  reshape_blocks(colwise, M, K, MXLayout::colwise, cfg);
+  const kern::BlockQuantizeKernels& k = block_quantize_table().get();
+  const kern::BParams p = block_params(M, K, cfg);
+  const kern::BOut ro = block_view(rowwise), co = block_view(colwise);
+  if constexpr (std::is_same_v<T, float>) {
+    for_each_unit(M, K, [&](Region g) { k.dual_f32(x, p, g, ro, co); }, kFp32ScaleBlock);
+  } else {
+    for_each_unit(M, K, [&](Region g) { k.dual_bf16(x, p, g, ro, co); }, kFp32ScaleBlock);
+  }
+}
+
+// A copy either kind of dequantize reads: its buffers match its shape and layout.
+void check_sizes(const MXTensor& q, const char* what) {
   MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
-                q.scales.size() == size_t(q.scale_rows() * q.scale_cols()),
+                q.scales.size() == q.scale_bytes(),
             what, ": malformed MXTensor (", q.rows, "x", q.cols, ", ", q.data.size(),
             " data bytes, ", q.scales.size(), " scale bytes for layout ",
             layout_name(q.layout), ")");
+}
+
+void check_mx(const MXTensor& q, const char* what) {
+  check_is_mx(q, what);
+  check_sizes(q, what);
 }
 
 // Rows per dequantize work unit.
@@ -309,7 +412,59 @@ void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConf
   quantize_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
 }
 
+float block_scale(float amax, const BlockQuantConfig& cfg) {
+  check_block_config(cfg, "block_scale");
+  return kern::block_scale(amax, elem_info(cfg.elem).max_value, cfg.amax_epsilon,
+                           cfg.scale == ScaleType::fp32_pow2);
+}
+
+MXTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
+                         const BlockQuantConfig& cfg) {
+  MXTensor out;
+  quantize_blocks_impl(x, M, K, layout, cfg, out);
+  return out;
+}
+
+MXTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                         const BlockQuantConfig& cfg) {
+  MXTensor out;
+  quantize_blocks_impl(x_bf16, M, K, layout, cfg, out);
+  return out;
+}
+
+void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out) {
+  quantize_blocks_impl(x, M, K, layout, cfg, out);
+}
+
+void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                          const BlockQuantConfig& cfg, MXTensor& out) {
+  quantize_blocks_impl(x_bf16, M, K, layout, cfg, out);
+}
+
+void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
+                          MXTensor& rowwise, MXTensor& colwise) {
+  quantize_blocks_dual_impl(x, M, K, cfg, rowwise, colwise);
+}
+
+void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
+                          const BlockQuantConfig& cfg, MXTensor& rowwise, MXTensor& colwise) {
+  quantize_blocks_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
+}
+
 void dequantize(const MXTensor& q, float* out) {
+  if (q.is_fp32_blocks()) {
+    check_sizes(q, "dequantize");
+    MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
+    const kern::BDequantF32 k = block_dequantize_table().get();
+    const kern::BParams p{q.rows, q.cols, q.elem, q.scale_type == ScaleType::fp32_pow2, 0.f};
+    const float* s = reinterpret_cast<const float*>(q.scales.data());
+    const int64_t ld = q.scale_cols();
+    for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
+      k(q.data.data(), s, ld, q.layout, p, r0, r1, out);
+    });
+    return;
+  }
   check_mx(q, "dequantize");
   MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
   const kern::DequantizeKernels& k = dequantize_table().get();

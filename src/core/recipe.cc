@@ -57,8 +57,8 @@ std::string TensorFormat::describe() const {
   if (!quantized()) return "bf16 (no scale)";
   std::ostringstream os;
   os << elem_name(elem) << ", " << scale_type_name(scale) << " scales per "
-     << block_name(block) << (block == BlockShape::tensor ? "" : " block") << ", "
-     << rounding_name(rule);
+     << block_name(block) << (block == BlockShape::tensor ? "" : " block");
+  if (scale == ScaleType::e8m0) os << ", " << rounding_name(rule);  // FP32 scales: no rule
   if (amax_epsilon > 0) os << ", amax epsilon " << amax_epsilon;
   os << ", " << scale_source_name(source) << " amax";
   return os.str();
@@ -86,6 +86,17 @@ std::string Recipe::describe() const {
 
 bool defer_backward_quant_applies(const Recipe& r) { return r.role(Role::input).quantized(); }
 
+bool products_built(const Recipe& r) {
+  for (const TensorFormat& f : r.roles)
+    if (f.quantized() && f.scale != ScaleType::e8m0) return false;
+  return true;
+}
+
+void check_products_built(const Recipe& r) {
+  MXT_CHECK(products_built(r), r.name,
+            ": the quantized products are not built yet; quantize/dequantize support it");
+}
+
 namespace {
 
 // An MX role: E8M0 scales, amax of the current tensor, rceil.
@@ -94,6 +105,17 @@ TensorFormat mx(BlockShape block, Elem elem = Elem::e4m3) {
   f.scale = ScaleType::e8m0;
   f.elem = elem;
   f.block = block;
+  return f;
+}
+
+// A blockwise role (TransformerEngine's Float8BlockScaling): FP32 scales truncated to powers
+// of two, amax epsilon 0 (TransformerEngine's default), amax of the current tensor.
+TensorFormat fp32_blocks(BlockShape block, Elem elem = Elem::e4m3) {
+  TensorFormat f;
+  f.scale = ScaleType::fp32_pow2;
+  f.elem = elem;
+  f.block = block;
+  f.amax_epsilon = 0.f;
   return f;
 }
 
@@ -132,6 +154,13 @@ const std::vector<Recipe>& registered_recipes() {
       // less), so it is offered for experiments, not as a default.
       make("mxfp8-e5m2grad", mx(B::b1x32), mx(B::b1x32), mx(B::b1x32, Elem::e5m2),
            "mxfp8 with E5M2 gradients (for experiments)"),
+      make("blockwise", fp32_blocks(B::b1x128), fp32_blocks(B::b128x128),
+           fp32_blocks(B::b1x128),
+           "FP8 with FP32 power-of-two scales: 1x128 blocks for inputs and grads, 128x128 "
+           "weight tiles (quantize/dequantize only; products not built yet)"),
+      make("blockwise-e5m2grad", fp32_blocks(B::b1x128), fp32_blocks(B::b128x128),
+           fp32_blocks(B::b1x128, Elem::e5m2),
+           "blockwise with E5M2 gradients (quantize/dequantize only; products not built yet)"),
   };
   return r;
 }

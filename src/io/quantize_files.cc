@@ -3,6 +3,7 @@
 // dequantize(); this file only checks inputs, arranges files and writes them atomically.
 #include "mxtrain/io/quantize_files.h"
 
+#include <cfloat>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -30,6 +31,16 @@ std::string quantized_recipe_list() {
   return s;
 }
 
+}  // namespace
+
+Role parse_quantize_role(const std::string& name) {
+  if (name == "input") return Role::input;
+  if (name == "weight") return Role::weight;
+  MXT_FAIL("unknown role '", name, "'; valid choices: input (default), weight");
+}
+
+namespace {
+
 Recipe quantized_recipe(const std::string& name) {
   Recipe r = get_recipe(name);  // throws listing the registered names
   MXT_CHECK(r.role(Role::weight).quantized(), "recipe '", name,
@@ -39,25 +50,38 @@ Recipe quantized_recipe(const std::string& name) {
   return r;
 }
 
+// Whether the recipe stores FP32-scaled blocks (blockwise) rather than MX copies.
+bool fp32_scaled(const Recipe& r) {
+  const ScaleType t = r.role(Role::weight).scale;
+  return t == ScaleType::fp32 || t == ScaleType::fp32_pow2;
+}
+
 // One stored copy: its kind and file names.
 struct CopyFiles {
   Copy copy;
   const char* data_file;
   const char* scale_file;
 };
-// The files of the copies a recipe keeps of a weight (copies_needed), in Copy order.
-std::vector<CopyFiles> copies_for(const Recipe& r) {
-  const CopySet c = copies_needed(r, Role::weight);
+// The files of the copies a recipe keeps of a matrix in that role (copies_needed), in Copy
+// order; FP32 scale grids are named *scale_inv.npy.
+std::vector<CopyFiles> copies_for(const Recipe& r, Role role) {
+  const CopySet c = copies_needed(r, role);
+  const bool f = fp32_scaled(r);
   std::vector<CopyFiles> out;
-  if (c.has(Copy::rowwise)) out.push_back({Copy::rowwise, "rowwise.npy", "rowwise_scale.npy"});
-  if (c.has(Copy::colwise)) out.push_back({Copy::colwise, "colwise.npy", "colwise_scale.npy"});
-  if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", "scale.npy"});
+  if (c.has(Copy::rowwise))
+    out.push_back(
+        {Copy::rowwise, "rowwise.npy", f ? "rowwise_scale_inv.npy" : "rowwise_scale.npy"});
+  if (c.has(Copy::colwise))
+    out.push_back(
+        {Copy::colwise, "colwise.npy", f ? "colwise_scale_inv.npy" : "colwise_scale.npy"});
+  if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", f ? "scale_inv.npy" : "scale.npy"});
   return out;
 }
-// meta.json's "layout": "rowwise+colwise" or "tile32" (the MX tile is 32x32).
-std::string layout_label(const Recipe& r) {
-  const CopySet c = copies_needed(r, Role::weight);
-  return c.has(Copy::tile) ? "tile32" : c.name();
+// meta.json's "layout": "rowwise+colwise", or "tile32" / "tile128" (the tile's edge).
+std::string layout_label(const Recipe& r, Role role) {
+  const CopySet c = copies_needed(r, role);
+  if (!c.has(Copy::tile)) return c.name();
+  return fp32_scaled(r) ? "tile128" : "tile32";
 }
 
 // An existing output directory may be replaced only if it is empty or holds a previous
@@ -90,14 +114,58 @@ NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
   return npy_from_u8(bytes.data(), {rows, cols});
 }
 
+// A copy's scale grid as .npy: uint8 E8M0 bytes, or float32 scale_inv values.
+NpyArray scale_array(const MXTensor& t) {
+  if (t.is_mx()) return u8_array(t.scales, t.scale_rows(), t.scale_cols());
+  return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
+                      {t.scale_rows(), t.scale_cols()});
+}
+
+// The options that apply to the recipe's kind, checked before anything is read.
+void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
+  if (fp32_scaled(r)) {
+    MXT_CHECK(!opt.rounding, "--scale-rounding applies to MX recipes (E8M0 scales); recipe '",
+              r.name, "' has FP32 scales (use --fp32-scales for unrounded ones)");
+    MXT_CHECK(!opt.amax_epsilon || (*opt.amax_epsilon >= 0.f && *opt.amax_epsilon <= FLT_MAX),
+              "--amax-epsilon must be a finite number >= 0, got ",
+              opt.amax_epsilon.value_or(0.f));
+    return;
+  }
+  for (const auto& [given, flag] : {std::pair{opt.role.has_value(), "--role"},
+                                    std::pair{opt.amax_epsilon.has_value(), "--amax-epsilon"},
+                                    std::pair{opt.fp32_scales, "--fp32-scales"}})
+    MXT_CHECK(!given, flag, " applies to FP32-scaled recipes (blockwise); recipe '", r.name,
+              "' is MX (E8M0 scales, the weight's copies)");
+}
+
 }  // namespace
+
+bool QuantizeSetup::fp32_scaled() const { return io::fp32_scaled(recipe); }
+
+QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
+  QuantizeSetup s;
+  s.recipe = quantized_recipe(opt.recipe);
+  check_options(s.recipe, opt);
+  s.role = opt.role.value_or(fp32_scaled(s.recipe) ? Role::input : Role::weight);
+  TensorFormat& f = s.recipe.role(s.role);
+  if (opt.amax_epsilon) f.amax_epsilon = *opt.amax_epsilon;
+  if (opt.fp32_scales) f.scale = ScaleType::fp32;
+  if (opt.elem) f.elem = *opt.elem;
+  if (opt.rounding) f.rule = *opt.rounding;
+  s.cfg = f.quant_config();
+  return s;
+}
 
 QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
                                         const QuantizeFilesOptions& opt) {
-  const Recipe recipe = quantized_recipe(opt.recipe);
+  const QuantizeSetup setup = quantize_setup(opt);
+  const Recipe& recipe = setup.recipe;
+  const bool fp32 = setup.fp32_scaled();
   QuantizeFilesResult res;
-  res.cfg.elem = opt.elem.value_or(recipe.role(Role::weight).elem);
-  res.cfg.rounding = opt.rounding.value_or(recipe.role(Role::weight).rule);
+  res.role = setup.role;
+  res.cfg = setup.cfg;
+  res.scale = setup.format().scale;
+  res.amax_epsilon = setup.format().amax_epsilon;
 
   const NpyArray x = read_npy(input_npy);
   npy_require(x, "<f4", 2, input_npy);
@@ -111,18 +179,24 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   check_replaceable(out_dir);
   AtomicDir out(out_dir);
   const int64_t M = res.rows, K = res.cols;
-  // The recipe's copies of X as a weight, as the layers make them (1x32: both axes from one
-  // read; 32x32: the tile copy).
-  const QTensor q = quantize_qtensor(values.data(), M, K, recipe, Role::weight, res.cfg);
-  const std::vector<CopyFiles> copies = copies_for(recipe);
+  // The recipe's copies of X in the role, as the layers make them (1-D blocks: both axes
+  // from one read; 2-D blocks: the tile copy).
+  const QTensor q = quantize_qtensor(values.data(), M, K, recipe, res.role, res.cfg);
+  const std::vector<CopyFiles> copies = copies_for(recipe, res.role);
   json meta = {{"format", kFormat},
                {"version", kVersion},
                {"recipe", recipe.name},
-               {"elem", elem_name(res.cfg.elem)},
-               {"scale_rounding", rounding_name(res.cfg.rounding)},
-               {"layout", layout_label(recipe)},
-               {"shape", {M, K}},
-               {"block", kMXBlock}};
+               {"elem", elem_name(res.cfg.elem)}};
+  if (fp32) {
+    meta["role"] = role_name(res.role);
+    meta["scale_type"] = scale_type_name(res.scale);
+    meta["amax_epsilon"] = res.amax_epsilon;
+  } else {
+    meta["scale_rounding"] = rounding_name(res.cfg.rounding);
+  }
+  meta["layout"] = layout_label(recipe, res.role);
+  meta["shape"] = {M, K};
+  meta["block"] = fp32 ? kFp32ScaleBlock : kMXBlock;
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy c = copies[i].copy;
     MXT_CHECK(q.has(c), "internal error: the recipe made no ", copy_name(c), " copy");
@@ -131,7 +205,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
               "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
               t.cols, " tensor");
     out.write(copies[i].data_file, npy_encode(u8_array(t.data, M, K)));
-    out.write(copies[i].scale_file, npy_encode(u8_array(t.scales, t.scale_rows(), t.scale_cols())));
+    out.write(copies[i].scale_file, npy_encode(scale_array(t)));
     res.files.push_back(copies[i].data_file);
     res.files.push_back(copies[i].scale_file);
     meta["files"].push_back(copies[i].data_file);
@@ -161,6 +235,9 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
   }
   DequantizeFilesResult res;
+  const bool fp32 = fp32_scaled(recipe);
+  Role role = Role::weight;
+  ScaleType scale = ScaleType::e8m0;
   try {
     MXT_CHECK(meta.is_object() && meta.value("format", "") == kFormat, meta_path,
               ": not written by `mxtrain quantize`");
@@ -172,7 +249,18 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     res.elem = parse_elem(meta.at("elem").get<std::string>().c_str());
     MXT_CHECK(!opt.elem || *opt.elem == res.elem, in_dir, " holds ", elem_name(res.elem),
               " data, but --elem is ", elem_name(opt.elem.value_or(res.elem)));
-    MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe), meta_path, ": layout '",
+    if (fp32) {
+      const std::string rn = meta.at("role").get<std::string>();
+      MXT_CHECK(rn == "input" || rn == "weight", meta_path, ": role '", rn,
+                "' is not input or weight");
+      role = parse_quantize_role(rn);
+      const std::string st = meta.at("scale_type").get<std::string>();
+      MXT_CHECK(st == "fp32" || st == "fp32_pow2", meta_path, ": scale_type '", st,
+                "' is not fp32 or fp32_pow2");
+      scale = st == "fp32" ? ScaleType::fp32 : ScaleType::fp32_pow2;
+    }
+    MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path,
+              ": layout '",
               meta.at("layout").get<std::string>(), "' does not match recipe '", recipe.name, "'");
     const json& shape = meta.at("shape");
     MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&
@@ -188,7 +276,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
   // Every file must be present with the shape meta.json implies (mismatched files are an
   // error even for the copy that is not used).
   std::vector<MXTensor> copies;
-  for (const CopyFiles& c : copies_for(recipe)) {
+  const char* scale_dtype = fp32 ? "<f4" : "|u1";
+  for (const CopyFiles& c : copies_for(recipe, role)) {
     // The data files are read (their size is what they hold) and checked against meta.json
     // before the tensor meta.json describes is allocated.
     const std::string data_path = in_dir + "/" + c.data_file;
@@ -196,7 +285,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     const NpyArray d = read_npy(data_path);
     const NpyArray s = read_npy(scale_path);
     npy_require(d, "|u1", 2, data_path);
-    npy_require(s, "|u1", 2, scale_path);
+    npy_require(s, scale_dtype, 2, scale_path);
     const std::vector<int64_t> want_d = {res.rows, res.cols};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);
@@ -204,9 +293,11 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
                             : c.copy == Copy::colwise ? MXLayout::colwise
                                                       : MXLayout::tile;
     MXTensor t = MXTensor::empty(res.rows, res.cols, layout, res.elem);
+    if (fp32) {
+      t.scale_type = scale;
+      t.block = kFp32ScaleBlock;
+    }
     const std::vector<int64_t> want_s = {t.scale_rows(), t.scale_cols()};
-    MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
-              shape_str(want_d), " recorded in ", kMetaFile);
     MXT_CHECK(s.shape == want_s, scale_path, ": shape ", shape_str(s.shape), " does not match ",
               shape_str(want_s), " expected for a ", res.rows, "x", res.cols, " ",
               layout_name(layout), " scale grid");
@@ -214,7 +305,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     t.scales.assign(s.data.begin(), s.data.end());
     copies.push_back(std::move(t));
   }
-  res.source = copies_for(recipe)[0].data_file;
+  res.source = copies_for(recipe, role)[0].data_file;
   std::vector<float> y(size_t(res.rows * res.cols));
   dequantize(copies[0], y.data());
   write_npy(output_npy, npy_from_f32(y.data(), {res.rows, res.cols}));

@@ -36,6 +36,7 @@ void LinearPrecision::validate() const {
             "defer_backward_quant needs a quantized recipe: recipe '", recipe.name,
             "' keeps its inputs in BF16 and has no backward quantization to defer — turn "
             "defer_backward_quant off or choose an FP8 recipe");
+  check_products_built(recipe);
 }
 
 size_t LinearSaved::held_bytes() const {

@@ -295,6 +295,13 @@ void parse_precision(Section s, PrecisionConfig& p) {
   if (p.selective_fp8)
     MXT_CHECK(!p.fp8_dynamic_policy_path.empty(), s.origin(), ": `", s.full("selective_fp8"),
               "` is true but `", s.full("fp8_dynamic_policy_path"), "` is not set");
+  // A recipe whose products are not built stops the run here, at start-up.
+  try {
+    check_products_built(p.recipe);
+    for (const auto& [pat, r] : p.overrides) check_products_built(r);
+  } catch (const Error& e) {
+    rethrow_prefixed(s.origin_of("recipe") + ": ", e);
+  }
   // The rules across keys (recipe.h, nn/fp8_activation.h), named by the flag that set the
   // recipe when one did.
   MXT_CHECK(!p.defer_backward_quant || defer_backward_quant_applies(p.recipe),

@@ -85,12 +85,13 @@ expect_error "--isa sse9" "valid names: scalar, avx2, avx512, avx512vbmi" "$MXTR
 out=$("$MXTRAIN" bench quantize --rows 64 --cols 96 --iters 1 --scalar-iters 1 --json) ||
   fail "bench quantize exited $?"
 rows=$(grep -c '"name"' <<<"$out")
-[ "$rows" -ge 12 ] || fail "bench quantize printed $rows rows, want >= 12"
+[ "$rows" -ge 24 ] || fail "bench quantize printed $rows rows, want >= 24"
 for key in '"threads"' '"gb_per_s"' '"memcpy_gb_per_s"' '"fraction_of_memcpy"' \
-           '"cache_settle_bytes"' '"quantize_dual_bf16"' '"quantize_tile32_f32"'; do
+           '"cache_settle_bytes"' '"quantize_dual_bf16"' '"quantize_tile32_f32"' \
+           '"quantize_b128_dual_f32"' '"quantize_b128_tile_bf16"' '"scales": "fp32_pow2"'; do
   has "$out" "$key" "bench quantize --json"
 done
 [ "$(grep -c '"name"' <<<"$("$MXTRAIN" bench quantize --rows 33 --cols 40 --iters 1 \
-  --no-scalar --no-settle --json)")" -eq 12 ] || fail "--no-scalar: want 12 rows"
+  --no-scalar --no-settle --json)")" -eq 24 ] || fail "--no-scalar: want 24 rows"
 
 finish cli_info_bench

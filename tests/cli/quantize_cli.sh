@@ -6,6 +6,7 @@
 set -u
 source "$(dirname "$0")/lib.sh"
 MXTRAIN=$(realpath "${1:?usage: quantize_cli.sh /path/to/mxtrain}") || exit 1
+CONFIGS=$(realpath "$(dirname "$0")/../../configs") || exit 1
 [ -x "$MXTRAIN" ] || { echo "not an executable: $MXTRAIN"; exit 1; }
 workdir quantize
 
@@ -69,6 +70,54 @@ cmp -s <(tail -c $DATA_BYTES x.npy) <(tail -c $DATA_BYTES yt.npy) || fail "tile 
 expect_ok "replace output" "$MXTRAIN" quantize --input x.npy --recipe mxfp8-32x32 --out-dir q
 [ "$(ls q | tr '\n' ' ')" = "data.npy meta.json scale.npy " ] || fail "replaced output: $(ls q)"
 
+# ---- blockwise: FP32 scale_inv grids, exact bytes -------------------------------------------
+# bytes_at FILE COUNT: the first COUNT data bytes of a v1.0 .npy (after its header), as hex.
+bytes_at() {
+  local hlen=$(od -An -tu2 -j8 -N2 "$1" | tr -d ' ')
+  tail -c +$((10 + hlen + 1)) "$1" | head -c "$2" | od -An -tx1 | tr -s ' \n' ' ' |
+    sed 's/^ //;s/ $//'
+}
+# Rows hold 1, -2.5, 0.15625, 448, 896 cyclically and K = 40 is a multiple of 5, so every
+# 1x128 row block (and the one 128x128 tile) has amax 896: scale 448/896 = 0.5, scale_inv 2
+# (0x40000000), codes 0.5 -1.25 0.078125 224 448 = 30 ba 1a 76 7e. Column c holds one value:
+# scales 256, 128, 2048, 1, 0.5 (pow2 of 448/amax), codes 256 -320 320 448 448.
+expect_ok "quantize blockwise" "$MXTRAIN" quantize --input x.npy --recipe blockwise --out-dir b
+[ "$(ls b | tr '\n' ' ')" = "colwise.npy colwise_scale_inv.npy meta.json rowwise.npy rowwise_scale_inv.npy " ] ||
+  fail "blockwise output files: $(ls -A b | tr '\n' ' ')"
+grep -q "'descr': '<f4', 'fortran_order': False, 'shape': (33, 1)" b/rowwise_scale_inv.npy ||
+  fail "rowwise_scale_inv.npy is not float32 [M, ceil(K/128)]"
+grep -q "'descr': '<f4', 'fortran_order': False, 'shape': (1, 40)" b/colwise_scale_inv.npy ||
+  fail "colwise_scale_inv.npy is not float32 [ceil(M/128), K]"
+[ "$(bytes_at b/rowwise.npy 5)" = "30 ba 1a 76 7e" ] || fail "rowwise codes: $(bytes_at b/rowwise.npy 5)"
+[ "$(bytes_at b/colwise.npy 5)" = "78 fa 7a 7e 7e" ] || fail "colwise codes: $(bytes_at b/colwise.npy 5)"
+[ "$(bytes_at b/rowwise_scale_inv.npy 8)" = "00 00 00 40 00 00 00 40" ] ||
+  fail "rowwise scale_inv: $(bytes_at b/rowwise_scale_inv.npy 8)"
+[ "$(bytes_at b/colwise_scale_inv.npy 24)" = "00 00 80 3b 00 00 00 3c 00 00 00 3a 00 00 80 3f 00 00 00 40 00 00 80 3b" ] ||
+  fail "colwise scale_inv: $(bytes_at b/colwise_scale_inv.npy 24)"
+grep -q '"scale_type": "fp32_pow2"' b/meta.json && grep -q '"role": "input"' b/meta.json ||
+  fail "blockwise meta.json lacks role / scale_type: $(cat b/meta.json)"
+expect_ok "dequantize blockwise" "$MXTRAIN" dequantize --in-dir b --recipe blockwise --output yb.npy
+cmp -s <(tail -c $DATA_BYTES x.npy) <(tail -c $DATA_BYTES yb.npy) || fail "blockwise round trip not exact"
+# Role weight: one 128x128 tile; --fp32-scales with --amax-epsilon 1000 (above the amax): scale
+# fl32(448/1000) = 0.448, scale_inv 2.2321427 (0x400edb6d), codes of 0.448 -1.12 0.07 200.704
+# 401.408 = 0.4375 -1.125 0.0703125 208 416 = 2e b9 19 75 7d.
+expect_ok "quantize blockwise weight" "$MXTRAIN" quantize --input x.npy --recipe blockwise \
+  --role weight --fp32-scales --amax-epsilon 1000 --out-dir bw
+[ "$(ls bw | tr '\n' ' ')" = "data.npy meta.json scale_inv.npy " ] || fail "weight files: $(ls bw)"
+grep -q "'shape': (1, 1)" bw/scale_inv.npy || fail "scale_inv.npy is not [ceil(M/128), ceil(K/128)]"
+[ "$(bytes_at bw/scale_inv.npy 4)" = "6d db 0e 40" ] || fail "weight scale_inv: $(bytes_at bw/scale_inv.npy 4)"
+[ "$(bytes_at bw/data.npy 5)" = "2e b9 19 75 7d" ] || fail "weight codes: $(bytes_at bw/data.npy 5)"
+grep -q '"scale_type": "fp32"' bw/meta.json && grep -q '"amax_epsilon": 1000' bw/meta.json ||
+  fail "weight meta.json: $(cat bw/meta.json)"
+expect_ok "dequantize blockwise weight" "$MXTRAIN" dequantize --in-dir bw --recipe blockwise \
+  --output ybw.npy
+# 0.4375 * 2.2321427 in FP32 = 0.97656244 (0x3f79ffff)
+[ "$(bytes_at ybw.npy 4)" = "ff ff 79 3f" ] || fail "weight dequantize: $(bytes_at ybw.npy 4)"
+expect_ok "blockwise e5m2" "$MXTRAIN" quantize --input x.npy --recipe blockwise --elem e5m2 \
+  --out-dir b5
+# E5M2 max 57344: scale pow2(57344/896 = 64) = 64, codes 64 -160 10 28672 57344.
+[ "$(bytes_at b5/rowwise.npy 5)" = "54 d9 49 77 7b" ] || fail "e5m2 codes: $(bytes_at b5/rowwise.npy 5)"
+
 # ---- errors: exit code 1, one message, nothing written --------------------------------------
 cp -r t t_bad && rm t_bad/scale.npy
 BEFORE=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
@@ -102,6 +151,26 @@ expect_error "output dir missing" "the directory does not exist" \
   "$MXTRAIN" dequantize --in-dir t --recipe mxfp8-32x32 --output nodir/e2.npy
 expect_error "missing scale file" "file not found: t_bad/scale.npy" \
   "$MXTRAIN" dequantize --in-dir t_bad --recipe mxfp8-32x32 --output e2.npy
+expect_error "unknown role" "unknown role 'bias'; valid choices: input (default), weight" \
+  "$MXTRAIN" quantize --input x.npy --recipe blockwise --role bias --out-dir e1
+expect_error "negative epsilon" "--amax-epsilon must be a finite number >= 0, got -1" \
+  "$MXTRAIN" quantize --input x.npy --recipe blockwise --amax-epsilon -1 --out-dir e1
+expect_error "NaN epsilon" "--amax-epsilon: \`nan\` is not a finite number" \
+  "$MXTRAIN" quantize --input x.npy --recipe blockwise --amax-epsilon nan --out-dir e1
+expect_error "fp32 scales with MX" "--fp32-scales applies to FP32-scaled recipes (blockwise)" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --fp32-scales --out-dir e1
+expect_error "epsilon with MX" "--amax-epsilon applies to FP32-scaled recipes (blockwise)" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp8-32x32 --amax-epsilon 0 --out-dir e1
+expect_error "role with MX" "--role applies to FP32-scaled recipes (blockwise)" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --role input --out-dir e1
+expect_error "rounding with blockwise" "--scale-rounding applies to MX recipes" \
+  "$MXTRAIN" quantize --input x.npy --recipe blockwise --scale-rounding floor --out-dir e1
+expect_error "blockwise recipe mismatch" "was quantized with recipe 'blockwise', but --recipe is 'mxfp8'" \
+  "$MXTRAIN" dequantize --in-dir b --recipe mxfp8 --output e2.npy
+# Training with blockwise stops at start-up: its products are not built yet.
+expect_error --within 20 "train blockwise" \
+  "--recipe: blockwise: the quantized products are not built yet; quantize/dequantize support it" \
+  "$MXTRAIN" train --config "$CONFIGS/tiny.yaml" --recipe blockwise --steps 1
 AFTER=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
 [ "$BEFORE" = "$AFTER" ] || fail "failed commands left files behind: $(diff <(echo "$BEFORE") <(echo "$AFTER"))"
 [ ! -e e1 ] && [ ! -e e2.npy ] || fail "partial output exists"

@@ -2,6 +2,7 @@
 // for which copies a product reads (docs/numerics.md, "Recipes").
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "mxtrain/common.h"
@@ -22,7 +23,8 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(Recipe, RegisteredNamesInOrder) {
   const std::vector<std::string> names = recipe_names();
-  ASSERT_EQ(names, (std::vector<std::string>{"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad"}));
+  ASSERT_EQ(names, (std::vector<std::string>{"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad",
+                                             "blockwise", "blockwise-e5m2grad"}));
   for (const std::string& n : names) EXPECT_EQ(get_recipe(n).name, n);
   ASSERT_EQ(registered_recipes().size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(registered_recipes()[i], get_recipe(names[i]));
@@ -66,6 +68,24 @@ TEST(Recipe, EntriesAreTheirFormats) {
   EXPECT_EQ(e5.role(Role::input), m);
   EXPECT_EQ(e5.role(Role::weight), m);
   EXPECT_EQ(e5.role(Role::grad), mx(BlockShape::b1x32, Elem::e5m2));
+
+  // blockwise: FP32 power-of-two scales, epsilon 0, 1x128 inputs and grads, 128x128 weights.
+  auto fp32b = [](BlockShape b, Elem e = Elem::e4m3) {
+    TensorFormat f;
+    f.scale = ScaleType::fp32_pow2;
+    f.elem = e;
+    f.block = b;
+    return f;
+  };
+  const Recipe bw = get_recipe("blockwise");
+  EXPECT_EQ(bw.role(Role::input), fp32b(BlockShape::b1x128));
+  EXPECT_EQ(bw.role(Role::weight), fp32b(BlockShape::b128x128));
+  EXPECT_EQ(bw.role(Role::grad), fp32b(BlockShape::b1x128));
+  EXPECT_EQ(bw.role(Role::input).amax_epsilon, 0.f);
+  const Recipe bw5 = get_recipe("blockwise-e5m2grad");
+  EXPECT_EQ(bw5.role(Role::input), fp32b(BlockShape::b1x128));
+  EXPECT_EQ(bw5.role(Role::weight), fp32b(BlockShape::b128x128));
+  EXPECT_EQ(bw5.role(Role::grad), fp32b(BlockShape::b1x128, Elem::e5m2));
 
   Recipe floor = x;
   floor.set_rule(ScaleRounding::floor);
@@ -111,6 +131,9 @@ TEST(Recipe, CopiesNeeded) {
       {"mxfp8-32x32", Role::weight, tile, tile, none},
       {"mxfp8-32x32", Role::grad, none, row, col},
       {"mxfp8-e5m2grad", Role::grad, none, row, col},
+      {"blockwise", Role::input, row, none, col},
+      {"blockwise", Role::weight, tile, tile, none},
+      {"blockwise", Role::grad, none, row, col},
   };
   for (const Want& w : want) {
     const Recipe r = get_recipe(w.recipe);
@@ -185,6 +208,48 @@ TEST(Recipe, MakeCopiesAndUnsupportedFormats) {
   EXPECT_NE(error_of([&] { big.scale_at(0, 0); }).find("not E8M0 per 32"), std::string::npos);
 }
 
+// blockwise's products are not built: every place that runs them stops with one line.
+TEST(Recipe, ProductsBuilt) {
+  for (const char* n : {"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad"}) {
+    EXPECT_TRUE(products_built(get_recipe(n))) << n;
+    EXPECT_NO_THROW(check_products_built(get_recipe(n)));
+  }
+  for (const char* n : {"blockwise", "blockwise-e5m2grad"}) {
+    EXPECT_FALSE(products_built(get_recipe(n))) << n;
+    const std::string msg = error_of([&] { check_products_built(get_recipe(n)); });
+    EXPECT_EQ(msg.rfind(std::string(n) + ": the quantized products are not built yet; "
+                                         "quantize/dequantize support it",
+                        0),
+              0u)
+        << msg;
+  }
+}
+
+// make_copies of a blockwise role: the bytes of quantize_blocks with the role's settings.
+TEST(Recipe, MakeCopiesBlockwise) {
+  const int64_t M = 130, K = 129;
+  std::vector<float> x(size_t(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 29) - 14) * 0.37f;
+  Recipe r = get_recipe("blockwise");
+  r.role(Role::weight).amax_epsilon = 100.f;  // above every amax here: the scale is 448/100
+  r.role(Role::weight).scale = ScaleType::fp32;
+  const QTensor in = quantize_qtensor(x.data(), M, K, r, Role::input, {});
+  const QTensor w = quantize_qtensor(x.data(), M, K, r, Role::weight, {});
+  EXPECT_EQ(in.present, CopySet({Copy::rowwise, Copy::colwise}));
+  EXPECT_EQ(w.present, CopySet{Copy::tile});
+  const MXTensor row = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
+  const MXTensor col = quantize_blocks(x.data(), M, K, MXLayout::colwise, {});
+  const MXTensor tile =
+      quantize_blocks(x.data(), M, K, MXLayout::tile, {Elem::e4m3, ScaleType::fp32, 100.f});
+  EXPECT_TRUE(in.rowwise.data == row.data && in.rowwise.scales == row.scales);
+  EXPECT_TRUE(in.colwise.data == col.data && in.colwise.scales == col.scales);
+  EXPECT_TRUE(w.tile.data == tile.data && w.tile.scales == tile.scales);
+  EXPECT_EQ(w.tile.scale_type, ScaleType::fp32);
+  float s0;
+  std::memcpy(&s0, w.tile.scales.data(), 4);
+  EXPECT_EQ(s0, 1.f / (448.f / 100.f));
+}
+
 TEST(Recipe, Describe) {
   const std::string d = get_recipe("mxfp8-e5m2grad").describe();
   EXPECT_NE(d.find("mxfp8-e5m2grad: "), std::string::npos) << d;
@@ -195,6 +260,10 @@ TEST(Recipe, Describe) {
   EXPECT_NE(get_recipe("mxfp8-32x32").describe().find("weight  e4m3, e8m0 scales per 32x32 block"),
             std::string::npos);
   EXPECT_NE(get_recipe("bf16").describe().find("input   bf16 (no scale)"), std::string::npos);
+  EXPECT_NE(get_recipe("blockwise").describe().find(
+                "weight  e4m3, fp32_pow2 scales per 128x128 block, current amax"),
+            std::string::npos)
+      << get_recipe("blockwise").describe();
 }
 
 }  // namespace

@@ -104,6 +104,69 @@ TEST(QuantizeFiles, Tile32FilesEqualCoreQuantize) {
   }
 }
 
+std::vector<uint8_t> f32_npy(const MXTensor& t) {
+  return npy_encode(npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
+                                 {t.scale_rows(), t.scale_cols()}));
+}
+
+// blockwise, both roles: the files hold core's quantize_blocks bytes (FP32 scale_inv grids),
+// the options reach them, and dequantize gives core's dequantize of the first copy.
+TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
+  for (auto [M, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {129, 130}, {2, 300}}) {
+    ScratchDir d;
+    const std::vector<float> x = make_input(M, K, uint32_t(M * 3 + K));
+    const std::string in = write_input(d, x, M, K);
+    QuantizeFilesOptions o;
+    o.recipe = "blockwise";
+    const QuantizeFilesResult r = quantize_npy_to_dir(in, d / "i", o);
+    EXPECT_EQ(r.role, Role::input);
+    EXPECT_EQ(list_dir(d / "i"),
+              (std::vector<std::string>{"colwise.npy", "colwise_scale_inv.npy", "meta.json",
+                                        "rowwise.npy", "rowwise_scale_inv.npy"}));
+    MXTensor row, col;
+    quantize_blocks_dual(x.data(), M, K, {}, row, col);
+    EXPECT_EQ(read_file(d / "i/rowwise.npy"), u8_npy(row.data, M, K));
+    EXPECT_EQ(read_file(d / "i/rowwise_scale_inv.npy"), f32_npy(row));
+    EXPECT_EQ(read_file(d / "i/colwise.npy"), u8_npy(col.data, M, K));
+    EXPECT_EQ(read_file(d / "i/colwise_scale_inv.npy"), f32_npy(col));
+    const auto meta = nlohmann::json::parse(read_text_file(d / "i/meta.json"));
+    EXPECT_EQ(meta["role"], "input");
+    EXPECT_EQ(meta["scale_type"], "fp32_pow2");
+    EXPECT_EQ(meta["block"], 128);
+    EXPECT_FALSE(meta.contains("scale_rounding"));
+    const DequantizeFilesResult dr = dequantize_dir_to_npy(d / "i", d / "y.npy", {"blockwise", {}});
+    EXPECT_EQ(dr.source, "rowwise.npy");
+    std::vector<float> want(size_t(M * K));
+    dequantize(row, want.data());
+    EXPECT_EQ(std::memcmp(read_npy(d / "y.npy").data.data(), want.data(), want.size() * 4), 0);
+
+    o.role = Role::weight;
+    o.elem = Elem::e5m2;
+    o.fp32_scales = true;
+    o.amax_epsilon = 0.25f;
+    quantize_npy_to_dir(in, d / "w", o);
+    EXPECT_EQ(list_dir(d / "w"),
+              (std::vector<std::string>{"data.npy", "meta.json", "scale_inv.npy"}));
+    const MXTensor t =
+        quantize_blocks(x.data(), M, K, MXLayout::tile, {Elem::e5m2, ScaleType::fp32, 0.25f});
+    EXPECT_EQ(read_file(d / "w/data.npy"), u8_npy(t.data, M, K));
+    EXPECT_EQ(read_file(d / "w/scale_inv.npy"), f32_npy(t));
+    dequantize_dir_to_npy(d / "w", d / "yw.npy", {"blockwise", Elem::e5m2});
+    dequantize(t, want.data());
+    EXPECT_EQ(std::memcmp(read_npy(d / "yw.npy").data.data(), want.data(), want.size() * 4), 0);
+  }
+  // A scale grid of the wrong dtype is refused before anything is written.
+  ScratchDir d;
+  const std::vector<float> x = make_input(4, 4, 1);
+  QuantizeFilesOptions o;
+  o.recipe = "blockwise";
+  o.role = Role::weight;
+  quantize_npy_to_dir(write_input(d, x, 4, 4), d / "w", o);
+  write_npy(d / "w/scale_inv.npy", npy_from_u8(std::vector<uint8_t>(1).data(), {1, 1}));
+  EXPECT_THROW(dequantize_dir_to_npy(d / "w", d / "y.npy", {"blockwise", {}}), Error);
+  EXPECT_FALSE(std::filesystem::exists(d / "y.npy"));
+}
+
 TEST(QuantizeFiles, ElemAndRoundingOptionsReachTheBytes) {
   const int64_t M = 33, K = 40;
   ScratchDir d;

@@ -82,6 +82,25 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
                     << tol[i];
 }
 
+// A recipe whose products are not built is refused when the layer is made (and when it is
+// switched to), before anything is allocated.
+TEST(LinearPrecision, RefusesRecipesWithoutProducts) {
+  LinearPrecision p;
+  p.recipe = get_recipe("blockwise");
+  try {
+    Linear("l", 8, 8, false, p);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("blockwise: the quantized products are not built yet; "
+                                          "quantize/dequantize support it", 0),
+              0u)
+        << e.what();
+  }
+  Linear ok("l", 8, 8, false, LinearPrecision{});
+  EXPECT_THROW(ok.set_precision(p), Error);
+  EXPECT_EQ(ok.precision().recipe.name, "bf16");
+}
+
 TEST(LinearBf16, ForwardBackwardMatchFp64Reference) {
   const int64_t T = 33, in = 65, out = 31;
   Linear l = make_layer("bf16", false, in, out, true, 1);

@@ -5,7 +5,10 @@ Matrix: shapes with ragged edges (1, 31, 33, 2^n ± 1), data with NaN / ±Inf bl
 subnormals, zero blocks, values at the E4M3 saturation edge (480 = 1.875·2^8) and near
 FLT_MAX; both scale rules (rceil, floor); E4M3 and E5M2; mxfp8 (rowwise + colwise) and
 mxfp8-32x32 (tiles). Also BF16 input (uint16 bits), every kernel path against the default,
-and the round-trip error bound of docs/numerics.md. Run by CTest as python_test_quantize.
+and the round-trip error bound of docs/numerics.md. blockwise (FP32 scale_inv grids, 1x128 /
+128x128 blocks): both roles, both elements, pow2 and fp32 scales, amax epsilons, against the
+CLI's bytes, an independent NumPy statement of the scale rule and dequantize, BF16 input and
+every kernel path. Run by CTest as python_test_quantize.
 """
 
 import os
@@ -15,7 +18,7 @@ import tempfile
 import numpy as np
 
 import mxtrain
-from mx_ref import decode, expand_scales, run_cli
+from mx_ref import TABLES, decode, expand_scales, run_cli
 
 SHAPES = [(1, 1), (1, 31), (31, 33), (33, 1), (32, 32), (63, 65), (65, 129), (129, 255),
           (257, 31)]
@@ -168,9 +171,133 @@ def test_round_trip():
     check(np.array_equal(y, x), "tile round trip of exactly representable data is not exact")
 
 
+BLOCK_FILES = {"input": [("rowwise", "rowwise_scale_inv", "rowwise"),
+                         ("colwise", "colwise_scale_inv", "colwise")],
+               "weight": [("data", "scale_inv", "tile")]}
+MAX_ELEM = {"e4m3": 448.0, "e5m2": 57344.0}
+
+
+def block_scale_inv(x, layout, elem, pow2, eps):
+    """The scale rule of docs/numerics.md "Blockwise FP32 scaling" in NumPy: scale_inv grid."""
+    M, K = x.shape
+    a = np.abs(x.astype(np.float32))
+    a = np.where(np.isnan(a), np.float32(0), a)  # NaN ignored by the amax
+    rb = 1 if layout == "rowwise" else 128
+    cb = 1 if layout == "colwise" else 128
+    R, C = -(-M // rb), -(-K // cb)
+    amax = np.zeros((R, C), np.float32)
+    for i in range(R):
+        for j in range(C):
+            amax[i, j] = a[i * rb:(i + 1) * rb, j * cb:(j + 1) * cb].max()
+    amax = np.maximum(amax, np.float32(eps))  # amax < eps -> eps
+    with np.errstate(divide="ignore", over="ignore"):
+        scale = np.float32(MAX_ELEM[elem]) / amax
+    scale = np.where(np.isinf(scale), np.finfo(np.float32).max, scale).astype(np.float32)
+    scale = np.where((amax == 0) | np.isinf(amax), np.float32(1), scale).astype(np.float32)
+    if pow2:
+        scale = (scale.view(np.uint32) & np.uint32(0xFF800000)).view(np.float32)
+    return (np.float32(1) / scale).astype(np.float32)
+
+
+def test_blockwise(tmp):
+    runs = 0
+    shapes = [(1, 1), (31, 129), (129, 127), (130, 257)]
+    for si, shape in enumerate(shapes):
+        x = awkward(shape, 200 + si)
+        xin = os.path.join(tmp, f"bx{si}.npy")
+        np.save(xin, x)
+        for role, copies in BLOCK_FILES.items():
+            for elem in ("e4m3", "e5m2"):
+                for fp32 in (False, True):
+                    for eps in (None, 1e-3):
+                        out = os.path.join(tmp, f"b{si}_{role}_{elem}_{fp32}_{eps}")
+                        args = ["--role", role, "--elem", elem, "--out-dir", out]
+                        args += ["--fp32-scales"] if fp32 else []
+                        args += ["--amax-epsilon", str(eps)] if eps is not None else []
+                        run_cli("quantize", "--input", xin, "--recipe", "blockwise", *args)
+                        q = mxtrain.quantize(x, recipe="blockwise", role=role, elem=elem,
+                                             amax_epsilon=eps, fp32_scales=fp32)
+                        files = sorted(f[:-4] for f in os.listdir(out) if f.endswith(".npy"))
+                        check(sorted(q) == files, f"keys {sorted(q)} vs CLI files {files}")
+                        what = f"blockwise {shape} {role} {elem} fp32={fp32} eps={eps}"
+                        for name in files:
+                            same_bytes(q[name], np.load(os.path.join(out, name + ".npy")),
+                                       f"{what} {name}")
+                        yout = out + ".y.npy"
+                        run_cli("dequantize", "--in-dir", out, "--recipe", "blockwise",
+                                "--output", yout)
+                        first = copies[0][2]
+                        same_bytes(mxtrain.dequantize(q, recipe="blockwise", elem=elem),
+                                   np.load(yout), f"{what} dequantize")
+                        for data, scale, layout in copies:
+                            want = block_scale_inv(x, layout, elem, not fp32, eps or 0.0)
+                            same_bytes(q[scale], want, f"{what} {scale} vs the NumPy rule")
+                            # dequantize = code value * scale_inv in FP32
+                            full = np.repeat(np.repeat(want, 1 if layout == "rowwise" else 128,
+                                                       axis=0)[:shape[0]],
+                                             1 if layout == "colwise" else 128,
+                                             axis=1)[:, :shape[1]]
+                            vals = TABLES[elem][q[data]]  # code values (float64, exact)
+                            y = (vals.astype(np.float32) * full).astype(np.float32)
+                            got = mxtrain.dequantize(q, recipe="blockwise", elem=elem,
+                                                     layout=layout)
+                            check(np.array_equal(np.isnan(got), np.isnan(y)), f"{what} NaN")
+                            ok = ~np.isnan(y)
+                            same_bytes(got[ok], y[ok], f"{what} dequantize {layout}")
+                        runs += 1
+    # BF16 input gives the bytes of its FP32 value; every kernel path the same bytes.
+    x = awkward((129, 255), 7)
+    bits = (x.view(np.uint32) >> 16).astype(np.uint16)
+    xf = (bits.astype(np.uint32) << 16).view(np.float32)
+    for role in BLOCK_FILES:
+        qb = mxtrain.quantize(bits, recipe="blockwise", role=role)
+        qf = mxtrain.quantize(xf, recipe="blockwise", role=role)
+        for k in qf:
+            same_bytes(qb[k], qf[k], f"blockwise bf16 input {role} {k}")
+    ref = {}
+    try:
+        for isa in mxtrain.info()["supported_isas"]:
+            mxtrain.set_isa(isa)
+            for role in BLOCK_FILES:
+                for k, v in mxtrain.quantize(x, recipe="blockwise", role=role).items():
+                    if (role, k) in ref:
+                        same_bytes(v, ref[(role, k)], f"blockwise isa {isa} {role} {k}")
+                    else:
+                        ref[(role, k)] = v
+    finally:
+        mxtrain.set_isa(None)
+    # The options' errors are those of the CLI, as ValueError.
+    for kwargs, frag in [({"role": "bias"}, "unknown role 'bias'"),
+                         ({"amax_epsilon": -1.0}, "must be a finite number >= 0"),
+                         ({"amax_epsilon": float("nan")}, "must be a finite number >= 0"),
+                         ({"scale_rounding": "floor"}, "applies to MX recipes")]:
+        try:
+            mxtrain.quantize(x, recipe="blockwise", **kwargs)
+            raise AssertionError(f"{kwargs}: no error")
+        except ValueError as e:
+            check(frag in str(e), f"{kwargs}: {e}")
+    for kwargs in ({"fp32_scales": True}, {"amax_epsilon": 0.0}, {"role": "input"}):
+        try:
+            mxtrain.quantize(x, recipe="mxfp8", **kwargs)
+            raise AssertionError(f"mxfp8 {kwargs}: no error")
+        except ValueError as e:
+            check("applies to FP32-scaled recipes (blockwise)" in str(e), f"{kwargs}: {e}")
+    # matmul and the Linear layer stop at once: the products are not built.
+    for f in (lambda: mxtrain.matmul(x[:, :4].copy(), x[:4, :4].copy(), recipe="blockwise"),
+              lambda: mxtrain.Linear(4, 4, recipe="blockwise")):
+        try:
+            f()
+            raise AssertionError("blockwise product ran")
+        except ValueError as e:
+            check(str(e).startswith("blockwise: the quantized products are not built yet; "
+                                    "quantize/dequantize support it"), str(e))
+    print(f"blockwise cli byte equality: {runs} cases")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="mxt_py_quantize_") as tmp:
         test_matches_cli(tmp)
+        test_blockwise(tmp)
     test_bf16_input()
     test_every_isa_same_bytes()
     test_round_trip()

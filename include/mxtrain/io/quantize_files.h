@@ -9,13 +9,23 @@
 //   mxfp8-32x32:
 //     data.npy [M, K], scale.npy [ceil(M/32), ceil(K/32)]
 //   meta.json: {"format": "mxtrain-quantized", "version": 1, "recipe", "elem",
-//               "scale_rounding", "layout", "shape": [M, K], "files": [...]}
-// The element format defaults to the recipe's weight element (E4M3) and the rounding to the
-// recipe's (rceil). `bf16` quantizes nothing and is refused. The directory is built under a
-// temporary name and renamed into place, so a failure leaves no output; an existing output
-// directory is replaced only if it is empty or was itself written by quantize.
-// Dequantizing reads the rowwise copy (mxfp8) or the tile copy (mxfp8-32x32) and writes
-// float32 [M, K] atomically, after checking every file against meta.json.
+//               "scale_rounding", "layout", "shape": [M, K], "block": 32, "files": [...]}
+// FP32-scaled recipes (blockwise) write FP32 scale_inv grids (float32 .npy) for one role:
+//   role input (the default), rowwise and colwise from one read of X:
+//     rowwise.npy [M, K], rowwise_scale_inv.npy [M, ceil(K/128)],
+//     colwise.npy [M, K], colwise_scale_inv.npy [ceil(M/128), K]
+//   role weight:
+//     data.npy [M, K], scale_inv.npy [ceil(M/128), ceil(K/128)]
+//   meta.json as above without "scale_rounding", with "role", "scale_type" (fp32_pow2, or
+//   fp32 with fp32_scales), "amax_epsilon", "block": 128 and layout "rowwise+colwise" or
+//   "tile128".
+// The element format defaults to the role's (E4M3) and the MX rounding to the recipe's
+// (rceil). MX recipes write the weight's copies and take no role, epsilon or fp32_scales;
+// FP32-scaled recipes take no scale rounding. `bf16` quantizes nothing and is refused. The
+// directory is built under a temporary name and renamed into place, so a failure leaves no
+// output; an existing output directory is replaced only if it is empty or was itself written
+// by quantize. Dequantizing reads the rowwise copy (mxfp8, blockwise inputs) or the tile copy
+// (mxfp8-32x32, blockwise weights) and writes float32 [M, K] atomically, after checking every file against meta.json.
 #pragma once
 
 #include <optional>
@@ -24,18 +34,42 @@
 
 #include "mxtrain/formats.h"
 #include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
 
 namespace mxtrain::io {
 
 struct QuantizeFilesOptions {
   std::string recipe;                     // registered recipe name
   std::optional<Elem> elem;               // default: the recipe's weight element
-  std::optional<ScaleRounding> rounding;  // default: the recipe's scale rounding
+  std::optional<ScaleRounding> rounding;  // default: the recipe's scale rounding (MX only)
+  std::optional<Role> role = {};          // FP32-scaled recipes: input (default) or weight
+  std::optional<float> amax_epsilon = {}; // FP32-scaled recipes: finite, >= 0 (default: the
+                                          // role's, 0)
+  bool fp32_scales = false;               // FP32-scaled recipes: fp32 instead of fp32_pow2
 };
+
+// "input" | "weight" -> Role; anything else throws naming the choices (for --role).
+Role parse_quantize_role(const std::string& name);
+
+// What a quantization with these options uses: the recipe with the options applied to the
+// role they select, that role, and its element format and MX rounding. Checks the options
+// against the recipe's kind (the errors of `mxtrain quantize`); the Python module's
+// quantize() asks it too, so both take the same options the same way.
+struct QuantizeSetup {
+  Recipe recipe;
+  Role role = Role::weight;
+  QuantConfig cfg;
+  const TensorFormat& format() const { return recipe.role(role); }
+  bool fp32_scaled() const;  // FP32 scale_inv grids (blockwise) rather than E8M0 bytes
+};
+QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt);
 
 struct QuantizeFilesResult {
   int64_t rows = 0, cols = 0;
-  QuantConfig cfg;
+  QuantConfig cfg;                 // the element format (and MX rounding) used
+  Role role = Role::weight;        // the role whose copies were written
+  ScaleType scale = ScaleType::e8m0;
+  float amax_epsilon = 0.f;        // FP32-scaled recipes
   std::vector<std::string> files;  // written, meta.json last
 };
 
