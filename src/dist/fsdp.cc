@@ -92,7 +92,7 @@ int Fsdp::add_module(std::unique_ptr<Module> m) {
             " — add each layer once, before its values are dropped");
   if (opt_.broadcast_initial && comm_.size() > 1)
     comm_.broadcast(w.value.data(), sizeof(float) * size_t(n), 0);
-  m->layout = ShardLayout::make(w.shape, comm_.size());
+  m->layout = ShardLayout::make(w.shape, comm_.size(), m->recipe().role(Role::weight));
   const size_t sn = size_t(m->layout.shard_numel());
   m->value.assign(sn, 0.f);
   slice_shard(m->layout, comm_.rank(), w.value.data(), m->value.data());
@@ -245,7 +245,7 @@ void Fsdp::provide(int i, Use use, int64_t e, QuantizedWeight& cache) {
       prefetch(next, use);
     }
   wait_gather(i, k);
-  unpack_group(M.layout, CopySet::from_bits(uint8_t(k)), M.recipe().role(Role::weight).elem,
+  unpack_group(M.layout, CopySet::from_bits(uint8_t(k)), M.recipe().role(Role::weight),
                s.recv.data(), e, cache);
   if (!s.rebuilt[size_t(e)]) {
     s.rebuilt[size_t(e)] = 1;

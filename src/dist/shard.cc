@@ -13,21 +13,27 @@ namespace mxtrain::dist {
 
 // ---- layout -------------------------------------------------------------------------------
 
-ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world) {
+ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world,
+                              const TensorFormat& weight) {
   MXT_CHECK(shape.size() == 2 || shape.size() == 3,
             "FSDP shards weights of shape [out, in] or [experts, out, in]; got a ",
             shape.size(), "-D shape (replicate such parameters instead)");
   for (int64_t d : shape)
     MXT_CHECK(d > 0, "FSDP cannot shard a weight with an empty dimension (shape has ", d, ")");
   MXT_CHECK(world >= 1, "world size must be >= 1, got ", world);
+  MXT_CHECK(weight.block != BlockShape::tensor,
+            "FSDP shards block-scaled weights; a weight with one scale for the whole tensor (",
+            weight.describe(), ") cannot be quantized shard by shard");
   ShardLayout L;
+  L.block = weight.quantized() ? block_edge(weight.block) : kMXBlock;
+  L.scale_bytes = weight.quantized() ? scale_type_bytes(weight.scale) : 1;
   L.groups = shape.size() == 3 ? shape[0] : 1;
   L.rows = shape[shape.size() - 2];
   L.cols = shape[shape.size() - 1];
-  L.group_rows_padded = ceil_div(L.rows, kMXBlock) * kMXBlock;
+  L.group_rows_padded = ceil_div(L.rows, L.block) * L.block;
   L.world = world;
-  const int64_t blocks = L.virtual_rows() / kMXBlock;
-  L.rows_per_rank = ceil_div(blocks, world) * kMXBlock;
+  const int64_t blocks = L.virtual_rows() / L.block;
+  L.rows_per_rank = ceil_div(blocks, world) * L.block;
   return L;
 }
 
@@ -54,7 +60,8 @@ std::string ShardLayout::describe() const {
   std::ostringstream os;
   if (groups > 1) os << groups << "x";
   os << rows << "x" << cols << " over " << world << " ranks: " << rows_per_rank
-     << " rows per rank (" << padded_rows() - groups * rows << " padding rows)";
+     << " rows per rank (" << padded_rows() - groups * rows << " padding rows, blocks of "
+     << block << ")";
   return os.str();
 }
 
@@ -88,44 +95,53 @@ struct MxPart {
 };
 
 MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
-  const int64_t R = L.rows_per_rank, K = L.cols, Kb = ceil_div(K, kMXBlock);
+  const int64_t R = L.rows_per_rank, K = L.cols, B = L.block, Kb = ceil_div(K, B);
   MxPart p;
   p.data = base;
   p.scales = base + size_t(R * K);
   int64_t s = 0;
   switch (layout) {
     case MXLayout::rowwise: s = R * Kb; break;
-    case MXLayout::colwise: s = (R / kMXBlock) * K; break;
-    case MXLayout::tile: s = (R / kMXBlock) * Kb; break;
+    case MXLayout::colwise: s = (R / B) * K; break;
+    case MXLayout::tile: s = (R / B) * Kb; break;
   }
-  p.end = p.scales + size_t(s);
+  p.end = p.scales + size_t(s) * size_t(L.scale_bytes);
   return p;
 }
 
-// Scale rows of a piece of `rows` data rows starting at data row `row0` (a multiple of 32).
-int64_t scale_row0(MXLayout l, int64_t row0) { return l == MXLayout::rowwise ? row0 : row0 / kMXBlock; }
-int64_t scale_rows_of(MXLayout l, int64_t rows) {
-  return l == MXLayout::rowwise ? rows : ceil_div(rows, kMXBlock);
+// Scale rows of a piece of `rows` data rows starting at data row `row0` (a multiple of the
+// block edge B).
+int64_t scale_row0(MXLayout l, int64_t row0, int64_t B) {
+  return l == MXLayout::rowwise ? row0 : row0 / B;
+}
+int64_t scale_rows_of(MXLayout l, int64_t rows, int64_t B) {
+  return l == MXLayout::rowwise ? rows : ceil_div(rows, B);
+}
+
+// Bytes of one row of q's scale grid.
+size_t scale_row_bytes(const MXTensor& q) {
+  return size_t(q.scale_cols()) * size_t(scale_type_bytes(q.scale_type));
 }
 
 // Copies a quantized piece (q: [rows, K]) into a pack part at shard row local_row.
 void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t* out) {
   const int64_t K = q.cols;
   std::memcpy(out + part.data + size_t(local_row * K), q.data.data(), q.data.size());
-  const int64_t sc = q.scale_cols();
-  std::memcpy(out + part.scales + size_t(scale_row0(q.layout, local_row) * sc), q.scales.data(),
-              q.scales.size());
+  std::memcpy(out + part.scales + size_t(scale_row0(q.layout, local_row, q.block)) *
+                                      scale_row_bytes(q),
+              q.scales.data(), q.scales.size());
 }
 
 // Copies one piece of a gathered pack part into the full group tensor `dst`.
 void get_piece(const uint8_t* pack, const MxPart& part, int64_t local_row, int64_t group_row,
                int64_t rows, MXTensor& dst) {
-  const int64_t K = dst.cols, sc = dst.scale_cols();
+  const int64_t K = dst.cols, B = dst.block;
+  const size_t sr = scale_row_bytes(dst);
   std::memcpy(dst.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
               size_t(rows * K));
-  std::memcpy(dst.scales.data() + size_t(scale_row0(dst.layout, group_row) * sc),
-              pack + part.scales + size_t(scale_row0(dst.layout, local_row) * sc),
-              size_t(scale_rows_of(dst.layout, rows) * sc));
+  std::memcpy(dst.scales.data() + size_t(scale_row0(dst.layout, group_row, B)) * sr,
+              pack + part.scales + size_t(scale_row0(dst.layout, local_row, B)) * sr,
+              size_t(scale_rows_of(dst.layout, rows, B)) * sr);
 }
 
 MXLayout layout_of(Copy c) {
@@ -179,8 +195,8 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
   }
 }
 
-void unpack_group(const ShardLayout& L, CopySet copies, Elem elem, const uint8_t* gathered,
-                  int64_t group, QuantizedWeight& out) {
+void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
+                  const uint8_t* gathered, int64_t group, QuantizedWeight& out) {
   MXT_CHECK(group >= 0 && group < L.groups, "unpack_group: group ", group, " outside [0, ",
             L.groups, ")");
   const int64_t K = L.cols, R = L.rows_per_rank;
@@ -193,9 +209,13 @@ void unpack_group(const ShardLayout& L, CopySet copies, Elem elem, const uint8_t
     t.rows = L.rows;
     t.cols = K;
     t.layout = layout_of(c);
-    t.elem = elem;
-    t.scale_type = ScaleType::e8m0;
-    t.block = kMXBlock;
+    MXT_CHECK(f.quantized() && block_edge(f.block) == L.block &&
+                  scale_type_bytes(f.scale) == L.scale_bytes,
+              "unpack_group: the weight's format (", f.describe(), ") is not the one its shard "
+              "layout was made for (blocks of ", L.block, ")");
+    t.elem = f.elem;
+    t.scale_type = f.scale;
+    t.block = L.block;
     t.data.resize(size_t(L.rows * K));
     t.scales.resize(t.scale_bytes());
   }

@@ -19,4 +19,16 @@ inline TensorFormat gather_format(CopySet kind, const QuantConfig& cfg) {
   return f;
 }
 
+// The blockwise recipe's weight copies: FP32 scales (power-of-two by default) per 1x128 /
+// 128x1 block, or per 128x128 tile for the tile copy.
+inline TensorFormat blockwise_gather_format(CopySet kind, Elem elem,
+                                            ScaleType scale = ScaleType::fp32_pow2) {
+  TensorFormat f;
+  if (kind.has(Copy::bf16)) return f;
+  f.scale = scale;
+  f.block = kind.has(Copy::tile) ? BlockShape::b128x128 : BlockShape::b1x128;
+  f.elem = elem;
+  return f;
+}
+
 }  // namespace mxtrain::testutil

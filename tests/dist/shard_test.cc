@@ -27,6 +27,7 @@ const int kWorlds[] = {1, 2, 3, 4, 8};
 const CopySet kKinds[] = {{Copy::bf16}, {Copy::rowwise}, {Copy::colwise},
                           {Copy::rowwise, Copy::colwise}, {Copy::tile}};
 
+using testutil::blockwise_gather_format;
 using testutil::gather_format;
 
 // Values spanning many binades (row- and column-dependent magnitude), so neighbouring blocks
@@ -200,7 +201,7 @@ TEST(ShardPack, GatheredWeightIsByteIdenticalToOneProcessQuantization) {
           const auto gathered = simulate_gather(L, full, kind, cfg);
           for (int64_t g = 0; g < L.groups; ++g) {
             QuantizedWeight got, want;
-            unpack_group(L, kind, cfg.elem, gathered.data(), g, got);
+            unpack_group(L, kind, gather_format(kind, cfg), gathered.data(), g, got);
             quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), g, want);
             expect_same(got, want,
                         L.describe() + " " + kind.name() + " " +
@@ -223,7 +224,7 @@ TEST(ShardPack, NonFiniteBlocksPropagateIdentically) {
       const auto L = ShardLayout::make(s, W);
       const auto gathered = simulate_gather(L, full, kind, cfg);
       QuantizedWeight got, want;
-      unpack_group(L, kind, cfg.elem, gathered.data(), 0, got);
+      unpack_group(L, kind, gather_format(kind, cfg), gathered.data(), 0, got);
       quantize_group_reference(L, kind, gather_format(kind, cfg), full.data(), 0, want);
       expect_same(got, want, std::string("nonfinite ") + kind.name());
     }
@@ -258,6 +259,80 @@ TEST(ShardPack, PackedBytesForRaggedColumns) {
   EXPECT_EQ(packed_bytes(L, CopySet{Copy::colwise}), 32u * 65 + 1 * 65);
   EXPECT_EQ(packed_bytes(L, CopySet{Copy::rowwise, Copy::colwise}), 2u * 32 * 65 + 32 * 3 + 65);
   EXPECT_EQ(packed_bytes(L, CopySet{Copy::tile}), 32u * 65 + 1 * 3);
+}
+
+// Blockwise (FP32-scaled 128-blocks): shards are cut at multiples of 128 rows, so every
+// rank's pieces quantize to exactly the bytes of the whole group, scales included, for the
+// rowwise (1x128), colwise (128x1) and tile (128x128) copies, both scale types.
+TEST(ShardPack, BlockwiseGatherIsByteIdenticalToOneProcessQuantization) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {129, 65}, {300, 257}, {31, 7}, {128, 128}, {3, 130, 40}, {2, 1, 129}};
+  const CopySet kinds[] = {{Copy::rowwise}, {Copy::colwise}, {Copy::rowwise, Copy::colwise},
+                           {Copy::tile}};
+  uint32_t seed = 41;
+  for (const auto& s : shapes) {
+    const auto full = make_weight(numel(s), s.back(), seed++);
+    for (int W : {1, 2, 3, 4})
+      for (CopySet kind : kinds)
+        for (ScaleType st : {ScaleType::fp32_pow2, ScaleType::fp32})
+          for (Elem e : {Elem::e4m3, Elem::e5m2}) {
+            const TensorFormat f = blockwise_gather_format(kind, e, st);
+            const auto L = ShardLayout::make(s, W, f);
+            EXPECT_EQ(L.block, 128);
+            EXPECT_EQ(L.rows_per_rank % 128, 0);
+            const size_t P = packed_bytes(L, kind);
+            std::vector<uint8_t> gathered(P * size_t(W));
+            std::vector<float> shard(size_t(L.shard_numel()));
+            for (int r = 0; r < W; ++r) {
+              slice_shard(L, r, full.data(), shard.data());
+              pack_shard(L, r, shard.data(), kind, f, gathered.data() + P * size_t(r));
+            }
+            for (int64_t g = 0; g < L.groups; ++g) {
+              QuantizedWeight got, want;
+              unpack_group(L, kind, f, gathered.data(), g, got);
+              quantize_group_reference(L, kind, f, full.data(), g, want);
+              for (Copy c : {Copy::rowwise, Copy::colwise, Copy::tile})
+                if (kind.has(c)) {
+                  EXPECT_EQ(got.scaled(c).block, 128);
+                  EXPECT_EQ(got.scaled(c).scale_type, st);
+                }
+              expect_same(got, want, L.describe() + " " + kind.name() + " " + f.describe() +
+                                         " expert " + std::to_string(g));
+            }
+          }
+  }
+}
+
+// Blockwise bytes: FP8 data plus one FP32 scale per block; 128x128 tiles with `in` a multiple
+// of 128 move N + 4N/16384 bytes, about 0.5x BF16's 2N.
+TEST(ShardPack, BlockwisePackedBytes) {
+  const TensorFormat tile = blockwise_gather_format({Copy::tile}, Elem::e4m3);
+  const auto L = ShardLayout::make({300, 257}, 2, tile);  // R = 256, K = 257, Kb = 3
+  EXPECT_EQ(L.rows_per_rank, 256);
+  EXPECT_EQ(L.scale_bytes, 4);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::tile}), 256u * 257 + 4u * 2 * 3);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::rowwise}), 256u * 257 + 4u * 256 * 3);
+  EXPECT_EQ(packed_bytes(L, CopySet{Copy::colwise}), 256u * 257 + 4u * 2 * 257);
+  for (const std::vector<int64_t>& s :
+       std::vector<std::vector<int64_t>>{{512, 256}, {4096, 1024}, {3, 128, 384}})
+    for (int W : {1, 2, 4}) {
+      const auto Lt = ShardLayout::make(s, W, tile);
+      const uint64_t N = uint64_t(Lt.padded_numel());
+      EXPECT_EQ(uint64_t(packed_bytes(Lt, CopySet{Copy::tile})) * uint64_t(W), N + N / 4096);
+    }
+}
+
+TEST(ShardLayout, RefusesPerTensorScaledWeights) {
+  TensorFormat f;
+  f.scale = ScaleType::fp32;
+  f.block = BlockShape::tensor;
+  try {
+    ShardLayout::make({64, 64}, 2, f);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one scale for the whole tensor"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

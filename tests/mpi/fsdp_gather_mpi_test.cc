@@ -142,7 +142,7 @@ TEST(FsdpGather, ExpertWeightsAreByteIdenticalPerExpert) {
       world().allgather(send.data(), recv.data(), P);
       for (int64_t g = 0; g < L.groups; ++g) {
         QuantizedWeight got;
-        unpack_group(L, k, cfg.elem, recv.data(), g, got);
+        unpack_group(L, k, gather_format(k, cfg), recv.data(), g, got);
         expect_cache_matches(got, full, shape, g, k, cfg,
                              L.describe() + " " + k.name() + " expert " +
                                  std::to_string(g));

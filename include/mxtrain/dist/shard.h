@@ -1,30 +1,35 @@
-// mxtrain/dist/shard.h — how FSDP cuts a weight into 32-row-aligned shards, and the packed
+// mxtrain/dist/shard.h — how FSDP cuts a weight into block-aligned shards, and the packed
 // all-gather buffers (docs/design.md, "FSDP"): quantize a shard ("pre all-gather"), rebuild
 // the full quantized weight from every rank's packed shard ("post all-gather").
 //
 // Row space. A weight [out, in] is one group of `out` rows; an expert weight [E, out, in] is
-// E groups. Each group's rows are padded to a multiple of 32 (group_rows_padded) and the
-// groups are laid end to end: the "virtual rows" V = E * group_rows_padded. The virtual rows
-// are padded again to world * rows_per_rank, rows_per_rank = 32 * ceil(V / 32 / world), and
-// rank r owns virtual rows [r * rows_per_rank, (r+1) * rows_per_rank). So every shard
-// boundary and every group start is a multiple of 32 rows: 32-row colwise blocks and 32x32
-// tiles never straddle two ranks or two experts, rowwise blocks run within a row, and
-// quantizing each rank's pieces gives exactly the bytes of quantizing each whole group (the
-// partial block at a group's ragged end is the same partial block on one process). Padding
-// rows hold zeros, are never quantized as data, and travel as zero bytes. A rank may own
-// only padding (a small weight on many ranks): that is allowed, never an error.
+// E groups. B is the edge of the weight format's blocks (32 for MX and BF16 weights, 128 for
+// blockwise FP32-scaled ones). Each group's rows are padded to a multiple of B
+// (group_rows_padded) and the groups are laid end to end: the "virtual rows"
+// V = E * group_rows_padded. The virtual rows are padded again to world * rows_per_rank,
+// rows_per_rank = B * ceil(V / B / world), and rank r owns virtual rows
+// [r * rows_per_rank, (r+1) * rows_per_rank). So every shard boundary and every group start is
+// a multiple of B rows: Bx1 colwise blocks and BxB tiles never straddle two ranks or two
+// experts, rowwise blocks run within a row, and quantizing each rank's pieces gives exactly
+// the bytes of quantizing each whole group (the partial block at a group's ragged end is the
+// same partial block on one process). Padding rows hold zeros, are never quantized as data,
+// and travel as zero bytes. A rank may own only padding (a small weight on many ranks): that
+// is allowed, never an error. A weight with one scale for the whole tensor cannot be
+// quantized shard by shard and is refused.
 //
 // Packed shard (one buffer per gather, equal size on every rank): a gather carries a set of
 // the weight's copies (qtensor.h; FSDP asks copies_needed which), each copy's part in Copy
-// order, for R = rows_per_rank, K = in, Kb = ceil(K/32):
+// order, for R = rows_per_rank, K = in, Kb = ceil(K/B), s = bytes per scale (1 for E8M0, 4
+// for FP32):
 //   bf16    : BF16 data [R, K]                                        2·R·K bytes
-//   rowwise : fp8 data [R, K], then rowwise scales [R, Kb]           R·K + R·Kb
-//   colwise : fp8 data [R, K], then colwise scales [R/32, K]         R·K + R·K/32
-//   tile    : fp8 data [R, K], then tile scales [R/32, Kb]           R·K + R/32·Kb
+//   rowwise : fp8 data [R, K], then rowwise scales [R, Kb]           R·K + s·R·Kb
+//   colwise : fp8 data [R, K], then colwise scales [R/B, K]          R·K + s·R·K/B
+//   tile    : fp8 data [R, K], then tile scales [R/B, Kb]            R·K + s·R/B·Kb
 // so rowwise+colwise is the sum of both. The gathered buffer is the world's packs in rank
-// order. With N = world·R·K (the padded element count) and K a multiple of 32 these are the
-// figures of docs/design.md, "Bytes per step" exactly: 2N, N + N/32, N + N/32,
-// 2N + 2N/32, N + N/1024 bytes.
+// order. With N = world·R·K (the padded element count) and K a multiple of 32 the MX figures
+// are those of docs/design.md, "Bytes per step" exactly: 2N, N + N/32, N + N/32,
+// 2N + 2N/32, N + N/1024 bytes; blockwise 128x128 tiles with K a multiple of 128 move
+// N + 4N/16384 = N + N/4096.
 #pragma once
 
 #include <cstdint>
@@ -40,21 +45,25 @@ namespace mxtrain::dist {
 // A run of rows of one group inside one rank's shard.
 struct ShardPiece {
   int64_t group = 0;       // expert index (0 for a 2-D weight)
-  int64_t group_row = 0;   // first row inside the group (a multiple of 32)
+  int64_t group_row = 0;   // first row inside the group (a multiple of the block edge)
   int64_t rows = 0;        // number of valid rows
-  int64_t local_row = 0;   // first row inside the shard (a multiple of 32)
+  int64_t local_row = 0;   // first row inside the shard (a multiple of the block edge)
 };
 
 struct ShardLayout {
   int64_t groups = 1;             // E
   int64_t rows = 0;               // valid rows per group (out)
   int64_t cols = 0;               // in
-  int64_t group_rows_padded = 0;  // 32 * ceil(rows / 32)
+  int64_t group_rows_padded = 0;  // block * ceil(rows / block)
   int world = 1;
-  int64_t rows_per_rank = 0;      // multiple of 32
+  int64_t rows_per_rank = 0;      // multiple of block
+  int64_t block = kMXBlock;       // B: the edge of the weight format's blocks (32 or 128)
+  int scale_bytes = 1;            // bytes per scale of the weight format (1 or 4)
 
-  // shape: [out, in] or [E, out, in]; world >= 1. Throws on other ranks or empty dims.
-  static ShardLayout make(const std::vector<int64_t>& shape, int world);
+  // shape: [out, in] or [E, out, in]; world >= 1; weight: the format the weight is gathered
+  // in (BF16 by default). Throws on other ranks, empty dims or a per-tensor scale.
+  static ShardLayout make(const std::vector<int64_t>& shape, int world,
+                          const TensorFormat& weight = {});
 
   int64_t virtual_rows() const { return groups * group_rows_padded; }
   int64_t padded_rows() const { return int64_t(world) * rows_per_rank; }
@@ -82,11 +91,12 @@ size_t packed_bytes(const ShardLayout& L, CopySet copies);
 // f (qtensor.h make_copies); out: [packed_bytes].
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
                 const TensorFormat& f, uint8_t* out);
-// Post all-gather. gathered: [world * packed_bytes], rank order. Fills group `group` of the
-// weight into `out`: its copies `copies`, marked present, and its shape [out, in]. Other
-// copies are left as they are; out.version is not touched (the caller tags it).
-void unpack_group(const ShardLayout& L, CopySet copies, Elem elem, const uint8_t* gathered,
-                  int64_t group, QuantizedWeight& out);
+// Post all-gather. gathered: [world * packed_bytes], rank order, packed in format f (the one
+// L was made for). Fills group `group` of the weight into `out`: its copies `copies`, marked
+// present, and its shape [out, in]. Other copies are left as they are; out.version is not
+// touched (the caller tags it).
+void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
+                  const uint8_t* gathered, int64_t group, QuantizedWeight& out);
 
 // The one-process reference: the same copies quantized from the whole group.
 // full: [E, out, in] FP32.
