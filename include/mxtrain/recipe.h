@@ -89,6 +89,20 @@ bool products_built(const Recipe& r);
 // benchmarks and the Python module ask it before running a product.
 void check_products_built(const Recipe& r);
 
+// ---- the scale settings a run may change on an FP32-scaled recipe --------------------------
+// (precision.fp32_scales, precision.<role>_amax_epsilon; docs/config.md)
+
+// Whether every scaled role of r has FP32 scales (fp32 or fp32_pow2): the recipes the two
+// settings below apply to.
+bool has_fp32_scales(const Recipe& r);
+// Keeps r's FP32 scales as computed (ScaleType::fp32) instead of truncating them to powers of
+// two. Throws "fp32_scales applies to recipes with FP32 scales (...); recipe '<name>' has ..."
+// unless has_fp32_scales(r).
+void set_fp32_scales(Recipe& r);
+// Sets role's amax epsilon: a block's amax below eps counts as eps. eps must be finite and
+// >= 0; the same refusal as set_fp32_scales for other recipes.
+void set_amax_epsilon(Recipe& r, Role role, float eps);
+
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();
 std::vector<std::string> recipe_names();

@@ -6,6 +6,7 @@
 // handles yet) is refused where a tensor is quantized, not here.
 #include "mxtrain/recipe.h"
 
+#include <cmath>
 #include <sstream>
 
 #include "mxtrain/common.h"
@@ -175,6 +176,35 @@ Recipe get_recipe(const std::string& name) {
   for (const Recipe& r : registered_recipes())
     if (r.name == name) return r;
   MXT_FAIL("unknown recipe '", name, "'; registered recipes: ", names_list());
+}
+
+bool has_fp32_scales(const Recipe& r) {
+  if (!r.quantized()) return false;
+  for (const TensorFormat& f : r.roles)
+    if (f.quantized() && f.scale != ScaleType::fp32 && f.scale != ScaleType::fp32_pow2)
+      return false;
+  return true;
+}
+
+namespace {
+void check_fp32_scaled(const Recipe& r, const char* setting) {
+  MXT_CHECK(has_fp32_scales(r), setting, " applies to recipes with FP32 scales (blockwise); "
+            "recipe '", r.name, "' has ",
+            r.quantized() ? scale_type_name(r.role(Role::input).scale) : "no", " scales");
+}
+}  // namespace
+
+void set_fp32_scales(Recipe& r) {
+  check_fp32_scaled(r, "fp32_scales");
+  for (TensorFormat& f : r.roles)
+    if (f.quantized()) f.scale = ScaleType::fp32;
+}
+
+void set_amax_epsilon(Recipe& r, Role role, float eps) {
+  check_fp32_scaled(r, "an amax epsilon");
+  MXT_CHECK(std::isfinite(eps) && eps >= 0.f, "the ", role_name(role),
+            " amax epsilon must be a finite number >= 0, got ", eps);
+  r.role(role).amax_epsilon = eps;
 }
 
 }  // namespace mxtrain

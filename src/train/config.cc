@@ -8,6 +8,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -39,6 +41,16 @@ void decode(const YAML::Node& v, SwigluInput& out) {
 void decode(const YAML::Node& v, ScaleRounding& out) {
   out = parse_rounding(v.as<std::string>().c_str());
 }
+void decode(const YAML::Node& v, AmaxEpsilon& out) {
+  if (v.IsScalar() && v.Scalar() == "auto") {
+    out.value.reset();
+    return;
+  }
+  const float e = v.as<float>();
+  MXT_CHECK(std::isfinite(e) && e >= 0.f, "must be a finite number >= 0 or `auto`, got `",
+            v.Scalar(), "`");
+  out.value = e;
+}
 
 // The text a value is written as (config_to_yaml, config_changes).
 template <class T>
@@ -48,6 +60,12 @@ const T& text(const T& v) {
 const std::string& text(const Recipe& r) { return r.name; }
 const char* text(SwigluInput s) { return swiglu_input_name(s); }
 const char* text(ScaleRounding r) { return rounding_name(r); }
+std::string text(const AmaxEpsilon& e) {
+  if (!e.value) return "auto";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", double(*e.value));
+  return buf;
+}
 
 class Section {
  public:
@@ -204,6 +222,10 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("selective_fp8", p.selective_fp8);
   f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
   f("scale_rounding", p.scale_rounding);
+  f("fp32_scales", p.fp32_scales);
+  f("input_amax_epsilon", p.amax_epsilon[size_t(Role::input)]);
+  f("weight_amax_epsilon", p.amax_epsilon[size_t(Role::weight)]);
+  f("grad_amax_epsilon", p.amax_epsilon[size_t(Role::grad)]);
 }
 
 template <class F>
@@ -310,6 +332,22 @@ void parse_precision(Section s, PrecisionConfig& p) {
   MXT_CHECK(swiglu_input_applies(p.swiglu_input, p.recipe), s.origin_of("recipe"), ": `",
             s.full("swiglu_input"), ": fp8` is only valid with an FP8 recipe (recipe is `",
             p.recipe.name, "`)");
+  // fp32_scales and explicit epsilons change FP32-scaled recipes only: the run's recipe must
+  // be one (overrides and policy decisions may still put modules in BF16).
+  const char* role_keys[] = {"input_amax_epsilon", "weight_amax_epsilon", "grad_amax_epsilon"};
+  for (int i = 0; i < kNumRoles; ++i)
+    if (p.amax_epsilon[size_t(i)].value)
+      MXT_CHECK(has_fp32_scales(p.recipe), s.origin_of(role_keys[i]), ": `",
+                s.full(role_keys[i]), "` applies to recipes with FP32 scales (blockwise); "
+                "recipe `", p.recipe.name, "` has ",
+                p.recipe.quantized() ? scale_type_name(p.recipe.role(Role::input).scale) : "no",
+                " scales");
+  if (p.fp32_scales)
+    MXT_CHECK(has_fp32_scales(p.recipe), s.origin_of("fp32_scales"), ": `",
+              s.full("fp32_scales"), "` applies to recipes with FP32 scales (blockwise); "
+              "recipe `", p.recipe.name, "` has ",
+              p.recipe.quantized() ? scale_type_name(p.recipe.role(Role::input).scale) : "no",
+              " scales");
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
@@ -438,6 +476,29 @@ TrainConfig parse_document(YAML::Node root, const std::string& origin,
 TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   // read_text_file refuses devices and pipes (a config of /dev/zero is not read forever).
   return parse_config(io::read_text_file(path), path, overrides);
+}
+
+const char* amax_epsilon_env(Role role) {
+  switch (role) {
+    case Role::input: return "FP8_QUANT_FWD_INP_AMAX_EPS";
+    case Role::weight: return "FP8_QUANT_FWD_WEIGHT_AMAX_EPS";
+    case Role::grad: return "FP8_QUANT_BWD_GRAD_AMAX_EPS";
+  }
+  return "?";
+}
+
+ResolvedEpsilon resolve_amax_epsilon(const AmaxEpsilon& e, Role role, const Recipe& r) {
+  if (e.value) return {*e.value, std::string("precision.") + role_name(role) + "_amax_epsilon"};
+  const char* var = amax_epsilon_env(role);
+  if (const char* env = std::getenv(var); env && *env) {
+    char* end = nullptr;
+    const float v = std::strtof(env, &end);
+    MXT_CHECK(end && *end == '\0' && std::isfinite(v) && v >= 0.f, var, "=", env,
+              " is not a finite number >= 0 (unset it, or set precision.", role_name(role),
+              "_amax_epsilon, which wins)");
+    return {v, var};
+  }
+  return {r.role(role).amax_epsilon, "recipe default"};
 }
 
 std::string config_to_yaml(const TrainConfig& config) {

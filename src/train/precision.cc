@@ -40,6 +40,24 @@ int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
   return m.is_expert ? tokens * m.top_k : tokens;
 }
 
+void apply_fp32_scale_settings(const PrecisionConfig& p, Recipe& r) {
+  if (!has_fp32_scales(r)) return;
+  if (p.fp32_scales) set_fp32_scales(r);
+  for (int i = 0; i < kNumRoles; ++i)
+    set_amax_epsilon(r, Role(i), resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), r).value);
+}
+
+std::string describe_fp32_scale_settings(const PrecisionConfig& p) {
+  if (!has_fp32_scales(p.recipe)) return "";
+  std::ostringstream os;
+  os << p.recipe.name << ": " << (p.fp32_scales ? "FP32" : "power-of-two") << " scales; amax epsilon";
+  for (int i = 0; i < kNumRoles; ++i) {
+    const ResolvedEpsilon e = resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), p.recipe);
+    os << (i ? ", " : " ") << role_name(Role(i)) << " " << e.value << " (" << e.source << ")";
+  }
+  return os.str();
+}
+
 LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
   const auto& p = cfg_.precision;
   ModuleDecision d{m.module, m.is_expert ? grouped_kind(m.kind) : m.kind, m.name, tokens_for(m),
@@ -80,6 +98,7 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
     lp.recipe.set_rule(p.scale_rounding);
     lp.defer_backward_quant = p.defer_backward_quant;
   }
+  apply_fp32_scale_settings(p, lp.recipe);
   lp.validate();
   d.precision = lp.recipe.name;
   decisions_.push_back(d);

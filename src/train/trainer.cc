@@ -145,6 +145,9 @@ void build_model(Run& r) {
   }
   if (!r.opt.decisions_out.empty() && r.lead)
     io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
+  if (const std::string line = describe_fp32_scale_settings(cfg.precision);
+      !line.empty() && r.lead)
+    std::fprintf(stderr, "%s\n", line.c_str());
   if ((r.opt.print_decisions || r.opt.dry_run) && r.lead)
     std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());

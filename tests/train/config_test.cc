@@ -3,7 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "mxtrain/common.h"
+#include "mxtrain/train/precision.h"
 
 namespace mxtrain {
 namespace {
@@ -123,6 +126,70 @@ TEST(Config, BadValuesAreNamed) {
                {"fsdp.progress_thread", "wrong type"});
   expect_error("model: [1, 2]\n", {"`model` must be a mapping"});
   expect_error("model: {d_model: 64\n", {"not valid YAML"});
+}
+
+// fp32_scales and the per-role amax epsilons (blockwise): the key wins over LoongForge's
+// environment variable, which wins over the recipe's 0; both refused on MX recipes.
+TEST(Config, Fp32ScaleSettings) {
+  const auto with = replaced;
+  TrainConfig c = parse_config(with("recipe: mxfp8", "recipe: blockwise, fp32_scales: true, "
+                                    "input_amax_epsilon: 1e-12, grad_amax_epsilon: auto"));
+  EXPECT_TRUE(c.precision.fp32_scales);
+  ASSERT_TRUE(c.precision.amax_epsilon[0].value.has_value());
+  EXPECT_EQ(*c.precision.amax_epsilon[0].value, 1e-12f);
+  EXPECT_FALSE(c.precision.amax_epsilon[2].value.has_value());
+  EXPECT_EQ(parse_config(config_to_yaml(c)).precision.amax_epsilon, c.precision.amax_epsilon);
+
+  ::setenv("FP8_QUANT_FWD_INP_AMAX_EPS", "1e-6", 1);
+  ::setenv("FP8_QUANT_BWD_GRAD_AMAX_EPS", "2e-9", 1);
+  ::unsetenv("FP8_QUANT_FWD_WEIGHT_AMAX_EPS");
+  const ResolvedEpsilon in = resolve_amax_epsilon(c.precision.amax_epsilon[0], Role::input,
+                                                  c.precision.recipe);
+  EXPECT_EQ(in.value, 1e-12f);  // the key wins
+  EXPECT_EQ(in.source, "precision.input_amax_epsilon");
+  const ResolvedEpsilon gr = resolve_amax_epsilon(c.precision.amax_epsilon[2], Role::grad,
+                                                  c.precision.recipe);
+  EXPECT_EQ(gr.value, 2e-9f);
+  EXPECT_EQ(gr.source, "FP8_QUANT_BWD_GRAD_AMAX_EPS");
+  const ResolvedEpsilon w = resolve_amax_epsilon(c.precision.amax_epsilon[1], Role::weight,
+                                                 c.precision.recipe);
+  EXPECT_EQ(w.value, 0.f);
+  EXPECT_EQ(w.source, "recipe default");
+  Recipe r = c.precision.recipe;
+  apply_fp32_scale_settings(c.precision, r);
+  EXPECT_EQ(r.role(Role::input).amax_epsilon, 1e-12f);
+  EXPECT_EQ(r.role(Role::grad).amax_epsilon, 2e-9f);
+  for (const TensorFormat& f : r.roles) EXPECT_EQ(f.scale, ScaleType::fp32);
+  const std::string line = describe_fp32_scale_settings(c.precision);
+  EXPECT_NE(line.find("FP32 scales"), std::string::npos) << line;
+  EXPECT_NE(line.find("grad 2e-09 (FP8_QUANT_BWD_GRAD_AMAX_EPS)"), std::string::npos) << line;
+  ::setenv("FP8_QUANT_BWD_GRAD_AMAX_EPS", "-1", 1);
+  try {
+    resolve_amax_epsilon({}, Role::grad, c.precision.recipe);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("FP8_QUANT_BWD_GRAD_AMAX_EPS=-1 is not a finite number"),
+              std::string::npos) << e.what();
+  }
+  ::unsetenv("FP8_QUANT_FWD_INP_AMAX_EPS");
+  ::unsetenv("FP8_QUANT_BWD_GRAD_AMAX_EPS");
+
+  // An MX recipe keeps its settings: the environment is not read for it.
+  Recipe mx = get_recipe("mxfp8");
+  apply_fp32_scale_settings(parse_config(kBase).precision, mx);
+  EXPECT_EQ(mx, get_recipe("mxfp8"));
+  EXPECT_EQ(describe_fp32_scale_settings(parse_config(kBase).precision), "");
+
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, fp32_scales: true"),
+               {"precision.fp32_scales", "FP32 scales", "e8m0"});
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, weight_amax_epsilon: 1e-12"),
+               {"precision.weight_amax_epsilon", "FP32 scales"});
+  expect_error(with("recipe: mxfp8", "recipe: blockwise, input_amax_epsilon: -1"),
+               {"precision.input_amax_epsilon", "finite number >= 0"});
+  expect_error(with("recipe: mxfp8", "recipe: blockwise, input_amax_epsilon: .nan"),
+               {"precision.input_amax_epsilon", "finite number >= 0"});
+  expect_error(with("recipe: mxfp8", "recipe: blockwise, grad_amax_epsilon: small"),
+               {"precision.grad_amax_epsilon"});
 }
 
 TEST(Config, GlobMatch) {

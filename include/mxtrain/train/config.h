@@ -9,8 +9,10 @@
 // flags are overrides of single keys, parsed in the same pass (ConfigOverride).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +52,24 @@ struct DataConfig {
 };
 
 // Parsed once: recipes are registry values (recipe.h), not names.
+// precision.<role>_amax_epsilon: a number (>= 0, finite), or `auto`: the role's environment
+// variable (LoongForge's FP8_QUANT_FWD_INP_AMAX_EPS, FP8_QUANT_FWD_WEIGHT_AMAX_EPS,
+// FP8_QUANT_BWD_GRAD_AMAX_EPS) when it is set, else the recipe's own (0).
+struct AmaxEpsilon {
+  std::optional<float> value;  // nullopt: auto
+  bool operator==(const AmaxEpsilon&) const = default;
+};
+// The environment variable an `auto` epsilon of `role` reads.
+const char* amax_epsilon_env(Role role);
+// The epsilon a run uses for `role` and where it came from ("precision.input_amax_epsilon",
+// "FP8_QUANT_FWD_INP_AMAX_EPS" or "recipe default"). Throws on an environment value that is
+// not a finite decimal number >= 0.
+struct ResolvedEpsilon {
+  float value = 0.f;
+  std::string source;
+};
+ResolvedEpsilon resolve_amax_epsilon(const AmaxEpsilon& e, Role role, const Recipe& r);
+
 struct PrecisionConfig {
   Recipe recipe = get_recipe("mxfp8");
   ScaleRounding scale_rounding = ScaleRounding::rceil;  // applied to every FP8 recipe used
@@ -66,6 +86,10 @@ struct PrecisionConfig {
   std::string fp8_dynamic_policy_path;
   // Token count used for policy decisions, per model component (key "" = whole model).
   std::map<std::string, int64_t> fp8_dynamic_num_tokens;
+  // FP32-scaled recipes (blockwise) only: plain FP32 scales instead of powers of two, and the
+  // amax epsilon per role (docs/config.md). Applied to every FP32-scaled recipe the run uses.
+  bool fp32_scales = false;
+  std::array<AmaxEpsilon, kNumRoles> amax_epsilon;  // by Role
 };
 
 struct FsdpConfig {
