@@ -38,9 +38,11 @@ void check_tensor(const char* what, const MXTensor& t) {
   MXT_CHECK(t.rows >= 0 && t.cols >= 0, "gemm_mx: ", what, " has a negative shape");
   MXT_CHECK(t.data.size() == size_t(t.rows * t.cols), "gemm_mx: ", what, " holds ",
             t.data.size(), " data bytes, expected rows*cols = ", t.rows * t.cols);
-  MXT_CHECK(t.scales.size() == size_t(t.scale_rows() * t.scale_cols()), "gemm_mx: ", what,
-            " holds ", t.scales.size(), " scale bytes, expected ",
-            t.scale_rows() * t.scale_cols(), " for layout ", layout_name(t.layout));
+  MXT_CHECK(t.is_mx() || t.is_fp32_blocks(), "gemm_mx: ", what, " holds ",
+            scale_type_name(t.scale_type), " scales per ", t.block,
+            "-element block; the products read E8M0 per 32 (MX) or FP32 per 128");
+  MXT_CHECK(t.scales.size() == t.scale_bytes(), "gemm_mx: ", what, " holds ", t.scales.size(),
+            " scale bytes, expected ", t.scale_bytes(), " for layout ", layout_name(t.layout));
 }
 
 using namespace gemm_detail;
@@ -126,10 +128,10 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
   check_tensor("B", B);
   const bool a_k_cols = !trans_a, b_k_cols = trans_b;
   MXT_CHECK(layout_ok(A.layout, a_k_cols), "gemm_mx: A is ", layout_name(A.layout),
-            " but its 32-blocks must run along K; with trans_a=", trans_a, " A must be ",
+            " but its blocks must run along K; with trans_a=", trans_a, " A must be ",
             wanted(a_k_cols));
   MXT_CHECK(layout_ok(B.layout, b_k_cols), "gemm_mx: B is ", layout_name(B.layout),
-            " but its 32-blocks must run along K; with trans_b=", trans_b, " B must be ",
+            " but its blocks must run along K; with trans_b=", trans_b, " B must be ",
             wanted(b_k_cols));
   const int64_t M = trans_a ? A.cols : A.rows, K = trans_a ? A.rows : A.cols;
   const int64_t Kb = trans_b ? B.cols : B.rows, N = trans_b ? B.rows : B.cols;
@@ -144,6 +146,16 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
     return;
   }
+  MXT_CHECK(A.is_mx() == B.is_mx(), "gemm_mx: A is ", A.is_mx() ? "MX" : "FP32-scaled",
+            " and B is ", B.is_mx() ? "MX" : "FP32-scaled",
+            "; both operands must be of one family (make both copies with one recipe)");
+  if (!A.is_mx()) return gemm_fp32_scaled(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+  gemm_mx_run(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+}
+
+void gemm_detail::gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                              int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                              bool accumulate) {
   if (trans_a && trans_b) {  // A^T · B^T: no layer needs it; the expansion path serves it
     mx_gemm_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
     return;

@@ -95,4 +95,16 @@ constexpr int64_t kPackRowsAhead = 4;
 // Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi_bf16).
 constexpr int64_t kGemvMaxRows = 16;
 
+// The MX product once gemm_mx has checked its operands (both MX; M, N, K > 0): the kernel
+// its dispatch table and the operands choose (gemm_mx.cc).
+void gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+                 int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+// Products of FP32-scaled copies (gemm_scaled.cc; docs/numerics.md, "FP32-scaled products"):
+// the reference (FP32 partial sum per 128-deep K chunk of unscaled code values, then
+// C += (sa · sb) · P), and the entry gemm_mx calls once both operands are FP32-scaled.
+void fp32_block_gemm_ref(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                         float* C, int64_t ldc, bool accumulate);
+void gemm_fp32_scaled(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                      int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+
 }  // namespace mxtrain::gemm_detail

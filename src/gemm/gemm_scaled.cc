@@ -1,0 +1,162 @@
+// gemm/gemm_scaled.cc — products of FP32-scaled copies (blockwise 1x128 / 128x1 / 128x128),
+// called by gemm_mx (gemm_mx.cc) once both operands are FP32-scaled (docs/numerics.md,
+// "FP32-scaled products"):
+//   fp32_pow2 scales — every scale_inv is 2^e, folded exactly into the BF16 element, so the
+//                      product is the MX product of the same codes with E8M0 scale 127 + e per
+//                      32-block: the FP32 grid is expanded into an E8M0 grid and the MX
+//                      dispatch table runs it (every MX path serves it);
+//   fp32 scales      — per 128-deep K chunk, the FP32 partial sum P of the unscaled code values,
+//                      then C += (sa · sb) · P: fp32_block_gemm_ref (scalar) or the fast path
+//                      (codes decoded unscaled to BF16, oneDNN's BF16 product per chunk, then
+//                      the scaled add). oneDNN rather than the MX panel kernels because a
+//                      chunk's product is a plain BF16 matmul with strided operands.
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "gemm/mx_gemm.h"
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+
+namespace mxtrain {
+namespace gemm_detail {
+namespace {
+
+// FP32 scale_inv of stored element (r, c) of an FP32-scaled copy t.
+float scale_of(const MXTensor& t, int64_t r, int64_t c) {
+  const float* s = reinterpret_cast<const float*>(t.scales.data());
+  const int64_t sr = t.layout == MXLayout::rowwise ? r : r / t.block;
+  const int64_t sc = t.layout == MXLayout::colwise ? c : c / t.block;
+  return s[sr * t.scale_cols() + sc];
+}
+
+// The E8M0 byte of a power-of-two scale_inv 2^e with -127 <= e <= 127, else -1. The quantizer
+// makes scale = max_elem / amax clamped to FLT_MAX (>= max_elem / FLT_MAX > 2^-127 for any
+// FP8 max_elem >= 1) and scale_inv = 1 / scale, so e stays in range; an operand built some
+// other way that breaks it takes the FP32 path.
+int e8m0_of_pow2(float s) {
+  if (!(s > 0.f) || !std::isfinite(s)) return -1;
+  int e = 0;
+  const float m = std::frexp(s, &e);  // s = m · 2^e, m in [0.5, 1)
+  if (m != 0.5f) return -1;
+  e -= 1;
+  if (e < -127 || e > 127) return -1;
+  return e + 127;
+}
+
+// out: t as an MX copy (same codes and layout, E8M0 per 32) if every scale is a foldable
+// power of two; false otherwise.
+bool expand_pow2(const MXTensor& t, MXTensor& out) {
+  if (t.scale_type != ScaleType::fp32_pow2) return false;
+  const int64_t n = t.scale_rows() * t.scale_cols();
+  const float* s = reinterpret_cast<const float*>(t.scales.data());
+  for (int64_t i = 0; i < n; ++i)
+    if (e8m0_of_pow2(s[i]) < 0) return false;
+  out.rows = t.rows;
+  out.cols = t.cols;
+  out.layout = t.layout;
+  out.elem = t.elem;
+  out.scale_type = ScaleType::e8m0;
+  out.block = kMXBlock;
+  out.data.resize(t.data.size());
+  std::memcpy(out.data.data(), t.data.data(), t.data.size());
+  out.scales.resize(size_t(out.scale_rows() * out.scale_cols()));
+  const int64_t sr = out.scale_rows(), sc = out.scale_cols();
+  for (int64_t i = 0; i < sr; ++i)
+    for (int64_t j = 0; j < sc; ++j) {
+      // a representative stored element of the 32-block (i, j)
+      const int64_t r = out.layout == MXLayout::rowwise ? i : i * kMXBlock;
+      const int64_t c = out.layout == MXLayout::colwise ? j : j * kMXBlock;
+      out.scales[size_t(i * sc + j)] = uint8_t(e8m0_of_pow2(scale_of(t, r, c)));
+    }
+  return true;
+}
+
+// Unscaled BF16 values of the codes (exact: FP8 values are BF16 values; NaN codes NaN).
+void decode_unscaled(const MXTensor& t, std::vector<uint16_t>& out) {
+  uint16_t lut[256];
+  for (int i = 0; i < 256; ++i) lut[i] = f32_to_bf16(fp8_to_f32(uint8_t(i), t.elem));
+  out.resize(t.data.size());
+  const uint8_t* c = t.data.data();
+  const int64_t n = int64_t(t.data.size());
+#pragma omp parallel for schedule(static) if (n >= (1 << 18))
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = lut[c[i]];
+}
+
+struct Dims {
+  int64_t M, N, K;
+};
+
+// Scale of op(A) row i (A stored [M,K] or [K,M]) at K index k, and of op(B) column j.
+float sa_at(bool ta, const MXTensor& A, int64_t i, int64_t k) {
+  return ta ? scale_of(A, k, i) : scale_of(A, i, k);
+}
+float sb_at(bool tb, const MXTensor& B, int64_t k, int64_t j) {
+  return tb ? scale_of(B, j, k) : scale_of(B, k, j);
+}
+
+void fp32_block_gemm_fast(bool ta, const MXTensor& A, bool tb, const MXTensor& B, Dims d,
+                          float* C, int64_t ldc, bool accumulate) {
+  thread_local std::vector<uint16_t> a16, b16;
+  thread_local std::vector<float> P;
+  decode_unscaled(A, a16);
+  decode_unscaled(B, b16);
+  P.resize(size_t(d.M * d.N));
+  if (!accumulate)
+    for (int64_t i = 0; i < d.M; ++i)
+      for (int64_t j = 0; j < d.N; ++j) C[i * ldc + j] = 0.f;
+  for (int64_t k0 = 0; k0 < d.K; k0 += kFp32ScaleBlock) {
+    const int64_t kc = std::min(kFp32ScaleBlock, d.K - k0);
+    const uint16_t* ap = ta ? a16.data() + k0 * A.cols : a16.data() + k0;
+    const uint16_t* bp = tb ? b16.data() + k0 : b16.data() + k0 * B.cols;
+    gemm_bf16(ta, tb, d.M, d.N, kc, ap, A.cols, bp, B.cols, P.data(), d.N, false);
+    const float* p = P.data();
+#pragma omp parallel for schedule(static) if (d.M * d.N >= (1 << 16))
+    for (int64_t i = 0; i < d.M; ++i) {
+      const float sa = sa_at(ta, A, i, k0);
+      for (int64_t j = 0; j < d.N; ++j)
+        C[i * ldc + j] += (sa * sb_at(tb, B, k0, j)) * p[i * d.N + j];
+    }
+  }
+}
+
+}  // namespace
+
+void fp32_block_gemm_ref(bool ta, const MXTensor& A, bool tb, const MXTensor& B, float* C,
+                         int64_t ldc, bool accumulate) {
+  const int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
+  const int64_t N = tb ? B.rows : B.cols;
+  auto code_a = [&](int64_t i, int64_t k) {
+    return fp8_to_f32(ta ? A.data[size_t(k * A.cols + i)] : A.data[size_t(i * A.cols + k)],
+                      A.elem);
+  };
+  auto code_b = [&](int64_t k, int64_t j) {
+    return fp8_to_f32(tb ? B.data[size_t(j * B.cols + k)] : B.data[size_t(k * B.cols + j)],
+                      B.elem);
+  };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float c = accumulate ? C[i * ldc + j] : 0.f;
+      for (int64_t k0 = 0; k0 < K; k0 += kFp32ScaleBlock) {
+        const int64_t k1 = std::min(K, k0 + kFp32ScaleBlock);
+        float p = 0.f;
+        for (int64_t k = k0; k < k1; ++k) p += code_a(i, k) * code_b(k, j);
+        c += (sa_at(ta, A, i, k0) * sb_at(tb, B, k0, j)) * p;
+      }
+      C[i * ldc + j] = c;
+    }
+}
+
+// Both operands FP32-scaled, checked by gemm_mx; K > 0, M, N > 0.
+void gemm_fp32_scaled(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t M,
+                      int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+  thread_local MXTensor ea, eb;
+  if (expand_pow2(A, ea) && expand_pow2(B, eb))
+    return gemm_mx_run(ta, ea, tb, eb, M, N, K, C, ldc, accumulate);
+  if (mx_product_choice().path == Path::scalar)
+    return fp32_block_gemm_ref(ta, A, tb, B, C, ldc, accumulate);
+  fp32_block_gemm_fast(ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
+}
+
+}  // namespace gemm_detail
+}  // namespace mxtrain

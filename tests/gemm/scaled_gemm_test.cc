@@ -1,0 +1,159 @@
+// tests/gemm/scaled_gemm_test.cc — products of FP32-scaled (blockwise 128) copies through
+// gemm_mx: every orientation, pow2 and plain FP32 scales, E4M3 and E5M2, ragged shapes.
+//
+// The pow2 path must equal, bit for bit, the MX product of the same codes with the E8M0 grid
+// expanded by hand (it is that product). The fp32 path's fast kernel sums each 128-deep chunk
+// in its own FP32 order, so against fp32_block_gemm_ref the tolerance is the bound for a
+// length-K FP32 sum in any order, (K + 1) · 2^-24 · (Σ |a||b| + |C0|), with a, b the scaled
+// values; the same bound holds for the reference against the FP64 product of the dequantized
+// operands (the scaling multiplies add one rounding each per chunk, covered by the +1 per k).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gemm/mx_gemm.h"
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+#include "mxtrain/quantize.h"
+
+namespace mxtrain {
+namespace {
+
+std::vector<float> rnd(int64_t n, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g) * std::exp2(float(int(g() % 9) - 4));
+  return v;
+}
+
+struct Op {
+  bool ta, tb;
+  MXLayout la, lb;
+};
+// nt fwd: x rowwise · W tile^T; nn dgrad: dy rowwise · W tile; tn wgrad: dy colwise^T · x colwise
+const Op kOps[] = {{false, true, MXLayout::rowwise, MXLayout::tile},
+                   {false, false, MXLayout::rowwise, MXLayout::tile},
+                   {true, false, MXLayout::colwise, MXLayout::colwise}};
+
+// op(A) [M,K] · op(B) [K,N] in FP64 from the dequantized copies; also Σ|a||b| per element.
+void f64_product(const Op& o, const MXTensor& A, const MXTensor& B, int64_t M, int64_t N,
+                 int64_t K, std::vector<double>& C, std::vector<double>& mag) {
+  std::vector<float> a(A.data.size()), b(B.data.size());
+  dequantize(A, a.data());
+  dequantize(B, b.data());
+  C.assign(size_t(M * N), 0.0);
+  mag.assign(size_t(M * N), 0.0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < K; ++k) {
+      const double x = o.ta ? a[size_t(k * M + i)] : a[size_t(i * K + k)];
+      for (int64_t j = 0; j < N; ++j) {
+        const double y = o.tb ? b[size_t(j * K + k)] : b[size_t(k * N + j)];
+        C[size_t(i * N + j)] += x * y;
+        mag[size_t(i * N + j)] += std::fabs(x * y);
+      }
+    }
+}
+
+MXTensor make_op(bool trans, bool is_a, MXLayout l, int64_t outer, int64_t K, Elem e,
+                 ScaleType s, uint32_t seed) {
+  // stored [outer, K] unless (A and trans) or (B and !trans): then [K, outer]
+  const bool k_rows = is_a ? trans : !trans;
+  const int64_t r = k_rows ? K : outer, c = k_rows ? outer : K;
+  const std::vector<float> v = rnd(r * c, seed);
+  BlockQuantConfig cfg;
+  cfg.elem = e;
+  cfg.scale = s;
+  return quantize_blocks(v.data(), r, c, l, cfg);
+}
+
+TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
+  const int64_t shapes[][3] = {{1, 1, 1},     {31, 33, 127}, {33, 31, 129}, {128, 1, 257},
+                               {129, 127, 255}, {1, 257, 128}, {255, 129, 33}};
+  int bad = 0;
+  for (const Op& o : kOps)
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (ScaleType s : {ScaleType::fp32_pow2, ScaleType::fp32})
+        for (const auto& sh : shapes)
+          for (bool acc : {false, true}) {
+            const int64_t M = sh[0], N = sh[1], K = sh[2];
+            const MXTensor A = make_op(o.ta, true, o.la, M, K, e, s, uint32_t(M * 7 + K));
+            const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, s, uint32_t(N * 13 + K));
+            std::vector<float> c0 = rnd(M * N, 99);
+            std::vector<float> fast = c0, ref = c0;
+            gemm_mx(o.ta, A, o.tb, B, fast.data(), N, acc);
+            gemm_detail::fp32_block_gemm_ref(o.ta, A, o.tb, B, ref.data(), N, acc);
+            std::vector<double> exact, mag;
+            f64_product(o, A, B, M, N, K, exact, mag);
+            for (int64_t i = 0; i < M * N; ++i) {
+              const double c0v = acc ? c0[size_t(i)] : 0.0;
+              // any-order FP32 sum bound (file comment); pow2 path also flushes |v| < 2^-126
+              const double tol = double(K + 1) * 0x1.0p-24 * (mag[size_t(i)] + std::fabs(c0v)) +
+                                 double(K) * 0x1.0p-126;
+              if (!(std::fabs(fast[size_t(i)] - ref[size_t(i)]) <= 2 * tol) ||
+                  !(std::fabs(ref[size_t(i)] - (exact[size_t(i)] + c0v)) <= tol))
+                if (bad++ < 5)
+                  ADD_FAILURE() << "ta=" << o.ta << " tb=" << o.tb << " " << M << "x" << N << "x"
+                                << K << " " << scale_type_name(s) << " acc=" << acc << " i=" << i
+                                << ": fast " << fast[size_t(i)] << " ref " << ref[size_t(i)]
+                                << " exact " << exact[size_t(i)] + c0v;
+            }
+          }
+  EXPECT_EQ(bad, 0);
+}
+
+// The pow2 path is the MX product of the expanded E8M0 grid, bit for bit.
+TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGrid) {
+  for (const Op& o : kOps) {
+    const int64_t M = 129, N = 33, K = 257;
+    const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
+    const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e4m3, ScaleType::fp32_pow2, 2);
+    auto expand = [](const MXTensor& t) {
+      MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
+      std::memcpy(m.data.data(), t.data.data(), t.data.size());
+      const float* s = reinterpret_cast<const float*>(t.scales.data());
+      for (int64_t i = 0; i < m.scale_rows(); ++i)
+        for (int64_t j = 0; j < m.scale_cols(); ++j) {
+          const int64_t si = t.layout == MXLayout::rowwise ? i : i / 4;
+          const int64_t sj = t.layout == MXLayout::colwise ? j : j / 4;
+          m.scales[size_t(i * m.scale_cols() + j)] =
+              uint8_t(127 + std::ilogb(s[si * t.scale_cols() + sj]));
+        }
+      return m;
+    };
+    std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+    gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
+    gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << o.ta << o.tb;
+  }
+}
+
+TEST(ScaledGemm, NanCodePropagatesAndMixedFamiliesRefused) {
+  for (ScaleType s : {ScaleType::fp32_pow2, ScaleType::fp32}) {
+    MXTensor A = make_op(false, true, MXLayout::rowwise, 3, 200, Elem::e4m3, s, 5);
+    const MXTensor B = make_op(true, false, MXLayout::tile, 4, 200, Elem::e4m3, s, 6);
+    A.data[size_t(1 * 200 + 150)] = 0x7F;  // E4M3 NaN in row 1, second K chunk
+    std::vector<float> c(12);
+    gemm_mx(false, A, true, B, c.data(), 4, false);
+    for (int64_t i = 0; i < 3; ++i)
+      for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(std::isnan(c[size_t(i * 4 + j)]), i == 1);
+  }
+  const MXTensor A = make_op(false, true, MXLayout::rowwise, 3, 64, Elem::e4m3,
+                             ScaleType::fp32_pow2, 7);
+  std::vector<float> w = rnd(4 * 64, 8);
+  const MXTensor B = quantize(w.data(), 4, 64, MXLayout::rowwise, QuantConfig{});
+  std::vector<float> c(12);
+  try {
+    gemm_mx(false, A, true, B, c.data(), 4, false);
+    ADD_FAILURE() << "mixed families accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("both operands must be of one family"),
+              std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace mxtrain
