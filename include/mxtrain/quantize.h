@@ -42,6 +42,7 @@ struct QuantConfig {
 //   rowwise: scales [rows, ceil(cols/B)]     (blocks along cols)
 //   colwise: scales [ceil(rows/B), cols]     (blocks along rows)
 //   tile   : scales [ceil(rows/B), ceil(cols/B)]
+// block 0 means one scale for the whole tensor (scale grid [1, 1]).
 // The scale type and block size travel with the copy. The MX kernels of this file make and
 // read E8M0 scales per 32-element block (MX); a copy with other ones (FP32 scales, 128-element
 // blocks) is the same struct, and the functions below refuse it with an error naming it.
@@ -65,6 +66,8 @@ struct MXTensor {
     return (scale_type == ScaleType::fp32 || scale_type == ScaleType::fp32_pow2) &&
            block == kFp32ScaleBlock;
   }
+  // Whether it holds one FP32 scale_inv for the whole tensor (block 0, scale grid [1, 1]).
+  bool is_fp32_tensor() const { return scale_type == ScaleType::fp32 && block == 0; }
   // E8M0 scale byte that applies to element (r, c) (an MX copy).
   uint8_t scale_at(int64_t r, int64_t c) const;
   // Allocate data and scales for the given shape and layout (contents unspecified), MX.
@@ -125,9 +128,36 @@ void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuant
 void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
                           const BlockQuantConfig& cfg, MXTensor& rowwise, MXTensor& colwise);
 
+// ---- one FP32 scale for the whole tensor (docs/numerics.md, "Per-tensor FP32 scaling") ----
+// The copy is an MXTensor with layout tile, scale_type fp32, block 0 (one scale for the
+// tensor) and a [1, 1] scale grid holding scale_inv = fl32(1 / scale) as one FP32. Elements
+// are the blockwise ones: saturating RNE of fl32(x * scale); NaN stays NaN.
+struct TensorQuantConfig {
+  Elem elem = Elem::e4m3;
+  float amax_epsilon = 0.f;  // >= 0 and finite; a smaller amax counts as it
+};
+
+// max |x| over x [n] (FP32 or BF16 bits) with NaN ignored (0 for n == 0).
+float tensor_amax(const float* x, int64_t n);
+float tensor_amax(const uint16_t* x_bf16, int64_t n);
+// The scale from the tensor's amax: block_scale's rule with FP32 scales (not a power of two).
+float tensor_scale(float amax, const TensorQuantConfig& cfg);
+// Current scaling: x [M, K] quantized with tensor_scale(tensor_amax(x)) into `out` (reshaped,
+// storage reused). Returns that amax.
+float quantize_tensor_scaled(const float* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
+                             MXTensor& out);
+float quantize_tensor_scaled(const uint16_t* x_bf16, int64_t M, int64_t K,
+                             const TensorQuantConfig& cfg, MXTensor& out);
+// A given scale (delayed scaling; finite and > 0): x [M, K] quantized with it. Returns the
+// amax of x, for the history that gives the next step's scale.
+float quantize_tensor_given_scale(const float* x, int64_t M, int64_t K, Elem elem, float scale,
+                                  MXTensor& out);
+float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, Elem elem,
+                                  float scale, MXTensor& out);
+
 // ---- dequantize ---------------------------------------------------------------------------
 // out: [rows, cols]. MX: value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
-// FP32-scaled blocks: value = fp8(code) * scale_inv in FP32.
+// FP32-scaled blocks and per-tensor copies: value = fp8(code) * scale_inv in FP32.
 void dequantize(const MXTensor& q, float* out);
 // BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e
 // stays inside BF16's range (which equals FP32's; below 2^-133 results are BF16

@@ -106,17 +106,27 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
   quantize_into(x, M, K, cfg, out);
 }
 
-// Which kernels make the format's scaled copies: MX (E8M0 scales per 1x32 or 32x32 block) or
-// FP32-scaled blocks (fp32 / fp32_pow2 scales per 1x128 or 128x128 block).
-bool is_fp32_block_format(const TensorFormat& f) {
+// Which kernels make the format's scaled copies: MX (E8M0 scales per 1x32 or 32x32 block),
+// FP32-scaled blocks (fp32 / fp32_pow2 scales per 1x128 or 128x128 block) or one FP32 scale
+// per tensor.
+enum class Kernels : uint8_t { mx, fp32_blocks, fp32_tensor };
+
+Kernels kernels_for(const TensorFormat& f) {
   const bool fp32 = f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2;
   const bool b128 = f.block == BlockShape::b1x128 || f.block == BlockShape::b128x128;
+  if (f.scale == ScaleType::fp32 && f.block == BlockShape::tensor) {
+    MXT_CHECK(f.source == ScaleSource::current, "quantizing with ", f.describe(),
+              " needs the scale from an amax history (a training state); make_copies takes "
+              "the current amax only");
+    return Kernels::fp32_tensor;
+  }
   MXT_CHECK((f.scale == ScaleType::e8m0 &&
              (f.block == BlockShape::b1x32 || f.block == BlockShape::b32x32)) ||
                 (fp32 && b128),
             "quantizing with ", f.describe(), " needs kernels this build does not have (MX: "
-            "E8M0 scales per 1x32 or 32x32 block; FP32 scales per 1x128 or 128x128 block)");
-  return fp32;
+            "E8M0 scales per 1x32 or 32x32 block; FP32 scales per 1x128 or 128x128 block or "
+            "per tensor)");
+  return fp32 ? Kernels::fp32_blocks : Kernels::mx;
 }
 
 void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
@@ -149,7 +159,15 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
   QTensor* col = owner[int(Copy::colwise)];
   QTensor* tile = owner[int(Copy::tile)];
   if (!row && !col && !tile) return;
-  if (is_fp32_block_format(f)) {
+  const Kernels kernels = kernels_for(f);
+  if (kernels == Kernels::fp32_tensor) {
+    // One scale serves both axes: copies_needed asks for the tile copy only.
+    MXT_CHECK(!row && !col, "internal: a per-tensor format has only a tile copy");
+    quantize_tensor_scaled(x, M, K, {f.elem, f.amax_epsilon}, tile->tile);
+    mark_present(row, col, tile);
+    return;
+  }
+  if (kernels == Kernels::fp32_blocks) {
     const BlockQuantConfig bc{f.elem, f.scale, f.amax_epsilon};
     if (row && col)
       quantize_blocks_dual(x, M, K, bc, row->rowwise, col->colwise);

@@ -4,12 +4,13 @@
 // checks its arguments once, takes the kernels of its family's dispatch table (below; the
 // entry core/dispatch.h picks for the enabled paths), and splits the work
 // over OpenMP threads in ranges of whole 32-row strips (or, for short tensors, column
-// ranges that are multiples of 32). Ranges never share a block and each writes its own
-// bytes, so the result does not depend on the thread count or on the schedule.
+// ranges that are multiples of 32; per-tensor copies: chunks of 2^16 elements). Ranges never
+// share a block and each writes its own bytes, so the result does not depend on the thread count or on the schedule.
 #include <omp.h>
 
 #include <algorithm>
 #include <cfloat>
+#include <cstring>
 #include <type_traits>
 
 #include "core/dispatch.h"
@@ -100,12 +101,24 @@ const PathTable<BDequantF32>& block_dequantize_table() {
   return t;
 }
 
+const PathTable<TensorScaleKernels>& tensor_scale_table() {
+  static const PathTable<TensorScaleKernels> t(
+      "quantize with one FP32 scale per tensor (amax, cast)",
+      {{Path::scalar, "tensor_{amax,cast}_{f32,bf16}_ref",
+        {tensor_amax_f32_ref, tensor_amax_bf16_ref, tensor_cast_f32_ref, tensor_cast_bf16_ref}},
+       {Path::avx512, "tensor_{amax,cast}_{f32,bf16}_avx512",
+        {tensor_amax_f32_avx512, tensor_amax_bf16_avx512, tensor_cast_f32_avx512,
+         tensor_cast_bf16_avx512}}});
+  return t;
+}
+
 }  // namespace
 
 std::vector<PathChoice> kern::quantize_path_choices() {
   return {quantize_table().choice(),       dequantize_table().choice(),
           block_quantize_table().choice(), block_dequantize_table().choice(),
-          convert_table().choice(),        nonfinite_table().choice()};
+          tensor_scale_table().choice(),   convert_table().choice(),
+          nonfinite_table().choice()};
 }
 
 const char* rounding_name(ScaleRounding r) { return r == ScaleRounding::rceil ? "rceil" : "floor"; }
@@ -127,9 +140,11 @@ const char* layout_name(MXLayout l) {
 }
 
 int64_t MXTensor::scale_rows() const {
+  if (block == 0) return 1;  // one scale for the tensor
   return layout == MXLayout::rowwise ? rows : ceil_div(rows, block);
 }
 int64_t MXTensor::scale_cols() const {
+  if (block == 0) return 1;
   return layout == MXLayout::colwise ? cols : ceil_div(cols, block);
 }
 size_t MXTensor::scale_bytes() const {
@@ -173,6 +188,8 @@ namespace {
 
 // Below this many elements the work runs on the calling thread only.
 constexpr int64_t kParallelMin = int64_t(1) << 16;
+// Element-wise helpers split into chunks of this many elements.
+constexpr int64_t kElemChunk = int64_t(1) << 16;
 
 // Runs fn(Region) over X[M,K] split among the OpenMP threads. With at least as many B-row
 // strips as threads (B: the block edge, 32 for MX, 128 for FP32-scaled blocks), each thread
@@ -348,6 +365,87 @@ void quantize_blocks_dual_impl(const T* x, int64_t M, int64_t K, const BlockQuan
   }
 }
 
+// ---- one FP32 scale for the whole tensor ----
+
+// Makes `t` an M x K per-tensor copy (tile, fp32, block 0, one scale), reusing its buffers.
+void reshape_tensor(MXTensor& t, int64_t M, int64_t K, Elem elem, const char* what) {
+  int64_t n = 0;
+  MXT_CHECK(!__builtin_mul_overflow(M, K, &n) && n <= (int64_t(1) << 48), what, ": shape ", M,
+            "x", K, " is too large (", M, " * ", K, " elements exceed 2^48)");
+  t.rows = M;
+  t.cols = K;
+  t.layout = MXLayout::tile;
+  t.elem = elem;
+  t.scale_type = ScaleType::fp32;
+  t.block = 0;
+  t.data.resize(size_t(n));
+  t.scales.resize(t.scale_bytes());
+}
+
+template <class T>
+float tensor_amax_impl(const T* x, int64_t n) {
+  MXT_CHECK(n >= 0 && (x != nullptr || n == 0), "tensor_amax: bad buffer (n = ", n, ")");
+  const kern::TensorScaleKernels& k = tensor_scale_table().get();
+  const int64_t chunks = ceil_div(n, kElemChunk);
+  uint32_t ab = 0;  // max of |x| bits: exact, so the split does not matter
+#pragma omp parallel for schedule(static) reduction(max : ab) if (n >= kParallelMin)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t len = std::min(kElemChunk, n - i * kElemChunk);
+    uint32_t a;
+    if constexpr (std::is_same_v<T, float>)
+      a = k.amax_f32(x + i * kElemChunk, len);
+    else
+      a = k.amax_bf16(x + i * kElemChunk, len);
+    ab = std::max(ab, a);
+  }
+  return bits_f32(ab);
+}
+
+// Quantizes x [M, K] with scale s (finite, > 0) into out: codes and scale_inv = fl32(1 / s).
+template <class T>
+void tensor_cast_impl(const T* x, int64_t M, int64_t K, Elem elem, float s, MXTensor& out,
+                      const char* what) {
+  reshape_tensor(out, M, K, elem, what);
+  const kern::TensorScaleKernels& k = tensor_scale_table().get();
+  const int64_t n = M * K, chunks = ceil_div(n, kElemChunk);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < chunks; ++i) {
+    const int64_t len = std::min(kElemChunk, n - i * kElemChunk);
+    if constexpr (std::is_same_v<T, float>)
+      k.cast_f32(x + i * kElemChunk, len, elem, s, out.data.data() + i * kElemChunk);
+    else
+      k.cast_bf16(x + i * kElemChunk, len, elem, s, out.data.data() + i * kElemChunk);
+  }
+  const float inv = 1.f / s;
+  std::memcpy(out.scales.data(), &inv, sizeof inv);
+}
+
+void check_tensor_config(const TensorQuantConfig& cfg, const char* what) {
+  MXT_CHECK(cfg.amax_epsilon >= 0.f && cfg.amax_epsilon <= FLT_MAX, what,
+            ": amax epsilon must be a finite number >= 0, got ", cfg.amax_epsilon);
+}
+
+template <class T>
+float quantize_tensor_scaled_impl(const T* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
+                                  MXTensor& out) {
+  check_input(x, M, K, "quantize_tensor_scaled");
+  check_tensor_config(cfg, "quantize_tensor_scaled");
+  const float amax = tensor_amax_impl(x, M * K);
+  tensor_cast_impl(x, M, K, cfg.elem, tensor_scale(amax, cfg), out, "quantize_tensor_scaled");
+  return amax;
+}
+
+template <class T>
+float quantize_tensor_given_scale_impl(const T* x, int64_t M, int64_t K, Elem elem, float scale,
+                                       MXTensor& out) {
+  check_input(x, M, K, "quantize_tensor_given_scale");
+  MXT_CHECK(scale > 0.f && scale <= FLT_MAX, "quantize_tensor_given_scale: the scale must be ",
+            "a finite number > 0, got ", scale);
+  const float amax = tensor_amax_impl(x, M * K);
+  tensor_cast_impl(x, M, K, elem, scale, out, "quantize_tensor_given_scale");
+  return amax;
+}
+
 // A copy either kind of dequantize reads: its buffers match its shape and layout.
 void check_sizes(const MXTensor& q, const char* what) {
   MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
@@ -372,9 +470,6 @@ void for_each_row_chunk(int64_t M, int64_t K, Fn&& fn) {
   for (int64_t i = 0; i < chunks; ++i)
     fn(i * kDequantRows, std::min(M, (i + 1) * kDequantRows));
 }
-
-// Element-wise helpers split into chunks of this many elements.
-constexpr int64_t kElemChunk = int64_t(1) << 16;
 
 }  // namespace
 
@@ -452,7 +547,43 @@ void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
   quantize_blocks_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
 }
 
+float tensor_amax(const float* x, int64_t n) { return tensor_amax_impl(x, n); }
+float tensor_amax(const uint16_t* x_bf16, int64_t n) { return tensor_amax_impl(x_bf16, n); }
+
+float tensor_scale(float amax, const TensorQuantConfig& cfg) {
+  check_tensor_config(cfg, "tensor_scale");
+  return kern::block_scale(amax, elem_info(cfg.elem).max_value, cfg.amax_epsilon, false);
+}
+
+float quantize_tensor_scaled(const float* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
+                             MXTensor& out) {
+  return quantize_tensor_scaled_impl(x, M, K, cfg, out);
+}
+float quantize_tensor_scaled(const uint16_t* x_bf16, int64_t M, int64_t K,
+                             const TensorQuantConfig& cfg, MXTensor& out) {
+  return quantize_tensor_scaled_impl(x_bf16, M, K, cfg, out);
+}
+float quantize_tensor_given_scale(const float* x, int64_t M, int64_t K, Elem elem, float scale,
+                                  MXTensor& out) {
+  return quantize_tensor_given_scale_impl(x, M, K, elem, scale, out);
+}
+float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, Elem elem,
+                                  float scale, MXTensor& out) {
+  return quantize_tensor_given_scale_impl(x_bf16, M, K, elem, scale, out);
+}
+
 void dequantize(const MXTensor& q, float* out) {
+  if (q.is_fp32_tensor()) {
+    check_sizes(q, "dequantize");
+    MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
+    float inv;
+    std::memcpy(&inv, q.scales.data(), sizeof inv);
+    for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
+      kern::dequantize_tensor_f32_ref(q.data.data() + r0 * q.cols, (r1 - r0) * q.cols, q.elem,
+                                      inv, out + r0 * q.cols);
+    });
+    return;
+  }
   if (q.is_fp32_blocks()) {
     check_sizes(q, "dequantize");
     MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");

@@ -1,5 +1,6 @@
 // core/quantize_block_avx512.cc — AVX-512 kernels of FP32-scaled block quantization
-// (1x128 rowwise, 128x1 colwise, 128x128 tiles, rowwise + colwise from one read), compiled
+// (1x128 rowwise, 128x1 colwise, 128x128 tiles, rowwise + colwise from one read; and the amax
+// and cast of one scale for the whole tensor, 16 lanes a step), compiled
 // with the AVX-512 flags; byte-identical to quantize_block_ref.cc.
 //
 // Rowwise runs row by row: each 1x128 block is read once for its amax and again from L1 for
@@ -181,6 +182,32 @@ void walk_any(const T* x, const BParams& p, Region g, BOut a, BOut b) {
   }
 }
 
+// One scale for the whole tensor: n contiguous elements, 16 lanes a step.
+template <class T>
+uint32_t tensor_amax(const T* x, int64_t n) {
+  __m512i m = _mm512_setzero_si512();
+  for (int64_t i = 0; i < n; i += 16)
+    m = _mm512_max_epu32(m, amax_lanes(load_bits(x + i, lanes(n - i))));
+  return uint32_t(_mm512_reduce_max_epu32(m));
+}
+
+template <class T, Elem E>
+void tensor_cast_e(const T* x, int64_t n, float s, uint8_t* d) {
+  const __m512 sv = _mm512_set1_ps(s);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = lanes(n - i);
+    put16(d + i, codes<E>(load_bits(x + i, m), sv), m);
+  }
+}
+
+template <class T>
+void tensor_cast(const T* x, int64_t n, Elem e, float s, uint8_t* d) {
+  if (e == Elem::e4m3)
+    tensor_cast_e<T, Elem::e4m3>(x, n, s, d);
+  else
+    tensor_cast_e<T, Elem::e5m2>(x, n, s, d);
+}
+
 }  // namespace
 }  // namespace mxtrain::kern::avx512
 
@@ -216,6 +243,17 @@ void quantize_b128_dual_f32_avx512(const float* x, const BParams& p, Region g, B
 void quantize_b128_dual_bf16_avx512(const uint16_t* x, const BParams& p, Region g, BOut row,
                                     BOut col) {
   walk_any<uint16_t, BMode::dual>(x, p, g, row, col);
+}
+
+uint32_t tensor_amax_f32_avx512(const float* x, int64_t n) { return avx512::tensor_amax(x, n); }
+uint32_t tensor_amax_bf16_avx512(const uint16_t* x, int64_t n) {
+  return avx512::tensor_amax(x, n);
+}
+void tensor_cast_f32_avx512(const float* x, int64_t n, Elem e, float s, uint8_t* d) {
+  avx512::tensor_cast(x, n, e, s, d);
+}
+void tensor_cast_bf16_avx512(const uint16_t* x, int64_t n, Elem e, float s, uint8_t* d) {
+  avx512::tensor_cast(x, n, e, s, d);
 }
 
 }  // namespace mxtrain::kern

@@ -75,6 +75,22 @@ using BDequantF32 = void (*)(const uint8_t* data, const float* scale_inv, int64_
                              MXLayout layout, const BParams& p, int64_t r0, int64_t r1,
                              float* out);
 
+// One FP32 scale for the whole tensor (docs/numerics.md, "Per-tensor FP32 scaling"): the
+// tensor's elements are contiguous, so these run on n elements of it (a chunk; the caller
+// max-reduces the chunks' amaxes, exactly). The amax is returned as |x| bits, NaN ignored;
+// the cast writes sat_code(fl32(x * s)) per element, the blockwise element rule.
+using TAmaxF32 = uint32_t (*)(const float* x, int64_t n);
+using TAmaxBF16 = uint32_t (*)(const uint16_t* x, int64_t n);
+using TCastF32 = void (*)(const float* x, int64_t n, Elem e, float s, uint8_t* d);
+using TCastBF16 = void (*)(const uint16_t* x, int64_t n, Elem e, float s, uint8_t* d);
+
+struct TensorScaleKernels {
+  TAmaxF32 amax_f32;
+  TAmaxBF16 amax_bf16;
+  TCastF32 cast_f32;
+  TCastBF16 cast_bf16;
+};
+
 struct BlockQuantizeKernels {
   BQuantF32 rowwise_f32, colwise_f32, tile_f32;
   BQuantBF16 rowwise_bf16, colwise_bf16, tile_bf16;
@@ -96,6 +112,14 @@ void dequantize_b128_f32_ref(const uint8_t* data, const float* scale_inv, int64_
                              MXLayout layout, const BParams& p, int64_t r0, int64_t r1,
                              float* out);
 
+uint32_t tensor_amax_f32_ref(const float* x, int64_t n);
+uint32_t tensor_amax_bf16_ref(const uint16_t* x, int64_t n);
+void tensor_cast_f32_ref(const float* x, int64_t n, Elem e, float s, uint8_t* d);
+void tensor_cast_bf16_ref(const uint16_t* x, int64_t n, Elem e, float s, uint8_t* d);
+// out[i] = fp8(data[i]) * scale_inv for n elements; NaN -> 0x7FC00000.
+void dequantize_tensor_f32_ref(const uint8_t* data, int64_t n, Elem e, float scale_inv,
+                               float* out);
+
 // ---- AVX-512 (quantize_block_avx512.cc) ----------------------------------------------------
 void quantize_b128_rowwise_f32_avx512(const float* x, const BParams& p, Region g, BOut out);
 void quantize_b128_rowwise_bf16_avx512(const uint16_t* x, const BParams& p, Region g, BOut out);
@@ -107,5 +131,10 @@ void quantize_b128_dual_f32_avx512(const float* x, const BParams& p, Region g, B
                                    BOut col);
 void quantize_b128_dual_bf16_avx512(const uint16_t* x, const BParams& p, Region g, BOut row,
                                     BOut col);
+
+uint32_t tensor_amax_f32_avx512(const float* x, int64_t n);
+uint32_t tensor_amax_bf16_avx512(const uint16_t* x, int64_t n);
+void tensor_cast_f32_avx512(const float* x, int64_t n, Elem e, float s, uint8_t* d);
+void tensor_cast_bf16_avx512(const uint16_t* x, int64_t n, Elem e, float s, uint8_t* d);
 
 }  // namespace mxtrain::kern

@@ -5,6 +5,7 @@
 // For each block: amax = max |x| over the block with NaN ignored, the scale from block_scale
 // (quantize_block_kernels.h), every element the saturating cast sat_code(fl32(x * scale)),
 // and scale_inv = fl32(1 / scale) stored. The dual-axis reference runs rowwise then colwise.
+// One scale for the whole tensor (per-tensor) uses the same amax and element rules.
 #include <algorithm>
 
 #include "core/quantize_block_kernels.h"
@@ -95,6 +96,41 @@ void quantize_b128_dual_bf16_ref(const uint16_t* x, const BParams& p, Region g, 
                                  BOut col) {
   rowwise(x, p, g, row);
   colwise(x, p, g, col);
+}
+
+// ---- one scale for the whole tensor ----
+
+namespace {
+
+template <class T>
+uint32_t tensor_amax(const T* x, int64_t n) {
+  uint32_t ab = 0;
+  for (int64_t i = 0; i < n; ++i) ab = std::max(ab, amax_bits(load(x, i)));
+  return ab;
+}
+
+template <class T>
+void tensor_cast(const T* x, int64_t n, Elem e, float s, uint8_t* d) {
+  for (int64_t i = 0; i < n; ++i) d[i] = sat_code(load(x, i) * s, e);
+}
+
+}  // namespace
+
+uint32_t tensor_amax_f32_ref(const float* x, int64_t n) { return tensor_amax(x, n); }
+uint32_t tensor_amax_bf16_ref(const uint16_t* x, int64_t n) { return tensor_amax(x, n); }
+void tensor_cast_f32_ref(const float* x, int64_t n, Elem e, float s, uint8_t* d) {
+  tensor_cast(x, n, e, s, d);
+}
+void tensor_cast_bf16_ref(const uint16_t* x, int64_t n, Elem e, float s, uint8_t* d) {
+  tensor_cast(x, n, e, s, d);
+}
+
+void dequantize_tensor_f32_ref(const uint8_t* data, int64_t n, Elem e, float scale_inv,
+                               float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = fp8_to_f32(data[i], e) * scale_inv;
+    out[i] = v != v ? bits_f32(0x7FC00000u) : v;
+  }
 }
 
 // value = fp8(code) * scale_inv in FP32; a NaN result is the canonical quiet NaN 0x7FC00000.

@@ -120,6 +120,19 @@ TensorFormat fp32_blocks(BlockShape block, Elem elem = Elem::e4m3) {
   return f;
 }
 
+// A per-tensor role (TransformerEngine's Float8CurrentScaling / DelayedScaling): one FP32
+// scale for the tensor (not rounded to a power of two), amax epsilon 0, the amax from the
+// tensor itself or from an amax history.
+TensorFormat fp32_tensor(Elem elem, ScaleSource source) {
+  TensorFormat f;
+  f.scale = ScaleType::fp32;
+  f.elem = elem;
+  f.block = BlockShape::tensor;
+  f.amax_epsilon = 0.f;
+  f.source = source;
+  return f;
+}
+
 Recipe make(std::string name, TensorFormat input, TensorFormat weight, TensorFormat grad,
             std::string note) {
   Recipe r;
@@ -162,6 +175,17 @@ const std::vector<Recipe>& registered_recipes() {
       make("blockwise-e5m2grad", fp32_blocks(B::b1x128), fp32_blocks(B::b128x128),
            fp32_blocks(B::b1x128, Elem::e5m2),
            "blockwise with E5M2 gradients (quantize/dequantize only; products not built yet)"),
+      // HYBRID, as TransformerEngine's per-tensor recipes: E4M3 forward, E5M2 gradients.
+      make("fp8-current", fp32_tensor(Elem::e4m3, ScaleSource::current),
+           fp32_tensor(Elem::e4m3, ScaleSource::current),
+           fp32_tensor(Elem::e5m2, ScaleSource::current),
+           "FP8 with one FP32 scale per tensor from its current amax; E4M3 inputs and "
+           "weights, E5M2 grads (quantize/dequantize only; products not built yet)"),
+      make("fp8-delayed", fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
+           fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
+           fp32_tensor(Elem::e5m2, ScaleSource::amax_history),
+           "fp8-current with scales from an amax history of earlier steps (delayed "
+           "scaling; products not built yet)"),
   };
   return r;
 }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "mxtrain/common.h"
@@ -24,7 +26,8 @@ std::string error_of(const std::function<void()>& fn) {
 TEST(Recipe, RegisteredNamesInOrder) {
   const std::vector<std::string> names = recipe_names();
   ASSERT_EQ(names, (std::vector<std::string>{"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad",
-                                             "blockwise", "blockwise-e5m2grad"}));
+                                             "blockwise", "blockwise-e5m2grad",
+                                             "fp8-current", "fp8-delayed"}));
   for (const std::string& n : names) EXPECT_EQ(get_recipe(n).name, n);
   ASSERT_EQ(registered_recipes().size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(registered_recipes()[i], get_recipe(names[i]));
@@ -86,6 +89,21 @@ TEST(Recipe, EntriesAreTheirFormats) {
   EXPECT_EQ(bw5.role(Role::input), fp32b(BlockShape::b1x128));
   EXPECT_EQ(bw5.role(Role::weight), fp32b(BlockShape::b128x128));
   EXPECT_EQ(bw5.role(Role::grad), fp32b(BlockShape::b1x128, Elem::e5m2));
+
+  // fp8-current / fp8-delayed: one FP32 scale per tensor (not pow2), E4M3 inputs and
+  // weights, E5M2 grads; the amax of the current tensor or of a history.
+  for (auto [n, src] : {std::pair{"fp8-current", ScaleSource::current},
+                        std::pair{"fp8-delayed", ScaleSource::amax_history}}) {
+    const Recipe pt = get_recipe(n);
+    for (Role role : {Role::input, Role::weight, Role::grad}) {
+      TensorFormat f;
+      f.scale = ScaleType::fp32;
+      f.elem = role == Role::grad ? Elem::e5m2 : Elem::e4m3;
+      f.block = BlockShape::tensor;
+      f.source = src;
+      EXPECT_EQ(pt.role(role), f) << n << " " << role_name(role);
+    }
+  }
 
   Recipe floor = x;
   floor.set_rule(ScaleRounding::floor);
@@ -214,7 +232,7 @@ TEST(Recipe, ProductsBuilt) {
     EXPECT_TRUE(products_built(get_recipe(n))) << n;
     EXPECT_NO_THROW(check_products_built(get_recipe(n)));
   }
-  for (const char* n : {"blockwise", "blockwise-e5m2grad"}) {
+  for (const char* n : {"blockwise", "blockwise-e5m2grad", "fp8-current", "fp8-delayed"}) {
     EXPECT_FALSE(products_built(get_recipe(n))) << n;
     const std::string msg = error_of([&] { check_products_built(get_recipe(n)); });
     EXPECT_EQ(msg.rfind(std::string(n) + ": the quantized products are not built yet; "
@@ -250,6 +268,32 @@ TEST(Recipe, MakeCopiesBlockwise) {
   EXPECT_EQ(s0, 1.f / (448.f / 100.f));
 }
 
+// make_copies of a per-tensor role: one tile copy per role (it serves both axes), the bytes
+// of quantize_tensor_scaled with the role's element; delayed scaling needs its history.
+TEST(Recipe, MakeCopiesPerTensor) {
+  const int64_t M = 130, K = 129;
+  std::vector<float> x(size_t(M * K));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = float(int(i % 29) - 14) * 0.37f;
+  const Recipe r = get_recipe("fp8-current");
+  for (Role role : {Role::input, Role::weight, Role::grad}) {
+    EXPECT_EQ(copies_needed(r, role), CopySet{Copy::tile}) << role_name(role);
+    QTensor q;
+    make_copies(x.data(), M, K, r.role(role), q, copies_needed(r, role));
+    EXPECT_EQ(q.present, CopySet{Copy::tile});
+    MXTensor want;
+    EXPECT_EQ(quantize_tensor_scaled(x.data(), M, K, {r.role(role).elem, 0.f}, want),
+              14.f * 0.37f);
+    EXPECT_TRUE(q.tile.is_fp32_tensor());
+    EXPECT_EQ(q.tile.elem, role == Role::grad ? Elem::e5m2 : Elem::e4m3);
+    EXPECT_TRUE(q.tile.data == want.data && q.tile.scales == want.scales) << role_name(role);
+  }
+  const Recipe d = get_recipe("fp8-delayed");
+  QTensor q;
+  const std::string msg =
+      error_of([&] { make_copies(x.data(), M, K, d.role(Role::input), q, {Copy::tile}); });
+  EXPECT_NE(msg.find("amax history"), std::string::npos) << msg;
+}
+
 TEST(Recipe, Describe) {
   const std::string d = get_recipe("mxfp8-e5m2grad").describe();
   EXPECT_NE(d.find("mxfp8-e5m2grad: "), std::string::npos) << d;
@@ -264,6 +308,10 @@ TEST(Recipe, Describe) {
                 "weight  e4m3, fp32_pow2 scales per 128x128 block, current amax"),
             std::string::npos)
       << get_recipe("blockwise").describe();
+  const std::string pt = get_recipe("fp8-delayed").describe();
+  EXPECT_NE(pt.find("grad    e5m2, fp32 scales per tensor, amax_history amax"),
+            std::string::npos)
+      << pt;
 }
 
 }  // namespace
