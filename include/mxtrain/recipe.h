@@ -81,8 +81,8 @@ struct Recipe {
 bool defer_backward_quant_applies(const Recipe& r);
 
 // Whether the quantized products (mxtrain/gemm.h) read recipe r's copies: every scaled role is
-// an MX format (E8M0 scales). FP32-scaled recipes (blockwise) quantize and dequantize, but
-// their products are not built yet.
+// an MX format (E8M0 scales per 32) or FP32-scaled 128-blocks (blockwise). Per-tensor recipes
+// (fp8-current, fp8-delayed) quantize and dequantize, but their products are not built yet.
 bool products_built(const Recipe& r);
 // Throws "<name>: the quantized products are not built yet; quantize/dequantize support it"
 // unless products_built(r). Layers (LinearPrecision::validate), the config parser, the

@@ -88,8 +88,13 @@ std::string Recipe::describe() const {
 bool defer_backward_quant_applies(const Recipe& r) { return r.role(Role::input).quantized(); }
 
 bool products_built(const Recipe& r) {
-  for (const TensorFormat& f : r.roles)
-    if (f.quantized() && f.scale != ScaleType::e8m0) return false;
+  for (const TensorFormat& f : r.roles) {
+    if (!f.quantized()) continue;
+    const bool mx = f.scale == ScaleType::e8m0 && block_edge(f.block) == 32;
+    const bool fp32_blocks = (f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
+                             block_edge(f.block) == 128;
+    if (!mx && !fp32_blocks) return false;
+  }
   return true;
 }
 

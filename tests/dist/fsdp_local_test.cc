@@ -72,7 +72,7 @@ TEST(FsdpLocal, GradientsPassThroughAndNormsCountEachElementOnce) {
 // the shard grad is the sum of the micro-batches' reduce-scatters — here (one rank, no
 // padding reorder issue: 40 rows pad to 64) exactly the sum the layer would accumulate itself.
 TEST(FsdpLocal, LentGradientLivesOnlyThroughTheBackwardAndShardsSumMicroBatches) {
-  for (const char* recipe : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+  for (const char* recipe : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
     Linear lent("l", 40, 33, false, prec(recipe)), own("l", 40, 33, false, prec(recipe));
     for (size_t i = 0; i < lent.weight.value.size(); ++i)
       lent.weight.value[i] = own.weight.value[i] = float(int(i % 13) - 6) / 8.f;

@@ -86,12 +86,12 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
 // switched to), before anything is allocated.
 TEST(LinearPrecision, RefusesRecipesWithoutProducts) {
   LinearPrecision p;
-  p.recipe = get_recipe("blockwise");
+  p.recipe = get_recipe("fp8-current");
   try {
     Linear("l", 8, 8, false, p);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("blockwise: the quantized products are not built yet; "
+    EXPECT_EQ(std::string(e.what()).rfind("fp8-current: the quantized products are not built yet; "
                                           "quantize/dequantize support it", 0),
               0u)
         << e.what();
@@ -207,7 +207,7 @@ TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
   auto x = randn(T * in, 10), dy = randn(T * out, 11);
   Linear ref = make_layer("bf16", false, in, out, true, 12);
   Result rb = run_layer(ref, x, dy, T);
-  for (std::string name : {"mxfp8", "mxfp8-32x32"}) {
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 12);
     Result rm = run_layer(l, x, dy, T);
@@ -223,7 +223,7 @@ TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
 TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
   const int64_t T = 37, in = 70, out = 45;
   auto x = randn(T * in, 20), dy = randn(T * out, 21, 1e-3f);
-  for (std::string name : {"mxfp8", "mxfp8-32x32"}) {
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, false, 22);
     Result r = run_layer(l, x, dy, T);
@@ -305,7 +305,7 @@ TEST(LinearMx, WeightCacheHoldsOnlyFp8Copies) {
   const size_t row = size_t(out * in + out * ceil_div(in, 32));
   const size_t col = size_t(out * in + ceil_div(out, 32) * in);
   const size_t tile = size_t(out * in + ceil_div(out, 32) * ceil_div(in, 32));
-  for (std::string name : {"mxfp8", "mxfp8-32x32"})
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"})
     for (bool defer : {false, true}) {
       SCOPED_TRACE(name + (defer ? " defer" : ""));
       Linear l = make_layer(name, defer, in, out, true, 47);
@@ -349,7 +349,7 @@ TEST(LinearWeightReuse, OneQuantizationPerStepAcrossMicroBatches) {
 TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
   const int64_t T = 9, in = 33, out = 17;
   auto x = randn(T * in, 60);
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, false, 61);
     std::vector<float> y0(size_t(T * out)), y1 = y0, y2 = y0, yf = y0;
@@ -373,7 +373,7 @@ TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
 TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
   const int64_t T = 12, in = 64, out = 40;
   auto x = randn(T * in, 70), dy = randn(T * out, 71);
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"})
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"})
     for (bool defer : {false, true}) {
       if (name == "bf16" && defer) continue;
       SCOPED_TRACE(name + (defer ? " defer" : ""));
@@ -444,7 +444,7 @@ TEST(LinearErrors, BadArgumentsAndPrecision) {
 
 TEST(LinearMx, NanPropagatesWithoutThrowing) {
   const int64_t T = 4, in = 64, out = 8;
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 90);
     auto x = randn(T * in, 91), dy = randn(T * out, 92);
@@ -463,7 +463,7 @@ TEST(LinearMx, ResultsIndependentOfThreadCount) {
   const int64_t T = 200, in = 256, out = 192;
   auto x = randn(T * in, 100), dy = randn(T * out, 101);
   const int saved_threads = omp_get_max_threads();
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
     SCOPED_TRACE(name);
     Result res[2];
     for (int i = 0; i < 2; ++i) {

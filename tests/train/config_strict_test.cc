@@ -132,12 +132,12 @@ TEST(ConfigOverrides, AppliedAndCheckedLikeFileValues) {
             "--recipe: `precision.defer_backward_quant` is only valid with an FP8 recipe "
             "(recipe is `bf16`)");
   // A recipe whose products are not built stops the run at start-up, naming the flag.
-  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "blockwise", "--recipe"}}),
-            "--recipe: blockwise: the quantized products are not built yet; quantize/dequantize "
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "fp8-current", "--recipe"}}),
+            "--recipe: fp8-current: the quantized products are not built yet; quantize/dequantize "
             "support it");
   EXPECT_EQ(error_of(kModel + kTraining +
-                     "precision: {recipe: mxfp8, overrides: {'layers.0.*': blockwise-e5m2grad}}\n")
-                .rfind("test.yaml: blockwise-e5m2grad: the quantized products are not built yet",
+                     "precision: {recipe: mxfp8, overrides: {'layers.0.*': fp8-delayed}}\n")
+                .rfind("test.yaml: fp8-delayed: the quantized products are not built yet",
                        0),
             0u);
   // The file's own bad value still names the file, even with overrides given.
