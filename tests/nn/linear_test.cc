@@ -305,12 +305,15 @@ TEST(LinearMx, WeightCacheHoldsOnlyFp8Copies) {
   const size_t row = size_t(out * in + out * ceil_div(in, 32));
   const size_t col = size_t(out * in + ceil_div(out, 32) * in);
   const size_t tile = size_t(out * in + ceil_div(out, 32) * ceil_div(in, 32));
+  // blockwise: one FP32 scale (4 bytes) per 128x128 tile.
+  const size_t tile128 = size_t(out * in + 4 * ceil_div(out, 128) * ceil_div(in, 128));
   for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"})
     for (bool defer : {false, true}) {
       SCOPED_TRACE(name + (defer ? " defer" : ""));
       Linear l = make_layer(name, defer, in, out, true, 47);
       run_layer(l, x, dy, T);
-      EXPECT_EQ(l.weight_cache().bytes(), name == "mxfp8" ? row + col : tile);
+      EXPECT_EQ(l.weight_cache().bytes(),
+                name == "mxfp8" ? row + col : name == "blockwise" ? tile128 : tile);
       EXPECT_FALSE(l.weight_cache().has(Copy::bf16));
     }
 }
@@ -395,6 +398,9 @@ TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
         } else if (name == "mxfp8-32x32") {
           c.tile = quantize(master.data(), out, in, MXLayout::tile, cfg);
           c.present |= {Copy::tile};
+        } else if (name == "blockwise") {  // one 128x128-tile copy, FP32 scales
+          make_copies(master.data(), out, in, get_recipe(name).role(Role::weight), c,
+                      {Copy::tile});
         } else if (use == Use::forward) {
           c.rowwise = quantize(master.data(), out, in, MXLayout::rowwise, cfg);
           c.present |= {Copy::rowwise};
