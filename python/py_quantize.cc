@@ -4,8 +4,9 @@
 // quantize() returns the same arrays `mxtrain quantize` writes as .npy files (the options
 // checked by the same io::quantize_setup; the same core calls: quantize_dual for 1x32
 // recipes, quantize(tile32) for mxfp8-32x32, quantize_blocks_dual / quantize_blocks(tile) for
-// blockwise inputs / weights), so the bytes are identical; the code arrays own the engine's
-// buffers (no copy), FP32 scale_inv grids are float32 copies. dequantize() takes such a
+// blockwise inputs / weights, quantize_tensor_scaled for fp8-current), so the bytes are
+// identical; the code arrays own the engine's buffers (no copy), FP32 scale_inv grids (and
+// fp8-current's one scale_inv, float32 [1]) are float32 copies. dequantize() takes such a
 // dict back. matmul() quantizes x and w as the quantized Linear's forward does and returns
 // x·wᵀ from gemm_mx in FP32. The GIL is released while kernels run.
 #include <cstring>
@@ -88,6 +89,25 @@ py::dict quantize_blocks_py(const Input& x, const io::QuantizeSetup& s) {
   return out;
 }
 
+// fp8-current: one copy ("data") and its one scale_inv, float32 [1].
+py::dict quantize_tensor_py(const Input& x, const io::QuantizeSetup& s) {
+  const TensorQuantConfig cfg{s.format().elem, s.format().amax_epsilon};
+  MXTensor t;
+  {
+    py::gil_scoped_release nogil;
+    if (x.f32)
+      quantize_tensor_scaled(x.f32, x.rows, x.cols, cfg, t);
+    else
+      quantize_tensor_scaled(x.bf16, x.rows, x.cols, cfg, t);
+  }
+  py::dict out;
+  py::array_t<float> s_inv(1);
+  std::memcpy(s_inv.mutable_data(), t.scales.data(), sizeof(float));
+  out["data"] = owning_array(std::move(t.data), t.rows, t.cols);
+  out["scale_inv"] = s_inv;
+  return out;
+}
+
 py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
                      const std::optional<std::string>& elem,
                      const std::optional<std::string>& rounding,
@@ -103,6 +123,7 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
   opt.fp32_scales = fp32_scales;
   const io::QuantizeSetup setup = as_value_error([&] { return io::quantize_setup(opt); });
   const Input x = input_arg(x_obj, "x");
+  if (setup.per_tensor()) return quantize_tensor_py(x, setup);
   if (setup.fp32_scaled()) return quantize_blocks_py(x, setup);
   const QuantConfig cfg = setup.cfg;
   py::dict out;
@@ -167,6 +188,35 @@ MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* s
   return t;
 }
 
+// A per-tensor copy rebuilt from q["data"] (uint8 codes) and q["scale_inv"] (float32 [1]).
+MXTensor tensor_from_scalar_dict(const py::dict& q, Elem elem) {
+  for (const char* k : {"data", "scale_inv"})
+    if (!q.contains(k)) missing_key(q, k);
+  py::array d = matrix_arg(q["data"], "q['data']");
+  if (!has_dtype<uint8_t>(d))
+    throw py::type_error("q['data'] must have dtype uint8, got " + dtype_of(d));
+  if (!py::isinstance<py::array>(q["scale_inv"]))
+    throw py::type_error("q['scale_inv'] must be a numpy.ndarray of one float32");
+  py::array s = py::reinterpret_borrow<py::array>(q["scale_inv"]);
+  if (!has_dtype<float>(s))
+    throw py::type_error("q['scale_inv'] must have dtype float32, got " + dtype_of(s));
+  if (s.ndim() != 1 || s.shape(0) != 1)
+    throw py::value_error("q['scale_inv'] has shape " + shape_of(s) +
+                          ", but a per-tensor copy has one scale_inv, shape (1,)");
+  MXTensor t;
+  t.rows = d.shape(0);
+  t.cols = d.shape(1);
+  t.layout = MXLayout::tile;
+  t.elem = elem;
+  t.scale_type = ScaleType::fp32;
+  t.block = 0;
+  t.data.resize(size_t(t.rows * t.cols));
+  t.scales.resize(t.scale_bytes());
+  std::memcpy(t.scales.data(), s.data(), sizeof(float));  // one element
+  std::memcpy(t.data.data(), d.data(), t.data.size());     // C-contiguous (matrix_arg)
+  return t;
+}
+
 py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
                         const std::optional<std::string>& elem_obj,
                         const std::optional<std::string>& layout_obj) {
@@ -177,6 +227,18 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
     throw py::type_error("q must be a dict of arrays as returned by quantize(), got " +
                          py::str(py::type::of(q_obj).attr("__name__")).cast<std::string>());
   const py::dict q = py::reinterpret_borrow<py::dict>(q_obj);
+  if (r.role(Role::weight).block == BlockShape::tensor) {
+    if (layout_obj && *layout_obj != "tile")
+      throw py::value_error("layout '" + *layout_obj + "' does not exist for recipe '" +
+                            r.name + "'; valid: tile");
+    MXTensor t = tensor_from_scalar_dict(q, elem);
+    std::vector<float> y(size_t(t.rows * t.cols));
+    {
+      py::gil_scoped_release nogil;
+      dequantize(t, y.data());
+    }
+    return owning_array(std::move(y), t.rows, t.cols);
+  }
   // blockwise: a weight's dict holds the tile copy ("data"), an input's the two 1-D copies.
   const bool tiled = fp32 ? q.contains("data") : weight_tiled(r);
   const std::string layout = layout_obj.value_or(tiled ? "tile" : "rowwise");

@@ -1,6 +1,6 @@
 // cli/cmd_quantize.cc — `mxtrain quantize` and `mxtrain dequantize`: quantize a float32 .npy
 // matrix into a directory of .npy files (uint8 FP8 codes + E8M0 scale bytes for MX recipes,
-// float32 scale_inv grids for blockwise) and back.
+// float32 scale_inv grids for blockwise, one float32 scale_inv for fp8-current) and back.
 //
 // Thin layer over io/quantize_files.h (which holds the logic and is what the tests call):
 // parses options, turns --elem / --scale-rounding / --role into core enums (their parsers
@@ -72,8 +72,9 @@ MXT_REGISTER_COMMAND("quantize", [](CLI::App& app) {
       "[ceil(M/32),K]; mxfp8-32x32: data.npy, scale.npy [ceil(M/32),ceil(K/32)]; blockwise "
       "--role input: rowwise.npy, rowwise_scale_inv.npy [M,ceil(K/128)] float32, colwise.npy, "
       "colwise_scale_inv.npy [ceil(M/128),K]; --role weight: data.npy, scale_inv.npy "
-      "[ceil(M/128),ceil(K/128)]; plus meta.json. bf16 has nothing to quantize and is "
-      "refused.");
+      "[ceil(M/128),ceil(K/128)]; fp8-current (either role): data.npy, scale_inv.npy [1] "
+      "float32 (one scale for the tensor); plus meta.json. bf16 has nothing to quantize and "
+      "fp8-delayed needs an amax history (a training state): both are refused.");
   sub->add_option("--input", a->input, "Input .npy: 2-D little-endian float32 [M,K]")->required();
   sub->add_option("--recipe", a->recipe, "Recipe name: mxfp8, mxfp8-32x32, ...")->required();
   sub->add_option("--scale-rounding", a->rounding,
@@ -81,9 +82,10 @@ MXT_REGISTER_COMMAND("quantize", [](CLI::App& app) {
   sub->add_option("--elem", a->elem, "Element format: e4m3 (default) or e5m2");
   sub->add_option("--role", a->role,
                   "blockwise: input (default; 1x128 rowwise + colwise copies) or weight "
-                  "(128x128 tiles)");
+                  "(128x128 tiles); fp8-current: input (default) or weight (one copy)");
   sub->add_option("--amax-epsilon", a->amax_epsilon,
-                  "blockwise: a block amax below this counts as it (finite, >= 0; default 0)");
+                  "blockwise, fp8-current: a block's (tensor's) amax below this counts as it "
+                  "(finite, >= 0; default 0)");
   sub->add_flag("--fp32-scales", a->fp32_scales,
                 "blockwise: keep FP32 scales as computed instead of truncating them to powers "
                 "of two");
@@ -98,8 +100,8 @@ MXT_REGISTER_COMMAND("dequantize", [](CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "dequantize",
       "Turn a directory written by `mxtrain quantize` back into a float32 .npy [M,K] (from "
-      "the rowwise copy for mxfp8 and blockwise inputs, the tile copy for mxfp8-32x32 and "
-      "blockwise weights).");
+      "the rowwise copy for mxfp8 and blockwise inputs, the tile copy for mxfp8-32x32, "
+      "blockwise weights and fp8-current).");
   sub->add_option("--in-dir", a->in_dir, "Directory written by `mxtrain quantize`")->required();
   sub->add_option("--recipe", a->recipe, "Recipe it was quantized with")->required();
   sub->add_option("--elem", a->elem, "Element format (checked against meta.json)");

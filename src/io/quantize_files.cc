@@ -56,6 +56,9 @@ bool fp32_scaled(const Recipe& r) {
   return t == ScaleType::fp32 || t == ScaleType::fp32_pow2;
 }
 
+// Whether the recipe keeps one FP32 scale per tensor (fp8-current, fp8-delayed).
+bool per_tensor(const Recipe& r) { return r.role(Role::weight).block == BlockShape::tensor; }
+
 // One stored copy: its kind and file names.
 struct CopyFiles {
   Copy copy;
@@ -77,10 +80,12 @@ std::vector<CopyFiles> copies_for(const Recipe& r, Role role) {
   if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", f ? "scale_inv.npy" : "scale.npy"});
   return out;
 }
-// meta.json's "layout": "rowwise+colwise", or "tile32" / "tile128" (the tile's edge).
+// meta.json's "layout": "rowwise+colwise", "tile32" / "tile128" (the tile's edge), or
+// "tensor" (one scale for the tensor).
 std::string layout_label(const Recipe& r, Role role) {
   const CopySet c = copies_needed(r, role);
   if (!c.has(Copy::tile)) return c.name();
+  if (per_tensor(r)) return "tensor";
   return fp32_scaled(r) ? "tile128" : "tile32";
 }
 
@@ -114,15 +119,32 @@ NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
   return npy_from_u8(bytes.data(), {rows, cols});
 }
 
-// A copy's scale grid as .npy: uint8 E8M0 bytes, or float32 scale_inv values.
+// meta.json's "block": the scale block's edge, 0 for one scale per tensor.
+int64_t block_label(const Recipe& r) {
+  return per_tensor(r) ? 0 : fp32_scaled(r) ? kFp32ScaleBlock : kMXBlock;
+}
+
+// A copy's scale grid as .npy: uint8 E8M0 bytes, float32 scale_inv values, or one float32
+// scale_inv [1] for a per-tensor copy.
 NpyArray scale_array(const MXTensor& t) {
   if (t.is_mx()) return u8_array(t.scales, t.scale_rows(), t.scale_cols());
+  if (t.is_fp32_tensor()) return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()), {1});
   return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
                       {t.scale_rows(), t.scale_cols()});
 }
 
 // The options that apply to the recipe's kind, checked before anything is read.
 void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
+  MXT_CHECK(r.role(Role::weight).source == ScaleSource::current, "recipe '", r.name,
+            "' scales by an amax history of earlier steps: delayed scaling needs an amax "
+            "history (a training state), which one quantize call does not have; use "
+            "fp8-current for the scale of this tensor's own amax");
+  if (per_tensor(r)) {
+    MXT_CHECK(!opt.fp32_scales, "--fp32-scales applies to blockwise; recipe '", r.name,
+              "' has FP32 scales already (one per tensor, not rounded to powers of two)");
+    MXT_CHECK(!opt.rounding, "--scale-rounding applies to MX recipes (E8M0 scales); recipe '",
+              r.name, "' has one FP32 scale per tensor");
+  }
   if (fp32_scaled(r)) {
     MXT_CHECK(!opt.rounding, "--scale-rounding applies to MX recipes (E8M0 scales); recipe '",
               r.name, "' has FP32 scales (use --fp32-scales for unrounded ones)");
@@ -141,6 +163,7 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
 }  // namespace
 
 bool QuantizeSetup::fp32_scaled() const { return io::fp32_scaled(recipe); }
+bool QuantizeSetup::per_tensor() const { return io::per_tensor(recipe); }
 
 QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
   QuantizeSetup s;
@@ -196,7 +219,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   }
   meta["layout"] = layout_label(recipe, res.role);
   meta["shape"] = {M, K};
-  meta["block"] = fp32 ? kFp32ScaleBlock : kMXBlock;
+  meta["block"] = block_label(recipe);
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy c = copies[i].copy;
     MXT_CHECK(q.has(c), "internal error: the recipe made no ", copy_name(c), " copy");
@@ -255,8 +278,9 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
                 "' is not input or weight");
       role = parse_quantize_role(rn);
       const std::string st = meta.at("scale_type").get<std::string>();
-      MXT_CHECK(st == "fp32" || st == "fp32_pow2", meta_path, ": scale_type '", st,
-                "' is not fp32 or fp32_pow2");
+      MXT_CHECK(st == "fp32" || (st == "fp32_pow2" && !per_tensor(recipe)), meta_path,
+                ": scale_type '", st, "' is not ",
+                per_tensor(recipe) ? "fp32 (one scale per tensor)" : "fp32 or fp32_pow2");
       scale = st == "fp32" ? ScaleType::fp32 : ScaleType::fp32_pow2;
     }
     MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path,
@@ -285,7 +309,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     const NpyArray d = read_npy(data_path);
     const NpyArray s = read_npy(scale_path);
     npy_require(d, "|u1", 2, data_path);
-    npy_require(s, scale_dtype, 2, scale_path);
+    npy_require(s, scale_dtype, per_tensor(recipe) ? 1 : 2, scale_path);
     const std::vector<int64_t> want_d = {res.rows, res.cols};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);
@@ -295,9 +319,11 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXTensor t = MXTensor::empty(res.rows, res.cols, layout, res.elem);
     if (fp32) {
       t.scale_type = scale;
-      t.block = kFp32ScaleBlock;
+      t.block = block_label(recipe);
     }
-    const std::vector<int64_t> want_s = {t.scale_rows(), t.scale_cols()};
+    const std::vector<int64_t> want_s =
+        t.is_fp32_tensor() ? std::vector<int64_t>{1}
+                           : std::vector<int64_t>{t.scale_rows(), t.scale_cols()};
     MXT_CHECK(s.shape == want_s, scale_path, ": shape ", shape_str(s.shape), " does not match ",
               shape_str(want_s), " expected for a ", res.rows, "x", res.cols, " ",
               layout_name(layout), " scale grid");

@@ -167,6 +167,90 @@ TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
   EXPECT_FALSE(std::filesystem::exists(d / "y.npy"));
 }
 
+// fp8-current, both roles: data.npy [M, K] and scale_inv.npy float32 [1] hold core's
+// quantize_tensor_scaled bytes; dequantize gives core's dequantize.
+TEST(QuantizeFiles, PerTensorFilesEqualCoreQuantize) {
+  for (auto [M, K] : std::vector<std::pair<int64_t, int64_t>>{{1, 1}, {129, 130}, {2, 300}}) {
+    ScratchDir d;
+    const std::vector<float> x = make_input(M, K, uint32_t(M * 5 + K));
+    const std::string in = write_input(d, x, M, K);
+    for (auto [role, elem] : {std::pair{Role::input, Elem::e4m3}, std::pair{Role::weight, Elem::e5m2}}) {
+      QuantizeFilesOptions o;
+      o.recipe = "fp8-current";
+      o.role = role;
+      o.elem = elem;
+      o.amax_epsilon = role == Role::weight ? 0.5f : 0.f;
+      const std::string q = d / role_name(role);
+      const QuantizeFilesResult r = quantize_npy_to_dir(in, q, o);
+      EXPECT_EQ(r.scale, ScaleType::fp32);
+      EXPECT_EQ(list_dir(q), (std::vector<std::string>{"data.npy", "meta.json", "scale_inv.npy"}));
+      MXTensor t;
+      quantize_tensor_scaled(x.data(), M, K, {elem, *o.amax_epsilon}, t);
+      EXPECT_EQ(read_file(q + "/data.npy"), u8_npy(t.data, M, K));
+      EXPECT_EQ(read_file(q + "/scale_inv.npy"),
+                npy_encode(npy_from_f32(reinterpret_cast<const float*>(t.scales.data()), {1})));
+      const auto meta = nlohmann::json::parse(read_text_file(q + "/meta.json"));
+      EXPECT_EQ(meta["role"], role_name(role));
+      EXPECT_EQ(meta["scale_type"], "fp32");
+      EXPECT_EQ(meta["layout"], "tensor");
+      EXPECT_EQ(meta["block"], 0);
+      EXPECT_EQ(meta["elem"], elem_name(elem));
+      const DequantizeFilesResult dr =
+          dequantize_dir_to_npy(q, d / "y.npy", {"fp8-current", {}});
+      EXPECT_EQ(dr.source, "data.npy");
+      std::vector<float> want(size_t(M * K));
+      dequantize(t, want.data());
+      EXPECT_EQ(std::memcmp(read_npy(d / "y.npy").data.data(), want.data(), want.size() * 4), 0);
+    }
+  }
+  // Hand-computed: amax 5 -> scale 448/5 = 89.6, scale_inv 0x3C36DB6E; codes 5 -> 0x7E,
+  // 1 -> 0x6B, -2.5 -> 0xF6, 0 -> 0.
+  ScratchDir d;
+  const std::vector<float> x{5.f, 1.f, -2.5f, 0.f};
+  quantize_npy_to_dir(write_input(d, x, 2, 2), d / "q", {"fp8-current", {}, {}});
+  const NpyArray data = read_npy(d / "q/data.npy"), s = read_npy(d / "q/scale_inv.npy");
+  EXPECT_EQ(data.shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(std::vector<uint8_t>(data.data.begin(), data.data.end()),
+            (std::vector<uint8_t>{0x7E, 0x6B, 0xF6, 0x00}));
+  EXPECT_EQ(s.shape, (std::vector<int64_t>{1}));
+  EXPECT_EQ(s.dtype, "<f4");
+  EXPECT_EQ(std::vector<uint8_t>(s.data.begin(), s.data.end()),
+            (std::vector<uint8_t>{0x6E, 0xDB, 0x36, 0x3C}));
+  // A [1, 1] scale_inv (a grid, not the one scale) is refused before anything is written.
+  write_npy(d / "q/scale_inv.npy", npy_from_f32(std::vector<float>(1, 1.f).data(), {1, 1}));
+  EXPECT_THROW(dequantize_dir_to_npy(d / "q", d / "y.npy", {"fp8-current", {}}), Error);
+  EXPECT_FALSE(std::filesystem::exists(d / "y.npy"));
+}
+
+// The per-tensor recipes refuse what does not apply to them, with one line naming why.
+TEST(QuantizeFiles, PerTensorRefusals) {
+  ScratchDir d;
+  const std::string in = write_input(d, make_input(4, 4, 2), 4, 4);
+  auto error_of = [&](const QuantizeFilesOptions& o) {
+    try {
+      quantize_npy_to_dir(in, d / "q", o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  QuantizeFilesOptions o;
+  o.recipe = "fp8-delayed";
+  EXPECT_NE(error_of(o).find("delayed scaling needs an amax history (a training state)"),
+            std::string::npos)
+      << error_of(o);
+  o.recipe = "fp8-current";
+  o.fp32_scales = true;
+  EXPECT_NE(error_of(o).find("has FP32 scales already"), std::string::npos) << error_of(o);
+  o.fp32_scales = false;
+  o.rounding = ScaleRounding::floor;
+  EXPECT_NE(error_of(o).find("--scale-rounding applies to MX recipes"), std::string::npos);
+  o.rounding = {};
+  o.amax_epsilon = -1.f;
+  EXPECT_NE(error_of(o).find("--amax-epsilon must be a finite number >= 0"), std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(d / "q"));
+}
+
 TEST(QuantizeFiles, ElemAndRoundingOptionsReachTheBytes) {
   const int64_t M = 33, K = 40;
   ScratchDir d;

@@ -294,10 +294,48 @@ def test_blockwise(tmp):
     print(f"blockwise cli byte equality: {runs} cases")
 
 
+def test_fp8_current(tmp):
+    # Hand-computed: amax 5 -> scale 448/5 = 89.6 (FP32, not a power of two), scale_inv
+    # 0x3C36DB6E; 5 -> 0x7E, 1 -> 88 (0x6B), -2.5 -> 0xF6, 0 -> 0.
+    q = mxtrain.quantize(np.array([[5, 1], [-2.5, 0]], np.float32), recipe="fp8-current")
+    check(sorted(q) == ["data", "scale_inv"], f"keys {sorted(q)}")
+    check(q["data"].tobytes() == bytes([0x7E, 0x6B, 0xF6, 0x00]), q["data"].tobytes().hex())
+    check(q["scale_inv"].dtype == np.float32 and q["scale_inv"].shape == (1,),
+          f"scale_inv {q['scale_inv'].dtype} {q['scale_inv'].shape}")
+    check(q["scale_inv"].tobytes() == bytes([0x6E, 0xDB, 0x36, 0x3C]), q["scale_inv"].tobytes().hex())
+    # The CLI writes the same bytes; both dequantize to the same values.
+    for si, shape in enumerate([(1, 1), (31, 129), (130, 257)]):
+        x = awkward(shape, 300 + si)
+        xin = os.path.join(tmp, f"tx{si}.npy")
+        np.save(xin, x)
+        for role, elem, eps in (("input", "e4m3", None), ("weight", "e5m2", 1e-3)):
+            out = os.path.join(tmp, f"t{si}_{role}")
+            args = ["--role", role, "--elem", elem, "--out-dir", out]
+            args += ["--amax-epsilon", str(eps)] if eps is not None else []
+            run_cli("quantize", "--input", xin, "--recipe", "fp8-current", *args)
+            q = mxtrain.quantize(x, recipe="fp8-current", role=role, elem=elem, amax_epsilon=eps)
+            what = f"fp8-current {shape} {role}"
+            for name in ("data", "scale_inv"):
+                same_bytes(q[name], np.load(os.path.join(out, name + ".npy")), f"{what} {name}")
+            run_cli("dequantize", "--in-dir", out, "--recipe", "fp8-current", "--output",
+                    out + ".y.npy")
+            same_bytes(mxtrain.dequantize(q, recipe="fp8-current", elem=elem),
+                       np.load(out + ".y.npy"), f"{what} dequantize")
+    for kwargs, msg in (({"recipe": "fp8-delayed"}, "delayed scaling needs an amax history"),
+                        ({"recipe": "fp8-current", "fp32_scales": True}, "FP32 scales already")):
+        try:
+            mxtrain.quantize(np.ones((2, 2), np.float32), **kwargs)
+            raise AssertionError(f"{kwargs} was not refused")
+        except ValueError as e:
+            check(msg in str(e), f"{kwargs}: {e}")
+    print("fp8-current: hand-computed bytes, cli byte equality")
+
+
 if __name__ == "__main__":
     with tempfile.TemporaryDirectory(prefix="mxt_py_quantize_") as tmp:
         test_matches_cli(tmp)
         test_blockwise(tmp)
+        test_fp8_current(tmp)
     test_bf16_input()
     test_every_isa_same_bytes()
     test_round_trip()

@@ -19,6 +19,11 @@
 //   meta.json as above without "scale_rounding", with "role", "scale_type" (fp32_pow2, or
 //   fp32 with fp32_scales), "amax_epsilon", "block": 128 and layout "rowwise+colwise" or
 //   "tile128".
+// fp8-current (one FP32 scale per tensor) writes, for either role, one copy:
+//     data.npy [M, K], scale_inv.npy [1] float32
+//   meta.json as for blockwise, with scale_type fp32, "block": 0 and layout "tensor";
+//   --fp32-scales and --scale-rounding are refused. fp8-delayed is refused: its scale comes
+//   from an amax history, a training state.
 // The element format defaults to the role's (E4M3) and the MX rounding to the recipe's
 // (rceil). MX recipes write the weight's copies and take no role, epsilon or fp32_scales;
 // FP32-scaled recipes take no scale rounding. `bf16` quantizes nothing and is refused. The
@@ -61,6 +66,7 @@ struct QuantizeSetup {
   QuantConfig cfg;
   const TensorFormat& format() const { return recipe.role(role); }
   bool fp32_scaled() const;  // FP32 scale_inv grids (blockwise) rather than E8M0 bytes
+  bool per_tensor() const;   // one FP32 scale_inv for the tensor (fp8-current)
 };
 QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt);
 
