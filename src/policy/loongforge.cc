@@ -25,6 +25,21 @@ const std::vector<std::string>& loongforge_kinds() {
   return k;
 }
 
+// Transformer Engine's recipe names (LoongForge's fp8_recipe) -> mxtrain's.
+std::optional<std::string> recipe_from_te(const std::string& te) {
+  static const std::vector<std::pair<std::string, std::string>> names{
+      {"blockwise", "blockwise"}, {"mxfp8", "mxfp8"},         {"tensorwise", "fp8-current"},
+      {"current", "fp8-current"}, {"delayed", "fp8-delayed"}};
+  for (const auto& [name, ours] : names)
+    if (name == te) return ours;
+  return std::nullopt;
+}
+
+std::string unknown_te_recipe(const std::string& te) {
+  return "unknown fp8_recipe \"" + te + "\" (known: blockwise, mxfp8, tensorwise, current, "
+         "delayed)";
+}
+
 std::vector<int64_t> parse_shape(Object& o, const std::string& key) {
   const json& v = o.at(key);
   const std::string path = o.key_path(key);
@@ -66,6 +81,11 @@ LoongForgeRecord parse_record(const json& v, const std::string& source, size_t i
   r.etp_size = int(o.integer_or("etp_size", 1, 1));
   r.num_gemms = int(o.integer_or("num_gemms", 1, 1));
   if (o.has("ub_name") && !o.at("ub_name").is_null()) r.ub_name = o.string("ub_name");
+  if (o.has("fp8_recipe")) {
+    const std::string te = o.string("fp8_recipe");
+    r.recipe = recipe_from_te(te);
+    if (!r.recipe) fail_at(source, o.key_path("fp8_recipe"), unknown_te_recipe(te));
+  }
   if (!r.ub_name && is_dense_kind(r.module_kind))
     fail_at(source, o.key_path("ub_name"),
             "a " + r.module_kind + " record needs its module name (qkv, proj, fc1, fc2) here");
@@ -91,6 +111,12 @@ LoongForgeRecord parse_record(const json& v, const std::string& source, size_t i
 std::string rec(size_t i) { return "[" + std::to_string(i) + "]"; }
 
 }  // namespace
+
+std::string loongforge_recipe_name(const std::string& te_name) {
+  const std::optional<std::string> ours = recipe_from_te(te_name);
+  MXT_CHECK(ours, unknown_te_recipe(te_name));
+  return *ours;
+}
 
 bool is_loongforge_text(const std::string& text) {
   const size_t i = text.find_first_not_of(" \t\r\n");
@@ -128,6 +154,22 @@ Report loongforge_to_report(const LoongForgeReport& lf) {
                   "); a report holds one record per case and precision");
     slot = long(i);
   }
+  // The FP8 recipe: every fp8 record's (absent = blockwise, what LoongForge runs), all equal.
+  long recipe_from = -1;
+  for (size_t i = 0; i < lf.records.size(); ++i) {
+    const LoongForgeRecord& x = lf.records[i];
+    if (x.precision != "fp8") continue;
+    const std::string recipe = x.recipe.value_or("blockwise");
+    if (recipe_from < 0) {
+      recipe_from = long(i);
+      r.recipe = recipe;
+    } else if (recipe != r.recipe) {
+      fail_at(src, rec(i),
+              "fp8 recipe " + recipe + " differs from " + r.recipe + " of " +
+                  rec(size_t(recipe_from)) + "; a report holds one FP8 recipe");
+    }
+  }
+  if (recipe_from < 0) r.recipe = "blockwise";
   std::vector<std::string> models;
   for (const auto& mc : order) {
     // Plain variables, not a structured binding: lambdas below use them (clang 14 cannot

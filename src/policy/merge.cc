@@ -95,8 +95,8 @@ Policy merge_reports(const std::vector<Report>& reports, double threshold,
   auto source_of = [&](size_t i) {
     return reports[i].source.empty() ? "reports[" + std::to_string(i) + "]" : reports[i].source;
   };
-  // The recipe: every report that records one must name the same (LoongForge's reports
-  // do not record it).
+  // The recipe: every report that records one must name the same (every report read from
+  // a file records one: mxtrain's name it, LoongForge's are blockwise unless they say).
   long recipe_from = -1;
   for (size_t i = 0; i < reports.size(); ++i) {
     const bool lf = reports[i].format == "loongforge";

@@ -65,6 +65,7 @@ out=$("$MXTRAIN" policy merge --reports run1.json run2.json --output policy.json
 expected='{
   "version": 1,
   "speedup_threshold": 1.0,
+  "recipe": "blockwise",
   "rules": {
     "row": {
       "proj": [
@@ -99,7 +100,7 @@ has "$out" "    848: LoongForge BF16, here FP8; FP8 at 1.100x (run1.json llm_s42
 # Mixed with mxtrain's own report: its recipe is recorded, its key gets its rule.
 cat > own.json <<'JSON'
 {"version": 1, "machine": {"cpu": "c", "isa": "scalar", "threads": 1, "hostname": "h"},
- "recipe": "mxfp8", "tp": 1, "ep": 1, "etp": 1, "model": "m.yaml",
+ "recipe": "blockwise", "tp": 1, "ep": 1, "etp": 1, "model": "m.yaml",
  "points": [{"kind": "row", "name": "fc2", "tp": 1, "in": 64, "out": 32, "tokens": 512,
              "bf16_ms": 1.5, "bf16_spread": 0.0, "fp8_ms": 1.0, "fp8_spread": 0.0,
              "speedup": 1.5, "spread": 0.0}]}
@@ -107,7 +108,7 @@ JSON
 out=$("$MXTRAIN" policy merge --reports run1.json own.json run2.json --output mixed.json 2>&1) ||
   fail "mixed merge exited $?: $out"
 out=$("$MXTRAIN" policy show mixed.json --json) || fail "show mixed.json exited $?"
-has "$out" '  "recipe": "mxfp8",' "mixed policy"
+has "$out" '  "recipe": "blockwise",' "mixed policy"
 has "$out" '        {"tp": 1, "min_tokens": 512, "measured_speedup": 1.5}' "mixed policy"
 has "$out" '        {"tp": 1, "min_tokens": 2048, "max_tokens": 4096, "measured_speedup": 1.2}' \
   "mixed policy"

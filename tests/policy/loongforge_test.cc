@@ -110,7 +110,7 @@ json padded_report() {
 TEST(LoongForge, ConversionPairsAtUnpaddedCounts) {
   Report r = loongforge_to_report(lf(padded_report()));
   EXPECT_EQ(r.format, "loongforge");
-  EXPECT_EQ(r.recipe, "");
+  EXPECT_EQ(r.recipe, "blockwise");  // no fp8_recipe field: what LoongForge runs
   EXPECT_EQ(r.model, "llm");
   ASSERT_EQ(r.points.size(), 4u);
   const Point& d = r.points[0];
@@ -138,7 +138,7 @@ TEST(LoongForge, ConversionPairsAtUnpaddedCounts) {
 TEST(LoongForge, PaddedFp8RecordsStillGiveRulesAtUnpaddedCounts) {
   MergeSummary sum;
   Policy p = merge_lf({padded_report()}, &sum);
-  EXPECT_EQ(p.recipe, "");  // LoongForge's records do not name the recipe
+  EXPECT_EQ(p.recipe, "blockwise");  // the records name none: LoongForge runs blockwise
   const Rule& proj = only_rule(p, "row", "proj");
   EXPECT_EQ(proj.min_tokens, 424);
   EXPECT_FALSE(proj.max_tokens.has_value());
@@ -238,7 +238,8 @@ TEST(LoongForge, MixedWithMxtrainReportsFromFiles) {
     std::ofstream(d / "lf.json") << proj_sweep({{1024, 0.9}, {2048, 1.2}}).dump(2);
     json own = {{"version", 1},
                 {"machine", {{"cpu", "c"}, {"isa", "scalar"}, {"threads", 1}, {"hostname", "h"}}},
-                {"recipe", "mxfp8"}, {"tp", 1}, {"ep", 1}, {"etp", 1}, {"model", "m.yaml"},
+                {"recipe", "blockwise"}, {"tp", 1}, {"ep", 1}, {"etp", 1},
+                {"model", "m.yaml"},
                 {"points", json::array({{{"kind", "row"}, {"name", "fc2"}, {"tp", 1},
                                          {"in", 64}, {"out", 32}, {"tokens", 512},
                                          {"bf16_ms", 1.5}, {"bf16_spread", 0.0},
@@ -251,12 +252,62 @@ TEST(LoongForge, MixedWithMxtrainReportsFromFiles) {
   EXPECT_TRUE(a.loongforge.has_value());
   EXPECT_FALSE(b.loongforge.has_value());
   Policy p = merge_reports({a.report, b.report});
-  EXPECT_EQ(p.recipe, "mxfp8");  // from the report that records one
+  EXPECT_EQ(p.recipe, "blockwise");
   EXPECT_EQ(only_rule(p, "row", "proj").min_tokens, 2048);
   EXPECT_EQ(only_rule(p, "row", "fc2").min_tokens, 512);
   // The policy file is the existing schema: it saves and loads unchanged.
   save_policy(p, d / "p.json");
   EXPECT_EQ(policy_to_json(load_policy(d / "p.json")), policy_to_json(p));
+  // An mxfp8 report does not merge with LoongForge's blockwise one.
+  b.report.recipe = "mxfp8";
+  EXPECT_ERROR_CONTAINS(merge_reports({a.report, b.report}),
+                        "policy merge: " + (d / "own.json") +
+                            " measured recipe mxfp8 but " + (d / "lf.json") +
+                            " measured blockwise; merge reports of one FP8 recipe into one "
+                            "policy");
+}
+
+TEST(LoongForge, Fp8RecipeFieldNamesTheRecipe) {
+  auto recipe_of = [](const char* te) {
+    json l = proj_sweep({{1024, 1.2}, {2048, 1.3}});
+    for (json& x : l) x["fp8_recipe"] = te;  // bf16 records carry the run's setting too
+    return loongforge_to_report(lf(l)).recipe;
+  };
+  EXPECT_EQ(recipe_of("mxfp8"), "mxfp8");
+  EXPECT_EQ(recipe_of("blockwise"), "blockwise");
+  EXPECT_EQ(recipe_of("tensorwise"), "fp8-current");
+  EXPECT_EQ(recipe_of("current"), "fp8-current");
+  EXPECT_EQ(recipe_of("delayed"), "fp8-delayed");
+  EXPECT_EQ(loongforge_recipe_name("mxfp8"), "mxfp8");
+  EXPECT_ERROR_CONTAINS(loongforge_recipe_name("fp4"), "unknown fp8_recipe \"fp4\" (known: ");
+  // Only the fp8 records' field decides; a bf16 record's is still checked.
+  json l = proj_sweep({{1024, 1.2}});
+  l[1]["fp8_recipe"] = "mxfp8";
+  EXPECT_EQ(loongforge_to_report(lf(l)).recipe, "mxfp8");
+  // The recipe reaches the merged policy and its file.
+  Policy p = merge_reports({loongforge_to_report(lf(l))});
+  EXPECT_EQ(p.recipe, "mxfp8");
+  EXPECT_NE(policy_to_json(p).find("\n  \"recipe\": \"mxfp8\",\n"), std::string::npos)
+      << policy_to_json(p);
+}
+
+TEST(LoongForge, Fp8RecipeErrorsNameTheRecordAndTheName) {
+  json l = proj_sweep({{1024, 1.2}});
+  l[1]["fp8_recipe"] = "nvfp4";
+  EXPECT_ERROR_CONTAINS(lf(l, "bad.json"),
+            "bad.json: [1].fp8_recipe: unknown fp8_recipe \"nvfp4\" (known: blockwise, mxfp8, "
+            "tensorwise, current, delayed)");
+  l[1].erase("fp8_recipe");
+  l[0]["fp8_recipe"] = "nvfp4";  // a bf16 record's value is checked too
+  EXPECT_ERROR_CONTAINS(lf(l, "bad.json"), "bad.json: [0].fp8_recipe: unknown fp8_recipe");
+  l[0]["fp8_recipe"] = 3;
+  EXPECT_ERROR_CONTAINS(lf(l, "bad.json"), "bad.json: [0].fp8_recipe: must be a string");
+  // Two fp8 records of one file naming different recipes (absent counts as blockwise).
+  json two = proj_sweep({{1024, 1.2}, {2048, 1.3}});
+  two[1]["fp8_recipe"] = "mxfp8";
+  EXPECT_ERROR_CONTAINS(loongforge_to_report(lf(two, "two.json")),
+            "two.json: [3]: fp8 recipe blockwise differs from mxfp8 of [1]; a report holds one "
+            "FP8 recipe");
 }
 
 TEST(LoongForge, ExplainListsPointsRangeReasonAndLoongForgeCost) {

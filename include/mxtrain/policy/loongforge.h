@@ -10,7 +10,8 @@
 //     "tokens_per_second": 1.4e6, "forward_flops": 4.5e9, "backward_flops": 9e9,
 //     "total_flops": 1.35e10, "achieved_tflops": 45.0, "tp_size": 1, "etp_size": 1,
 //     "num_gemms": 1, "ub_name": "qkv"}, ...]
-// model_name ends in _s{seq}_b{mbs}. num_tokens is what the timed run processed: for FP8
+// A record may also carry "fp8_recipe", Transformer Engine's name of the FP8 recipe
+// (loongforge_recipe_name maps it). model_name ends in _s{seq}_b{mbs}. num_tokens is what the timed run processed: for FP8
 // it is padded (dense: up to the recipe's row alignment; grouped kinds: each expert's split
 // padded separately), so it is not the count BF16 and FP8 can be paired by.
 //
@@ -25,6 +26,9 @@
 //     grouped etp = etp_size, num_gemms; shape in = input_shape's last dim, out =
 //     output_shape's last dim;
 //   * timing = total_ms with spread 0 (the records carry no spread);
+//   * recipe = the fp8 records' fp8_recipe, mapped; absent = "blockwise" (LoongForge runs
+//     every benchmark with fp8_recipe "blockwise"); fp8 records naming different recipes
+//     are an error;
 //   * a case with only one precision is noted and not used.
 // Records are read strictly: unknown fields, wrong types, an unknown precision or kind, a
 // model_name without _s{seq}_b{mbs}, a repeated (model, case, precision) are errors naming
@@ -51,6 +55,7 @@ struct LoongForgeRecord {
   double forward_flops = 0, backward_flops = 0, total_flops = 0, achieved_tflops = 0;
   int tp_size = 1, etp_size = 1, num_gemms = 1;   // optional in the file, default 1
   std::optional<std::string> ub_name;             // null or absent allowed for grouped kinds
+  std::optional<std::string> recipe;              // fp8_recipe mapped to mxtrain's name
   int64_t seq = 0, mbs = 0;                       // from model_name's _s{seq}_b{mbs}
 };
 
@@ -58,6 +63,11 @@ struct LoongForgeReport {
   std::string source;
   std::vector<LoongForgeRecord> records;
 };
+
+// Transformer Engine's recipe name -> mxtrain's: blockwise -> blockwise, mxfp8 -> mxfp8,
+// tensorwise and current -> fp8-current, delayed -> fp8-delayed; anything else throws
+// naming it.
+std::string loongforge_recipe_name(const std::string& te_name);
 
 // True when the text's first non-blank character is '[' (LoongForge's record list);
 // mxtrain's own report is a JSON object.

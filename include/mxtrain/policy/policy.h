@@ -96,8 +96,8 @@ std::string rule_key(const std::string& kind, const std::string& name, const Rul
 //     measured size, and a max_tokens rule is not extrapolated between its last win and the
 //     next (losing) measured size;
 //   * measured_speedup = the minimum speedup over the rule's range, rounded to 4 decimals.
-// Reports must name the same FP8 recipe (a report with an empty recipe, converted from
-// LoongForge's format, matches any); a key measured at different GEMM shapes in different
+// Reports must name the same FP8 recipe, which the policy records (a report built in code
+// with an empty recipe matches any); a key measured at different GEMM shapes in different
 // mxtrain reports is an error (reports of different models). Reports converted from
 // LoongForge (Report::format "loongforge") hold already-paired points; their keys may have
 // several shapes (LoongForge's key has no shape: a vision encoder's and an LLM's qkv share

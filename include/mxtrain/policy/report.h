@@ -98,15 +98,16 @@ struct Point {
 struct Report {
   int version = kReportVersion;
   Machine machine;
-  std::string recipe;            // FP8 recipe name
+  std::string recipe;            // FP8 recipe name (the one the fp8 side ran)
   int tp = 1, ep = 1, etp = 1;
   std::string model;
   int warmup = 0, iters = 0;     // 0 = not recorded
   std::vector<Point> points;
   std::string source;            // where it was loaded from (not serialized), for messages
   // Not serialized. "" = mxtrain's own report; "loongforge" = converted from LoongForge's
-  // record list (policy/loongforge.h): every point is paired, the recipe is not recorded
-  // (empty) and a key may hold several GEMM shapes (one per benchmarked model).
+  // record list (policy/loongforge.h): every point is paired, the recipe is the records'
+  // fp8_recipe or blockwise, and a key may hold several GEMM shapes (one per benchmarked
+  // model).
   std::string format;
   std::vector<std::string> notes;  // not serialized: conversion notes for the merge summary
 };
