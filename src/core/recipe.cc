@@ -176,10 +176,10 @@ const std::vector<Recipe>& registered_recipes() {
       make("blockwise", fp32_blocks(B::b1x128), fp32_blocks(B::b128x128),
            fp32_blocks(B::b1x128),
            "FP8 with FP32 power-of-two scales: 1x128 blocks for inputs and grads, 128x128 "
-           "weight tiles (quantize/dequantize only; products not built yet)"),
+           "weight tiles (TransformerEngine's Float8BlockScaling)"),
       make("blockwise-e5m2grad", fp32_blocks(B::b1x128), fp32_blocks(B::b128x128),
            fp32_blocks(B::b1x128, Elem::e5m2),
-           "blockwise with E5M2 gradients (quantize/dequantize only; products not built yet)"),
+           "blockwise with E5M2 gradients"),
       // HYBRID, as TransformerEngine's per-tensor recipes: E4M3 forward, E5M2 gradients.
       make("fp8-current", fp32_tensor(Elem::e4m3, ScaleSource::current),
            fp32_tensor(Elem::e4m3, ScaleSource::current),
