@@ -233,8 +233,8 @@ MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
                   "Precisions to time: bf16 and fp8 (or an FP8 recipe name) (default bf16,fp8)")
       ->delimiter(',');
   sub->add_option("--recipe", o->recipe,
-                  "FP8 recipe, any of `mxtrain recipes` with products (default: the config's recipe if FP8, "
-                  "else mxfp8)");
+                  "FP8 recipe, any of `mxtrain recipes` with products (default: the "
+                  "config's recipe if FP8, else mxfp8)");
   sub->add_option("--tokens", o->tokens,
                   "Token counts (seq_len x micro_batch) to sweep; experts run tokens x top_k "
                   "rows (default: seq_len x micro_batch x 2^k, k = -4..2)")
