@@ -177,6 +177,14 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
         a->overrides.push_back({"precision.fp8_dynamic_policy_path", v, "--fp8-policy"});
       },
       "Adaptive FP8 policy file (same as selective_fp8 + fp8_dynamic_policy_path)");
+  sub->add_flag_function(
+      "--allow-policy-recipe-mismatch",
+      [a](int64_t) {
+        a->overrides.push_back({"precision.allow_policy_recipe_mismatch", "true",
+                                "--allow-policy-recipe-mismatch"});
+      },
+      "Use an FP8 policy measured with another recipe than the run's, with a warning "
+      "(precision.allow_policy_recipe_mismatch)");
   sub->add_option("--metrics-out", a->metrics_out, "JSON Lines metrics file");
   sub->add_option("--checkpoint-dir", a->checkpoint_dir, "Directory for checkpoints");
   sub->add_option("--stop-after", a->stop_after,

@@ -221,6 +221,7 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("swiglu_input", p.swiglu_input);
   f("selective_fp8", p.selective_fp8);
   f("fp8_dynamic_policy_path", p.fp8_dynamic_policy_path);
+  f("allow_policy_recipe_mismatch", p.allow_policy_recipe_mismatch);
   f("scale_rounding", p.scale_rounding);
   f("fp32_scales", p.fp32_scales);
   f("input_amax_epsilon", p.amax_epsilon[size_t(Role::input)]);

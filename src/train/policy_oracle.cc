@@ -8,12 +8,27 @@
 
 namespace mxtrain {
 
-PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg) {
+std::string check_policy_recipe(const std::string& path, const std::string& policy_recipe,
+                                const PrecisionConfig& precision) {
+  const std::string& run = precision.recipe.name;
+  if (!precision.recipe.quantized()) return "";  // a BF16 run consults no policy
+  if (policy_recipe.empty())
+    return "policy " + path + " records no FP8 recipe (written before policies carried one), "
+           "so it cannot be checked against this run's recipe " + run +
+           "; re-run bench-layers --recipe " + run + " to record it";
+  if (policy_recipe == run) return "";
+  const std::string what = "policy " + path + " was measured with recipe " + policy_recipe +
+                           " but this run uses " + run;
+  MXT_CHECK(precision.allow_policy_recipe_mismatch, what, "; re-run bench-layers --recipe ",
+            run, ", or pass --allow-policy-recipe-mismatch");
+  return what + "; using it anyway (precision.allow_policy_recipe_mismatch)";
+}
+
+PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg,
+                                std::string* warning) {
   auto pol = std::make_shared<policy::Policy>(policy::load_policy(path));
-  const std::string& recipe = cfg.precision.recipe.name;
-  MXT_CHECK(pol->recipe.empty() || pol->recipe == recipe, "FP8 policy `", path,
-            "` was measured with recipe `", pol->recipe, "` but training uses `", recipe,
-            "`; re-run bench-layers with --recipe ", recipe);
+  const std::string w = check_policy_recipe(path, pol->recipe, cfg.precision);
+  if (warning) *warning = w;
   return [pol](const ModuleInfo& m, int64_t base_tokens) {
     policy::DecisionQuery q;
     q.kind = m.kind;

@@ -131,8 +131,11 @@ void check_outputs(const Run& r) {
 // and written as asked.
 void build_model(Run& r) {
   const TrainConfig& cfg = r.cfg;
-  if (cfg.precision.selective_fp8)
-    r.oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg);
+  if (cfg.precision.selective_fp8) {
+    std::string warning;
+    r.oracle = load_policy_oracle(cfg.precision.fp8_dynamic_policy_path, cfg, &warning);
+    if (!warning.empty() && r.lead) std::fprintf(stderr, "warning: %s\n", warning.c_str());
+  }
   r.resolver = std::make_unique<PrecisionResolver>(r.cfg, r.oracle);
   PrecisionResolver& resolver = *r.resolver;
   if (r.opt.dry_run) {

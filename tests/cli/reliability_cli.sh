@@ -222,6 +222,17 @@ expect_error --at-start --within 5 "policy merge of an empty report" \
   "empty.json: the report holds no measured points" \
   "$MXTRAIN" policy merge --reports empty.json --output pol.json
 [ -e pol.json ] && fail "policy merge of an empty report wrote a policy"
+# A policy measured with another FP8 recipe stops the run at start-up, unless allowed.
+printf '{"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8-32x32", "rules": {}}\n' > other.json
+expect_error --at-start --within 5 "policy of another recipe" \
+  "policy other.json was measured with recipe mxfp8-32x32 but this run uses mxfp8; re-run bench-layers --recipe mxfp8, or pass --allow-policy-recipe-mismatch" \
+  "$MXTRAIN" train --config ok.yaml --recipe mxfp8 --fp8-policy other.json --dry-run
+"$MXTRAIN" train --config ok.yaml --recipe mxfp8 --fp8-policy other.json \
+  --allow-policy-recipe-mismatch --dry-run > /dev/null 2> allowed.txt ||
+  fail "--allow-policy-recipe-mismatch did not let the run start: $(cat allowed.txt)"
+grep -q "^warning: policy other.json was measured with recipe mxfp8-32x32 but this run uses mxfp8; using it anyway" allowed.txt ||
+  fail "no mismatch warning: $(cat allowed.txt)"
+rm -f other.json allowed.txt
 
 # ---- every input checked before step 1: a validation split shorter than a sequence ----
 head -c 5000 corpus.txt > small.txt

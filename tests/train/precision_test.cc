@@ -109,6 +109,44 @@ TEST(Precision, MalformedPolicyIsAClearError) {
   std::filesystem::remove(path);
 }
 
+// A policy measured with one FP8 recipe is refused for a run of another, unless
+// allow_policy_recipe_mismatch; a policy that records none is accepted with a warning.
+TEST(Precision, PolicyRecipeMismatchIsRefusedUnlessAllowed) {
+  const auto path = std::filesystem::temp_directory_path() / "mxtrain_recipe_policy.json";
+  std::ofstream(path) << R"({"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8-32x32", "rules": {}})";
+  TrainConfig c = cfg("{recipe: mxfp8}");
+  try {
+    load_policy_oracle(path.string(), c);
+    ADD_FAILURE() << "a mismatching policy was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).rfind(
+                  "policy " + path.string() + " was measured with recipe mxfp8-32x32 but this "
+                  "run uses mxfp8; re-run bench-layers --recipe mxfp8, or pass "
+                  "--allow-policy-recipe-mismatch", 0),
+              0u)
+        << e.what();
+  }
+  c.precision.allow_policy_recipe_mismatch = true;
+  std::string warning;
+  load_policy_oracle(path.string(), c, &warning);
+  EXPECT_EQ(warning, "policy " + path.string() + " was measured with recipe mxfp8-32x32 but "
+                     "this run uses mxfp8; using it anyway (precision.allow_policy_recipe_mismatch)");
+  c = cfg("{recipe: mxfp8-32x32}");
+  load_policy_oracle(path.string(), c, &warning);
+  EXPECT_EQ(warning, "");  // the recipes agree
+  c = cfg("{recipe: bf16}");
+  load_policy_oracle(path.string(), c, &warning);
+  EXPECT_EQ(warning, "");  // a BF16 run consults no policy
+  std::ofstream(path) << R"({"version": 1, "speedup_threshold": 1.0, "rules": {}})";
+  c = cfg("{recipe: mxfp8}");
+  load_policy_oracle(path.string(), c, &warning);
+  EXPECT_NE(warning.find("records no FP8 recipe"), std::string::npos) << warning;
+  EXPECT_TRUE(parse_config(config_to_yaml(cfg("{recipe: mxfp8, allow_policy_recipe_mismatch: "
+                                              "true}")))
+                  .precision.allow_policy_recipe_mismatch);
+  std::filesystem::remove(path);
+}
+
 TEST(Precision, DecisionsJsonHasTheContractFields) {
   auto c = cfg("{recipe: mxfp8}");
   PrecisionResolver r(c);

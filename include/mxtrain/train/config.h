@@ -84,6 +84,8 @@ struct PrecisionConfig {
   std::vector<std::pair<std::string, Recipe>> overrides;
   bool selective_fp8 = false;
   std::string fp8_dynamic_policy_path;
+  // A policy measured with another FP8 recipe than `recipe`: a warning instead of an error.
+  bool allow_policy_recipe_mismatch = false;
   // Token count used for policy decisions, per model component (key "" = whole model).
   std::map<std::string, int64_t> fp8_dynamic_num_tokens;
   // FP32-scaled recipes (blockwise) only: plain FP32 scales instead of powers of two, and the

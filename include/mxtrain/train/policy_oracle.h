@@ -13,6 +13,19 @@
 
 namespace mxtrain {
 
-PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg);
+// The recipe rule (docs/adaptive.md §4): a policy that records a recipe other than the run's
+// `precision.recipe` is refused with
+//   "policy P was measured with recipe A but this run uses B; re-run bench-layers --recipe B,
+//    or pass --allow-policy-recipe-mismatch"
+// unless `precision.allow_policy_recipe_mismatch`, which turns it into a warning; a policy
+// that records no recipe (an older file) is accepted with a warning that it cannot be
+// checked. Returns that one warning line (without "warning: "), or "" when the recipes
+// agree or the run's recipe is bf16 (which consults no policy).
+std::string check_policy_recipe(const std::string& path, const std::string& policy_recipe,
+                                const PrecisionConfig& precision);
+
+// Loads the policy and applies check_policy_recipe; its warning goes to `*warning` when given.
+PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg,
+                                std::string* warning = nullptr);
 
 }  // namespace mxtrain
