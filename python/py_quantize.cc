@@ -289,15 +289,19 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
     gemm_bf16(false, true, M, N, K, xb.data(), K, wb.data(), K, y.data(), N, false);
     return owning_array(std::move(y), M, N);
   }
+  if (rounding && has_fp32_scales(r))
+    throw py::value_error("scale_rounding applies to MX recipes (E8M0 scales); recipe '" +
+                          r.name + "' has FP32 scales");
   const TensorFormat &xf = r.role(Role::input), &wf = r.role(Role::weight);
   const QuantConfig xcfg{elem_arg(elem, xf.elem), rounding_arg(rounding, xf.rule)};
   const QuantConfig wcfg{elem_arg(elem, wf.elem), rounding_arg(rounding, wf.rule)};
   {
     py::gil_scoped_release nogil;
-    const MXTensor xq = quantize(x.data(), M, K, MXLayout::rowwise, xcfg);
-    const MXTensor wq =
-        quantize(w.data(), N, K, weight_tiled(r) ? MXLayout::tile : MXLayout::rowwise, wcfg);
-    gemm_mx(false, xq, true, wq, y.data(), N, false);
+    // The copies the Linear's forward reads, in each role's format (MX or FP32-scaled).
+    const QTensor xq = quantize_qtensor(x.data(), M, K, r, Role::input, xcfg);
+    const QTensor wq = quantize_qtensor(w.data(), N, K, r, Role::weight, wcfg);
+    gemm_mx(false, xq.scaled(copies_needed(r, Role::input, Use::forward).only()), true,
+            wq.scaled(copies_needed(r, Role::weight, Use::forward).only()), y.data(), N, false);
   }
   return owning_array(std::move(y), M, N);
 }

@@ -93,7 +93,11 @@ bool products_built(const Recipe& r) {
     const bool mx = f.scale == ScaleType::e8m0 && block_edge(f.block) == 32;
     const bool fp32_blocks = (f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
                              block_edge(f.block) == 128;
-    if (!mx && !fp32_blocks) return false;
+    // One scale per tensor from its current amax (fp8-current); an amax history (fp8-delayed)
+    // is a training state nothing keeps yet.
+    const bool per_tensor = f.scale == ScaleType::fp32 && f.block == BlockShape::tensor &&
+                            f.source == ScaleSource::current;
+    if (!mx && !fp32_blocks && !per_tensor) return false;
   }
   return true;
 }

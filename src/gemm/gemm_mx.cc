@@ -38,9 +38,10 @@ void check_tensor(const char* what, const MXTensor& t) {
   MXT_CHECK(t.rows >= 0 && t.cols >= 0, "gemm_mx: ", what, " has a negative shape");
   MXT_CHECK(t.data.size() == size_t(t.rows * t.cols), "gemm_mx: ", what, " holds ",
             t.data.size(), " data bytes, expected rows*cols = ", t.rows * t.cols);
-  MXT_CHECK(t.is_mx() || t.is_fp32_blocks(), "gemm_mx: ", what, " holds ",
+  MXT_CHECK(t.is_mx() || t.is_fp32_blocks() || t.is_fp32_tensor(), "gemm_mx: ", what, " holds ",
             scale_type_name(t.scale_type), " scales per ", t.block,
-            "-element block; the products read E8M0 per 32 (MX) or FP32 per 128");
+            "-element block; the products read E8M0 per 32 (MX), FP32 per 128 or one FP32 "
+            "scale per tensor");
   MXT_CHECK(t.scales.size() == t.scale_bytes(), "gemm_mx: ", what, " holds ", t.scales.size(),
             " scale bytes, expected ", t.scale_bytes(), " for layout ", layout_name(t.layout));
 }

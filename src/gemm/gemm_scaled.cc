@@ -1,15 +1,17 @@
-// gemm/gemm_scaled.cc — products of FP32-scaled copies (blockwise 1x128 / 128x1 / 128x128),
-// called by gemm_mx (gemm_mx.cc) once both operands are FP32-scaled (docs/numerics.md,
-// "FP32-scaled products"):
+// gemm/gemm_scaled.cc — products of FP32-scaled copies (blockwise 1x128 / 128x1 / 128x128,
+// and one FP32 scale per tensor), called by gemm_mx (gemm_mx.cc) once both operands are
+// FP32-scaled (docs/numerics.md, "FP32-scaled products"):
 //   fp32_pow2 scales — every scale_inv is 2^e, folded exactly into the BF16 element, so the
 //                      product is the MX product of the same codes with E8M0 scale 127 + e per
 //                      32-block: the FP32 grid is expanded into an E8M0 grid and the MX
 //                      dispatch table runs it (every MX path serves it);
-//   fp32 scales      — per 128-deep K chunk, the FP32 partial sum P of the unscaled code values,
+//   fp32 scales      — per 128-deep K chunk (the whole K when both operands have one scale per
+//                      tensor), the FP32 partial sum P of the unscaled code values,
 //                      then C += (sa · sb) · P: fp32_block_gemm_ref (scalar) or the fast path
 //                      (codes decoded unscaled to BF16, oneDNN's BF16 product per chunk, then
 //                      the scaled add). oneDNN rather than the MX panel kernels because a
 //                      chunk's product is a plain BF16 matmul with strided operands.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -25,6 +27,7 @@ namespace {
 // FP32 scale_inv of stored element (r, c) of an FP32-scaled copy t.
 float scale_of(const MXTensor& t, int64_t r, int64_t c) {
   const float* s = reinterpret_cast<const float*>(t.scales.data());
+  if (t.is_fp32_tensor()) return s[0];
   const int64_t sr = t.layout == MXLayout::rowwise ? r : r / t.block;
   const int64_t sc = t.layout == MXLayout::colwise ? c : c / t.block;
   return s[sr * t.scale_cols() + sc];
@@ -47,7 +50,7 @@ int e8m0_of_pow2(float s) {
 // out: t as an MX copy (same codes and layout, E8M0 per 32) if every scale is a foldable
 // power of two; false otherwise.
 bool expand_pow2(const MXTensor& t, MXTensor& out) {
-  if (t.scale_type != ScaleType::fp32_pow2) return false;
+  if (t.scale_type != ScaleType::fp32_pow2 || t.is_fp32_tensor()) return false;
   const int64_t n = t.scale_rows() * t.scale_cols();
   const float* s = reinterpret_cast<const float*>(t.scales.data());
   for (int64_t i = 0; i < n; ++i)
@@ -87,6 +90,13 @@ struct Dims {
   int64_t M, N, K;
 };
 
+// The depth of the K chunks whose partial sums are scaled: the whole K when both operands have
+// one scale for the tensor, else 128 (a per-tensor operand's scale is then the same for every
+// chunk).
+int64_t chunk_depth(const MXTensor& A, const MXTensor& B, int64_t K) {
+  return A.is_fp32_tensor() && B.is_fp32_tensor() ? std::max<int64_t>(K, 1) : kFp32ScaleBlock;
+}
+
 // Scale of op(A) row i (A stored [M,K] or [K,M]) at K index k, and of op(B) column j.
 float sa_at(bool ta, const MXTensor& A, int64_t i, int64_t k) {
   return ta ? scale_of(A, k, i) : scale_of(A, i, k);
@@ -105,8 +115,9 @@ void fp32_block_gemm_fast(bool ta, const MXTensor& A, bool tb, const MXTensor& B
   if (!accumulate)
     for (int64_t i = 0; i < d.M; ++i)
       for (int64_t j = 0; j < d.N; ++j) C[i * ldc + j] = 0.f;
-  for (int64_t k0 = 0; k0 < d.K; k0 += kFp32ScaleBlock) {
-    const int64_t kc = std::min(kFp32ScaleBlock, d.K - k0);
+  const int64_t depth = chunk_depth(A, B, d.K);
+  for (int64_t k0 = 0; k0 < d.K; k0 += depth) {
+    const int64_t kc = std::min(depth, d.K - k0);
     const uint16_t* ap = ta ? a16.data() + k0 * A.cols : a16.data() + k0;
     const uint16_t* bp = tb ? b16.data() + k0 : b16.data() + k0 * B.cols;
     gemm_bf16(ta, tb, d.M, d.N, kc, ap, A.cols, bp, B.cols, P.data(), d.N, false);
@@ -134,11 +145,12 @@ void fp32_block_gemm_ref(bool ta, const MXTensor& A, bool tb, const MXTensor& B,
     return fp8_to_f32(tb ? B.data[size_t(j * B.cols + k)] : B.data[size_t(k * B.cols + j)],
                       B.elem);
   };
+  const int64_t depth = chunk_depth(A, B, K);
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       float c = accumulate ? C[i * ldc + j] : 0.f;
-      for (int64_t k0 = 0; k0 < K; k0 += kFp32ScaleBlock) {
-        const int64_t k1 = std::min(K, k0 + kFp32ScaleBlock);
+      for (int64_t k0 = 0; k0 < K; k0 += depth) {
+        const int64_t k1 = std::min(K, k0 + depth);
         float p = 0.f;
         for (int64_t k = k0; k < k1; ++k) p += code_a(i, k) * code_b(k, j);
         c += (sa_at(ta, A, i, k0) * sb_at(tb, B, k0, j)) * p;

@@ -118,6 +118,21 @@ TEST(FsdpLocal, LentGradientLivesOnlyThroughTheBackwardAndShardsSumMicroBatches)
   }
 }
 
+// A per-tensor-scaled weight (fp8-current) cannot be quantized shard by shard: FSDP refuses
+// it when the layer is added, naming why, before anything is sharded.
+TEST(FsdpLocal, RefusesPerTensorScaledWeights) {
+  Linear l("l", 40, 33, false, prec("fp8-current"));
+  Fsdp f(Comm::local());
+  try {
+    f.add(l);
+    FAIL() << "fp8-current was sharded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one scale for the whole tensor"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(l.weight.value.size(), 40u * 33);  // the layer keeps its weight
+}
+
 TEST(FsdpLocal, VersionBumpInvalidatesGatheredWeights) {
   Linear l("l", 32, 32, false, prec("mxfp8"));
   for (size_t i = 0; i < l.weight.value.size(); ++i) l.weight.value[i] = float(i);

@@ -105,6 +105,47 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
   EXPECT_EQ(bad, 0);
 }
 
+// One FP32 scale per tensor (fp8-current) on both operands: C = sa · sb · P over the whole K,
+// every orientation (the tile copy serves both axes), ragged shapes, accumulate on and off.
+TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
+  const int64_t shapes[][3] = {{1, 1, 1}, {31, 33, 127}, {33, 31, 129}, {129, 127, 255},
+                               {1, 257, 128}, {255, 129, 33}};
+  int bad = 0;
+  for (const Op& o : kOps)
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (const auto& sh : shapes)
+        for (bool acc : {false, true}) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          // stored shapes as make_op: A [M,K] or [K,M] (ta), B [K,N] or [N,K] (tb)
+          const std::vector<float> va = rnd(M * K, uint32_t(M * 5 + K)),
+                                   vb = rnd(N * K, uint32_t(N * 11 + K));
+          MXTensor A, B;
+          quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
+          quantize_tensor_scaled(vb.data(), o.tb ? N : K, o.tb ? K : N, {e, 0.f}, B);
+          ASSERT_TRUE(A.is_fp32_tensor() && B.is_fp32_tensor());
+          std::vector<float> c0 = rnd(M * N, 98);
+          std::vector<float> fast = c0, ref = c0;
+          gemm_mx(o.ta, A, o.tb, B, fast.data(), N, acc);
+          gemm_detail::fp32_block_gemm_ref(o.ta, A, o.tb, B, ref.data(), N, acc);
+          std::vector<double> exact, mag;
+          f64_product(o, A, B, M, N, K, exact, mag);
+          for (int64_t i = 0; i < M * N; ++i) {
+            const double c0v = acc ? c0[size_t(i)] : 0.0;
+            // the any-order FP32 sum bound of the test above, plus one rounding of sa · sb · P
+            const double tol =
+                double(K + 3) * 0x1.0p-24 * (mag[size_t(i)] + std::fabs(c0v)) + 0x1.0p-126;
+            if (!(std::fabs(fast[size_t(i)] - ref[size_t(i)]) <= 2 * tol) ||
+                !(std::fabs(ref[size_t(i)] - (exact[size_t(i)] + c0v)) <= tol))
+              if (bad++ < 5)
+                ADD_FAILURE() << "per-tensor ta=" << o.ta << " tb=" << o.tb << " " << M << "x"
+                              << N << "x" << K << " acc=" << acc << " i=" << i << ": fast "
+                              << fast[size_t(i)] << " ref " << ref[size_t(i)] << " exact "
+                              << exact[size_t(i)] + c0v;
+          }
+        }
+  EXPECT_EQ(bad, 0);
+}
+
 // The pow2 path is the MX product of the expanded E8M0 grid, bit for bit.
 TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGrid) {
   for (const Op& o : kOps) {

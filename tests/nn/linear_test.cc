@@ -86,12 +86,12 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
 // switched to), before anything is allocated.
 TEST(LinearPrecision, RefusesRecipesWithoutProducts) {
   LinearPrecision p;
-  p.recipe = get_recipe("fp8-current");
+  p.recipe = get_recipe("fp8-delayed");
   try {
     Linear("l", 8, 8, false, p);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("fp8-current: the quantized products are not built yet; "
+    EXPECT_EQ(std::string(e.what()).rfind("fp8-delayed: the quantized products are not built yet; "
                                           "quantize/dequantize support it", 0),
               0u)
         << e.what();
@@ -207,7 +207,7 @@ TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
   auto x = randn(T * in, 10), dy = randn(T * out, 11);
   Linear ref = make_layer("bf16", false, in, out, true, 12);
   Result rb = run_layer(ref, x, dy, T);
-  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 12);
     Result rm = run_layer(l, x, dy, T);
@@ -223,7 +223,7 @@ TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
 TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
   const int64_t T = 37, in = 70, out = 45;
   auto x = randn(T * in, 20), dy = randn(T * out, 21, 1e-3f);
-  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (std::string name : {"mxfp8", "mxfp8-32x32"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, false, 22);
     Result r = run_layer(l, x, dy, T);
@@ -243,6 +243,36 @@ TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
     gemm_mx(false, xr, true, wf, y.data(), out, false);
     gemm_mx(false, dyr, false, wb, dx.data(), in, false);
     gemm_mx(true, dyc, false, xc, dW.data(), in, true);
+    EXPECT_TRUE(same_bytes(r.y, y));
+    EXPECT_TRUE(same_bytes(r.dx, dx));
+    EXPECT_TRUE(same_bytes(r.dW, dW));
+  }
+}
+
+// The FP32-scaled recipes: each product is gemm_mx on the copies copies_needed names, made by
+// quantize_qtensor with each role's own format (fp8-current's gradients are E5M2).
+TEST(LinearMx, Fp32ScaledProductsEqualGemmMxOnTheirCopies) {
+  const int64_t T = 37, in = 70, out = 45;
+  auto x = randn(T * in, 20), dy = randn(T * out, 21, 1e-3f);
+  for (std::string name : {"blockwise", "fp8-current"}) {
+    SCOPED_TRACE(name);
+    Linear l = make_layer(name, false, in, out, false, 22);
+    Result r = run_layer(l, x, dy, T);
+    const Recipe rc = get_recipe(name);
+    auto q = [&](const float* v, int64_t M, int64_t K, Role role) {
+      return quantize_qtensor(v, M, K, rc, role, rc.role(role).quant_config());
+    };
+    auto copy = [&](Role role, Use use) { return copies_needed(rc, role, use).only(); };
+    const QTensor xq = q(x.data(), T, in, Role::input);
+    const QTensor wq = q(l.weight.value.data(), out, in, Role::weight);
+    const QTensor dyq = q(dy.data(), T, out, Role::grad);
+    std::vector<float> y(size_t(T * out)), dx(size_t(T * in)), dW(size_t(out * in), 0.f);
+    gemm_mx(false, xq.scaled(copy(Role::input, Use::forward)), true,
+            wq.scaled(copy(Role::weight, Use::forward)), y.data(), out, false);
+    gemm_mx(false, dyq.scaled(copy(Role::grad, Use::dgrad)), false,
+            wq.scaled(copy(Role::weight, Use::dgrad)), dx.data(), in, false);
+    gemm_mx(true, dyq.scaled(copy(Role::grad, Use::wgrad)), false,
+            xq.scaled(copy(Role::input, Use::wgrad)), dW.data(), in, true);
     EXPECT_TRUE(same_bytes(r.y, y));
     EXPECT_TRUE(same_bytes(r.dx, dx));
     EXPECT_TRUE(same_bytes(r.dW, dW));
@@ -307,13 +337,17 @@ TEST(LinearMx, WeightCacheHoldsOnlyFp8Copies) {
   const size_t tile = size_t(out * in + ceil_div(out, 32) * ceil_div(in, 32));
   // blockwise: one FP32 scale (4 bytes) per 128x128 tile.
   const size_t tile128 = size_t(out * in + 4 * ceil_div(out, 128) * ceil_div(in, 128));
-  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise"})
+  const size_t per_tensor = size_t(out * in + 4);  // fp8-current: one FP32 scale
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"})
     for (bool defer : {false, true}) {
       SCOPED_TRACE(name + (defer ? " defer" : ""));
       Linear l = make_layer(name, defer, in, out, true, 47);
       run_layer(l, x, dy, T);
       EXPECT_EQ(l.weight_cache().bytes(),
-                name == "mxfp8" ? row + col : name == "blockwise" ? tile128 : tile);
+                name == "mxfp8"         ? row + col
+                : name == "blockwise"   ? tile128
+                : name == "fp8-current" ? per_tensor
+                                        : tile);
       EXPECT_FALSE(l.weight_cache().has(Copy::bf16));
     }
 }
@@ -352,7 +386,7 @@ TEST(LinearWeightReuse, OneQuantizationPerStepAcrossMicroBatches) {
 TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
   const int64_t T = 9, in = 33, out = 17;
   auto x = randn(T * in, 60);
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, false, 61);
     std::vector<float> y0(size_t(T * out)), y1 = y0, y2 = y0, yf = y0;
@@ -376,7 +410,7 @@ TEST(LinearWeightReuse, VersionBumpUsesNewWeightAndStaleValueOtherwise) {
 TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
   const int64_t T = 12, in = 64, out = 40;
   auto x = randn(T * in, 70), dy = randn(T * out, 71);
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"})
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"})
     for (bool defer : {false, true}) {
       if (name == "bf16" && defer) continue;
       SCOPED_TRACE(name + (defer ? " defer" : ""));
@@ -398,7 +432,7 @@ TEST(LinearWeightReuse, ProviderReplacesParameterValue) {
         } else if (name == "mxfp8-32x32") {
           c.tile = quantize(master.data(), out, in, MXLayout::tile, cfg);
           c.present |= {Copy::tile};
-        } else if (name == "blockwise") {  // one 128x128-tile copy, FP32 scales
+        } else if (name == "blockwise" || name == "fp8-current") {  // one FP32-scaled tile copy
           make_copies(master.data(), out, in, get_recipe(name).role(Role::weight), c,
                       {Copy::tile});
         } else if (use == Use::forward) {
@@ -450,7 +484,7 @@ TEST(LinearErrors, BadArgumentsAndPrecision) {
 
 TEST(LinearMx, NanPropagatesWithoutThrowing) {
   const int64_t T = 4, in = 64, out = 8;
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 90);
     auto x = randn(T * in, 91), dy = randn(T * out, 92);
@@ -469,7 +503,7 @@ TEST(LinearMx, ResultsIndependentOfThreadCount) {
   const int64_t T = 200, in = 256, out = 192;
   auto x = randn(T * in, 100), dy = randn(T * out, 101);
   const int saved_threads = omp_get_max_threads();
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
     SCOPED_TRACE(name);
     Result res[2];
     for (int i = 0; i < 2; ++i) {

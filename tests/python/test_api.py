@@ -138,6 +138,22 @@ def test_matmul():
             wd = (decode(qw["data"], qw["scale"], e, "tile") if wl == "tile"
                   else decode(qw["rowwise"], qw["rowwise_scale"], e, "rowwise"))
             assert_within_sum_bound(y, xd, wd.T, f"matmul {recipe} {e}")
+    # FP32-scaled recipes: the product of their own copies (blockwise: x rowwise 1x128 and W's
+    # 128x128 tiles; fp8-current: one scale per tensor), and the Linear forward's bytes.
+    for recipe in ("blockwise", "fp8-current"):
+        y = mxtrain.matmul(x, w, recipe=recipe)
+        qx = mxtrain.quantize(x, recipe=recipe, role="input")
+        qw = mxtrain.quantize(w, recipe=recipe, role="weight")
+        xd = mxtrain.dequantize(qx, recipe=recipe, layout="rowwise" if recipe == "blockwise"
+                                else None).astype(np.float64)
+        wd = mxtrain.dequantize(qw, recipe=recipe, layout="tile" if recipe == "blockwise"
+                                else None).astype(np.float64)
+        assert_within_sum_bound(y, xd, wd.T, f"matmul {recipe}")
+        lin = mxtrain.Linear(K, N, recipe=recipe)
+        lin.set_weight(w)
+        check(np.array_equal(lin.forward(x)[0], y), f"matmul {recipe} differs from Linear.forward")
+    raises(ValueError, mxtrain.matmul, x, w, recipe="blockwise", scale_rounding="floor",
+           contains="applies to MX recipes")
     y = mxtrain.matmul(x, w, recipe="bf16")
     xb = (x.view(np.uint32) + 0x7FFF + ((x.view(np.uint32) >> 16) & 1)) & 0xFFFF0000
     wb = (w.view(np.uint32) + 0x7FFF + ((w.view(np.uint32) >> 16) & 1)) & 0xFFFF0000

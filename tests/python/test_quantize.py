@@ -283,13 +283,13 @@ def test_blockwise(tmp):
         except ValueError as e:
             check("applies to FP32-scaled recipes (blockwise)" in str(e), f"{kwargs}: {e}")
     # matmul and the Linear layer stop at once for a recipe whose products are not built.
-    for f in (lambda: mxtrain.matmul(x[:, :4].copy(), x[:4, :4].copy(), recipe="fp8-current"),
-              lambda: mxtrain.Linear(4, 4, recipe="fp8-current")):
+    for f in (lambda: mxtrain.matmul(x[:, :4].copy(), x[:4, :4].copy(), recipe="fp8-delayed"),
+              lambda: mxtrain.Linear(4, 4, recipe="fp8-delayed")):
         try:
             f()
-            raise AssertionError("fp8-current product ran")
+            raise AssertionError("fp8-delayed product ran")
         except ValueError as e:
-            check(str(e).startswith("fp8-current: the quantized products are not built yet; "
+            check(str(e).startswith("fp8-delayed: the quantized products are not built yet; "
                                     "quantize/dequantize support it"), str(e))
     print(f"blockwise cli byte equality: {runs} cases")
 

@@ -132,8 +132,8 @@ TEST(ConfigOverrides, AppliedAndCheckedLikeFileValues) {
             "--recipe: `precision.defer_backward_quant` is only valid with an FP8 recipe "
             "(recipe is `bf16`)");
   // A recipe whose products are not built stops the run at start-up, naming the flag.
-  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "fp8-current", "--recipe"}}),
-            "--recipe: fp8-current: the quantized products are not built yet; quantize/dequantize "
+  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "fp8-delayed", "--recipe"}}),
+            "--recipe: fp8-delayed: the quantized products are not built yet; quantize/dequantize "
             "support it");
   EXPECT_EQ(error_of(kModel + kTraining +
                      "precision: {recipe: mxfp8, overrides: {'layers.0.*': fp8-delayed}}\n")
