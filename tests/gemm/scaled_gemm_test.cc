@@ -70,6 +70,35 @@ MXTensor make_op(bool trans, bool is_a, MXLayout l, int64_t outer, int64_t K, El
   return quantize_blocks(v.data(), r, c, l, cfg);
 }
 
+// Runs op(A) · op(B) (+ C0 when acc) through gemm_mx and fp32_block_gemm_ref and checks the
+// reference against the FP64 product of the dequantized operands within the any-order FP32
+// sum bound (K + 1 + extra)·2^-24·(Σ|a||b| + |C0|) + flush, and the fast path against the
+// reference within twice that; `extra` counts further roundings (the per-tensor path's
+// sa · sb · P), `flush` the pow2 path's flush of |v| < 2^-126. Reports the first failures
+// (labelled) and counts every one in `bad`.
+void check_against_reference(const Op& o, const MXTensor& A, const MXTensor& B, int64_t M,
+                             int64_t N, int64_t K, bool acc, int extra, double flush,
+                             const std::string& label, int& bad) {
+  std::vector<float> c0 = rnd(M * N, 99);
+  std::vector<float> fast = c0, ref = c0;
+  gemm_mx(o.ta, A, o.tb, B, fast.data(), N, acc);
+  gemm_detail::fp32_block_gemm_ref(o.ta, A, o.tb, B, ref.data(), N, acc);
+  std::vector<double> exact, mag;
+  f64_product(o, A, B, M, N, K, exact, mag);
+  for (int64_t i = 0; i < M * N; ++i) {
+    const double c0v = acc ? c0[size_t(i)] : 0.0;
+    const double tol =
+        double(K + 1 + extra) * 0x1.0p-24 * (mag[size_t(i)] + std::fabs(c0v)) + flush;
+    if (!(std::fabs(fast[size_t(i)] - ref[size_t(i)]) <= 2 * tol) ||
+        !(std::fabs(ref[size_t(i)] - (exact[size_t(i)] + c0v)) <= tol))
+      if (bad++ < 5)
+        ADD_FAILURE() << label << " ta=" << o.ta << " tb=" << o.tb << " " << M << "x" << N
+                      << "x" << K << " acc=" << acc << " i=" << i << ": fast "
+                      << fast[size_t(i)] << " ref " << ref[size_t(i)] << " exact "
+                      << exact[size_t(i)] + c0v;
+  }
+}
+
 TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
   const int64_t shapes[][3] = {{1, 1, 1},     {31, 33, 127}, {33, 31, 129}, {128, 1, 257},
                                {129, 127, 255}, {1, 257, 128}, {255, 129, 33}};
@@ -82,25 +111,8 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
             const int64_t M = sh[0], N = sh[1], K = sh[2];
             const MXTensor A = make_op(o.ta, true, o.la, M, K, e, s, uint32_t(M * 7 + K));
             const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, s, uint32_t(N * 13 + K));
-            std::vector<float> c0 = rnd(M * N, 99);
-            std::vector<float> fast = c0, ref = c0;
-            gemm_mx(o.ta, A, o.tb, B, fast.data(), N, acc);
-            gemm_detail::fp32_block_gemm_ref(o.ta, A, o.tb, B, ref.data(), N, acc);
-            std::vector<double> exact, mag;
-            f64_product(o, A, B, M, N, K, exact, mag);
-            for (int64_t i = 0; i < M * N; ++i) {
-              const double c0v = acc ? c0[size_t(i)] : 0.0;
-              // any-order FP32 sum bound (file comment); pow2 path also flushes |v| < 2^-126
-              const double tol = double(K + 1) * 0x1.0p-24 * (mag[size_t(i)] + std::fabs(c0v)) +
-                                 double(K) * 0x1.0p-126;
-              if (!(std::fabs(fast[size_t(i)] - ref[size_t(i)]) <= 2 * tol) ||
-                  !(std::fabs(ref[size_t(i)] - (exact[size_t(i)] + c0v)) <= tol))
-                if (bad++ < 5)
-                  ADD_FAILURE() << "ta=" << o.ta << " tb=" << o.tb << " " << M << "x" << N << "x"
-                                << K << " " << scale_type_name(s) << " acc=" << acc << " i=" << i
-                                << ": fast " << fast[size_t(i)] << " ref " << ref[size_t(i)]
-                                << " exact " << exact[size_t(i)] + c0v;
-            }
+            check_against_reference(o, A, B, M, N, K, acc, 0, double(K) * 0x1.0p-126,
+                                    scale_type_name(s), bad);
           }
   EXPECT_EQ(bad, 0);
 }
@@ -123,25 +135,7 @@ TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
           quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
           quantize_tensor_scaled(vb.data(), o.tb ? N : K, o.tb ? K : N, {e, 0.f}, B);
           ASSERT_TRUE(A.is_fp32_tensor() && B.is_fp32_tensor());
-          std::vector<float> c0 = rnd(M * N, 98);
-          std::vector<float> fast = c0, ref = c0;
-          gemm_mx(o.ta, A, o.tb, B, fast.data(), N, acc);
-          gemm_detail::fp32_block_gemm_ref(o.ta, A, o.tb, B, ref.data(), N, acc);
-          std::vector<double> exact, mag;
-          f64_product(o, A, B, M, N, K, exact, mag);
-          for (int64_t i = 0; i < M * N; ++i) {
-            const double c0v = acc ? c0[size_t(i)] : 0.0;
-            // the any-order FP32 sum bound of the test above, plus one rounding of sa · sb · P
-            const double tol =
-                double(K + 3) * 0x1.0p-24 * (mag[size_t(i)] + std::fabs(c0v)) + 0x1.0p-126;
-            if (!(std::fabs(fast[size_t(i)] - ref[size_t(i)]) <= 2 * tol) ||
-                !(std::fabs(ref[size_t(i)] - (exact[size_t(i)] + c0v)) <= tol))
-              if (bad++ < 5)
-                ADD_FAILURE() << "per-tensor ta=" << o.ta << " tb=" << o.tb << " " << M << "x"
-                              << N << "x" << K << " acc=" << acc << " i=" << i << ": fast "
-                              << fast[size_t(i)] << " ref " << ref[size_t(i)] << " exact "
-                              << exact[size_t(i)] + c0v;
-          }
+          check_against_reference(o, A, B, M, N, K, acc, 2, 0x1.0p-126, "per-tensor", bad);
         }
   EXPECT_EQ(bad, 0);
 }
