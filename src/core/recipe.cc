@@ -189,7 +189,7 @@ const std::vector<Recipe>& registered_recipes() {
            fp32_tensor(Elem::e4m3, ScaleSource::current),
            fp32_tensor(Elem::e5m2, ScaleSource::current),
            "FP8 with one FP32 scale per tensor from its current amax; E4M3 inputs and "
-           "weights, E5M2 grads (quantize/dequantize only; products not built yet)"),
+           "weights, E5M2 grads (TransformerEngine's Float8CurrentScaling; one process only)"),
       make("fp8-delayed", fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
            fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
            fp32_tensor(Elem::e5m2, ScaleSource::amax_history),

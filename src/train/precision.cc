@@ -43,16 +43,20 @@ int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
 void apply_fp32_scale_settings(const PrecisionConfig& p, Recipe& r) {
   if (!has_fp32_scales(r)) return;
   if (p.fp32_scales) set_fp32_scales(r);
-  for (int i = 0; i < kNumRoles; ++i)
-    set_amax_epsilon(r, Role(i), resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), r).value);
+  for (int i = 0; i < kNumRoles; ++i) {
+    const Role role = Role(i);
+    set_amax_epsilon(r, role, resolve_amax_epsilon(p.amax_epsilon[size_t(i)], role, r).value);
+  }
 }
 
 std::string describe_fp32_scale_settings(const PrecisionConfig& p) {
   if (!has_fp32_scales(p.recipe)) return "";
   std::ostringstream os;
-  os << p.recipe.name << ": " << (p.fp32_scales ? "FP32" : "power-of-two") << " scales; amax epsilon";
+  const bool pow2 = !p.fp32_scales && p.recipe.role(Role::input).scale == ScaleType::fp32_pow2;
+  os << p.recipe.name << ": " << (pow2 ? "power-of-two" : "FP32") << " scales; amax epsilon";
   for (int i = 0; i < kNumRoles; ++i) {
-    const ResolvedEpsilon e = resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), p.recipe);
+    const ResolvedEpsilon e =
+        resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), p.recipe);
     os << (i ? ", " : " ") << role_name(Role(i)) << " " << e.value << " (" << e.source << ")";
   }
   return os.str();
