@@ -95,9 +95,12 @@ void check_products_built(const Recipe& r);
 // Whether every scaled role of r has FP32 scales (fp32 or fp32_pow2): the recipes the two
 // settings below apply to.
 bool has_fp32_scales(const Recipe& r);
+// Throws "<setting> applies to recipes with FP32 scales (...); recipe '<name>' has ... scales"
+// unless has_fp32_scales(r): the one statement of the rule for the two settings below (the
+// config parser names its keys with it).
+void check_fp32_scale_setting(const Recipe& r, const std::string& setting);
 // Keeps r's FP32 scales as computed (ScaleType::fp32) instead of truncating them to powers of
-// two. Throws "fp32_scales applies to recipes with FP32 scales (...); recipe '<name>' has ..."
-// unless has_fp32_scales(r).
+// two; check_fp32_scale_setting(r, "fp32_scales") first.
 void set_fp32_scales(Recipe& r);
 // Sets role's amax epsilon: a block's amax below eps counts as eps. eps must be finite and
 // >= 0; the same refusal as set_fp32_scales for other recipes.

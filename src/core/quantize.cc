@@ -5,7 +5,8 @@
 // entry core/dispatch.h picks for the enabled paths), and splits the work
 // over OpenMP threads in ranges of whole 32-row strips (or, for short tensors, column
 // ranges that are multiples of 32; per-tensor copies: chunks of 2^16 elements). Ranges never
-// share a block and each writes its own bytes, so the result does not depend on the thread count or on the schedule.
+// share a block and each writes its own bytes, so the result does not depend on the thread
+// count or on the schedule.
 #include <omp.h>
 
 #include <algorithm>

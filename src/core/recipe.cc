@@ -219,22 +219,20 @@ bool has_fp32_scales(const Recipe& r) {
   return true;
 }
 
-namespace {
-void check_fp32_scaled(const Recipe& r, const char* setting) {
-  MXT_CHECK(has_fp32_scales(r), setting, " applies to recipes with FP32 scales (blockwise); "
-            "recipe '", r.name, "' has ",
+void check_fp32_scale_setting(const Recipe& r, const std::string& setting) {
+  MXT_CHECK(has_fp32_scales(r), setting, " applies to recipes with FP32 scales (blockwise, "
+            "fp8-current); recipe '", r.name, "' has ",
             r.quantized() ? scale_type_name(r.role(Role::input).scale) : "no", " scales");
 }
-}  // namespace
 
 void set_fp32_scales(Recipe& r) {
-  check_fp32_scaled(r, "fp32_scales");
+  check_fp32_scale_setting(r, "fp32_scales");
   for (TensorFormat& f : r.roles)
     if (f.quantized()) f.scale = ScaleType::fp32;
 }
 
 void set_amax_epsilon(Recipe& r, Role role, float eps) {
-  check_fp32_scaled(r, "an amax epsilon");
+  check_fp32_scale_setting(r, "an amax epsilon");
   MXT_CHECK(std::isfinite(eps) && eps >= 0.f, "the ", role_name(role),
             " amax epsilon must be a finite number >= 0, got ", eps);
   r.role(role).amax_epsilon = eps;

@@ -50,7 +50,7 @@ int e8m0_of_pow2(float s) {
 // out: t as an MX copy (same codes and layout, E8M0 per 32) if every scale is a foldable
 // power of two; false otherwise.
 bool expand_pow2(const MXTensor& t, MXTensor& out) {
-  if (t.scale_type != ScaleType::fp32_pow2 || t.is_fp32_tensor()) return false;
+  if (t.scale_type != ScaleType::fp32_pow2) return false;  // per-tensor copies are fp32
   const int64_t n = t.scale_rows() * t.scale_cols();
   const float* s = reinterpret_cast<const float*>(t.scales.data());
   for (int64_t i = 0; i < n; ++i)

@@ -50,12 +50,6 @@ Recipe quantized_recipe(const std::string& name) {
   return r;
 }
 
-// Whether the recipe stores FP32-scaled blocks (blockwise) rather than MX copies.
-bool fp32_scaled(const Recipe& r) {
-  const ScaleType t = r.role(Role::weight).scale;
-  return t == ScaleType::fp32 || t == ScaleType::fp32_pow2;
-}
-
 // Whether the recipe keeps one FP32 scale per tensor (fp8-current, fp8-delayed).
 bool per_tensor(const Recipe& r) { return r.role(Role::weight).block == BlockShape::tensor; }
 
@@ -69,7 +63,7 @@ struct CopyFiles {
 // order; FP32 scale grids are named *scale_inv.npy.
 std::vector<CopyFiles> copies_for(const Recipe& r, Role role) {
   const CopySet c = copies_needed(r, role);
-  const bool f = fp32_scaled(r);
+  const bool f = has_fp32_scales(r);
   std::vector<CopyFiles> out;
   if (c.has(Copy::rowwise))
     out.push_back(
@@ -86,7 +80,7 @@ std::string layout_label(const Recipe& r, Role role) {
   const CopySet c = copies_needed(r, role);
   if (!c.has(Copy::tile)) return c.name();
   if (per_tensor(r)) return "tensor";
-  return fp32_scaled(r) ? "tile128" : "tile32";
+  return has_fp32_scales(r) ? "tile128" : "tile32";
 }
 
 // An existing output directory may be replaced only if it is empty or holds a previous
@@ -121,7 +115,7 @@ NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
 
 // meta.json's "block": the scale block's edge, 0 for one scale per tensor.
 int64_t block_label(const Recipe& r) {
-  return per_tensor(r) ? 0 : fp32_scaled(r) ? kFp32ScaleBlock : kMXBlock;
+  return per_tensor(r) ? 0 : has_fp32_scales(r) ? kFp32ScaleBlock : kMXBlock;
 }
 
 // A copy's scale grid as .npy: uint8 E8M0 bytes, float32 scale_inv values, or one float32
@@ -145,7 +139,7 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
     MXT_CHECK(!opt.rounding, "--scale-rounding applies to MX recipes (E8M0 scales); recipe '",
               r.name, "' has one FP32 scale per tensor");
   }
-  if (fp32_scaled(r)) {
+  if (has_fp32_scales(r)) {
     MXT_CHECK(!opt.rounding, "--scale-rounding applies to MX recipes (E8M0 scales); recipe '",
               r.name, "' has FP32 scales (use --fp32-scales for unrounded ones)");
     MXT_CHECK(!opt.amax_epsilon || (*opt.amax_epsilon >= 0.f && *opt.amax_epsilon <= FLT_MAX),
@@ -162,14 +156,14 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
 
 }  // namespace
 
-bool QuantizeSetup::fp32_scaled() const { return io::fp32_scaled(recipe); }
+bool QuantizeSetup::fp32_scaled() const { return has_fp32_scales(recipe); }
 bool QuantizeSetup::per_tensor() const { return io::per_tensor(recipe); }
 
 QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
   QuantizeSetup s;
   s.recipe = quantized_recipe(opt.recipe);
   check_options(s.recipe, opt);
-  s.role = opt.role.value_or(fp32_scaled(s.recipe) ? Role::input : Role::weight);
+  s.role = opt.role.value_or(has_fp32_scales(s.recipe) ? Role::input : Role::weight);
   TensorFormat& f = s.recipe.role(s.role);
   if (opt.amax_epsilon) f.amax_epsilon = *opt.amax_epsilon;
   if (opt.fp32_scales) f.scale = ScaleType::fp32;
@@ -258,7 +252,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
   }
   DequantizeFilesResult res;
-  const bool fp32 = fp32_scaled(recipe);
+  const bool fp32 = has_fp32_scales(recipe);
   Role role = Role::weight;
   ScaleType scale = ScaleType::e8m0;
   try {

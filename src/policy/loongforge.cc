@@ -26,18 +26,23 @@ const std::vector<std::string>& loongforge_kinds() {
 }
 
 // Transformer Engine's recipe names (LoongForge's fp8_recipe) -> mxtrain's.
-std::optional<std::string> recipe_from_te(const std::string& te) {
+const std::vector<std::pair<std::string, std::string>>& te_recipe_names() {
   static const std::vector<std::pair<std::string, std::string>> names{
       {"blockwise", "blockwise"}, {"mxfp8", "mxfp8"},         {"tensorwise", "fp8-current"},
       {"current", "fp8-current"}, {"delayed", "fp8-delayed"}};
-  for (const auto& [name, ours] : names)
+  return names;
+}
+
+std::optional<std::string> recipe_from_te(const std::string& te) {
+  for (const auto& [name, ours] : te_recipe_names())
     if (name == te) return ours;
   return std::nullopt;
 }
 
 std::string unknown_te_recipe(const std::string& te) {
-  return "unknown fp8_recipe \"" + te + "\" (known: blockwise, mxfp8, tensorwise, current, "
-         "delayed)";
+  std::string known;
+  for (const auto& [name, ours] : te_recipe_names()) known += (known.empty() ? "" : ", ") + name;
+  return "unknown fp8_recipe \"" + te + "\" (known: " + known + ")";
 }
 
 std::vector<int64_t> parse_shape(Object& o, const std::string& key) {

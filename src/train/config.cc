@@ -335,20 +335,19 @@ void parse_precision(Section s, PrecisionConfig& p) {
             p.recipe.name, "`)");
   // fp32_scales and explicit epsilons change FP32-scaled recipes only: the run's recipe must
   // be one (overrides and policy decisions may still put modules in BF16).
-  const char* role_keys[] = {"input_amax_epsilon", "weight_amax_epsilon", "grad_amax_epsilon"};
-  for (int i = 0; i < kNumRoles; ++i)
-    if (p.amax_epsilon[size_t(i)].value)
-      MXT_CHECK(has_fp32_scales(p.recipe), s.origin_of(role_keys[i]), ": `",
-                s.full(role_keys[i]), "` applies to recipes with FP32 scales (blockwise); "
-                "recipe `", p.recipe.name, "` has ",
-                p.recipe.quantized() ? scale_type_name(p.recipe.role(Role::input).scale) : "no",
-                " scales");
-  if (p.fp32_scales)
-    MXT_CHECK(has_fp32_scales(p.recipe), s.origin_of("fp32_scales"), ": `",
-              s.full("fp32_scales"), "` applies to recipes with FP32 scales (blockwise); "
-              "recipe `", p.recipe.name, "` has ",
-              p.recipe.quantized() ? scale_type_name(p.recipe.role(Role::input).scale) : "no",
-              " scales");
+  const std::pair<const char*, bool> set[] = {
+      {"fp32_scales", p.fp32_scales},
+      {"input_amax_epsilon", p.amax_epsilon[size_t(Role::input)].value.has_value()},
+      {"weight_amax_epsilon", p.amax_epsilon[size_t(Role::weight)].value.has_value()},
+      {"grad_amax_epsilon", p.amax_epsilon[size_t(Role::grad)].value.has_value()}};
+  for (const auto& [key, given] : set) {
+    if (!given) continue;
+    try {
+      check_fp32_scale_setting(p.recipe, "`" + s.full(key) + "`");
+    } catch (const Error& e) {
+      rethrow_prefixed(s.origin_of(key) + ": ", e);
+    }
+  }
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
