@@ -34,7 +34,10 @@ class PyLinear {
     p.defer_backward_quant = defer;
     // Bad arguments (a size below 1, a recipe the layer cannot run) are ValueError with the
     // engine's message; they throw before anything is allocated.
-    as_value_error([&] { p.validate(); });
+    as_value_error([&] {
+      p.validate();
+      check_no_amax_history(p.recipe, "the Python Linear");
+    });
     if (in < 1 || out < 1) as_value_error([&] { Linear("python", in, out, has_bias, p); });
     // A size too large to count or to allocate is mxtrain.Error (Parameter::init).
     lin_ = Linear("python", in, out, has_bias, p);

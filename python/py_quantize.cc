@@ -270,7 +270,10 @@ py::array matmul_py(const py::handle& x_obj, const py::handle& w_obj,
                     const std::string& recipe_name, const std::optional<std::string>& elem,
                     const std::optional<std::string>& rounding) {
   const Recipe r = recipe_arg(recipe_name);
-  as_value_error([&] { check_products_built(r); });
+  as_value_error([&] {
+    check_products_built(r);
+    check_no_amax_history(r, "matmul");
+  });
   const py::array_t<float> x = f32_matrix_arg(x_obj, "x");
   const py::array_t<float> w = f32_matrix_arg(w_obj, "w");
   const int64_t M = x.shape(0), K = x.shape(1), N = w.shape(0);

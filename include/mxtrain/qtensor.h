@@ -22,6 +22,7 @@
 
 #include "mxtrain/quantize.h"
 #include "mxtrain/recipe.h"
+#include "mxtrain/scale_history.h"
 
 namespace mxtrain {
 
@@ -99,12 +100,15 @@ struct QTensor {
 // be the same QTensor as a), reusing their storage, with format f (the bf16 copy whatever f).
 // A rowwise and a colwise copy are made from one read of x (quantize_dual), whichever
 // QTensors they go to. Sets rows/cols of every QTensor it writes to and marks the copies
-// present. Only the copies asked for are touched.
+// present. Only the copies asked for are touched. A format whose scale comes from an amax
+// history (fp8-delayed) needs `history`: x is quantized with its scale and its amax is
+// recorded there (scale_history.h); other formats ignore it.
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
-                 CopySet a_copies, QTensor& b, CopySet b_copies);
+                 CopySet a_copies, QTensor& b, CopySet b_copies,
+                 ScaleHistory* history = nullptr);
 inline void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f,
-                        QTensor& t, CopySet copies) {
-  make_copies(x, M, K, f, t, copies, t, {});
+                        QTensor& t, CopySet copies, ScaleHistory* history = nullptr) {
+  make_copies(x, M, K, f, t, copies, t, {}, history);
 }
 
 // Every copy recipe r keeps of a matrix x [M, K] in role `role` (copies_needed(r, role)),

@@ -41,6 +41,22 @@ bool block_is_2d(BlockShape b);
 enum class ScaleSource : uint8_t { current, amax_history };
 const char* scale_source_name(ScaleSource s);  // "current" | "amax_history"
 
+// Which amax of an amax history a delayed scale is computed from (TransformerEngine's
+// amax_compute_algo): the largest in the history, or the latest step's.
+enum class AmaxAlgo : uint8_t { max, most_recent };
+const char* amax_algo_name(AmaxAlgo a);          // "max" | "most_recent"
+AmaxAlgo parse_amax_algo(const std::string& s);  // throws listing the valid names
+
+// The amax history of a format whose scale source is amax_history (mxtrain/scale_history.h):
+// how many steps it holds, the margin (scale = fp8_max / amax / 2^margin) and the algorithm.
+// All zero for every other format.
+struct AmaxHistorySpec {
+  int32_t length = 0;  // >= 1 for amax_history formats
+  int32_t margin = 0;  // >= 0
+  AmaxAlgo algo = AmaxAlgo::max;
+  bool operator==(const AmaxHistorySpec&) const = default;
+};
+
 // How one role is stored for the products.
 struct TensorFormat {
   ScaleType scale = ScaleType::none;  // none: the role is kept in BF16 (no scale, no block)
@@ -49,6 +65,7 @@ struct TensorFormat {
   ScaleRounding rule = ScaleRounding::rceil;  // amax -> scale (E8M0: rceil or floor)
   float amax_epsilon = 0.f;                   // a block's amax below it counts as it (0: none)
   ScaleSource source = ScaleSource::current;
+  AmaxHistorySpec history;  // source amax_history only
 
   bool quantized() const { return scale != ScaleType::none; }
   // The settings of the MX quantize kernels (quantize.h) for this format.
@@ -81,12 +98,13 @@ struct Recipe {
 bool defer_backward_quant_applies(const Recipe& r);
 
 // Whether the quantized products (mxtrain/gemm.h) read recipe r's copies: every scaled role is
-// an MX format (E8M0 scales per 32) or FP32-scaled 128-blocks (blockwise). Per-tensor recipes
-// (fp8-current, fp8-delayed) quantize and dequantize, but their products are not built yet.
+// an MX format (E8M0 scales per 32), FP32-scaled 128-blocks (blockwise) or one FP32 scale per
+// tensor (fp8-current, fp8-delayed).
 bool products_built(const Recipe& r);
-// Throws "<name>: the quantized products are not built yet; quantize/dequantize support it"
-// unless products_built(r). Layers (LinearPrecision::validate), the config parser, the
-// benchmarks and the Python module ask it before running a product.
+// Throws "<name>: no quantized products read its formats (...)" unless products_built(r)
+// (every registered recipe has them; a hand-made Recipe may not). Layers
+// (LinearPrecision::validate), the config parser, the benchmarks and the Python module ask it
+// before running a product.
 void check_products_built(const Recipe& r);
 
 // ---- the scale settings a run may change on an FP32-scaled recipe --------------------------
@@ -105,6 +123,21 @@ void set_fp32_scales(Recipe& r);
 // Sets role's amax epsilon: a block's amax below eps counts as eps. eps must be finite and
 // >= 0; the same refusal as set_fp32_scales for other recipes.
 void set_amax_epsilon(Recipe& r, Role role, float eps);
+
+// ---- the delayed-scaling settings (precision.amax_history_len, .amax_margin,
+// .amax_compute_algo; docs/config.md) ---------------------------------------------------------
+
+// Whether some role of r takes its scale from an amax history (fp8-delayed).
+bool uses_amax_history(const Recipe& r);
+// Throws "<name> takes its scales from amax histories, which a training run keeps ...; <what>
+// keeps none (...)" when uses_amax_history(r): for what runs products outside training (the
+// Python module's matmul and Linear).
+void check_no_amax_history(const Recipe& r, const std::string& what);
+// Throws "<setting> applies to recipes with delayed scaling (...); recipe '<name>' ..." unless
+// uses_amax_history(r).
+void check_amax_history_setting(const Recipe& r, const std::string& setting);
+// Sets every amax_history role's spec: length >= 1, margin >= 0 (each refused in one line).
+void set_amax_history(Recipe& r, const AmaxHistorySpec& spec);
 
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();

@@ -154,7 +154,16 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   CLI::App* sub = app.add_subcommand("train", "Train the GPT model described by a YAML config");
   sub->add_option("--config", a->config, "Model/training YAML (e.g. configs/tiny.yaml)")
       ->required()->check(CLI::ExistingFile);
-  add_override(sub, a, "--recipe", "precision.recipe", "Precision recipe: bf16, mxfp8, mxfp8-32x32");
+  add_override(sub, a, "--recipe", "precision.recipe",
+               "Precision recipe: bf16, mxfp8, mxfp8-32x32, blockwise, fp8-current, fp8-delayed, "
+               "... (`mxtrain recipes` lists them)");
+  add_override(sub, a, "--amax-history-len", "precision.amax_history_len",
+               "fp8-delayed: steps of amax history a scale is computed from (default 1024)",
+               Value::integer);
+  add_override(sub, a, "--amax-compute-algo", "precision.amax_compute_algo",
+               "fp8-delayed: max (the history's largest amax, default) or most_recent");
+  add_override(sub, a, "--margin", "precision.margin",
+               "fp8-delayed: scale = fp8_max / amax / 2^margin (default 0)", Value::integer);
   add_override(sub, a, "--swiglu-input", "precision.swiglu_input",
                "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an FP8 "
                "recipe), fp32 or fp8");

@@ -114,12 +114,7 @@ enum class Kernels : uint8_t { mx, fp32_blocks, fp32_tensor };
 Kernels kernels_for(const TensorFormat& f) {
   const bool fp32 = f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2;
   const bool b128 = f.block == BlockShape::b1x128 || f.block == BlockShape::b128x128;
-  if (f.scale == ScaleType::fp32 && f.block == BlockShape::tensor) {
-    MXT_CHECK(f.source == ScaleSource::current, "quantizing with ", f.describe(),
-              " needs the scale from an amax history (a training state); make_copies takes "
-              "the current amax only");
-    return Kernels::fp32_tensor;
-  }
+  if (f.scale == ScaleType::fp32 && f.block == BlockShape::tensor) return Kernels::fp32_tensor;
   MXT_CHECK((f.scale == ScaleType::e8m0 &&
              (f.block == BlockShape::b1x32 || f.block == BlockShape::b32x32)) ||
                 (fp32 && b128),
@@ -138,7 +133,7 @@ void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
 }  // namespace
 
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
-                 CopySet a_copies, QTensor& b, CopySet b_copies) {
+                 CopySet a_copies, QTensor& b, CopySet b_copies, ScaleHistory* history) {
   MXT_CHECK((a_copies.bits() & b_copies.bits()) == 0, "internal: make_copies got one copy twice");
   for (QTensor* t : {&a, &b}) {
     t->rows = M;
@@ -163,7 +158,14 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
   if (kernels == Kernels::fp32_tensor) {
     // One scale serves both axes: copies_needed asks for the tile copy only.
     MXT_CHECK(!row && !col, "internal: a per-tensor format has only a tile copy");
-    quantize_tensor_scaled(x, M, K, {f.elem, f.amax_epsilon}, tile->tile);
+    if (f.source == ScaleSource::amax_history) {
+      MXT_CHECK(history != nullptr, "quantizing with ", f.describe(), " needs the scale from "
+                "an amax history, a training state (the layers keep one per tensor)");
+      history->record(quantize_tensor_given_scale(x, M, K, f.elem, history->scale(),
+                                                  tile->tile));
+    } else {
+      quantize_tensor_scaled(x, M, K, {f.elem, f.amax_epsilon}, tile->tile);
+    }
     mark_present(row, col, tile);
     return;
   }

@@ -54,6 +54,14 @@ const char* scale_source_name(ScaleSource s) {
   return s == ScaleSource::current ? "current" : "amax_history";
 }
 
+const char* amax_algo_name(AmaxAlgo a) { return a == AmaxAlgo::max ? "max" : "most_recent"; }
+
+AmaxAlgo parse_amax_algo(const std::string& s) {
+  if (s == "max") return AmaxAlgo::max;
+  if (s == "most_recent") return AmaxAlgo::most_recent;
+  MXT_FAIL("unknown amax_compute_algo '", s, "'; valid choices: max (default), most_recent");
+}
+
 std::string TensorFormat::describe() const {
   if (!quantized()) return "bf16 (no scale)";
   std::ostringstream os;
@@ -62,6 +70,9 @@ std::string TensorFormat::describe() const {
   if (scale == ScaleType::e8m0) os << ", " << rounding_name(rule);  // FP32 scales: no rule
   if (amax_epsilon > 0) os << ", amax epsilon " << amax_epsilon;
   os << ", " << scale_source_name(source) << " amax";
+  if (source == ScaleSource::amax_history)
+    os << " (" << history.length << " steps, " << amax_algo_name(history.algo) << ", margin "
+       << history.margin << ")";
   return os.str();
 }
 
@@ -93,18 +104,23 @@ bool products_built(const Recipe& r) {
     const bool mx = f.scale == ScaleType::e8m0 && block_edge(f.block) == 32;
     const bool fp32_blocks = (f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
                              block_edge(f.block) == 128;
-    // One scale per tensor from its current amax (fp8-current); an amax history (fp8-delayed)
-    // is a training state nothing keeps yet.
-    const bool per_tensor = f.scale == ScaleType::fp32 && f.block == BlockShape::tensor &&
-                            f.source == ScaleSource::current;
+    // One scale per tensor, from its current amax (fp8-current) or an amax history
+    // (fp8-delayed): the same products.
+    const bool per_tensor = f.scale == ScaleType::fp32 && f.block == BlockShape::tensor;
     if (!mx && !fp32_blocks && !per_tensor) return false;
   }
   return true;
 }
 
 void check_products_built(const Recipe& r) {
-  MXT_CHECK(products_built(r), r.name,
-            ": the quantized products are not built yet; quantize/dequantize support it");
+  MXT_CHECK(products_built(r), r.name, ": no quantized products read its formats (they read "
+            "E8M0 scales per 32, FP32 scales per 128-block or one FP32 scale per tensor)");
+}
+
+void check_no_amax_history(const Recipe& r, const std::string& what) {
+  MXT_CHECK(!uses_amax_history(r), r.name, " takes its scales from amax histories, which a "
+            "training run keeps and updates after every optimizer step; ", what,
+            " keeps none (train with `mxtrain train`, or use fp8-current)");
 }
 
 namespace {
@@ -132,6 +148,7 @@ TensorFormat fp32_blocks(BlockShape block, Elem elem = Elem::e4m3) {
 // A per-tensor role (TransformerEngine's Float8CurrentScaling / DelayedScaling): one FP32
 // scale for the tensor (not rounded to a power of two), amax epsilon 0, the amax from the
 // tensor itself or from an amax history.
+// Delayed scaling keeps TransformerEngine's defaults: 1024 steps, margin 0, the history's max.
 TensorFormat fp32_tensor(Elem elem, ScaleSource source) {
   TensorFormat f;
   f.scale = ScaleType::fp32;
@@ -139,6 +156,7 @@ TensorFormat fp32_tensor(Elem elem, ScaleSource source) {
   f.block = BlockShape::tensor;
   f.amax_epsilon = 0.f;
   f.source = source;
+  if (source == ScaleSource::amax_history) f.history = {1024, 0, AmaxAlgo::max};
   return f;
 }
 
@@ -189,12 +207,12 @@ const std::vector<Recipe>& registered_recipes() {
            fp32_tensor(Elem::e4m3, ScaleSource::current),
            fp32_tensor(Elem::e5m2, ScaleSource::current),
            "FP8 with one FP32 scale per tensor from its current amax; E4M3 inputs and "
-           "weights, E5M2 grads (TransformerEngine's Float8CurrentScaling; one process only)"),
+           "weights, E5M2 grads (TransformerEngine's Float8CurrentScaling)"),
       make("fp8-delayed", fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
            fp32_tensor(Elem::e4m3, ScaleSource::amax_history),
            fp32_tensor(Elem::e5m2, ScaleSource::amax_history),
-           "fp8-current with scales from an amax history of earlier steps (delayed "
-           "scaling; products not built yet)"),
+           "fp8-current with each scale from an amax history of earlier steps, updated "
+           "after every optimizer step (TransformerEngine's DelayedScaling)"),
   };
   return r;
 }
@@ -236,6 +254,26 @@ void set_amax_epsilon(Recipe& r, Role role, float eps) {
   MXT_CHECK(std::isfinite(eps) && eps >= 0.f, "the ", role_name(role),
             " amax epsilon must be a finite number >= 0, got ", eps);
   r.role(role).amax_epsilon = eps;
+}
+
+bool uses_amax_history(const Recipe& r) {
+  for (const TensorFormat& f : r.roles)
+    if (f.quantized() && f.source == ScaleSource::amax_history) return true;
+  return false;
+}
+
+void check_amax_history_setting(const Recipe& r, const std::string& setting) {
+  MXT_CHECK(uses_amax_history(r), setting, " applies to recipes with delayed scaling "
+            "(fp8-delayed: scales from an amax history); recipe '", r.name, "' takes ",
+            r.quantized() ? "each scale from the tensor it scales" : "no scales");
+}
+
+void set_amax_history(Recipe& r, const AmaxHistorySpec& spec) {
+  check_amax_history_setting(r, "an amax history setting");
+  MXT_CHECK(spec.length >= 1, "the amax history length must be >= 1, got ", spec.length);
+  MXT_CHECK(spec.margin >= 0, "the amax margin must be >= 0, got ", spec.margin);
+  for (TensorFormat& f : r.roles)
+    if (f.quantized() && f.source == ScaleSource::amax_history) f.history = spec;
 }
 
 }  // namespace mxtrain

@@ -419,6 +419,9 @@ void Comm::allreduce_sum(int64_t* data, size_t n) {
 void Comm::allreduce_max(int64_t* data, size_t n) {
   allreduce(data, n, ReduceType::i64, ReduceOp::max);
 }
+void Comm::allreduce_max(float* data, size_t n) {
+  allreduce(data, n, ReduceType::f32, ReduceOp::max);
+}
 
 void Comm::broadcast(void* data, size_t bytes, int root) {
   MXT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a world of ",

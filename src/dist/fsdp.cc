@@ -180,7 +180,11 @@ void Fsdp::start_gather(int i, int k) {
   const size_t P = packed_bytes(M.layout, copies);
   if (s.send_version != ver || s.send.size() != P || !(s.send_format == f)) {
     s.send.resize(P);
-    pack_shard(M.layout, comm_.rank(), M.value.data(), copies, f, s.send.data());
+    const float* scales = M.layout.tensor_scale ? tensor_scales(M) : nullptr;
+    pack_shard(M.layout, comm_.rank(), M.value.data(), copies, f, s.send.data(), scales,
+               scales ? M.group_amax.data() : nullptr);
+    if (scales && f.source == ScaleSource::amax_history)  // the shard's amax, per group
+      for (int64_t g = 0; g < M.layout.groups; ++g) M.weight_history(g)->record(M.group_amax[size_t(g)]);
     s.send_version = ver;
     s.send_format = f;
     ++stats_.shard_quantizations;
@@ -195,6 +199,25 @@ void Fsdp::start_gather(int i, int k) {
   ++stats_.allgather_calls;
   stats_.allgather_bytes += s.req.bytes();
   if (comm_.size() > 1) stats_.allgather_payload_bytes += uint64_t(s.recv.size());
+}
+
+// The scale of each group of a per-tensor weight, agreed by every rank before any quantizes
+// its shard: from the group's amax over all ranks (current scaling: an all-reduce, once per
+// parameter version), or the layer's amax history, which every rank holds alike.
+const float* Fsdp::tensor_scales(Module& M) {
+  const TensorFormat& f = M.recipe().role(Role::weight);
+  const int64_t G = M.layout.groups;
+  M.group_scales.resize(size_t(G));
+  M.group_amax.resize(size_t(G));
+  if (f.source == ScaleSource::amax_history) {
+    for (int64_t g = 0; g < G; ++g) M.group_scales[size_t(g)] = M.weight_history(g)->scale();
+  } else {
+    shard_group_amax(M.layout, comm_.rank(), M.value.data(), M.group_amax.data());
+    comm_.allreduce_max(M.group_amax.data(), size_t(G));
+    for (int64_t g = 0; g < G; ++g)
+      M.group_scales[size_t(g)] = tensor_scale(M.group_amax[size_t(g)], {f.elem, f.amax_epsilon});
+  }
+  return M.group_scales.data();
 }
 
 void Fsdp::wait_gather(int i, int k) {

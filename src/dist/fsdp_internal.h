@@ -46,11 +46,18 @@ struct Fsdp::Module {
   // not added).
   int lent = -1;
   bool shard_grad_live = false;
+  // One scale per tensor (fp8-current, fp8-delayed): each group's agreed scale and this
+  // rank's amax of it, for pack_shard (sized once).
+  std::vector<float> group_scales, group_amax;
 
   const Recipe& recipe() const {
     return linear ? linear->precision().recipe : grouped->precision().recipe;
   }
   int64_t num_caches() const { return linear ? 1 : grouped->num_experts(); }
+  // The weight's delayed-scaling history of group e (fp8-delayed), else nullptr.
+  ScaleHistory* weight_history(int64_t e) {
+    return (linear ? linear->scale_histories() : grouped->scale_histories()).get(Role::weight, e);
+  }
   QuantizedWeight& cache(int64_t e) {
     return linear ? linear->weight_cache() : grouped->weight_caches()[size_t(e)];
   }

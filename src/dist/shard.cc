@@ -21,11 +21,9 @@ ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world,
   for (int64_t d : shape)
     MXT_CHECK(d > 0, "FSDP cannot shard a weight with an empty dimension (shape has ", d, ")");
   MXT_CHECK(world >= 1, "world size must be >= 1, got ", world);
-  MXT_CHECK(weight.block != BlockShape::tensor,
-            "FSDP shards block-scaled weights; a weight with one scale for the whole tensor (",
-            weight.describe(), ") cannot be quantized shard by shard");
   ShardLayout L;
-  L.block = weight.quantized() ? block_edge(weight.block) : kMXBlock;
+  L.tensor_scale = weight.quantized() && weight.block == BlockShape::tensor;
+  L.block = weight.quantized() && !L.tensor_scale ? block_edge(weight.block) : kMXBlock;
   L.scale_bytes = weight.quantized() ? scale_type_bytes(weight.scale) : 1;
   L.groups = shape.size() == 3 ? shape[0] : 1;
   L.rows = shape[shape.size() - 2];
@@ -103,7 +101,7 @@ MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
   switch (layout) {
     case MXLayout::rowwise: s = R * Kb; break;
     case MXLayout::colwise: s = (R / B) * K; break;
-    case MXLayout::tile: s = (R / B) * Kb; break;
+    case MXLayout::tile: s = L.tensor_scale ? L.groups : (R / B) * Kb; break;
   }
   p.end = p.scales + size_t(s) * size_t(L.scale_bytes);
   return p;
@@ -175,12 +173,22 @@ PackPlan plan(const ShardLayout& L, CopySet copies) {
 
 size_t packed_bytes(const ShardLayout& L, CopySet copies) { return plan(L, copies).end; }
 
+void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out) {
+  std::fill_n(out, L.groups, 0.f);
+  for (const auto& p : L.pieces(rank))
+    out[p.group] = std::max(out[p.group], tensor_amax(shard + p.local_row * L.cols, p.rows * L.cols));
+}
+
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
-                const TensorFormat& f, uint8_t* out) {
+                const TensorFormat& f, uint8_t* out, const float* group_scales,
+                float* group_amax) {
   MXT_CHECK(rank >= 0 && rank < L.world, "pack_shard: rank ", rank, " outside a world of ",
             L.world);
+  MXT_CHECK(!L.tensor_scale || group_scales != nullptr, "pack_shard: a weight with one scale "
+            "per tensor (", f.describe(), ") needs the agreed scale of each group");
   const PackPlan pp = plan(L, copies);
   std::memset(out, 0, pp.end);
+  if (group_amax) std::fill_n(group_amax, L.groups, 0.f);
   const int64_t K = L.cols;
   for (const auto& p : L.pieces(rank)) {
     const float* x = shard + p.local_row * K;
@@ -189,6 +197,17 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
     const CopySet scaled = copies - CopySet{Copy::bf16};
     if (scaled.empty()) continue;
     thread_local QTensor q;  // the piece's copies, storage reused
+    if (L.tensor_scale) {  // the one copy (tile) with the group's agreed scale
+      const float amax =
+          quantize_tensor_given_scale(x, p.rows, K, f.elem, group_scales[p.group], q.tile);
+      if (group_amax) group_amax[p.group] = std::max(group_amax[p.group], amax);
+      const MxPart& part = pp.part[int(Copy::tile)];
+      std::memcpy(out + part.data + size_t(p.local_row * K), q.tile.data.data(),
+                  q.tile.data.size());
+      std::memcpy(out + part.scales + sizeof(float) * size_t(p.group), q.tile.scales.data(),
+                  sizeof(float));
+      continue;
+    }
     make_copies(x, p.rows, K, f, q, scaled);
     for (Copy c : kScaled)
       if (scaled.has(c)) put_piece(q.scaled(c), pp.part[int(c)], p.local_row, out);
@@ -209,13 +228,15 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
     t.rows = L.rows;
     t.cols = K;
     t.layout = layout_of(c);
-    MXT_CHECK(f.quantized() && block_edge(f.block) == L.block &&
+    const bool tensor = f.quantized() && f.block == BlockShape::tensor;
+    MXT_CHECK(f.quantized() && tensor == L.tensor_scale &&
+                  (tensor || block_edge(f.block) == L.block) &&
                   scale_type_bytes(f.scale) == L.scale_bytes,
               "unpack_group: the weight's format (", f.describe(), ") is not the one its shard "
               "layout was made for (blocks of ", L.block, ")");
     t.elem = f.elem;
     t.scale_type = f.scale;
-    t.block = L.block;
+    t.block = tensor ? 0 : L.block;
     t.data.resize(size_t(L.rows * K));
     t.scales.resize(t.scale_bytes());
   }
@@ -230,9 +251,19 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
                   reinterpret_cast<const uint16_t*>(pack) + local_row * K,
                   sizeof(uint16_t) * size_t(rows * K));
     }
-    for (Copy c : kScaled)
-      if (copies.has(c))
-        get_piece(pack, pp.part[int(c)], local_row, group_row, rows, out.scaled(c));
+    for (Copy c : kScaled) {
+      if (!copies.has(c)) continue;
+      if (L.tensor_scale) {  // codes in place; the group's one scale_inv (every rank's alike)
+        MXTensor& t = out.scaled(c);
+        const MxPart& part = pp.part[int(c)];
+        std::memcpy(t.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
+                    size_t(rows * K));
+        std::memcpy(t.scales.data(), pack + part.scales + sizeof(float) * size_t(group),
+                    sizeof(float));
+        continue;
+      }
+      get_piece(pack, pp.part[int(c)], local_row, group_row, rows, out.scaled(c));
+    }
   }
   out.rows = L.rows;
   out.cols = K;
@@ -240,8 +271,9 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
 }
 
 void quantize_group_reference(const ShardLayout& L, CopySet copies, const TensorFormat& f,
-                              const float* full, int64_t group, QuantizedWeight& out) {
-  make_copies(full + group * L.rows * L.cols, L.rows, L.cols, f, out, copies);
+                              const float* full, int64_t group, QuantizedWeight& out,
+                              ScaleHistory* history) {
+  make_copies(full + group * L.rows * L.cols, L.rows, L.cols, f, out, copies, history);
 }
 
 }  // namespace mxtrain::dist

@@ -29,6 +29,7 @@ GroupedLinear::GroupedLinear(std::string name, int64_t num_experts, int64_t in, 
             "': experts, in and out must be >= 1, got experts=", num_experts, " in=", in,
             " out=", out);
   prec_.validate();
+  scales_.reset(prec_.recipe, num_experts);
   weight.init(name_ + ".weight", {num_experts, out, in});
   wcache_.resize(size_t(num_experts));
   for (int64_t g = 0; g < num_experts; ++g)
@@ -37,6 +38,7 @@ GroupedLinear::GroupedLinear(std::string name, int64_t num_experts, int64_t in, 
 
 void GroupedLinear::set_precision(const LinearPrecision& p) {
   p.validate();
+  if (!(p.recipe == prec_.recipe)) scales_.reset(p.recipe, experts_);
   prec_ = p;
   for (QuantizedWeight& c : wcache_) c.clear();
 }
@@ -48,7 +50,7 @@ bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
                 const LinearPrecision& prec, Use use, bool dual, int64_t E, int64_t out,
                 int64_t in,
                 const GroupedLinear::GroupedWeightProvider& provider,
-                const std::vector<std::string>& names) {
+                const std::vector<std::string>& names, LayerScaleHistories& scales) {
   const bool has_value = w.value.size() == size_t(E * out * in);
   bool built = false;
   for (int64_t g = 0; g < E; ++g) {
@@ -57,7 +59,7 @@ bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
     if (provider) p = [&provider, g](Use u, QuantizedWeight& c) { provider(u, g, c); };
     const float* value = has_value ? w.value.data() + g * out * in : nullptr;
     built |= ensure_weight(caches[size_t(g)], w.version, prec.recipe, use, dual, value, out, in, p,
-                           names[size_t(g)]);
+                           names[size_t(g)], scales.get(Role::weight, g));
   }
   return built;
 }
@@ -86,11 +88,11 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
   check_groups(groups, experts_, T, name_);
   const Recipe& r = prec_.recipe;
   if (ensure_all(wcache_, weight, prec_, Use::forward, !prec_.defer_backward_quant, experts_,
-                 out_, in_, provider_, expert_names_))
+                 out_, in_, provider_, expert_names_, scales_))
     ++weight_quantizations_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
-  core_forward(prec_, in_, out_, x, groups, cache_ptrs_.data(), y, saved);
+  core_forward(prec_, in_, out_, x, groups, cache_ptrs_.data(), y, saved, scales_);
   for (const QuantizedWeight& c : wcache_)
     saved.weight_bytes_for_backward += backward_only_weight_bytes(c, r);
 }
@@ -107,14 +109,14 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   MXT_CHECK(weight.grad.size() == wn, "GroupedLinear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", wn);
   if (dx && ensure_all(wcache_, weight, prec_, Use::dgrad, false, experts_, out_, in_,
-                       provider_, expert_names_))
+                       provider_, expert_names_, scales_))
     ++weight_quantizations_;
   grad_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) grad_ptrs_[size_t(g)] = weight.grad.data() + g * out_ * in_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
   core_backward(prec_, in_, out_, saved, cache_ptrs_.data(), dy, dx, grad_ptrs_.data(),
-                weight.take_grad_accumulate(), name_);
+                weight.take_grad_accumulate(), name_, scales_);
 }
 
 }  // namespace mxtrain

@@ -39,6 +39,22 @@ void LinearPrecision::validate() const {
   check_products_built(recipe);
 }
 
+void LayerScaleHistories::reset(const Recipe& r, int64_t groups) {
+  for (int i = 0; i < kNumRoles; ++i) {
+    const TensorFormat& f = r.roles[size_t(i)];
+    std::vector<ScaleHistory>& v = roles[size_t(i)];
+    v.clear();
+    if (f.quantized() && f.source == ScaleSource::amax_history)
+      v.assign(size_t(groups), ScaleHistory(f));
+  }
+}
+
+bool LayerScaleHistories::empty() const {
+  for (const auto& v : roles)
+    if (!v.empty()) return false;
+  return true;
+}
+
 size_t LinearSaved::held_bytes() const {
   size_t n = weight_bytes_for_backward;
   for (const QTensor& t : xs) n += t.bytes();
@@ -50,12 +66,14 @@ Linear::Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearP
   MXT_CHECK(in >= 1 && out >= 1, "Linear '", name_, "': in and out must be >= 1, got in=", in,
             " out=", out);
   prec_.validate();
+  scales_.reset(prec_.recipe, 1);
   weight.init(name_ + ".weight", {out, in});
   if (has_bias) bias.init(name_ + ".bias", {out});
 }
 
 void Linear::set_precision(const LinearPrecision& p) {
   p.validate();
+  if (!(p.recipe == prec_.recipe)) scales_.reset(p.recipe, 1);  // another recipe's are no use
   prec_ = p;
   wcache_.clear();  // copies of another recipe are of no use
 }
@@ -63,7 +81,7 @@ void Linear::set_precision(const LinearPrecision& p) {
 void Linear::ensure_weight(Use use, bool dual) {
   const float* value = weight.value.size() == size_t(out_ * in_) ? weight.value.data() : nullptr;
   if (nn_detail::ensure_weight(wcache_, weight.version, prec_.recipe, use, dual, value, out_,
-                               in_, provider_, name_))
+                               in_, provider_, name_, scales_.get(Role::weight, 0)))
     ++weight_quantizations_;
 }
 
@@ -77,7 +95,7 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   QuantizedWeight* w = &wcache_;
   thread_local GroupList one_group;  // {0, T}, storage kept across calls
   one_group.offsets.assign({0, T});
-  core_forward(prec_, in_, out_, x, one_group, &w, y, saved);
+  core_forward(prec_, in_, out_, x, one_group, &w, y, saved, scales_);
   if (!bias.shape.empty()) {
     MXT_CHECK(bias.value.size() == size_t(out_), "Linear '", name_, "': bias has ",
               bias.value.size(), " values, expected ", out_);
@@ -92,7 +110,7 @@ void Linear::save_input(const float* x, int64_t T, LinearSaved& saved) {
   MXT_CHECK(x != nullptr, "Linear '", name_, "': save_input got a null x");
   thread_local GroupList one_group;  // {0, T}, storage kept across calls
   one_group.offsets.assign({0, T});
-  core_save_input(prec_, in_, x, one_group, saved);
+  core_save_input(prec_, in_, x, one_group, saved, scales_);
   saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, prec_.recipe);
 }
 
@@ -109,7 +127,8 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
   if (dx) ensure_weight(Use::dgrad, false);
   QuantizedWeight* w = &wcache_;
   float* dW = weight.grad.data();
-  core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, weight.take_grad_accumulate(), name_);
+  core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, weight.take_grad_accumulate(), name_,
+                scales_);
   if (!bias.shape.empty()) {
     if (bias.grad.empty()) bias.grad.assign(size_t(out_), 0.f);
     accumulate_bias_grad(dy, T, out_, bias.grad.data(), bias.take_grad_accumulate());

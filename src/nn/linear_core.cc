@@ -28,7 +28,7 @@ void check_copy(const QuantizedWeight& c, Copy k, int64_t out, int64_t in,
 bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Use use, bool dual,
                    const float* value, int64_t out, int64_t in,
                    const std::function<void(Use, QuantizedWeight&)>& provider,
-                   const std::string& layer) {
+                   const std::string& layer, ScaleHistory* history) {
   if (c.version != version) c.invalidate();
   CopySet need = copies_needed(r, Role::weight, use);
   if (dual && !provider) need |= copies_needed(r, Role::weight, Use::dgrad);
@@ -42,7 +42,7 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Use us
   } else {
     MXT_CHECK(value != nullptr, "layer '", layer, "': the weight has no value on this rank ",
               "and no weight provider is set");
-    make_copies(value, out, in, r.role(Role::weight), c, need - c.present);
+    make_copies(value, out, in, r.role(Role::weight), c, need - c.present, history);
   }
   c.rows = out;
   c.cols = in;
@@ -94,7 +94,7 @@ void begin_saved(LinearSaved& saved, const GroupList& groups) {
 
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
-                  LinearSaved& saved) {
+                  LinearSaved& saved, LayerScaleHistories& scales) {
   const Recipe& r = p.recipe;
   const int64_t E = groups.num_groups();
   // x's copies: those forward reads, and (defer off) those wgrad reads, kept in `saved`. A
@@ -107,14 +107,14 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
     const int64_t n = groups.count(g);
     if (n == 0) continue;
     make_copies(x + groups.offsets[g] * in, n, in, r.role(Role::input), xq[size_t(g)], fwd,
-                saved.xs[size_t(g)], keep);
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g));
   }
   if (p.defer_backward_quant) saved.x = x;
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
 }
 
 void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
-                     const GroupList& groups, LinearSaved& saved) {
+                     const GroupList& groups, LinearSaved& saved, LayerScaleHistories& scales) {
   // The copies core_forward keeps for wgrad, made again without the product.
   const CopySet keep =
       p.defer_backward_quant ? CopySet{} : copies_needed(p.recipe, Role::input, Use::wgrad);
@@ -123,14 +123,14 @@ void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
     const int64_t n = groups.count(g);
     if (n == 0) continue;
     make_copies(x + groups.offsets[g] * in, n, in, p.recipe.role(Role::input),
-                saved.xs[size_t(g)], keep);
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g));
   }
   if (p.defer_backward_quant) saved.x = x;
 }
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   bool accumulate, const std::string& layer) {
+                   bool accumulate, const std::string& layer, LayerScaleHistories& scales) {
   const Recipe& r = p.recipe;
   const GroupList& groups = saved.groups;
   const int64_t E = groups.num_groups();
@@ -150,9 +150,11 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
     MXT_CHECK(deferred || saved.xs[size_t(g)].has_all(xw), "layer '", layer,
               "': the saved forward state does not match the layer's precision (was it changed "
               "between forward and backward?)");
-    make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc);
-    if (deferred)  // make this group's wgrad copies of x now
-      make_copies(saved.x + r0 * in, n, in, r.role(Role::input), xd[size_t(g)], xw);
+    make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc,
+                scales.get(Role::grad, g));
+    if (deferred)  // make this group's wgrad copies of x now (the same scale as forward's)
+      make_copies(saved.x + r0 * in, n, in, r.role(Role::input), xd[size_t(g)], xw,
+                  scales.get(Role::input, g));
   }
   if (dx) grouped_dgrad(r, groups, dyq.data(), as_qtensors(w, E), dx, in);
   grouped_wgrad(r, groups, dyq.data(), xd.data(), dw, accumulate);

@@ -34,11 +34,13 @@ namespace mxtrain::nn_detail {
 // pass). A cache made from another version is invalidated first; copies already present are
 // reused. If `provider` is set it is called instead of reading `value` (dual is then ignored:
 // each use asks the provider for itself). Returns true when it built or fetched anything —
-// one "weight quantization".   value: [out, in] FP32 (may be null when a provider is set)
+// one "weight quantization". `history`: the weight's delayed-scaling state (fp8-delayed;
+// null otherwise), used and recorded when the layer quantizes `value` itself (a provider
+// handles its own).   value: [out, in] FP32 (may be null when a provider is set)
 bool ensure_weight(QuantizedWeight& cache, uint64_t version, const Recipe& r, Use use,
                    bool dual, const float* value, int64_t out, int64_t in,
                    const std::function<void(Use, QuantizedWeight&)>& provider,
-                   const std::string& layer);
+                   const std::string& layer, ScaleHistory* history);
 
 // Bytes of weight copies present in `cache` that only dgrad reads (mxfp8's colwise copy;
 // nothing for bf16 and mxfp8-32x32, whose copy serves forward too).
@@ -46,21 +48,24 @@ size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r)
 
 // ---- the sequence ------------------------------------------------------------------------------
 
+// `scales` is the layer's delayed-scaling state (LayerScaleHistories: per role and group),
+// empty unless the recipe takes scales from amax histories.
+//
 // x: [T, in] FP32 with rows grouped by `groups`; w[g]: group g's weight cache, already holding
 // what forward needs; y: [T, out]. Fills `saved` (weight_bytes_for_backward is the caller's).
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
-                  LinearSaved& saved);
+                  LinearSaved& saved, LayerScaleHistories& scales);
 // What core_forward keeps in `saved`, without the product (the same bytes: colwise
 // quantization alone equals quantize_dual's colwise half).
 void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
-                     const GroupList& groups, LinearSaved& saved);
+                     const GroupList& groups, LinearSaved& saved, LayerScaleHistories& scales);
 // dy: [T, out]; dx: [T, in] or null (then w is not read); dw[g]: [out, in] FP32, added into
 // (accumulate) or written (every group, zeros for a group with no rows). w[g] must hold what
 // dgrad needs when dx is set. Empties `saved`.
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   bool accumulate, const std::string& layer);
+                   bool accumulate, const std::string& layer, LayerScaleHistories& scales);
 
 // ---- helpers -----------------------------------------------------------------------------------
 

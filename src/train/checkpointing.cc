@@ -3,6 +3,7 @@
 #include "mxtrain/train/checkpointing.h"
 
 #include <cstdio>
+#include <set>
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/checkpoint.h"
@@ -30,7 +31,8 @@ void copy_tensor(const io::NamedTensor& t, const Parameter& p, FloatBuffer& dst)
 std::string save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<FloatBuffer>& m,
-                              const std::vector<FloatBuffer>& v, const TrainerState& st) {
+                              const std::vector<FloatBuffer>& v, const TrainerState& st,
+                              const std::vector<io::NamedTensor>& extra_state) {
   std::vector<io::TensorRef> model, optim;
   for (size_t i = 0; i < params.size(); ++i) {
     const Parameter& p = *params[i];
@@ -38,6 +40,7 @@ std::string save_training_checkpoint(const std::string& dir, const TrainConfig& 
     optim.push_back({io::exp_avg_name(p.name), p.shape, m[i].data()});
     optim.push_back({io::exp_avg_sq_name(p.name), p.shape, v[i].data()});
   }
+  for (const io::NamedTensor& t : extra_state) optim.push_back(t.ref());
   nlohmann::json state = {{"step", st.step},
                            {"opt_steps", st.opt_steps},
                            {"skipped", st.skipped},
@@ -74,7 +77,8 @@ int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int
 TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                       const std::vector<Parameter*>& params,
                                       std::vector<FloatBuffer>& m,
-                                      std::vector<FloatBuffer>& v) {
+                                      std::vector<FloatBuffer>& v,
+                                      std::vector<io::NamedTensor>* extra_state) {
   const io::LoadedCheckpoint ck = io::load_checkpoint(dir);
   const TrainConfig saved = parse_config(ck.config_text, ck.dir + "/state.json config");
   const std::vector<std::string> changed = model_changes(saved.model, cfg.model);
@@ -104,6 +108,16 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
     copy_tensor(ck.optimizer_tensor(io::exp_avg_name(p.name)), p, m[i]);
     copy_tensor(ck.optimizer_tensor(io::exp_avg_sq_name(p.name)), p, v[i]);
     ++p.version;  // any quantized copy made from the old value is stale
+  }
+  if (extra_state) {
+    std::set<std::string> moments;
+    for (const Parameter* p : params) {
+      moments.insert(io::exp_avg_name(p->name));
+      moments.insert(io::exp_avg_sq_name(p->name));
+    }
+    extra_state->clear();
+    for (const io::NamedTensor& t : ck.optimizer)
+      if (!moments.count(t.name)) extra_state->push_back(t);
   }
   TrainerState st;
   try {

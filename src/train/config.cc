@@ -41,6 +41,7 @@ void decode(const YAML::Node& v, SwigluInput& out) {
 void decode(const YAML::Node& v, ScaleRounding& out) {
   out = parse_rounding(v.as<std::string>().c_str());
 }
+void decode(const YAML::Node& v, AmaxAlgo& out) { out = parse_amax_algo(v.as<std::string>()); }
 void decode(const YAML::Node& v, AmaxEpsilon& out) {
   if (v.IsScalar() && v.Scalar() == "auto") {
     out.value.reset();
@@ -60,6 +61,7 @@ const T& text(const T& v) {
 const std::string& text(const Recipe& r) { return r.name; }
 const char* text(SwigluInput s) { return swiglu_input_name(s); }
 const char* text(ScaleRounding r) { return rounding_name(r); }
+const char* text(AmaxAlgo a) { return amax_algo_name(a); }
 std::string text(const AmaxEpsilon& e) {
   if (!e.value) return "auto";
   char buf[32];
@@ -227,6 +229,9 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("input_amax_epsilon", p.amax_epsilon[size_t(Role::input)]);
   f("weight_amax_epsilon", p.amax_epsilon[size_t(Role::weight)]);
   f("grad_amax_epsilon", p.amax_epsilon[size_t(Role::grad)]);
+  f("amax_history_len", p.amax_history.length);
+  f("margin", p.amax_history.margin);
+  f("amax_compute_algo", p.amax_history.algo);
 }
 
 template <class F>
@@ -344,6 +349,24 @@ void parse_precision(Section s, PrecisionConfig& p) {
     if (!given) continue;
     try {
       check_fp32_scale_setting(p.recipe, "`" + s.full(key) + "`");
+    } catch (const Error& e) {
+      rethrow_prefixed(s.origin_of(key) + ": ", e);
+    }
+  }
+  // The amax history: its ranges, and (away from its default) a delayed-scaling recipe.
+  require(p.amax_history.length >= 1 && p.amax_history.length <= (1 << 20), s,
+          "amax_history_len", "must be between 1 and 1048576", p.amax_history.length);
+  require(p.amax_history.margin >= 0 && p.amax_history.margin <= 64, s, "margin",
+          "must be between 0 and 64", p.amax_history.margin);
+  const AmaxHistorySpec defaults = PrecisionConfig{}.amax_history;
+  const std::pair<const char*, bool> hist[] = {
+      {"amax_history_len", p.amax_history.length != defaults.length},
+      {"margin", p.amax_history.margin != defaults.margin},
+      {"amax_compute_algo", p.amax_history.algo != defaults.algo}};
+  for (const auto& [key, given] : hist) {
+    if (!given) continue;
+    try {
+      check_amax_history_setting(p.recipe, "`" + s.full(key) + "`");
     } catch (const Error& e) {
       rethrow_prefixed(s.origin_of(key) + ": ", e);
     }

@@ -54,14 +54,20 @@ class ParamSync {
   virtual double sum_over_ranks(double x) { return x; }
   // Collective: the largest of the ranks' x (the stop request, agreed at each step's end).
   virtual int64_t max_over_ranks(int64_t x) { return x; }
+  // Collective: x[i] = the largest of the ranks' x[i] (delayed scaling's step amaxes).
+  virtual void max_over_ranks(float* x, size_t n) {}
   // Collective: throws on every rank when any rank's `value` differs from rank 0's.
   virtual void check_same(const std::string& what, const std::string& value) {}
   double mean_over_ranks(double x) { return sum_over_ranks(x) / world(); }
   virtual CommCounters counters() const { return {}; }
   // Collective under FSDP. Returns the step directory written (empty on ranks that write none).
+  // `extra`: state every rank holds alike (delayed-scaling histories), saved beside the
+  // optimizer's; load returns it on every rank (save_training_checkpoint's extra_state).
   virtual std::string save(const std::string& dir, const TrainConfig& cfg,
-                           const TrainerState& st) = 0;
-  virtual TrainerState load(const std::string& dir, const TrainConfig& cfg) = 0;
+                           const TrainerState& st,
+                           const std::vector<io::NamedTensor>& extra) = 0;
+  virtual TrainerState load(const std::string& dir, const TrainConfig& cfg,
+                            std::vector<io::NamedTensor>& extra) = 0;
 };
 
 std::unique_ptr<ParamSync> make_local_sync(GPT& model);

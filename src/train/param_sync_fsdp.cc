@@ -82,6 +82,7 @@ class FsdpSync : public ParamSync {
     comm_.allreduce_max(&x, 1);
     return x;
   }
+  void max_over_ranks(float* x, size_t n) override { comm_.allreduce_max(x, n); }
   std::vector<OptimView> views() override {
     std::vector<OptimView> out;
     for (dist::ShardView& s : fsdp_->shards())
@@ -96,8 +97,8 @@ class FsdpSync : public ParamSync {
             s.allgather_span_ms, s.reduce_scatter_span_ms};
   }
 
-  std::string save(const std::string& dir, const TrainConfig& cfg,
-                   const TrainerState& st) override {
+  std::string save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st,
+                   const std::vector<io::NamedTensor>& extra) override {
     // Whole tensors on rank 0, in the model's parameter order.
     std::vector<Parameter> full(params_.size());
     std::vector<FloatBuffer> m(params_.size()), v(params_.size());
@@ -112,13 +113,14 @@ class FsdpSync : public ParamSync {
     if (rank() == 0) {
       std::vector<Parameter*> ptrs;
       for (Parameter& p : full) ptrs.push_back(&p);
-      written = save_training_checkpoint(dir, cfg, ptrs, m, v, st);
+      written = save_training_checkpoint(dir, cfg, ptrs, m, v, st, extra);
     }
     comm_.barrier();
     return written;
   }
 
-  TrainerState load(const std::string& dir, const TrainConfig& cfg) override {
+  TrainerState load(const std::string& dir, const TrainConfig& cfg,
+                    std::vector<io::NamedTensor>& extra) override {
     std::vector<Parameter> full(params_.size());
     std::vector<FloatBuffer> m(params_.size()), v(params_.size());
     TrainerState st;
@@ -130,7 +132,7 @@ class FsdpSync : public ParamSync {
         ptrs.push_back(&full[i]);
       }
       try {
-        st = load_training_checkpoint(dir, cfg, ptrs, m, v);
+        st = load_training_checkpoint(dir, cfg, ptrs, m, v, &extra);
       } catch (const Error& e) {
         error = e.what();
       }
@@ -152,10 +154,30 @@ class FsdpSync : public ParamSync {
       fsdp_->scatter_full(name, ShardField::m, root ? m[i].data() : nullptr);
       fsdp_->scatter_full(name, ShardField::v, root ? v[i].data() : nullptr);
     }
+    broadcast_tensors(extra);
     return st;
   }
 
  private:
+  // Rank 0's tensors on every rank: count, then per tensor its name, shape and data.
+  void broadcast_tensors(std::vector<io::NamedTensor>& ts) {
+    int64_t n = int64_t(ts.size());
+    comm_.broadcast(&n, sizeof n, 0);
+    ts.resize(size_t(n));
+    for (io::NamedTensor& t : ts) {
+      int64_t hdr[2] = {int64_t(t.name.size()), int64_t(t.shape.size())};
+      comm_.broadcast(hdr, sizeof hdr, 0);
+      t.name.resize(size_t(hdr[0]));
+      t.shape.resize(size_t(hdr[1]));
+      comm_.broadcast(t.name.data(), t.name.size(), 0);
+      comm_.broadcast(t.shape.data(), sizeof(int64_t) * t.shape.size(), 0);
+      int64_t numel = 1;
+      for (int64_t d : t.shape) numel *= d;
+      t.data.resize(size_t(numel));
+      comm_.broadcast(t.data.data(), sizeof(float) * t.data.size(), 0);
+    }
+  }
+
   dist::Comm& comm_;
   std::unique_ptr<dist::Fsdp> fsdp_;
   std::map<std::string, int> index_;

@@ -32,12 +32,13 @@ class LocalSync : public ParamSync {
     }
     return out;
   }
-  std::string save(const std::string& dir, const TrainConfig& cfg,
-                   const TrainerState& st) override {
-    return save_training_checkpoint(dir, cfg, params_, m_, v_, st);
+  std::string save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st,
+                   const std::vector<io::NamedTensor>& extra) override {
+    return save_training_checkpoint(dir, cfg, params_, m_, v_, st, extra);
   }
-  TrainerState load(const std::string& dir, const TrainConfig& cfg) override {
-    return load_training_checkpoint(dir, cfg, params_, m_, v_);
+  TrainerState load(const std::string& dir, const TrainConfig& cfg,
+                    std::vector<io::NamedTensor>& extra) override {
+    return load_training_checkpoint(dir, cfg, params_, m_, v_, &extra);
   }
 
  private:

@@ -40,7 +40,8 @@ int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
   return m.is_expert ? tokens * m.top_k : tokens;
 }
 
-void apply_fp32_scale_settings(const PrecisionConfig& p, Recipe& r) {
+void apply_scale_settings(const PrecisionConfig& p, Recipe& r) {
+  if (uses_amax_history(r)) set_amax_history(r, p.amax_history);
   if (!has_fp32_scales(r)) return;
   if (p.fp32_scales) set_fp32_scales(r);
   for (int i = 0; i < kNumRoles; ++i) {
@@ -49,7 +50,7 @@ void apply_fp32_scale_settings(const PrecisionConfig& p, Recipe& r) {
   }
 }
 
-std::string describe_fp32_scale_settings(const PrecisionConfig& p) {
+std::string describe_scale_settings(const PrecisionConfig& p) {
   if (!has_fp32_scales(p.recipe)) return "";
   std::ostringstream os;
   const bool pow2 = !p.fp32_scales && p.recipe.role(Role::input).scale == ScaleType::fp32_pow2;
@@ -59,6 +60,10 @@ std::string describe_fp32_scale_settings(const PrecisionConfig& p) {
         resolve_amax_epsilon(p.amax_epsilon[size_t(i)], Role(i), p.recipe);
     os << (i ? ", " : " ") << role_name(Role(i)) << " " << e.value << " (" << e.source << ")";
   }
+  if (uses_amax_history(p.recipe))
+    os << "; delayed scaling: amax history of " << p.amax_history.length << " steps, "
+       << amax_algo_name(p.amax_history.algo) << ", margin " << p.amax_history.margin
+       << ", scales updated after every optimizer step";
   return os.str();
 }
 
@@ -102,7 +107,7 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
     lp.recipe.set_rule(p.scale_rounding);
     lp.defer_backward_quant = p.defer_backward_quant;
   }
-  apply_fp32_scale_settings(p, lp.recipe);
+  apply_scale_settings(p, lp.recipe);
   lp.validate();
   d.precision = lp.recipe.name;
   decisions_.push_back(d);

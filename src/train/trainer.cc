@@ -26,6 +26,7 @@
 #include "mxtrain/stats.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/data.h"
+#include "mxtrain/train/delayed_scaling.h"
 #include "mxtrain/train/hf_llama.h"
 #include "mxtrain/train/memory_check.h"
 #include "mxtrain/train/optim.h"
@@ -66,6 +67,7 @@ struct Run {
   corpus::Tokenizer tokenizer;     // model.tokenizer, or byte-level
   std::unique_ptr<TokenData> data;  // text or token shards
   std::unique_ptr<ParamSync> sync;
+  ModelScales scales;  // delayed scaling's histories (empty for other recipes)
   TrainerState st;
 
   OutputLocks locks;  // the checkpoint directory's and the metrics file's (the writing rank)
@@ -148,7 +150,7 @@ void build_model(Run& r) {
   }
   if (!r.opt.decisions_out.empty() && r.lead)
     io::write_file_atomic(r.opt.decisions_out, decisions_json(resolver.decisions()));
-  if (const std::string line = describe_fp32_scale_settings(cfg.precision);
+  if (const std::string line = describe_scale_settings(cfg.precision);
       !line.empty() && r.lead)
     std::fprintf(stderr, "%s\n", line.c_str());
   if ((r.opt.print_decisions || r.opt.dry_run) && r.lead)
@@ -190,6 +192,7 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
                    h.architecture.c_str());
   }
   r.sync = make_sync(*r.model, cfg);
+  r.scales = ModelScales(*r.model);
   r.W = r.sync->world();
   r.rank = r.sync->rank();
   // Each rank reads data.path on its own machine: they must all have read the same bytes.
@@ -207,10 +210,19 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
 // checkpoint's global batch (train/checkpointing.h, resume_grad_accum).
 void resume(Run& r) {
   const TrainOptions& opt = r.opt;
-  r.st = r.sync->load(opt.checkpoint_dir, r.cfg);  // check_outputs made sure there is one
+  std::vector<io::NamedTensor> extra;  // check_outputs made sure there is a checkpoint
+  r.st = r.sync->load(opt.checkpoint_dir, r.cfg, extra);
   if (opt.progress && r.lead)
     std::fprintf(stderr, "resumed from %s at step %lld\n", opt.checkpoint_dir.c_str(),
                  (long long)r.st.step);
+  const int fresh = r.scales.restore([&](const std::string& name) -> const io::NamedTensor* {
+    for (const io::NamedTensor& t : extra)
+      if (t.name == name) return &t;
+    return nullptr;
+  });
+  if (fresh > 0 && r.lead)
+    std::fprintf(stderr, "note: the checkpoint holds no amax history for %d layer role(s) "
+                 "(written with another recipe); their delayed scales start at 1\n", fresh);
   // The metrics rows of steps after the checkpoint's (a run killed after its last save) go,
   // so every step appears once.
   if (r.lead && !opt.metrics_out.empty()) {
@@ -322,6 +334,7 @@ void step_body(Run& r, int64_t step, StepResult& s) {
     r.sync->begin_step();
   }
   for (Parameter* p : r.params) p->clear_grad();  // the first micro-batch writes them
+  r.scales.begin_step();
   for (int a = 0; a < A; ++a) {
     const int64_t first = (int64_t(a) * r.W + r.rank) * B;
     {
@@ -363,6 +376,8 @@ void step_body(Run& r, int64_t step, StepResult& s) {
     adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, r.st.opt_steps, ov.decay);
     ++*ov.version;
   }
+  // Delayed scaling: the step's amaxes, max-reduced over the ranks, give the next scales.
+  r.scales.end_step([&](float* amax, size_t n) { r.sync->max_over_ranks(amax, n); });
 }
 
 // One step, timed; profiled (mxtrain/profile.h) when it is one of --profile-steps' steps, with
@@ -484,7 +499,9 @@ void evaluate(Run& r, int64_t step) {
   r.progress->message(buf);
 }
 
-void save_checkpoint(Run& r) { r.sum.checkpoint = r.sync->save(r.opt.checkpoint_dir, r.cfg, r.st); }
+void save_checkpoint(Run& r) {
+  r.sum.checkpoint = r.sync->save(r.opt.checkpoint_dir, r.cfg, r.st, r.scales.state());
+}
 
 // The stop request (a signal number, 0: none) as every rank sees it: the largest over ranks,
 // so a signal delivered to any one rank stops all of them after the same step.

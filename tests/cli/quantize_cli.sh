@@ -167,10 +167,10 @@ expect_error "rounding with blockwise" "--scale-rounding applies to MX recipes" 
   "$MXTRAIN" quantize --input x.npy --recipe blockwise --scale-rounding floor --out-dir e1
 expect_error "blockwise recipe mismatch" "was quantized with recipe 'blockwise', but --recipe is 'mxfp8'" \
   "$MXTRAIN" dequantize --in-dir b --recipe mxfp8 --output e2.npy
-# Training with fp8-delayed stops at start-up: its products are not built yet.
-expect_error --within 20 "train fp8-delayed" \
-  "--recipe: fp8-delayed: the quantized products are not built yet; quantize/dequantize support it" \
-  "$MXTRAIN" train --config "$CONFIGS/tiny.yaml" --recipe fp8-delayed --steps 1
+# Delayed-scaling settings on a recipe without an amax history stop training at start-up.
+expect_error --within 20 "amax history on fp8-current" \
+  "--amax-history-len: \`precision.amax_history_len\` applies to recipes with delayed scaling" \
+  "$MXTRAIN" train --config "$CONFIGS/tiny.yaml" --recipe fp8-current --amax-history-len 16 --steps 1
 AFTER=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
 [ "$BEFORE" = "$AFTER" ] || fail "failed commands left files behind: $(diff <(echo "$BEFORE") <(echo "$AFTER"))"
 [ ! -e e1 ] && [ ! -e e2.npy ] || fail "partial output exists"

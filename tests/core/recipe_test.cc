@@ -101,6 +101,7 @@ TEST(Recipe, EntriesAreTheirFormats) {
       f.elem = role == Role::grad ? Elem::e5m2 : Elem::e4m3;
       f.block = BlockShape::tensor;
       f.source = src;
+      if (src == ScaleSource::amax_history) f.history = {1024, 0, AmaxAlgo::max};  // TE's
       EXPECT_EQ(pt.role(role), f) << n << " " << role_name(role);
     }
   }
@@ -226,24 +227,60 @@ TEST(Recipe, MakeCopiesAndUnsupportedFormats) {
   EXPECT_NE(error_of([&] { big.scale_at(0, 0); }).find("not E8M0 per 32"), std::string::npos);
 }
 
-// Delayed scaling's products are not built: every place that runs them stops with one line.
-// MX, blockwise and fp8-current ones are.
+// Every registered recipe has its products; a format no product reads (here E8M0 scales per
+// 128-block) stops every place that would run one with one line.
 TEST(Recipe, ProductsBuilt) {
-  for (const char* n :
-       {"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad", "blockwise", "blockwise-e5m2grad",
-        "fp8-current"}) {
+  for (const std::string& n : recipe_names()) {
     EXPECT_TRUE(products_built(get_recipe(n))) << n;
     EXPECT_NO_THROW(check_products_built(get_recipe(n)));
   }
-  for (const char* n : {"fp8-delayed"}) {
-    EXPECT_FALSE(products_built(get_recipe(n))) << n;
-    const std::string msg = error_of([&] { check_products_built(get_recipe(n)); });
-    EXPECT_EQ(msg.rfind(std::string(n) + ": the quantized products are not built yet; "
-                                         "quantize/dequantize support it",
-                        0),
-              0u)
-        << msg;
+  Recipe odd = get_recipe("mxfp8");
+  odd.name = "mx128";
+  odd.role(Role::input).block = BlockShape::b1x128;
+  EXPECT_FALSE(products_built(odd));
+  EXPECT_EQ(error_of([&] { check_products_built(odd); })
+                .rfind("mx128: no quantized products read its formats (they read E8M0 scales "
+                       "per 32, FP32 scales per 128-block or one FP32 scale per tensor)", 0),
+            0u);
+}
+
+// Delayed scaling: TransformerEngine's defaults in the registry entry, the settings refused on
+// other recipes, and what keeps no history refused in one line.
+TEST(Recipe, AmaxHistorySettings) {
+  const Recipe d = get_recipe("fp8-delayed");
+  EXPECT_TRUE(uses_amax_history(d));
+  for (Role r : {Role::input, Role::weight, Role::grad}) {
+    EXPECT_EQ(d.role(r).source, ScaleSource::amax_history);
+    EXPECT_EQ(d.role(r).history, (AmaxHistorySpec{1024, 0, AmaxAlgo::max}));
   }
+  for (const char* n : {"bf16", "mxfp8", "blockwise", "fp8-current"})
+    EXPECT_FALSE(uses_amax_history(get_recipe(n))) << n;
+  Recipe s = d;
+  set_amax_history(s, {16, 2, AmaxAlgo::most_recent});
+  EXPECT_EQ(s.role(Role::grad).history, (AmaxHistorySpec{16, 2, AmaxAlgo::most_recent}));
+  EXPECT_NE(s.role(Role::weight).describe().find("(16 steps, most_recent, margin 2)"),
+            std::string::npos) << s.role(Role::weight).describe();
+  auto starts = [](const std::string& msg, const std::string& prefix) {
+    return msg.rfind(prefix, 0) == 0;
+  };
+  EXPECT_TRUE(starts(error_of([&] { set_amax_history(s, {0, 0, AmaxAlgo::max}); }),
+                     "the amax history length must be >= 1, got 0"));
+  EXPECT_TRUE(starts(error_of([&] { set_amax_history(s, {8, -1, AmaxAlgo::max}); }),
+                     "the amax margin must be >= 0, got -1"));
+  Recipe c = get_recipe("fp8-current");
+  EXPECT_TRUE(starts(error_of([&] { set_amax_history(c, {8, 0, AmaxAlgo::max}); }),
+                     "an amax history setting applies to recipes with delayed scaling "
+                     "(fp8-delayed: scales from an amax history); recipe 'fp8-current' takes "
+                     "each scale from the tensor it scales"));
+  EXPECT_EQ(parse_amax_algo("most_recent"), AmaxAlgo::most_recent);
+  EXPECT_TRUE(starts(error_of([] { parse_amax_algo("mean"); }),
+                     "unknown amax_compute_algo 'mean'; valid choices: max (default), "
+                     "most_recent"));
+  EXPECT_NO_THROW(check_no_amax_history(c, "x"));
+  EXPECT_EQ(error_of([&] { check_no_amax_history(d, "matmul"); }).rfind(
+                "fp8-delayed takes its scales from amax histories, which a training run keeps "
+                "and updates after every optimizer step; matmul keeps none", 0),
+            0u);
 }
 
 // make_copies of a blockwise role: the bytes of quantize_blocks with the role's settings.

@@ -3,6 +3,8 @@
 // behaviour is tested under mpirun in tests/mpi.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <functional>
 #include <limits>
 #include <span>
@@ -118,19 +120,33 @@ TEST(FsdpLocal, LentGradientLivesOnlyThroughTheBackwardAndShardsSumMicroBatches)
   }
 }
 
-// A per-tensor-scaled weight (fp8-current) cannot be quantized shard by shard: FSDP refuses
-// it when the layer is added, naming why, before anything is sharded.
-TEST(FsdpLocal, RefusesPerTensorScaledWeights) {
-  Linear l("l", 40, 33, false, prec("fp8-current"));
-  Fsdp f(Comm::local());
-  try {
-    f.add(l);
-    FAIL() << "fp8-current was sharded";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("one scale for the whole tensor"), std::string::npos)
-        << e.what();
+// A per-tensor-scaled weight is gathered with its agreed scale: the current amax of the
+// whole weight (fp8-current), or the layer's amax history, whose amax the pack records
+// (fp8-delayed) — byte-identical to the layer quantizing its own weight.
+TEST(FsdpLocal, PerTensorScaledWeightsGatherLikeTheLayer) {
+  for (const char* recipe : {"fp8-current", "fp8-delayed"}) {
+    Linear own("l", 40, 33, false, prec(recipe)), lent("l", 40, 33, false, prec(recipe));
+    for (size_t i = 0; i < own.weight.value.size(); ++i)
+      own.weight.value[i] = lent.weight.value[i] = std::sin(float(i)) * float(i % 7 + 1);
+    for (Linear* l : {&own, &lent})
+      if (ScaleHistory* h = l->scale_histories().get(Role::weight, 0)) {
+        h->record(5.f);  // an earlier step's amax: the scale is not 1
+        h->update();
+      }
+    Fsdp f(Comm::local());
+    f.add(lent);
+    f.fetch(0, Use::forward);
+    const std::vector<float> x(5 * 40, 0.25f);
+    std::vector<float> y(5 * 33);
+    LinearSaved s;
+    own.forward(x.data(), 5, y.data(), s);
+    EXPECT_TRUE(lent.weight_cache().tile.data == own.weight_cache().tile.data) << recipe;
+    EXPECT_TRUE(lent.weight_cache().tile.scales == own.weight_cache().tile.scales) << recipe;
+    if (ScaleHistory* h = lent.scale_histories().get(Role::weight, 0)) {
+      EXPECT_GT(h->step_amax(), 0.f);
+      EXPECT_EQ(h->step_amax(), own.scale_histories().get(Role::weight, 0)->step_amax());
+    }
   }
-  EXPECT_EQ(l.weight.value.size(), 40u * 33);  // the layer keeps its weight
 }
 
 TEST(FsdpLocal, VersionBumpInvalidatesGatheredWeights) {

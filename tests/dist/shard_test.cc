@@ -322,15 +322,78 @@ TEST(ShardPack, BlockwisePackedBytes) {
     }
 }
 
-TEST(ShardLayout, RefusesPerTensorScaledWeights) {
-  TensorFormat f;
-  f.scale = ScaleType::fp32;
-  f.block = BlockShape::tensor;
+// One FP32 scale per tensor (fp8-current, fp8-delayed): each rank quantizes its rows with the
+// scale agreed beforehand — from the all-reduced (here: max over simulated ranks) amax of the
+// whole group for current scaling, a history's scale for delayed — and the gathered weight is
+// the one-process quantization byte for byte: codes, and the group's one scale_inv. Shards
+// are cut at 32 rows; the pack carries N + 4·E bytes.
+TEST(ShardPack, PerTensorGatherIsByteIdenticalToOneProcessQuantization) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {33, 65}, {257, 96}, {31, 7}, {1, 1}, {3, 33, 65}, {5, 1, 40}};
+  const CopySet tile{Copy::tile};
+  uint32_t seed = 71;
+  for (const auto& s : shapes) {
+    const auto full = make_weight(numel(s), s.back(), seed++);
+    for (int W : {1, 2, 3, 4})
+      for (const char* name : {"fp8-current", "fp8-delayed"}) {
+        const TensorFormat f = get_recipe(name).role(Role::weight);
+        const auto L = ShardLayout::make(s, W, f);
+        EXPECT_TRUE(L.tensor_scale);
+        EXPECT_EQ(L.block, 32);
+        EXPECT_EQ(packed_bytes(L, tile), size_t(L.rows_per_rank * L.cols + 4 * L.groups));
+        // The agreed scales: all ranks' amaxes reduced, or a history that saw some steps.
+        std::vector<float> shard(size_t(L.shard_numel())), amax(size_t(L.groups), 0.f),
+            part(size_t(L.groups));
+        for (int r = 0; r < W; ++r) {
+          slice_shard(L, r, full.data(), shard.data());
+          shard_group_amax(L, r, shard.data(), part.data());
+          for (int64_t g = 0; g < L.groups; ++g) amax[size_t(g)] = std::max(amax[size_t(g)], part[size_t(g)]);
+        }
+        std::vector<ScaleHistory> hist(size_t(L.groups));
+        std::vector<float> scales(size_t(L.groups));
+        for (int64_t g = 0; g < L.groups; ++g) {
+          if (f.source == ScaleSource::amax_history) {
+            hist[size_t(g)] = ScaleHistory(f);
+            hist[size_t(g)].record(3.5f * float(g + 1));  // a step that saw another amax
+            hist[size_t(g)].update();
+            scales[size_t(g)] = hist[size_t(g)].scale();
+          } else {
+            scales[size_t(g)] = tensor_scale(amax[size_t(g)], {f.elem, f.amax_epsilon});
+          }
+        }
+        const size_t P = packed_bytes(L, tile);
+        std::vector<uint8_t> gathered(P * size_t(W));
+        std::vector<float> seen(size_t(L.groups), 0.f);
+        for (int r = 0; r < W; ++r) {
+          slice_shard(L, r, full.data(), shard.data());
+          pack_shard(L, r, shard.data(), tile, f, gathered.data() + P * size_t(r), scales.data(),
+                     part.data());
+          for (int64_t g = 0; g < L.groups; ++g) seen[size_t(g)] = std::max(seen[size_t(g)], part[size_t(g)]);
+        }
+        EXPECT_EQ(seen, amax) << "pack_shard's amaxes are the shards'";
+        for (int64_t g = 0; g < L.groups; ++g) {
+          QuantizedWeight got, want;
+          unpack_group(L, tile, f, gathered.data(), g, got);
+          ScaleHistory h = hist[size_t(g)];
+          quantize_group_reference(L, tile, f, full.data(), g, want,
+                                   f.source == ScaleSource::amax_history ? &h : nullptr);
+          EXPECT_TRUE(got.tile.is_fp32_tensor());
+          expect_same(got, want, L.describe() + " " + name + " expert " + std::to_string(g));
+        }
+      }
+  }
+}
+
+TEST(ShardPack, PerTensorPackNeedsTheAgreedScales) {
+  const TensorFormat f = get_recipe("fp8-current").role(Role::weight);
+  const auto L = ShardLayout::make({64, 64}, 2, f);
+  std::vector<float> shard(size_t(L.shard_numel()), 1.f);
+  std::vector<uint8_t> out(packed_bytes(L, {Copy::tile}));
   try {
-    ShardLayout::make({64, 64}, 2, f);
+    pack_shard(L, 0, shard.data(), {Copy::tile}, f, out.data());
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("one scale for the whole tensor"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("agreed scale of each group"), std::string::npos)
         << e.what();
   }
 }

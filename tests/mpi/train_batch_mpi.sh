@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/mpi/train_batch_mpi.sh — micro_batch_size is per rank (docs/config.md, "Batch size").
 #
-# For bf16, mxfp8 and mxfp8-32x32: 2 FSDP ranks with micro-batch 8 and grad_accum 1 train on
+# For every recipe that trains (bf16, mxfp8, mxfp8-32x32, blockwise, fp8-current with its
+# all-reduced weight amax, fp8-delayed with its max-reduced amax histories): 2 FSDP ranks with micro-batch 8 and grad_accum 1 train on
 # the sequences of one process with micro-batch 8 and grad_accum 2, so every step's loss and
 # the validation loss agree within 1e-4 relative; the precision decisions are identical
 # (per-rank tokens); the summary records the batch. Resuming that 2-rank checkpoint in one
@@ -13,18 +14,18 @@
 source "$(dirname "$0")/support/train_lib.sh"
 cfg=$DATA/mpi_tiny.yaml
 
-for recipe in bf16 mxfp8 mxfp8-32x32; do
+for recipe in bf16 mxfp8 mxfp8-32x32 blockwise fp8-current fp8-delayed; do
   "$BIN" train --config "$cfg" --recipe "$recipe" --grad-accum 2 --quiet \
-    --metrics-out "$TMP/one.jsonl" --decisions-out "$TMP/one.json"
+    --metrics-out "$TMP/one_$recipe.jsonl" --decisions-out "$TMP/one.json"
   mpi 2 train --config "$cfg" --recipe "$recipe" --fsdp --grad-accum 1 --quiet \
     --metrics-out "$TMP/two.jsonl" --decisions-out "$TMP/two.json"
-  same_losses "$TMP/one.jsonl" "$TMP/two.jsonl" "$recipe: 2 ranks x grad_accum 1 vs 1 x 2" 4
+  same_losses "$TMP/one_$recipe.jsonl" "$TMP/two.jsonl" "$recipe: 2 ranks x grad_accum 1 vs 1 x 2" 4
   cmp "$TMP/one.json" "$TMP/two.json" || { echo "$recipe: precision decisions differ"; exit 1; }
   for kv in global_batch:16 micro_batch_size:8 world_size:2 grad_accum:1; do
     got=$(summary "$TMP/two.jsonl" "${kv%%:*}")
     [ "$got" = "${kv#*:}" ] || { echo "$recipe: summary ${kv%%:*} is $got, expected ${kv#*:}"; exit 1; }
   done
-  [ "$(summary "$TMP/one.jsonl" global_batch)" = 16 ] || { echo "one-process global_batch"; exit 1; }
+  [ "$(summary "$TMP/one_$recipe.jsonl" global_batch)" = 16 ] || { echo "one-process global_batch"; exit 1; }
 done
 
 # ZeRO-3 reduce-scatters every micro-batch into the shard gradients: with grad_accum 2 on 2
@@ -56,7 +57,15 @@ mpi 2 train --config "$cfg" --fsdp --quiet --stop-after 2 --checkpoint-dir "$TMP
   2> "$TMP/err.txt"
 grep -q "training.grad_accum 1 -> 2 keeps the global batch of 16 sequences" "$TMP/err.txt" ||
   { cat "$TMP/err.txt"; echo "no grad_accum note on resume"; exit 1; }
-same_losses "$TMP/one.jsonl" "$TMP/part.jsonl" "2-rank checkpoint resumed in 1 process" 4 loss
+same_losses "$TMP/one_mxfp8.jsonl" "$TMP/part.jsonl" "2-rank checkpoint resumed in 1 process" 4 loss
+
+# fp8-delayed: the amax histories are saved with the optimizer state; resuming on 2 ranks (rank
+# 0 reads them and broadcasts) continues the one-process run.
+mpi 2 train --config "$cfg" --recipe fp8-delayed --fsdp --quiet --stop-after 2 \
+  --checkpoint-dir "$TMP/ckd" --metrics-out "$TMP/partd.jsonl"
+mpi 2 train --config "$cfg" --recipe fp8-delayed --fsdp --quiet --resume \
+  --checkpoint-dir "$TMP/ckd" --metrics-out "$TMP/partd.jsonl"
+same_losses "$TMP/one_fp8-delayed.jsonl" "$TMP/partd.jsonl" "fp8-delayed resumed on 2 ranks" 4 loss
 
 # ... and when it cannot be kept, every rank stops with the numbers.
 t0=$SECONDS

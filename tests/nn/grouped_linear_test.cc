@@ -97,7 +97,8 @@ TEST(GroupedLinear, EachExpertEqualsItsOwnLinearByteForByte) {
   const int64_t E = 7, in = 70, out = 45, T = 143;
   GroupList groups = GroupList::from_counts(kCounts, T);
   auto x = randn(T * in, 10), dy = randn(T * out, 11, 1e-2f);
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"})
+  for (std::string name :
+       {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed"})
     for (bool defer : {false, true}) {
       if (name == "bf16" && defer) continue;
       SCOPED_TRACE(name + (defer ? " defer" : ""));
@@ -170,7 +171,8 @@ TEST(GroupedLinear, CountsAndOffsetsGiveIdenticalResults) {
 
 TEST(GroupedLinear, ZeroTokenExpertsAndAllEmpty) {
   const int64_t E = 3, in = 32, out = 16;
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
+  for (std::string name :
+       {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed"}) {
     SCOPED_TRACE(name);
     GroupedLinear l = make_grouped(prec(name), E, in, out, 40);
     auto x = randn(33 * in, 41), dy = randn(33 * out, 42);
@@ -207,7 +209,7 @@ TEST(GroupedLinear, DeferOnAndOffIdenticalAndDeferHoldsLess) {
   const int64_t E = 5, in = 65, out = 33, T = 110;
   GroupList groups = GroupList::from_counts({33, 0, 1, 64, 12}, T);
   auto x = randn(T * in, 60), dy = randn(T * out, 61, 1e-2f);
-  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"})
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed"})
     for (bool want_dx : {true, false}) {
       SCOPED_TRACE(name + (want_dx ? " with dx" : " without dx"));
       GroupedLinear off = make_grouped(prec(name, false), E, in, out, 62);

@@ -82,17 +82,18 @@ void expect_within(const std::vector<float>& got, const std::vector<double>& wan
                     << tol[i];
 }
 
-// A recipe whose products are not built is refused when the layer is made (and when it is
+// A recipe whose formats no product reads is refused when the layer is made (and when it is
 // switched to), before anything is allocated.
 TEST(LinearPrecision, RefusesRecipesWithoutProducts) {
   LinearPrecision p;
-  p.recipe = get_recipe("fp8-delayed");
+  p.recipe = get_recipe("mxfp8");
+  p.recipe.name = "mx128";
+  p.recipe.role(Role::weight).block = BlockShape::b1x128;
   try {
     Linear("l", 8, 8, false, p);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(std::string(e.what()).rfind("fp8-delayed: the quantized products are not built yet; "
-                                          "quantize/dequantize support it", 0),
+    EXPECT_EQ(std::string(e.what()).rfind("mx128: no quantized products read its formats", 0),
               0u)
         << e.what();
   }
@@ -207,7 +208,7 @@ TEST(LinearMx, OutputsAndGradientsTrackBf16Layer) {
   auto x = randn(T * in, 10), dy = randn(T * out, 11);
   Linear ref = make_layer("bf16", false, in, out, true, 12);
   Result rb = run_layer(ref, x, dy, T);
-  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
+  for (std::string name : {"mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 12);
     Result rm = run_layer(l, x, dy, T);
@@ -282,7 +283,8 @@ TEST(LinearMx, Fp32ScaledProductsEqualGemmMxOnTheirCopies) {
 TEST(LinearMx, DeferOnAndOffGiveIdenticalBytesAndDeferHoldsLess) {
   const int64_t T = 33, in = 65, out = 47;
   auto x = randn(T * in, 30), dy = randn(T * out, 31, 1e-2f);
-  std::vector<Recipe> recipes = {get_recipe("mxfp8"), get_recipe("mxfp8-32x32")};
+  std::vector<Recipe> recipes = {get_recipe("mxfp8"), get_recipe("mxfp8-32x32"),
+                                 get_recipe("fp8-delayed")};
   Recipe e5 = get_recipe("mxfp8");
   e5.role(Role::grad).elem = Elem::e5m2;
   e5.set_rule(ScaleRounding::floor);
@@ -306,6 +308,48 @@ TEST(LinearMx, DeferOnAndOffGiveIdenticalBytesAndDeferHoldsLess) {
       EXPECT_TRUE(same_bytes(res[0].db, res[1].db));
       EXPECT_LT(res[1].held, res[0].held);
     }
+}
+
+// Delayed scaling: every copy is the given-scale quantization with the history's scale (1
+// before any update), each quantization records its tensor's amax, and after update() the next
+// optimizer step's copies use fp8_max / amax. Products as fp8-current's: gemm_mx on the copies.
+TEST(LinearDelayed, QuantizesWithTheHistoryScaleAndRecordsAmaxes) {
+  const int64_t T = 37, in = 70, out = 45;
+  auto x = randn(T * in, 20), dy = randn(T * out, 21, 1e-3f);
+  Linear l = make_layer("fp8-delayed", false, in, out, false, 22);
+  LayerScaleHistories& hs = l.scale_histories();
+  ScaleHistory& hx = *hs.get(Role::input, 0);
+  ScaleHistory& hw = *hs.get(Role::weight, 0);
+  ScaleHistory& hg = *hs.get(Role::grad, 0);
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const float sx = hx.scale(), sw = hw.scale(), sg = hg.scale();
+    if (step == 0) {
+      EXPECT_EQ(sx * sw * sg, 1.f);
+    }
+    Result r = run_layer(l, x, dy, T);
+    EXPECT_EQ(hx.step_amax(), tensor_amax(x.data(), T * in));
+    EXPECT_EQ(hw.step_amax(), tensor_amax(l.weight.value.data(), out * in));
+    EXPECT_EQ(hg.step_amax(), tensor_amax(dy.data(), T * out));
+    MXTensor xq, wq, dyq;
+    quantize_tensor_given_scale(x.data(), T, in, Elem::e4m3, sx, xq);
+    quantize_tensor_given_scale(l.weight.value.data(), out, in, Elem::e4m3, sw, wq);
+    quantize_tensor_given_scale(dy.data(), T, out, Elem::e5m2, sg, dyq);
+    std::vector<float> y(size_t(T * out)), dx(size_t(T * in)), dW(size_t(out * in), 0.f);
+    gemm_mx(false, xq, true, wq, y.data(), out, false);
+    gemm_mx(false, dyq, false, wq, dx.data(), in, false);
+    gemm_mx(true, dyq, false, xq, dW.data(), in, true);
+    EXPECT_TRUE(same_bytes(r.y, y));
+    EXPECT_TRUE(same_bytes(r.dx, dx));
+    EXPECT_TRUE(same_bytes(r.dW, dW));
+    // The end of the optimizer step: new scales, a new weight version.
+    for (ScaleHistory* h : {&hx, &hw, &hg}) {
+      const float amax = h->step_amax();
+      h->update();
+      EXPECT_EQ(h->scale(), h == &hg ? 57344.f / amax : 448.f / amax);
+    }
+    ++l.weight.version;
+  }
 }
 
 TEST(LinearMx, HeldBytesAccountForSavedCopies) {
@@ -484,7 +528,8 @@ TEST(LinearErrors, BadArgumentsAndPrecision) {
 
 TEST(LinearMx, NanPropagatesWithoutThrowing) {
   const int64_t T = 4, in = 64, out = 8;
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current",
+                           "fp8-delayed"}) {
     SCOPED_TRACE(name);
     Linear l = make_layer(name, false, in, out, true, 90);
     auto x = randn(T * in, 91), dy = randn(T * out, 92);
@@ -503,7 +548,8 @@ TEST(LinearMx, ResultsIndependentOfThreadCount) {
   const int64_t T = 200, in = 256, out = 192;
   auto x = randn(T * in, 100), dy = randn(T * out, 101);
   const int saved_threads = omp_get_max_threads();
-  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current"}) {
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current",
+                           "fp8-delayed"}) {
     SCOPED_TRACE(name);
     Result res[2];
     for (int i = 0; i < 2; ++i) {

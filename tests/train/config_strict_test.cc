@@ -131,15 +131,12 @@ TEST(ConfigOverrides, AppliedAndCheckedLikeFileValues) {
                      {{"precision.recipe", "bf16", "--recipe"}}),
             "--recipe: `precision.defer_backward_quant` is only valid with an FP8 recipe "
             "(recipe is `bf16`)");
-  // A recipe whose products are not built stops the run at start-up, naming the flag.
-  EXPECT_EQ(error_of(kModel + kTraining + kPrecision, {{"precision.recipe", "fp8-delayed", "--recipe"}}),
-            "--recipe: fp8-delayed: the quantized products are not built yet; quantize/dequantize "
-            "support it");
-  EXPECT_EQ(error_of(kModel + kTraining +
-                     "precision: {recipe: mxfp8, overrides: {'layers.0.*': fp8-delayed}}\n")
-                .rfind("test.yaml: fp8-delayed: the quantized products are not built yet",
-                       0),
-            0u);
+  // A delayed-scaling setting on a recipe without an amax history names the flag's recipe.
+  EXPECT_EQ(error_of(kModel + kTraining + "precision: {recipe: fp8-delayed, amax_history_len: 16}\n",
+                     {{"precision.recipe", "fp8-current", "--recipe"}}),
+            "test.yaml: `precision.amax_history_len` applies to recipes with delayed scaling "
+            "(fp8-delayed: scales from an amax history); recipe 'fp8-current' takes each scale "
+            "from the tensor it scales");
   // The file's own bad value still names the file, even with overrides given.
   EXPECT_EQ(error_of(kModel + "training: {steps: 0}\n" + kPrecision,
                      {{"data.path", "x.txt", "--data"}}),

@@ -156,11 +156,11 @@ TEST(Config, Fp32ScaleSettings) {
   EXPECT_EQ(w.value, 0.f);
   EXPECT_EQ(w.source, "recipe default");
   Recipe r = c.precision.recipe;
-  apply_fp32_scale_settings(c.precision, r);
+  apply_scale_settings(c.precision, r);
   EXPECT_EQ(r.role(Role::input).amax_epsilon, 1e-12f);
   EXPECT_EQ(r.role(Role::grad).amax_epsilon, 2e-9f);
   for (const TensorFormat& f : r.roles) EXPECT_EQ(f.scale, ScaleType::fp32);
-  const std::string line = describe_fp32_scale_settings(c.precision);
+  const std::string line = describe_scale_settings(c.precision);
   EXPECT_NE(line.find("FP32 scales"), std::string::npos) << line;
   EXPECT_NE(line.find("grad 2e-09 (FP8_QUANT_BWD_GRAD_AMAX_EPS)"), std::string::npos) << line;
   ::setenv("FP8_QUANT_BWD_GRAD_AMAX_EPS", "-1", 1);
@@ -176,9 +176,9 @@ TEST(Config, Fp32ScaleSettings) {
 
   // An MX recipe keeps its settings: the environment is not read for it.
   Recipe mx = get_recipe("mxfp8");
-  apply_fp32_scale_settings(parse_config(kBase).precision, mx);
+  apply_scale_settings(parse_config(kBase).precision, mx);
   EXPECT_EQ(mx, get_recipe("mxfp8"));
-  EXPECT_EQ(describe_fp32_scale_settings(parse_config(kBase).precision), "");
+  EXPECT_EQ(describe_scale_settings(parse_config(kBase).precision), "");
 
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, fp32_scales: true"),
                {"precision.fp32_scales", "FP32 scales", "e8m0"});

@@ -53,7 +53,8 @@ TEST(Parity, EveryMxRecipeStaysNearBf16) {
   // BF16 itself learned (ln 256 = 5.55 is a uniform byte model).
   EXPECT_GT(bf16, 2.8);
   EXPECT_LT(bf16, 3.6);
-  for (const char* recipe : {"mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad", "blockwise", "fp8-current"}) {
+  for (const char* recipe :
+       {"mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad", "blockwise", "fp8-current", "fp8-delayed"}) {
     const double mx = mean_final_val_loss(recipe);
     const double rel = (mx - bf16) / bf16;
     std::printf("parity: %-15s mean final val loss %.4f, bf16 %.4f (%+.2f%%, bound %.1f%%)\n",

@@ -38,12 +38,13 @@ class PoisonedSync : public ParamSync {
   bool grads_finite() override { return inner_->grads_finite(); }
   double grad_sum_squares() override { return inner_->grad_sum_squares(); }
   std::vector<OptimView> views() override { return inner_->views(); }
-  std::string save(const std::string& dir, const TrainConfig& cfg,
-                   const TrainerState& st) override {
-    return inner_->save(dir, cfg, st);
+  std::string save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st,
+                   const std::vector<io::NamedTensor>& extra) override {
+    return inner_->save(dir, cfg, st, extra);
   }
-  TrainerState load(const std::string& dir, const TrainConfig& cfg) override {
-    TrainerState st = inner_->load(dir, cfg);
+  TrainerState load(const std::string& dir, const TrainConfig& cfg,
+                    std::vector<io::NamedTensor>& extra) override {
+    TrainerState st = inner_->load(dir, cfg, extra);
     step_ = st.step;
     return st;
   }
@@ -162,6 +163,72 @@ TEST(Trainer, ResumeIsBitIdentical) {
     EXPECT_EQ(l8.front(), l32.front());
     EXPECT_NE(l8.back(), l32.back());
     EXPECT_EQ(lauto, l8);
+  }
+}
+
+// The tensors of a checkpoint's optimizer file whose name ends with `suffix`.
+std::vector<io::NamedTensor> optimizer_tensors(const std::string& dir, const std::string& suffix) {
+  std::vector<io::NamedTensor> out;
+  for (const io::NamedTensor& t : io::load_checkpoint(dir).optimizer)
+    if (t.name.size() >= suffix.size() &&
+        t.name.compare(t.name.size() - suffix.size(), suffix.size(), suffix) == 0)
+      out.push_back(t);
+  return out;
+}
+
+// Delayed scaling (fp8-delayed) with a 3-step history, so the ring wraps within the run and
+// the scales move: a run resumed from step 4 continues with the uninterrupted run's losses and
+// weights bit for bit (the checkpoint carries every history and scale), dense and MoE; the
+// scales really come from the histories (the losses are not fp8-current's); and validation
+// forwards in between change nothing (their amaxes are not the step's).
+TEST(Trainer, DelayedScalingResumesBitIdenticallyAndValidationDoesNotMoveScales) {
+  for (bool moe : {false, true}) {
+    TrainConfig c = tiny("fp8-delayed", 8, moe);
+    c.precision.amax_history.length = 3;
+    c = parse_config(config_to_yaml(c), "tiny-test");
+    const std::vector<double> l = expect_resume_bit_identical(c, moe ? "moe" : "dense");
+    EXPECT_NE(l, run_training(tiny("fp8-current", 8, moe), quiet()).losses);
+    TrainConfig ce = c;
+    ce.training.eval_every = 1;
+    ce = parse_config(config_to_yaml(ce), "tiny-test");
+    EXPECT_EQ(run_training(ce, quiet()).losses, l) << (moe ? "moe" : "dense");
+    TempDir d;
+    TrainOptions o = quiet();
+    o.checkpoint_dir = d.path.string();
+    run_training(c, o);
+    const auto hist = optimizer_tensors(d.path.string(), ".amax_history");
+    const auto scales = optimizer_tensors(d.path.string(), ".delayed_scale");
+    // qkv, proj, fc1, fc2 per layer (MoE: the experts' fc1 and fc2, 4 groups each) x 3 roles.
+    ASSERT_EQ(hist.size(), size_t(2 * 4 * 3));
+    ASSERT_EQ(scales.size(), hist.size());
+    for (const io::NamedTensor& t : hist) {
+      const bool expert = t.name.find("experts") != std::string::npos;
+      EXPECT_EQ(t.shape, (std::vector<int64_t>{expert ? 4 : 1, 3})) << t.name;
+      for (float a : t.data) EXPECT_GT(a, 0.f) << t.name;  // 8 steps filled all 3 entries
+    }
+    for (const io::NamedTensor& t : scales)
+      for (float v : t.data) EXPECT_NE(v, 1.f) << t.name;
+  }
+}
+
+// A skipped step leaves the histories as they were: 3 steps with the third skipped end with
+// the state of 2 steps.
+TEST(Trainer, SkippedStepLeavesDelayedScalesAlone) {
+  TrainConfig c = tiny("fp8-delayed", 3);
+  TempDir a, b;
+  TrainOptions oa = quiet();
+  oa.checkpoint_dir = a.path.string();
+  EXPECT_EQ(run_poisoned(c, oa, {2}).skipped_steps, 1);
+  TrainOptions ob = quiet();
+  ob.checkpoint_dir = b.path.string();
+  ob.stop_after = 2;
+  run_training(c, ob);
+  for (const char* suffix : {".amax_history", ".delayed_scale"}) {
+    const auto ta = optimizer_tensors(a.path.string(), suffix);
+    const auto tb = optimizer_tensors(b.path.string(), suffix);
+    ASSERT_EQ(ta.size(), tb.size());
+    ASSERT_FALSE(ta.empty());
+    for (size_t i = 0; i < ta.size(); ++i) EXPECT_EQ(ta[i].data, tb[i].data) << ta[i].name;
   }
 }
 

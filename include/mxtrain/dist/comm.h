@@ -149,6 +149,7 @@ class Comm {
   void allreduce_sum(int64_t* data, size_t n);
   // In-place maximum over all ranks (used for "any rank failed" flags). data: [n].
   void allreduce_max(int64_t* data, size_t n);
+  void allreduce_max(float* data, size_t n);
 
   // data: [bytes] on every rank; root's contents are copied to all.
   void broadcast(void* data, size_t bytes, int root);

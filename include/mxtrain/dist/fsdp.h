@@ -15,6 +15,10 @@
 //                backward: 2N + 2N/32
 //   mxfp8-32x32  one FP8 payload + one tile-scale grid before forward, kept for backward:
 //                N + N/1024
+//   blockwise    as mxfp8-32x32 with FP32 scales per 128x128 tile: N + N/4096
+//   fp8-current, fp8-delayed  one FP8 payload + one FP32 scale per tensor (per expert), kept
+//                for backward: N + 4·E; the scale is agreed first (current: the all-reduced
+//                amax of the whole weight; delayed: the layer's amax history)
 // N = the padded element count (ShardLayout::padded_numel(); equals out·in when out is a
 // multiple of 32·world); the formulas are exact when `in` is a multiple of 32.
 //
@@ -220,6 +224,7 @@ class Fsdp {
  private:
   void provide(int module, Use use, int64_t expert, QuantizedWeight& cache);
   void start_gather(int module, int kind);
+  const float* tensor_scales(Module& m);
   void wait_gather(int module, int kind);
   int kind_for(int module, Use use) const;
   bool cache_has(int module, Use use) const;

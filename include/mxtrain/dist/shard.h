@@ -14,8 +14,14 @@
 // the bytes of quantizing each whole group (the partial block at a group's ragged end is the
 // same partial block on one process). Padding rows hold zeros, are never quantized as data,
 // and travel as zero bytes. A rank may own only padding (a small weight on many ranks): that
-// is allowed, never an error. A weight with one scale for the whole tensor cannot be
-// quantized shard by shard and is refused.
+// is allowed, never an error.
+//
+// A weight with one FP32 scale per tensor (fp8-current, fp8-delayed; one per expert of an
+// expert weight) is quantized shard by shard with a scale every rank agrees on first, given
+// to pack_shard per group: from the all-reduced amax of the whole group (current scaling) or
+// the layer's amax history, which every rank holds alike (delayed scaling). Each piece is
+// then the bytes of quantizing the whole group with that scale (the cast is elementwise), and
+// its rows are aligned to 32 like BF16's.
 //
 // Packed shard (one buffer per gather, equal size on every rank): a gather carries a set of
 // the weight's copies (qtensor.h; FSDP asks copies_needed which), each copy's part in Copy
@@ -25,6 +31,7 @@
 //   rowwise : fp8 data [R, K], then rowwise scales [R, Kb]           R·K + s·R·Kb
 //   colwise : fp8 data [R, K], then colwise scales [R/B, K]          R·K + s·R·K/B
 //   tile    : fp8 data [R, K], then tile scales [R/B, Kb]            R·K + s·R/B·Kb
+//             (one scale per tensor: scale_inv per group [E] FP32      R·K + 4·E)
 // so rowwise+colwise is the sum of both. The gathered buffer is the world's packs in rank
 // order. With N = world·R·K (the padded element count) and K a multiple of 32 the MX figures
 // are those of docs/design.md, "Bytes per step" exactly: 2N, N + N/32, N + N/32,
@@ -59,9 +66,10 @@ struct ShardLayout {
   int64_t rows_per_rank = 0;      // multiple of block
   int64_t block = kMXBlock;       // B: the edge of the weight format's blocks (32 or 128)
   int scale_bytes = 1;            // bytes per scale of the weight format (1 or 4)
+  bool tensor_scale = false;      // one FP32 scale per group (block edge 32: row alignment)
 
   // shape: [out, in] or [E, out, in]; world >= 1; weight: the format the weight is gathered
-  // in (BF16 by default). Throws on other ranks, empty dims or a per-tensor scale.
+  // in (BF16 by default). Throws on other ranks or empty dims.
   static ShardLayout make(const std::vector<int64_t>& shape, int world,
                           const TensorFormat& weight = {});
 
@@ -88,9 +96,15 @@ void pad_full(const ShardLayout& L, const float* full, float* padded);
 // Bytes of one rank's pack of the copies `copies`.
 size_t packed_bytes(const ShardLayout& L, CopySet copies);
 // Pre all-gather. shard: [rows_per_rank, in] FP32 of `rank`, quantized in the weight's format
-// f (qtensor.h make_copies); out: [packed_bytes].
+// f (qtensor.h make_copies); out: [packed_bytes]. A per-tensor format needs group_scales
+// [E] (the agreed scale of each group) and writes each group's amax over this rank's rows
+// into group_amax [E] when given (0 for a group it holds no rows of).
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
-                const TensorFormat& f, uint8_t* out);
+                const TensorFormat& f, uint8_t* out, const float* group_scales = nullptr,
+                float* group_amax = nullptr);
+// max |x| (NaN ignored) of each group over this rank's rows: out [E] (0 where none): what
+// current scaling all-reduces (max) before pack_shard.
+void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out);
 // Post all-gather. gathered: [world * packed_bytes], rank order, packed in format f (the one
 // L was made for). Fills group `group` of the weight into `out`: its copies `copies`, marked
 // present, and its shape [out, in]. Other copies are left as they are; out.version is not
@@ -98,9 +112,10 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
 void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
                   const uint8_t* gathered, int64_t group, QuantizedWeight& out);
 
-// The one-process reference: the same copies quantized from the whole group.
-// full: [E, out, in] FP32.
+// The one-process reference: the same copies quantized from the whole group (a delayed
+// per-tensor format with `history`'s scale). full: [E, out, in] FP32.
 void quantize_group_reference(const ShardLayout& L, CopySet copies, const TensorFormat& f,
-                              const float* full, int64_t group, QuantizedWeight& out);
+                              const float* full, int64_t group, QuantizedWeight& out,
+                              ScaleHistory* history = nullptr);
 
 }  // namespace mxtrain::dist

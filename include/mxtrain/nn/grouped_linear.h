@@ -50,11 +50,14 @@ class GroupedLinear {
   using GroupedWeightProvider =
       std::function<void(Use use, int64_t expert, QuantizedWeight& cache)>;
   void set_weight_provider(GroupedWeightProvider p) { provider_ = std::move(p); }
+  // Delayed scaling (fp8-delayed): per expert, as Linear's; empty for other recipes.
+  LayerScaleHistories& scale_histories() { return scales_; }
 
  private:
   std::string name_;
   int64_t experts_ = 0, in_ = 0, out_ = 0;
   LinearPrecision prec_;
+  LayerScaleHistories scales_;
   std::vector<QuantizedWeight> wcache_;
   GroupedWeightProvider provider_;
   // Kept so that a step allocates nothing: per-expert names (for messages, made once) and

@@ -29,6 +29,7 @@
 #include "mxtrain/nn/parameter.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
+#include "mxtrain/scale_history.h"
 
 namespace mxtrain {
 
@@ -52,6 +53,24 @@ struct QuantizedWeight : QTensor {
     release();
     version = kNoVersion;
   }
+};
+
+// A layer's delayed-scaling state (mxtrain/scale_history.h): for each role whose format takes
+// its scale from an amax history, one ScaleHistory per row group (1 for a Linear, E for a
+// GroupedLinear); no entries for other roles and recipes. The layer quantizes with these
+// scales and records its tensors' amaxes; the trainer updates them after each step (and
+// FSDP's weight gathers use and record the weight's).
+struct LayerScaleHistories {
+  std::array<std::vector<ScaleHistory>, kNumRoles> roles;  // by Role, [groups] or empty
+
+  // Fresh histories for the roles of r that need them, `groups` each; other roles get none.
+  void reset(const Recipe& r, int64_t groups);
+  // Group g's history of `role`, or nullptr when the role's scale has no history.
+  ScaleHistory* get(Role role, int64_t g) {
+    std::vector<ScaleHistory>& v = roles[size_t(role)];
+    return v.empty() ? nullptr : &v[size_t(g)];
+  }
+  bool empty() const;
 };
 
 // When set, a layer asks the provider to fill its QuantizedWeight for `use` (forward or dgrad,
@@ -104,12 +123,15 @@ class Linear {
   int64_t weight_quantizations() const { return weight_quantizations_; }
   QuantizedWeight& weight_cache() { return wcache_; }
   void set_weight_provider(WeightProvider p) { provider_ = std::move(p); }
+  // Delayed scaling (fp8-delayed): the layer's histories; empty for other recipes.
+  LayerScaleHistories& scale_histories() { return scales_; }
 
  private:
   void ensure_weight(Use use, bool dual);
   std::string name_;
   int64_t in_ = 0, out_ = 0;
   LinearPrecision prec_;
+  LayerScaleHistories scales_;
   QuantizedWeight wcache_;
   WeightProvider provider_;
   int64_t weight_quantizations_ = 0;

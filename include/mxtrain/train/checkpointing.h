@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "mxtrain/corpus/tokenizer.h"
+#include "mxtrain/io/checkpoint.h"
 #include "mxtrain/nn/generate.h"
 #include "mxtrain/nn/parameter.h"
 #include "mxtrain/train/config.h"
@@ -32,11 +33,14 @@ struct TrainerState {
   int64_t global_batch = 0;
 };
 
-// Returns the step directory written (`dir/step_N`).
+// Returns the step directory written (`dir/step_N`). `extra_state`: further training state
+// stored beside the AdamW moments in optimizer.safetensors (the delayed-scaling histories,
+// train/delayed_scaling.h); its names must not end like a moment's.
 std::string save_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                               const std::vector<Parameter*>& params,
                               const std::vector<FloatBuffer>& m,
-                              const std::vector<FloatBuffer>& v, const TrainerState& st);
+                              const std::vector<FloatBuffer>& v, const TrainerState& st,
+                              const std::vector<io::NamedTensor>& extra_state = {});
 
 // The grad_accum to resume with at `world` ranks of `micro_batch` sequences, given the
 // checkpoint's state `saved` and the configured `grad_accum`. At the checkpoint's world size,
@@ -48,11 +52,13 @@ int resume_grad_accum(const TrainerState& saved, int micro_batch, int world, int
                       std::string* note);
 
 // Loads the latest checkpoint in `dir` into params/m/v (shapes must match the model) and
-// returns the trainer state. The checkpoint's model section must equal cfg's.
+// returns the trainer state. The checkpoint's model section must equal cfg's. `extra_state`
+// (when given) receives the optimizer file's tensors that are not a parameter's moments.
 TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig& cfg,
                                       const std::vector<Parameter*>& params,
                                       std::vector<FloatBuffer>& m,
-                                      std::vector<FloatBuffer>& v);
+                                      std::vector<FloatBuffer>& v,
+                                      std::vector<io::NamedTensor>* extra_state = nullptr);
 
 // A trained model for inference (nn/generate.h): the FP32 master weights of the latest
 // checkpoint in `dir` (or of a step directory), whatever recipe or world size wrote it, with

@@ -92,6 +92,11 @@ struct PrecisionConfig {
   // amax epsilon per role (docs/config.md). Applied to every FP32-scaled recipe the run uses.
   bool fp32_scales = false;
   std::array<AmaxEpsilon, kNumRoles> amax_epsilon;  // by Role
+  // Delayed-scaling recipes (fp8-delayed) only: the amax history (TransformerEngine's
+  // amax_history_len, margin, amax_compute_algo; docs/config.md). Applied to every
+  // delayed-scaling recipe the run uses; any other value than the default on another recipe
+  // is refused.
+  AmaxHistorySpec amax_history{1024, 0, AmaxAlgo::max};
 };
 
 struct FsdpConfig {

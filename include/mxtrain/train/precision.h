@@ -54,14 +54,15 @@ class PrecisionResolver {
   std::vector<ModuleDecision> decisions_;
 };
 
-// On an FP32-scaled recipe (blockwise; has_fp32_scales), applies the run's fp32_scales and
-// each role's amax epsilon (resolve_amax_epsilon: the config key, else the LoongForge
-// environment variable, else the recipe's); other recipes are left as they are. The resolver
-// applies it to every module's recipe.
-void apply_fp32_scale_settings(const PrecisionConfig& p, Recipe& r);
-// One line for the start of a run on an FP32-scaled recipe, naming the scale type and each
-// role's epsilon with where it came from; "" for other recipes.
-std::string describe_fp32_scale_settings(const PrecisionConfig& p);
+// On an FP32-scaled recipe (blockwise, fp8-current, fp8-delayed; has_fp32_scales), applies
+// the run's fp32_scales and each role's amax epsilon (resolve_amax_epsilon: the config key,
+// else the LoongForge environment variable, else the recipe's), and on a delayed-scaling one
+// (uses_amax_history) the run's amax history; other recipes are left as they are. The
+// resolver applies it to every module's recipe.
+void apply_scale_settings(const PrecisionConfig& p, Recipe& r);
+// One line for the start of a run on an FP32-scaled recipe, naming the scale type, each
+// role's epsilon with where it came from and the amax history; "" for other recipes.
+std::string describe_scale_settings(const PrecisionConfig& p);
 
 // layernorm_column / column -> column_grouped, row -> row_grouped.
 std::string grouped_kind(const std::string& kind);
