@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Loss parity: trains the tiny dense and MoE configs in bf16, mxfp8 and mxfp8-32x32 (the two MX
-# recipes also with the SwiGLU input kept in FP8) on the default corpus (same seed, same data
-# order), then writes loss plots and a summary table.
+# Loss parity: trains the tiny dense and MoE configs in every recipe family — bf16, mxfp8,
+# mxfp8-32x32 (the two MX recipes also with the SwiGLU input kept in FP32), blockwise,
+# fp8-current, fp8-delayed — on the default corpus (same seed, same data order), then writes
+# loss plots and a summary table.
 # Usage: bash scripts/parity.sh [extra mxtrain train flags, e.g. --steps 100]
 # (MXTRAIN_BIN overrides the binary, default build/mxtrain; SEEDS and RUNS the lists below)
 # Output: runs/parity/*.jsonl, docs/results/parity_{dense,moe}.svg, docs/results/parity_table.md
@@ -16,7 +17,7 @@ mkdir -p "$out" docs/results
 # default, auto, keeps it in FP8 under the FP8 recipes), RECIPE:sw8 in FP8.
 # Every run with each seed of SEEDS: a 200-step run's final loss moves by ~2% with the seed
 # alone, so the table compares means over seeds (the plots show the first seed).
-runs=${RUNS:-"bf16 mxfp8 mxfp8-32x32 mxfp8:sw32 mxfp8-32x32:sw32"}
+runs=${RUNS:-"bf16 mxfp8 mxfp8-32x32 mxfp8:sw32 mxfp8-32x32:sw32 blockwise fp8-current fp8-delayed"}
 seeds=${SEEDS:-"1234 1235 1236 1237"}
 first_seed=${seeds%% *}
 for model in tiny tiny-moe; do

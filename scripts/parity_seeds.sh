@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Loss parity at the scale of the byte-level main job: configs/demo-bytes.yaml trained for its
-# full length in bf16, mxfp8 and mxfp8-32x32 with 3 seeds each (the seed sets the initial
+# full length in every recipe family (bf16, mxfp8, mxfp8-32x32, blockwise, fp8-current,
+# fp8-delayed) with 3 seeds each (the seed sets the initial
 # weights and the data order; within a seed every recipe sees the same batches). Reports the
 # final validation loss per recipe as mean ± spread (half the min–max range) and the gap of
 # each recipe's mean to BF16's.
-# Usage: bash scripts/parity_seeds.sh   (SEEDS="1 2 3", RECIPES="bf16 mxfp8 mxfp8-32x32")
+# Usage: bash scripts/parity_seeds.sh   (SEEDS="1 2 3", RECIPES="bf16 mxfp8 ...")
 # Output: runs/parity_seeds/*.jsonl, docs/results/parity_seeds.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MXTRAIN_BIN:-build/mxtrain}
 [ -x "$bin" ] || bash scripts/build.sh
 seeds=${SEEDS:-"1 2 3"}
-recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32"}
+recipes=${RECIPES:-"bf16 mxfp8 mxfp8-32x32 blockwise fp8-current fp8-delayed"}
 out=runs/parity_seeds
 mkdir -p "$out" docs/results
 for seed in $seeds; do
