@@ -204,6 +204,19 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_flag("--dry-run", a->dry_run, "Build the model, print precision decisions, exit");
   sub->add_option("--decisions-out", a->decisions_out, "Write per-module decisions as JSON");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
+  add_override(sub, a, "--tp", "parallel.tp",
+               "Tensor parallelism: split heads and MLP columns over N ranks (run under mpirun; "
+               "data parallel = ranks / N)", Value::integer);
+  add_override(sub, a, "--ep", "parallel.ep",
+               "Expert parallelism: spread an MoE model's experts over N ranks", Value::integer);
+  add_override(sub, a, "--etp", "parallel.etp", "Expert-tensor parallelism (not built yet)",
+               Value::integer);
+  sub->add_flag_function(
+      "--sequence-parallel",
+      [a](int64_t) {
+        a->overrides.push_back({"parallel.sequence_parallel", "true", "--sequence-parallel"});
+      },
+      "With --tp: norms and residuals on sequence shards (parallel.sequence_parallel)");
   add_override(sub, a, "--recompute", "training.recompute",
                "Activation recompute: none, attention or layer");
   sub->add_option("--init-from", a->init_from,

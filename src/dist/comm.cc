@@ -115,6 +115,7 @@ const char* coll_name(Coll c) {
     case Coll::broadcast: return "broadcast";
     case Coll::gather: return "gather";
     case Coll::barrier: return "barrier";
+    case Coll::alltoall: return "alltoall";
   }
   return "?";
 }
@@ -274,7 +275,27 @@ Comm& Comm::local() {
   return *l;
 }
 
-Comm::~Comm() { delete comm_of(handle_); }
+Comm::~Comm() {
+  if (MPI_Comm* c = comm_of(handle_)) {
+    if (mpi_active()) MPI_Comm_free(c);  // a split (the world is never destroyed)
+    delete c;
+  }
+}
+
+std::unique_ptr<Comm> Comm::split(int color, int key) {
+  MXT_CHECK(color >= 0, "split: color must be >= 0, got ", color);
+  std::unique_ptr<Comm> c(new Comm);
+  if (!handle_) return c;
+  auto* h = new MPI_Comm;
+  const int rc = MPI_Comm_split(*comm_of(handle_), color, key, h);
+  if (rc != MPI_SUCCESS) delete h;
+  mpi_ok(rc, "MPI_Comm_split");
+  c->handle_ = h;
+  mpi_ok(MPI_Comm_set_errhandler(*h, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  mpi_ok(MPI_Comm_rank(*h, &c->rank_), "MPI_Comm_rank");
+  mpi_ok(MPI_Comm_size(*h, &c->size_), "MPI_Comm_size");
+  return c;
+}
 
 namespace {
 // Starts timing and counting one collective; finish() adds the elapsed time. The collective
@@ -421,6 +442,45 @@ void Comm::allreduce_max(int64_t* data, size_t n) {
 }
 void Comm::allreduce_max(float* data, size_t n) {
   allreduce(data, n, ReduceType::f32, ReduceOp::max);
+}
+
+void Comm::alltoall(const void* send, void* recv, size_t n) {
+  CallTimer t(stats_[Coll::alltoall], uint64_t(size_ - 1) * n);
+  if (!handle_) {
+    if (n && send != recv) std::memmove(recv, send, n);
+    return;
+  }
+  const int cnt = to_count(n, "alltoall");
+  mpi_ok(MPI_Alltoall(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, *comm_of(handle_)),
+         "MPI_Alltoall");
+}
+
+void Comm::alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                     const size_t* recv_bytes) {
+  uint64_t sent = 0;
+  for (int r = 0; r < size_; ++r)
+    if (r != rank_) sent += send_bytes[r];
+  CallTimer t(stats_[Coll::alltoall], sent);
+  if (!handle_) {
+    MXT_CHECK(send_bytes[0] == recv_bytes[0], "alltoallv: sends ", send_bytes[0],
+              " bytes to itself but expects ", recv_bytes[0]);
+    if (send_bytes[0] && send != recv) std::memmove(recv, send, send_bytes[0]);
+    return;
+  }
+  const size_t W = size_t(size_);
+  std::vector<int> sc(W), sd(W), rc(W), rd(W);
+  size_t so = 0, ro = 0;
+  for (int r = 0; r < size_; ++r) {
+    sc[size_t(r)] = to_count(send_bytes[r], "alltoallv");
+    rc[size_t(r)] = to_count(recv_bytes[r], "alltoallv");
+    sd[size_t(r)] = to_count(so, "alltoallv offset");
+    rd[size_t(r)] = to_count(ro, "alltoallv offset");
+    so += send_bytes[r];
+    ro += recv_bytes[r];
+  }
+  mpi_ok(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(),
+                       MPI_BYTE, *comm_of(handle_)),
+         "MPI_Alltoallv");
 }
 
 void Comm::broadcast(void* data, size_t bytes, int root) {

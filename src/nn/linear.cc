@@ -114,6 +114,46 @@ void Linear::save_input(const float* x, int64_t T, LinearSaved& saved) {
   saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, prec_.recipe);
 }
 
+// x: [T, in] copies; y: [T, out] FP32.
+void Linear::forward_given(const QTensor& x, float* y, LinearSaved& saved) {
+  MXT_PROFILE_PRODUCT(name_, fwd);
+  const int64_t T = x.rows;
+  MXT_CHECK(T >= 1 && x.cols == in_, "Linear '", name_, "': forward_given got a ", T, "x",
+            x.cols, " input, expected [T >= 1, ", in_, "]");
+  MXT_CHECK(y != nullptr, "Linear '", name_, "': forward_given got a null y");
+  ensure_weight(Use::forward, /*dual=*/true);
+  QuantizedWeight* w = &wcache_;
+  core_forward_given(prec_, out_, x, &w, y, saved);
+  if (!bias.shape.empty()) add_bias(y, T, out_, bias.value.data());
+  saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, prec_.recipe);
+}
+
+void Linear::backward_given(LinearSaved& saved, const float* dy, const QTensor* dyq,
+                            const QTensor* x_wgrad, float* dx) {
+  MXT_PROFILE_PRODUCT(name_, bwd);
+  const int64_t T = saved.tokens;
+  MXT_CHECK(T >= 1, "Linear '", name_, "': backward called without a matching forward (or "
+            "twice for one forward)");
+  MXT_CHECK(dy != nullptr || dyq != nullptr, "Linear '", name_, "': backward got no dy");
+  MXT_CHECK(!dyq || (dyq->rows == T && dyq->cols == out_), "Linear '", name_, "': the given dy "
+            "is ", dyq ? dyq->rows : 0, "x", dyq ? dyq->cols : 0, ", expected ", T, "x", out_);
+  MXT_CHECK(!x_wgrad || (x_wgrad->rows == T && x_wgrad->cols == in_), "Linear '", name_,
+            "': the given x is ", x_wgrad ? x_wgrad->rows : 0, "x", x_wgrad ? x_wgrad->cols : 0,
+            ", expected ", T, "x", in_);
+  MXT_CHECK(!dyq || bias.shape.empty(), "Linear '", name_, "': a given dy has no FP32 values "
+            "for the bias gradient");
+  if (weight.grad.empty()) weight.grad.assign(size_t(out_ * in_), 0.f);
+  if (dx) ensure_weight(Use::dgrad, false);
+  QuantizedWeight* w = &wcache_;
+  float* dW = weight.grad.data();
+  core_backward(prec_, in_, out_, saved, &w, dy, dx, &dW, weight.take_grad_accumulate(), name_,
+                scales_, dyq, x_wgrad);
+  if (!bias.shape.empty()) {
+    if (bias.grad.empty()) bias.grad.assign(size_t(out_), 0.f);
+    accumulate_bias_grad(dy, T, out_, bias.grad.data(), bias.take_grad_accumulate());
+  }
+}
+
 // dy: [T, out] FP32; dx: [T, in] FP32 or null.
 void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
   MXT_PROFILE_PRODUCT(name_, bwd);

@@ -85,6 +85,7 @@ void begin_saved(LinearSaved& saved, const GroupList& groups) {
   saved.tokens = groups.offsets.back();
   saved.groups = groups;
   saved.x = nullptr;
+  saved.x_given = false;
   saved.weight_bytes_for_backward = 0;
   saved.xs.resize(size_t(groups.num_groups()));
   for (QTensor& t : saved.xs) t.invalidate();
@@ -113,6 +114,18 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
 }
 
+void core_forward_given(const LinearPrecision& p, int64_t out, const QTensor& xq,
+                        QuantizedWeight* const* w, float* y, LinearSaved& saved) {
+  thread_local GroupList one_group;  // {0, T}, storage kept across calls
+  one_group.offsets.assign({0, xq.rows});
+  MXT_CHECK(xq.has_all(copies_needed(p.recipe, Role::input, Use::forward)),
+            "internal: a given input lacks its forward copy (",
+            copies_needed(p.recipe, Role::input, Use::forward).name(), ")");
+  begin_saved(saved, one_group);
+  saved.x_given = true;
+  grouped_forward(p.recipe, one_group, &xq, as_qtensors(w, 1), y, out);
+}
+
 void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
                      const GroupList& groups, LinearSaved& saved, LayerScaleHistories& scales) {
   // The copies core_forward keeps for wgrad, made again without the product.
@@ -130,39 +143,52 @@ void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
 
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   bool accumulate, const std::string& layer, LayerScaleHistories& scales) {
+                   bool accumulate, const std::string& layer, LayerScaleHistories& scales,
+                   const QTensor* dyq_given, const QTensor* xw_given) {
   const Recipe& r = p.recipe;
   const GroupList& groups = saved.groups;
   const int64_t E = groups.num_groups();
-  const bool deferred = p.defer_backward_quant;
+  const bool deferred = p.defer_backward_quant && !saved.x_given;
   const CopySet xw = copies_needed(r, Role::input, Use::wgrad);
   MXT_CHECK(saved.xs.size() == size_t(E) && (!deferred || saved.x != nullptr || saved.tokens == 0),
             "layer '", layer, "': backward called without a matching forward (or twice for one "
             "forward)");
+  MXT_CHECK(saved.x_given == (xw_given != nullptr), "layer '", layer, "': ",
+            saved.x_given ? "a forward_given needs x's wgrad copy at backward"
+                          : "x's wgrad copy was given but the forward kept its own");
+  MXT_CHECK((!dyq_given && !xw_given) || E == 1, "internal: given operands for ", E, " groups");
   // dy's copies: those dgrad reads (when dx is wanted) and those wgrad reads.
   const CopySet dyc = (dx ? copies_needed(r, Role::grad, Use::dgrad) : CopySet{}) |
                       copies_needed(r, Role::grad, Use::wgrad);
+  MXT_CHECK(!dyq_given || dyq_given->has_all(dyc), "layer '", layer, "': the given dy lacks ",
+            (dyc - dyq_given->present).name());
+  MXT_CHECK(!xw_given || xw_given->has_all(xw), "layer '", layer, "': the given x lacks ",
+            (xw - xw_given->present).name());
   std::vector<QTensor>& dyq = scratch(1, E);
   std::vector<QTensor>& xd = deferred ? scratch(2, E) : saved.xs;
   for (int64_t g = 0; g < E; ++g) {
     const int64_t n = groups.count(g), r0 = groups.offsets[g];
     if (n == 0) continue;
-    MXT_CHECK(deferred || saved.xs[size_t(g)].has_all(xw), "layer '", layer,
+    MXT_CHECK(deferred || xw_given || saved.xs[size_t(g)].has_all(xw), "layer '", layer,
               "': the saved forward state does not match the layer's precision (was it changed "
               "between forward and backward?)");
-    make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc,
-                scales.get(Role::grad, g));
+    if (!dyq_given)
+      make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc,
+                  scales.get(Role::grad, g));
     if (deferred)  // make this group's wgrad copies of x now (the same scale as forward's)
       make_copies(saved.x + r0 * in, n, in, r.role(Role::input), xd[size_t(g)], xw,
                   scales.get(Role::input, g));
   }
-  if (dx) grouped_dgrad(r, groups, dyq.data(), as_qtensors(w, E), dx, in);
-  grouped_wgrad(r, groups, dyq.data(), xd.data(), dw, accumulate);
+  const QTensor* dys = dyq_given ? dyq_given : dyq.data();
+  const QTensor* xs = xw_given ? xw_given : xd.data();
+  if (dx) grouped_dgrad(r, groups, dys, as_qtensors(w, E), dx, in);
+  grouped_wgrad(r, groups, dys, xs, dw, accumulate);
   if (!accumulate)  // a group with no rows has a zero gradient
     for (int64_t g = 0; g < E; ++g)
       if (groups.count(g) == 0) std::fill_n(dw[g], out * in, 0.f);
   // Consumed: a second backward is refused; the copies' storage stays for the next forward.
   saved.tokens = 0;
+  saved.x_given = false;
   saved.groups.offsets.clear();  // keeps its capacity
   saved.x = nullptr;
   saved.weight_bytes_for_backward = 0;

@@ -56,16 +56,22 @@ size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r)
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
                   LinearSaved& saved, LayerScaleHistories& scales);
+// core_forward with x's forward copy given (one group of xq.rows tokens); keeps nothing of x
+// (saved.x_given): core_backward then needs xw_given.
+void core_forward_given(const LinearPrecision& p, int64_t out, const QTensor& xq,
+                        QuantizedWeight* const* w, float* y, LinearSaved& saved);
 // What core_forward keeps in `saved`, without the product (the same bytes: colwise
 // quantization alone equals quantize_dual's colwise half).
 void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
                      const GroupList& groups, LinearSaved& saved, LayerScaleHistories& scales);
 // dy: [T, out]; dx: [T, in] or null (then w is not read); dw[g]: [out, in] FP32, added into
 // (accumulate) or written (every group, zeros for a group with no rows). w[g] must hold what
-// dgrad needs when dx is set. Empties `saved`.
+// dgrad needs when dx is set. Empties `saved`. One group only: dyq_given holds dy's copies
+// (dy is then not read), xw_given x's wgrad copy (after core_forward_given).
 void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSaved& saved,
                    QuantizedWeight* const* w, const float* dy, float* dx, float* const* dw,
-                   bool accumulate, const std::string& layer, LayerScaleHistories& scales);
+                   bool accumulate, const std::string& layer, LayerScaleHistories& scales,
+                   const QTensor* dyq_given = nullptr, const QTensor* xw_given = nullptr);
 
 // ---- helpers -----------------------------------------------------------------------------------
 

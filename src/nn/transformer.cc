@@ -22,6 +22,7 @@
 #include "mxtrain/nn/transformer.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -56,6 +57,34 @@ void init_normal(Parameter& p, float std, uint64_t seed) {
     p.value[i] = float(std * r * std::cos(a));
     if (i + 1 < n) p.value[i + 1] = float(std * r * std::sin(a));
   }
+}
+
+// A slice of a whole tensor initialised like init_normal: the whole tensor's values are made
+// (the same stream as one process's) and the slice `split` is kept.
+void init_normal_slice(Parameter& p, const ParamSplit& split, float std, uint64_t seed) {
+  if (!split.sliced()) {
+    init_normal(p, std, seed);
+    return;
+  }
+  Parameter whole;
+  whole.init(p.name, split.full_shape);
+  init_normal(whole, std, seed);
+  slice_of(split, whole.value.data(), p.value.data());
+  p.split = split;
+}
+
+// The split of a tensor-parallel weight: `dim` of its whole shape, in `parts` blocks.
+ParamSplit tp_split(const ModelParallel& par, std::vector<int64_t> full_shape, int dim,
+                    int parts) {
+  ParamSplit s;
+  if (par.tp_size() == 1) return s;
+  s.over = ParamSplit::Over::tp;
+  s.dim = dim;
+  s.parts = parts;
+  s.count = par.tp_size();
+  s.index = par.tp_rank();
+  s.full_shape = std::move(full_shape);
+  return s;
 }
 
 void init_ones(Parameter& p, std::string name, int64_t n) {
@@ -131,12 +160,14 @@ struct GPT::Layer {
 // arena with it).
 struct GPT::AttnView {
   float *ln1, *rstd1, *qkv_out, *lse, *atty, *branch;
+  float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
   float* resid_mid;  // the block's output
   LinearSaved *s_qkv, *s_proj;
 };
 struct GPT::MlpView {
   float* resid_mid;  // the block's input
   float *ln2, *rstd2, *a, *h, *branch;  // a: fc1's FP32 output
+  float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
   Fp8Activation* a8;                    // set: SwiGLU's input is kept here in FP8
   LinearSaved *s_fc1, *s_fc2;
 };
@@ -169,9 +200,20 @@ float* grow(FloatBuffer& b, int64_t n) {
 
 }  // namespace
 
-GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed) : cfg_(cfg) {
+GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed,
+         const ModelParallel& parallel)
+    : cfg_(cfg), par_(parallel) {
   MXT_CHECK(bool(resolver), "GPT: no precision resolver given");
   const std::vector<ModuleInfo> mods = describe_modules(cfg_);  // validates
+  const int tp = par_.tp_size();
+  MXT_CHECK(cfg_.n_heads % tp == 0 && cfg_.d_ff % tp == 0, "tensor parallelism ", tp,
+            " must divide model.n_heads (", cfg_.n_heads, ") and model.d_ff (", cfg_.d_ff, ")");
+  MXT_CHECK(tp == 1 || cfg_.moe_num_experts == 0, "tensor parallelism applies to dense models "
+            "here; an MoE model spreads its experts with expert parallelism (--ep) instead");
+  Dl_ = cfg_.d_model / tp;
+  Hl_ = cfg_.n_heads / tp;
+  Fl_ = cfg_.d_ff / tp;
+  sp_ = par_.sequence_parallel && tp > 1;
   auto prec = [&](const std::string& module) {
     for (const ModuleInfo& m : mods)
       if (m.module == module) {
@@ -191,10 +233,11 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
     auto L = std::make_unique<Layer>();
     const std::string p = "layers." + std::to_string(i);
     init_ones(L->attn_norm, p + ".attention.norm.gain", D);
-    L->qkv = Linear(p + ".attention.qkv", D, 3 * D, false, prec(p + ".attention.qkv"));
-    L->proj = Linear(p + ".attention.proj", D, D, false, prec(p + ".attention.proj"));
-    init_normal(L->qkv.weight, std0, seed);
-    init_normal(L->proj.weight, std_out, seed);
+    // Column-parallel qkv (this rank's q, k and v heads), row-parallel proj.
+    L->qkv = Linear(p + ".attention.qkv", D, 3 * Dl_, false, prec(p + ".attention.qkv"));
+    L->proj = Linear(p + ".attention.proj", Dl_, D, false, prec(p + ".attention.proj"));
+    init_normal_slice(L->qkv.weight, tp_split(par_, {3 * D, D}, 0, 3), std0, seed);
+    init_normal_slice(L->proj.weight, tp_split(par_, {D, D}, 1, 1), std_out, seed);
     init_ones(L->mlp_norm, p + ".mlp.norm.gain", D);
     linears_[p + ".attention.qkv"] = &L->qkv;
     linears_[p + ".attention.proj"] = &L->proj;
@@ -210,10 +253,12 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
       grouped_[p + ".mlp.experts.fc1"] = &L->experts->fc1;
       grouped_[p + ".mlp.experts.fc2"] = &L->experts->fc2;
     } else {
-      L->fc1 = Linear(p + ".mlp.fc1", D, 2 * int64_t(cfg_.d_ff), false, prec(p + ".mlp.fc1"));
-      L->fc2 = Linear(p + ".mlp.fc2", cfg_.d_ff, D, false, prec(p + ".mlp.fc2"));
-      init_normal(L->fc1.weight, std0, seed);
-      init_normal(L->fc2.weight, std_out, seed);
+      // Column-parallel fc1 (this rank's slices of gate and up), row-parallel fc2.
+      const int64_t F = cfg_.d_ff;
+      L->fc1 = Linear(p + ".mlp.fc1", D, 2 * Fl_, false, prec(p + ".mlp.fc1"));
+      L->fc2 = Linear(p + ".mlp.fc2", Fl_, D, false, prec(p + ".mlp.fc2"));
+      init_normal_slice(L->fc1.weight, tp_split(par_, {2 * F, D}, 0, 2), std0, seed);
+      init_normal_slice(L->fc2.weight, tp_split(par_, {D, F}, 1, 1), std_out, seed);
       linears_[p + ".mlp.fc1"] = &L->fc1;
       linears_[p + ".mlp.fc2"] = &L->fc2;
     }
@@ -224,6 +269,11 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   init_normal(lm_head_.weight, std0, seed);
   linears_["lm_head"] = &lm_head_;
   params_ = collect_parameters();
+  // Under sequence parallelism every replicated parameter sees this rank's tokens only: its
+  // gradient is this rank's part of the group's sum.
+  if (sp_)
+    for (Parameter* p : params_)
+      if (!p->split.sliced()) p->split.partial_grad = true;
   if (cfg_.rope_theta > 0.f) rope_ = RopeTable(cfg_.max_seq_len, D / cfg_.n_heads, cfg_.rope_theta);
 }
 
@@ -284,6 +334,89 @@ void GPT::event(const std::string& module, ModuleEvent e) {
   if (hook_) hook_(module, e);
 }
 
+namespace {
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void GPT::tp_allreduce(float* x, int64_t n) {
+  if (!par_.tp) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  pstats_.tp_comm_bytes += par_.tp->allreduce_sum(x, size_t(n));
+  pstats_.tp_ms += ms_since(t0);
+}
+
+void GPT::count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0) {
+  pstats_.tp_comm_bytes += bytes;
+  pstats_.tp_allgather_bytes += bytes;
+  pstats_.tp_ms += ms_since(t0);
+}
+
+void GPT::sp_reduce_scatter(const float* full, float* shard, int64_t shard_n) {
+  const auto t0 = std::chrono::steady_clock::now();
+  pstats_.tp_comm_bytes += par_.tp->reduce_scatter_sum(full, shard, size_t(shard_n));
+  pstats_.tp_ms += ms_since(t0);
+}
+
+// Column-parallel forward from the norm's shard: the product's input copy gathered (FP32 rows
+// for the FP32 reference).
+void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s) {
+  const int64_t K = l.in_features(), N = Ns * par_.tp_size();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (fp32_ref_) {
+    count_gather(gather_rows(*par_.tp, shard, Ns, K, grow(sp_f32_, N * K)), t0);
+    linear_forward(true, l, sp_f32_.data(), N, y, s);
+    return;
+  }
+  const Recipe& r = l.precision().recipe;
+  bool fp32 = false;
+  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input), copies_needed(r,
+               Role::input, Use::forward), sp_x_, &fp32), t0);
+  sp_fp32_route_ |= fp32;
+  l.forward_given(sp_x_, y, s);
+}
+
+// Column-parallel backward: x's wgrad copy gathered again from the shard; dx [N, in] is this
+// rank's part of the input gradient (the caller reduce-scatters it).
+void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
+                         const float* dy, float* dx) {
+  const int64_t K = l.in_features(), N = Ns * par_.tp_size();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (fp32_ref_) {
+    count_gather(gather_rows(*par_.tp, shard, Ns, K, grow(sp_f32_, N * K)), t0);
+    linear_backward(true, l, s, sp_f32_.data(), N, dy, dx);
+    return;
+  }
+  const Recipe& r = l.precision().recipe;
+  bool fp32 = false;
+  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input),
+                             copies_needed(r, Role::input, Use::wgrad), sp_x_, &fp32), t0);
+  sp_fp32_route_ |= fp32;
+  l.backward_given(s, dy, nullptr, &sp_x_, dx);
+}
+
+// Row-parallel backward: the residual gradient's shard gathered as the copies dgrad and wgrad
+// read.
+void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
+                          int64_t Ns, float* dx) {
+  const int64_t O = l.out_features(), N = Ns * par_.tp_size();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (fp32_ref_) {
+    count_gather(gather_rows(*par_.tp, dy_shard, Ns, O, grow(sp_f32_, N * O)), t0);
+    linear_backward(true, l, s, x_ref, N, sp_f32_.data(), dx);
+    return;
+  }
+  const Recipe& r = l.precision().recipe;
+  bool fp32 = false;
+  count_gather(gather_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
+                             copies_needed(r, Role::grad, Use::dgrad) |
+                                 copies_needed(r, Role::grad, Use::wgrad),
+                             sp_dy_, &fp32), t0);
+  sp_fp32_route_ |= fp32;
+  l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
+}
+
 void GPT::set_fp32_reference(bool on) {
   fp32_ref_ = on;
   for (auto& L : layers_)
@@ -319,7 +452,7 @@ float* GPT::arena(int64_t N, int64_t col) { return arena_.data() + N * col; }
 
 float* GPT::resid_mid(Layer& L, int64_t N) {
   return grow(recompute_ == Recompute::layer ? shared_resid_mid_ : L.resid_mid,
-              N * cfg_.d_model);
+              local_rows(N) * cfg_.d_model);
 }
 
 size_t GPT::activation_bytes() const {
@@ -340,6 +473,8 @@ size_t GPT::activation_bytes() const {
 }
 
 void GPT::set_recompute(Recompute r) {
+  MXT_CHECK(r == Recompute::none || par_.tp_size() == 1, "activation recompute (",
+            recompute_name(r), ") is not built for tensor parallelism; use recompute: none");
   recompute_ = r;
   shared_attn_ = r != Recompute::none ? std::make_unique<AttnActs>() : nullptr;
   shared_mlp_ = r == Recompute::layer ? std::make_unique<MlpActs>() : nullptr;
@@ -366,19 +501,26 @@ void GPT::set_recompute(Recompute r) {
 // ---- forward / backward ---------------------------------------------------------------------
 
 GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
-  const int64_t D = cfg_.d_model, H = cfg_.n_heads;
+  const int64_t D = cfg_.d_model, Dl = Dl_, H = Hl_;
   const bool shared = recompute_ != Recompute::none;
   AttnActs& A = shared ? *shared_attn_ : L.attn;
+  const int64_t Ns = local_rows(N);
   AttnView v{};
   v.resid_mid = resid_mid(L, N);
   v.s_qkv = &A.s_qkv;
   v.s_proj = &A.s_proj;
-  v.rstd1 = grow(A.rstd1, N);
+  v.rstd1 = grow(A.rstd1, Ns);
   v.lse = grow(A.lse, N * H);
-  if (!shared) {
+  v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
+  if (sp_) {  // qkv keeps nothing of its gathered input: the backward gathers the shard again
+    v.ln1 = grow(A.ln1, Ns * D);
+    v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
+    v.atty = grow(A.atty, N * Dl);
+    v.branch = grow(branch_, N * D);
+  } else if (!shared) {
     v.ln1 = linear_input(L.qkv, A.ln1, N * D, lin_scratch(N * D));
-    v.qkv_out = grow(A.qkv_out, N * 3 * D);
-    v.atty = grow(A.atty, N * D);
+    v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
+    v.atty = grow(A.atty, N * Dl);
     v.branch = grow(branch_, N * D);
   } else {
     const ArenaLayout al = arena_layout(cfg_);
@@ -391,21 +533,25 @@ GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
 }
 
 GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
-  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+  const int64_t D = cfg_.d_model, F = Fl_;
   MlpActs& M = recompute_ == Recompute::layer ? *shared_mlp_ : L.mlp;
   const bool in_arena = recompute_ != Recompute::none;
   const ArenaLayout al = arena_layout(cfg_);
+  const int64_t Ns = local_rows(N);
   MlpView v{};
   v.resid_mid = resid_mid(L, N);
   v.s_fc1 = &M.s_fc1;
   v.s_fc2 = &M.s_fc2;
-  v.rstd2 = grow(M.rstd2, N);
+  v.rstd2 = grow(M.rstd2, Ns);
   v.branch = in_arena ? arena(N, 0) : grow(branch_, N * D);
+  v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
   if (L.moe) {
     v.ln2 = grow(M.ln2, N * D);  // the router's backward reads it
     return v;
   }
-  v.ln2 = linear_input(L.fc1, M.ln2, N * D, in_arena ? arena(N, al.mlp_h) : lin_scratch(N * D));
+  v.ln2 = sp_ ? grow(M.ln2, Ns * D)  // the backward gathers fc1's input again from it
+              : linear_input(L.fc1, M.ln2, N * D,
+                             in_arena ? arena(N, al.mlp_h) : lin_scratch(N * D));
   if (fc1_out_fp8(L)) {
     // fc1 writes the backward's dfc1 scratch (free until the backward); only the FP8 copy stays.
     M.fc1_out = FloatBuffer();
@@ -420,10 +566,10 @@ GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
 }
 
 GPT::Grads GPT::grads(int64_t N) {
-  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
+  const int64_t D = cfg_.d_model, F = Fl_, Dl = Dl_;
   if (recompute_ == Recompute::none) {
     float* dln = grow(dln_, N * D);
-    return {dln, dln, dln, grow(dbranch_, N * D), grow(dqkv_, N * 3 * D), grow(dfc1_, N * 2 * F),
+    return {dln, dln, dln, grow(dbranch_, N * Dl), grow(dqkv_, N * 3 * Dl), grow(dfc1_, N * 2 * F),
             grow(dh_, N * F)};
   }
   const ArenaLayout al = arena_layout(cfg_);
@@ -432,18 +578,20 @@ GPT::Grads GPT::grads(int64_t N) {
 }
 
 void GPT::ensure_buffers(int B, int T) {
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model;
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, Ns = local_rows(N);
+  MXT_CHECK(!sp_ || N % par_.tp_size() == 0, "sequence parallelism: the micro-batch's ", N,
+            " tokens do not split evenly over ", par_.tp_size(), " ranks");
   resid_.resize(layers_.size() + 1);
-  for (auto& r : resid_) grow(r, N * D);
+  for (auto& r : resid_) grow(r, Ns * D);
   if (recompute_ != Recompute::none) grow(arena_, N * arena_layout(cfg_).width);
   for (auto& L : layers_) {
     attn_view(*L, N);  // sizes what the views point at
     mlp_view(*L, N);
   }
-  linear_input(lm_head_, lnf_, N * D,
+  linear_input(lm_head_, lnf_, Ns * D,
                recompute_ != Recompute::none ? arena(N, 0) : lin_scratch(N * D));
-  grow(rstdf_, N);
-  grow(logits_, N * cfg_.vocab_size);
+  grow(rstdf_, Ns);
+  grow(logits_, Ns * cfg_.vocab_size);
 }
 
 // The backward's scratch gradients [N, ...] and every parameter's gradient.
@@ -452,7 +600,8 @@ void GPT::ensure_backward_buffers(int B, int T) {
   // holder lends one while its module's backward runs (ModuleEvent::backward_start).
   for (Parameter* p : params_)
     if (!p->value.empty()) ensure_grad(*p);
-  grow(dres_, int64_t(B) * T * cfg_.d_model);
+  grow(dres_, local_rows(int64_t(B) * T) * cfg_.d_model);
+  if (sp_) grow(dln_s_, local_rows(int64_t(B) * T) * cfg_.d_model);
   grads(int64_t(B) * T);
 }
 
@@ -471,12 +620,15 @@ void GPT::reserve(int B, int T) {
 // needs the MLP's input again); Pass::recompute only re-creates what the backward reads (qkv,
 // attention's output and lse, the Linears' saved copies — not proj's product).
 void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p) {
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model, H = cfg_.n_heads;
-  rmsnorm_forward(v.ln1, v.rstd1, x, L.attn_norm.value.data(), N, D, cfg_.rms_eps);
-  linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, Dl = Dl_, H = Hl_, Ns = local_rows(N);
+  rmsnorm_forward(v.ln1, v.rstd1, x, L.attn_norm.value.data(), Ns, D, cfg_.rms_eps);
+  if (sp_)
+    sp_forward_in(L.qkv, v.ln1, Ns, v.qkv_out, *v.s_qkv);
+  else
+    linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
   if (p == Pass::forward) event(L.qkv.name(), ModuleEvent::forward_done);
-  if (cfg_.rope_theta > 0.f) rope_forward(v.qkv_out, rope_, B, T, D, H);
-  attention_forward(v.atty, v.lse, v.qkv_out, B, T, D, H,
+  if (cfg_.rope_theta > 0.f) rope_forward(v.qkv_out, rope_, B, T, Dl, H);
+  attention_forward(v.atty, v.lse, v.qkv_out, B, T, Dl, H,
                     fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16);
   if (p == Pass::recompute) {
     if (fp32_ref_)
@@ -487,14 +639,20 @@ void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, in
   }
   linear_forward(fp32_ref_, L.proj, v.atty, N, v.branch, *v.s_proj);
   if (p == Pass::forward) event(L.proj.name(), ModuleEvent::forward_done);
+  if (sp_) {  // row-parallel: the heads' partial sums, this rank's rows
+    sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
+    residual_forward(v.resid_mid, x, v.branch_s, Ns * D);
+    return;
+  }
+  tp_allreduce(v.branch, N * D);  // row-parallel: the heads' partial sums
   residual_forward(v.resid_mid, x, v.branch, N * D);
 }
 
 // The MLP of v.resid_mid; writes out = v.resid_mid + mlp(...) unless `recompute`, which only
 // re-creates what the backward reads. Returns the MoE load-balancing loss (0 for dense).
 double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool recompute) {
-  const int64_t D = cfg_.d_model, F = cfg_.d_ff;
-  rmsnorm_forward(v.ln2, v.rstd2, v.resid_mid, L.mlp_norm.value.data(), N, D, cfg_.rms_eps);
+  const int64_t D = cfg_.d_model, F = Fl_, Ns = local_rows(N);
+  rmsnorm_forward(v.ln2, v.rstd2, v.resid_mid, L.mlp_norm.value.data(), Ns, D, cfg_.rms_eps);
   double aux = 0.0;
   if (L.moe) {
     aux = L.experts->forward(v.ln2, N, v.branch);
@@ -502,7 +660,10 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
     event(L.experts->fc1.name(), ModuleEvent::forward_done);
     event(L.experts->fc2.name(), ModuleEvent::forward_done);
   } else {
-    linear_forward(fp32_ref_, L.fc1, v.ln2, N, v.a, *v.s_fc1);
+    if (sp_)
+      sp_forward_in(L.fc1, v.ln2, Ns, v.a, *v.s_fc1);
+    else
+      linear_forward(fp32_ref_, L.fc1, v.ln2, N, v.a, *v.s_fc1);
     if (!recompute) event(L.fc1.name(), ModuleEvent::forward_done);
     swiglu_forward(v.h, v.a, N, F);
     // SwiGLU's input in FP8, [2N, F]: kept as codes; under the whole-layer recompute only the
@@ -518,6 +679,12 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
     }
     linear_forward(fp32_ref_, L.fc2, v.h, N, v.branch, *v.s_fc2);
     event(L.fc2.name(), ModuleEvent::forward_done);
+    if (sp_) {  // row-parallel: the hidden slices' partial sums, this rank's rows
+      sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
+      residual_forward(out, v.resid_mid, v.branch_s, Ns * D);
+      return aux;
+    }
+    tp_allreduce(v.branch, N * D);  // row-parallel: the hidden slices' partial sums
   }
   residual_forward(out, v.resid_mid, v.branch, N * D);
   return aux;
@@ -529,8 +696,9 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   MXT_CHECK(T >= 1 && T <= cfg_.max_seq_len, "GPT: sequence length ", T,
             " must be between 1 and model.max_seq_len = ", cfg_.max_seq_len);
   ensure_buffers(B, T);
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size;
-  embedding_forward(resid_[0].data(), tokens, N, embed_.value.data(), V, D);
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, Ns = local_rows(N);
+  const int64_t first = sp_ ? Ns * par_.tp_rank() : 0;  // this rank's rows of the N tokens
+  embedding_forward(resid_[0].data(), tokens + first, Ns, embed_.value.data(), V, D);
   double aux = 0.0;
   size_t held = 0;
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -544,18 +712,24 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     if (recompute_ != Recompute::layer)
       held += L.moe ? L.experts->held_bytes() : mv.s_fc1->held_bytes() + mv.s_fc2->held_bytes();
   }
-  float* lnf = linear_input(lm_head_, lnf_, N * D,
+  float* lnf = linear_input(lm_head_, lnf_, Ns * D,
                             recompute_ != Recompute::none ? arena(N, 0) : lin_scratch(N * D));
-  rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), N, D,
+  rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), Ns, D,
                   cfg_.rms_eps);
-  linear_forward(fp32_ref_, lm_head_, lnf, N, logits_.data(), lm_saved_);
+  linear_forward(fp32_ref_, lm_head_, lnf, Ns, logits_.data(), lm_saved_);
   event(lm_head_.name(), ModuleEvent::forward_done);
   held += lm_saved_.held_bytes();
   // Softmax in place: logits_ holds the probabilities from here on (without targets, from
   // forward_logits, it keeps the logits).
-  const double loss =
-      targets ? crossentropy_forward(logits_.data(), nullptr, logits_.data(), targets, N, V)
-              : 0.0;
+  double loss = targets ? crossentropy_forward(logits_.data(), nullptr, logits_.data(),
+                                               targets + first, Ns, V)
+                        : 0.0;
+  if (sp_ && targets) {  // the mean over the group's equal shares of the N tokens
+    const auto t0 = std::chrono::steady_clock::now();
+    pstats_.tp_comm_bytes += par_.tp->allreduce_sum(&loss, 1);
+    pstats_.tp_ms += ms_since(t0);
+    loss /= double(par_.tp_size());
+  }
   last_aux_ = float(aux);
   last_loss_ = loss;
   last_held_ = held + activation_bytes();
@@ -569,6 +743,8 @@ float GPT::forward_loss(const int32_t* tokens, const int32_t* targets, int B, in
 
 void GPT::forward_logits(const int32_t* tokens, int B, int T, float* logits) {
   MXT_CHECK(logits, "GPT: null logits");
+  MXT_CHECK(!sp_, "GPT: forward_logits under sequence parallelism (each rank holds a share of "
+            "the logits); run inference in one process");
   forward(tokens, nullptr, B, T);
   std::copy_n(logits_.data(), size_t(B) * size_t(T) * size_t(cfg_.vocab_size), logits);
 }
@@ -578,20 +754,24 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   MXT_CHECK(std::isfinite(grad_scale), "GPT: grad_scale must be finite, got ", grad_scale);
   MXT_CHECK(targets, "GPT: null targets");
   const float loss = forward(tokens, targets, B, T);
-  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = cfg_.n_heads;
-  const int64_t F = cfg_.d_ff;
+  const int64_t N = int64_t(B) * T, D = cfg_.d_model, V = cfg_.vocab_size, H = Hl_;
+  const int64_t F = Fl_, Dl = Dl_;
   ensure_backward_buffers(B, T);
   const Grads g = grads(N);
   const float daux = grad_scale * cfg_.aux_loss_coef;
   const AttnPrecision attn_prec = fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16;
 
+  // Under sequence parallelism this rank's rows [first, first + Ns) of everything outside the
+  // tensor-parallel products; the mean is still over all N tokens.
+  const int64_t Ns = local_rows(N), first = sp_ ? Ns * par_.tp_rank() : 0;
   // logits_ holds the probabilities; turn them into dlogits in place.
-  crossentropy_backward(logits_.data(), logits_.data(), targets, N, V, grad_scale / float(N));
+  crossentropy_backward(logits_.data(), logits_.data(), targets + first, Ns, V,
+                        grad_scale / float(N));
   event(lm_head_.name(), ModuleEvent::backward_start);
-  linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), N, logits_.data(), g.dln_head);
+  linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), Ns, logits_.data(), g.dln_head);
   event(lm_head_.name(), ModuleEvent::backward_done);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), g.dln_head, resid_.back().data(),
-                   final_norm_.value.data(), rstdf_.data(), N, D, Accum::write,
+                   final_norm_.value.data(), rstdf_.data(), Ns, D, Accum::write,
                    take_grad_mode(final_norm_));
   // dres_ is the gradient w.r.t. the residual stream: the final norm writes it, and each
   // branch adds its share through its RMSNorm backward. Every other buffer is written by its
@@ -614,7 +794,10 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       event(L.experts->fc1.name(), ModuleEvent::backward_done);
     } else {
       event(L.fc2.name(), ModuleEvent::backward_start);
-      linear_backward(fp32_ref_, L.fc2, *mv.s_fc2, mv.h, N, dres_.data(), g.dh);
+      if (sp_)
+        sp_backward_out(L.fc2, *mv.s_fc2, mv.h, dres_.data(), Ns, g.dh);
+      else
+        linear_backward(fp32_ref_, L.fc2, *mv.s_fc2, mv.h, N, dres_.data(), g.dh);
       event(L.fc2.name(), ModuleEvent::backward_done);
       const float* a = mv.a;
       if (mv.a8 && recompute_ != Recompute::layer) {  // dequantized into dfc1, then SwiGLU's
@@ -624,28 +807,47 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       }
       swiglu_backward(g.dfc1, g.dh, a, N, F, Accum::write);
       event(L.fc1.name(), ModuleEvent::backward_start);
-      linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
+      if (sp_)
+        sp_backward_in(L.fc1, *mv.s_fc1, mv.ln2, Ns, g.dfc1, g.dln_mlp);
+      else
+        linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
       event(L.fc1.name(), ModuleEvent::backward_done);
+      // Column-parallel: every slice's input gradient (this rank's rows of it under SP).
+      if (sp_)
+        sp_reduce_scatter(g.dln_mlp, dln_s_.data(), Ns * D);
+      else
+        tp_allreduce(g.dln_mlp, N * D);
     }
-    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), g.dln_mlp, mv.resid_mid,
-                     L.mlp_norm.value.data(), mv.rstd2, N, D, Accum::add,
+    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), sp_ ? dln_s_.data() : g.dln_mlp,
+                     mv.resid_mid, L.mlp_norm.value.data(), mv.rstd2, Ns, D, Accum::add,
                      take_grad_mode(L.mlp_norm));
     if (recompute_ != Recompute::none)
       attention_block(L, av, resid_[l].data(), B, T, Pass::recompute);
     event(L.proj.name(), ModuleEvent::backward_start);
-    linear_backward(fp32_ref_, L.proj, *av.s_proj, av.atty, N, dres_.data(), g.dbranch);
+    if (sp_)
+      sp_backward_out(L.proj, *av.s_proj, av.atty, dres_.data(), Ns, g.dbranch);
+    else
+      linear_backward(fp32_ref_, L.proj, *av.s_proj, av.atty, N, dres_.data(), g.dbranch);
     event(L.proj.name(), ModuleEvent::backward_done);
-    attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, D, H,
+    attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, Dl, H,
                        attn_prec);  // writes dqkv
-    if (cfg_.rope_theta > 0.f) rope_backward(g.dqkv, rope_, B, T, D, H);
+    if (cfg_.rope_theta > 0.f) rope_backward(g.dqkv, rope_, B, T, Dl, H);
     event(L.qkv.name(), ModuleEvent::backward_start);
-    linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
+    if (sp_)
+      sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn);
+    else
+      linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
     event(L.qkv.name(), ModuleEvent::backward_done);
-    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), g.dln_attn, resid_[l].data(),
-                     L.attn_norm.value.data(), av.rstd1, N, D, Accum::add,
+    // Column-parallel: every head's input gradient (this rank's rows of it under SP).
+    if (sp_)
+      sp_reduce_scatter(g.dln_attn, dln_s_.data(), Ns * D);
+    else
+      tp_allreduce(g.dln_attn, N * D);
+    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), sp_ ? dln_s_.data() : g.dln_attn,
+                     resid_[l].data(), L.attn_norm.value.data(), av.rstd1, Ns, D, Accum::add,
                      take_grad_mode(L.attn_norm));
   }
-  embedding_backward(embed_.grad.data(), dres_.data(), tokens, N, V, D,
+  embedding_backward(embed_.grad.data(), dres_.data(), tokens + first, Ns, V, D,
                      take_grad_mode(embed_));
   // Every parameter with a gradient here received a contribution above; this only guards the
   // contract that a cleared gradient reads as zero after a backward.

@@ -242,6 +242,14 @@ void fsdp_fields(FsdpConfig& c, F&& f) {
   f("progress_thread", c.progress_thread);
 }
 
+template <class F>
+void parallel_fields(ParallelConfig& c, F&& f) {
+  f("tp", c.tp);
+  f("ep", c.ep);
+  f("etp", c.etp);
+  f("sequence_parallel", c.sequence_parallel);
+}
+
 void parse_model(Section s, ModelConfig& m, std::string& tokenizer) {
   model_fields(m, [&](const char* k, auto& v) { s.get(k, v); });
   s.get("tokenizer", tokenizer);
@@ -373,6 +381,19 @@ void parse_precision(Section s, PrecisionConfig& p) {
   }
 }
 
+void parse_parallel(Section s, ParallelConfig& p) {
+  parallel_fields(p, [&](const char* k, auto& v) { s.get(k, v); });
+  s.finish();
+  for (const auto& [key, v] : {std::pair{"tp", p.tp}, {"ep", p.ep}, {"etp", p.etp}})
+    require(v >= 1 && v <= 4096, s, key, "must be between 1 and 4096", v);
+  MXT_CHECK(!p.sequence_parallel || p.tp > 1, s.origin_of("sequence_parallel"), ": `",
+            s.full("sequence_parallel"), "` needs tensor parallelism (`", s.full("tp"),
+            "` > 1): it splits the norms and residuals of a tensor-parallel group");
+  MXT_CHECK(p.etp == 1, s.origin_of("etp"), ": `", s.full("etp"), "` ", p.etp,
+            ": expert-tensor parallelism is not built yet; split the experts with `",
+            s.full("ep"), "` instead");
+}
+
 void parse_fsdp(Section s, FsdpConfig& f) {
   fsdp_fields(f, [&](const char* k, auto& v) { s.get(k, v); });
   s.finish();
@@ -420,6 +441,39 @@ void TrainConfig::validate() const {
             "training.recompute: ", training.recompute, " is not supported with fsdp (the "
             "recomputed forwards would need the sharded weights gathered again); use none");
   model.validate();
+  // The parallel layout against the model (the world size is checked when the mesh is made).
+  const ParallelConfig& p = parallel;
+  MXT_CHECK(model.n_heads % p.tp == 0 && model.d_ff % p.tp == 0, "parallel.tp ", p.tp,
+            " must divide model.n_heads (", model.n_heads, ") and model.d_ff (", model.d_ff,
+            "): each rank holds n_heads / tp heads and d_ff / tp of each MLP");
+  MXT_CHECK(p.tp == 1 || model.moe_num_experts == 0, "parallel.tp ", p.tp, ": tensor "
+            "parallelism applies to dense models here; an MoE model spreads its experts with "
+            "parallel.ep instead");
+  MXT_CHECK(p.ep == 1 || (model.moe_num_experts > 0 && model.moe_num_experts % p.ep == 0),
+            "parallel.ep ", p.ep,
+            model.moe_num_experts ? " must divide model.moe.num_experts (" +
+                                        std::to_string(model.moe_num_experts) + ")"
+                                  : std::string(" needs an MoE model (model.moe.num_experts)"));
+  MXT_CHECK(!p.used() || parse_recompute(training.recompute) == Recompute::none,
+            "training.recompute: ", training.recompute, " is not built for tensor or expert "
+            "parallelism; use none");
+  for (const Recipe* r : [&] {
+         std::vector<const Recipe*> v{&precision.recipe, &precision.lm_head};
+         for (const auto& [pat, rec] : precision.overrides) v.push_back(&rec);
+         return v;
+       }())
+    MXT_CHECK(!p.used() || r->role(Role::weight).block != BlockShape::tensor, "recipe ",
+              r->name, ": one scale per tensor is not built for tensor or expert parallelism "
+              "(each rank's slice would need an amax agreed over its group); use an MX or "
+              "blockwise recipe, or --fsdp");
+  MXT_CHECK(!p.used() || !fsdp.enabled, "fsdp with tensor or expert parallelism is not built "
+            "yet: drop --fsdp (the data-parallel ranks then all-reduce their gradients) or the "
+            "parallel layout");
+  MXT_CHECK(!p.sequence_parallel ||
+                (int64_t(training.micro_batch_size) * training.seq_len) % p.tp == 0,
+            "parallel.sequence_parallel: the micro-batch's tokens (micro_batch_size ",
+            training.micro_batch_size, " x seq_len ", training.seq_len, ") must split evenly "
+            "over tp ", p.tp, " ranks");
 }
 
 namespace {
@@ -483,6 +537,7 @@ TrainConfig parse_document(YAML::Node root, const std::string& origin,
   require_section("precision", "at least `recipe:`");
   parse_precision(Section(top.child("precision"), "precision", origin, &flags), c.precision);
   parse_fsdp(Section(top.child("fsdp"), "fsdp", origin, &flags), c.fsdp);
+  parse_parallel(Section(top.child("parallel"), "parallel", origin, &flags), c.parallel);
   top.finish();
   try {
     c.validate();
@@ -553,6 +608,9 @@ std::string config_to_yaml(const TrainConfig& config) {
   e << YAML::EndMap << YAML::EndMap;
   open("fsdp");
   fsdp_fields(c.fsdp, put);
+  e << YAML::EndMap;
+  open("parallel");
+  parallel_fields(c.parallel, put);
   e << YAML::EndMap << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
 }
@@ -604,6 +662,7 @@ std::map<std::string, std::string> flat_settings(const TrainConfig& config) {
     nt += (nt.empty() ? "" : ", ") + k + ": " + std::to_string(v);
   out["precision.fp8_dynamic_num_tokens"] = "{" + nt + "}";
   fsdp_fields(c.fsdp, add("fsdp"));
+  parallel_fields(c.parallel, add("parallel"));
   return out;
 }
 

@@ -444,11 +444,14 @@ void load_weights(const HfModel& h, const std::vector<Parameter*>& params) {
   for (const io::NamedTensor& t : h.tensors) by_name[t.name] = &t;
   for (Parameter* p : params) {
     const auto it = by_name.find(p->name);
-    MXT_CHECK(it != by_name.end() && it->second->shape == p->shape, "--init-from ", h.dir,
-              ": no tensor for `", p->name, "` of shape ", io::shape_str(p->shape));
-    MXT_CHECK(p->value.size() == it->second->data.size(), "--init-from: `", p->name,
+    MXT_CHECK(it != by_name.end() && it->second->shape == p->full_shape(), "--init-from ", h.dir,
+              ": no tensor for `", p->name, "` of shape ", io::shape_str(p->full_shape()));
+    MXT_CHECK(p->value.size() == size_t(p->numel()), "--init-from: `", p->name,
               "` is not materialised on this rank");
-    std::copy(it->second->data.begin(), it->second->data.end(), p->value.begin());
+    if (p->split.sliced())  // a tensor- or expert-parallel slice of the whole tensor
+      slice_of(p->split, it->second->data.data(), p->value.data());
+    else
+      std::copy(it->second->data.begin(), it->second->data.end(), p->value.begin());
     ++p->version;
   }
 }

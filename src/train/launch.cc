@@ -11,13 +11,17 @@
 namespace mxtrain {
 
 void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
-  if (!dist::launched_by_mpi() && !cfg.fsdp.enabled) return;  // one process, MPI untouched
+  if (!dist::launched_by_mpi() && !cfg.fsdp.enabled && !cfg.parallel.used())
+    return;  // one process, MPI untouched
   dist::Comm& world = dist::Comm::world();
   if (world.size() == 1) return;
   const auto on_off = [](bool b) { return std::string(b ? "on" : "off"); };
   const auto given = [](const std::string& s) { return s.empty() ? std::string("(none)") : s; };
   world.check_same_settings({
       {"--fsdp (fsdp.enabled)", on_off(cfg.fsdp.enabled)},
+      {"--tp (parallel.tp)", std::to_string(cfg.parallel.tp)},
+      {"--ep (parallel.ep)", std::to_string(cfg.parallel.ep)},
+      {"--sequence-parallel", on_off(cfg.parallel.sequence_parallel)},
       {"--dry-run", on_off(opt.dry_run)},
       {"--resume", on_off(opt.resume)},
       {"--stop-after", opt.stop_after > 0 ? std::to_string(opt.stop_after) : "(none)"},
@@ -25,11 +29,12 @@ void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
       {"--steps (training.steps)", std::to_string(cfg.training.steps)},
   });
   world.check_consistent("training config", cfg.source_text);
-  if (!cfg.fsdp.enabled)
+  if (!cfg.fsdp.enabled && !cfg.parallel.used())
     throw dist::CollectiveError(
         "mpirun started " + std::to_string(world.size()) + " ranks but the run has no parallel "
-        "mode: pass --fsdp (or set fsdp.enabled: true) to train one model over them; without "
-        "one every rank would train the same model into the same files");
+        "mode: pass --fsdp (or set fsdp.enabled: true), or a layout (--tp, --ep), to train one "
+        "model over them; without one every rank would train the same model into the same "
+        "files");
 }
 
 }  // namespace mxtrain

@@ -2,12 +2,13 @@
 // on how it was started, before anything else could wait on another rank.
 //
 // Under an MPI launcher (dist::launched_by_mpi) every rank compares, in one all-gather, the
-// run-mode flags that decide which collectives it will make — --fsdp, --dry-run, --resume,
+// run-mode flags that decide which collectives it will make — --fsdp, the parallel layout
+// (--tp, --ep, --sequence-parallel), --dry-run, --resume,
 // --stop-after, --checkpoint-dir (checkpoints are saved and loaded collectively), the
 // training steps — and then the whole config text. A mismatch ends every rank at once with
 // a message naming the setting and both values, instead of ranks waiting forever in
-// collectives the others never make. Several ranks with no parallel mode (--fsdp) are
-// refused on every rank: each would train the same model into the same files.
+// collectives the others never make. Several ranks with no parallel mode (--fsdp or a layout)
+// are refused on every rank: each would train the same model into the same files.
 #pragma once
 
 #include "mxtrain/train/config.h"

@@ -1,6 +1,7 @@
-// train/param_sync.h — where the optimizer's parameters live: one process, or FSDP shards.
+// train/param_sync.h — where the optimizer's parameters live: one process, FSDP shards, or the
+// slices of a tensor- and expert-parallel mesh (dist/mesh.h).
 //
-// The training loop is the same in both cases; only these operations differ:
+// The training loop is the same in every case; only these operations differ:
 //   * the rank and world size (which micro-batches of the global batch this rank computes),
 //   * turning the locally accumulated gradients into the global-batch gradient
 //     (nothing / reduce-scatter + all-reduce),
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "mxtrain/dist/mesh.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/train/checkpointing.h"
 #include "mxtrain/train/config.h"
@@ -43,6 +45,8 @@ struct CommCounters {
 class ParamSync {
  public:
   virtual ~ParamSync() = default;
+  // The data-parallel rank and size: which micro-batches of the global batch this rank
+  // computes (the ranks of one tensor-parallel group compute the same ones).
   virtual int rank() const { return 0; }
   virtual int world() const { return 1; }
   virtual void begin_step() {}
@@ -51,7 +55,11 @@ class ParamSync {
   virtual bool grads_finite() = 0;
   virtual double grad_sum_squares() = 0;
   virtual std::vector<OptimView> views() = 0;
+  // Collective: the sum over the data-parallel ranks (every rank of a tensor-parallel group
+  // holds the same value).
   virtual double sum_over_ranks(double x) { return x; }
+  // Collective: the sum over every process (each one's share of the machine: the job's peak).
+  virtual double sum_over_processes(double x) { return sum_over_ranks(x); }
   // Collective: the largest of the ranks' x (the stop request, agreed at each step's end).
   virtual int64_t max_over_ranks(int64_t x) { return x; }
   // Collective: x[i] = the largest of the ranks' x[i] (delayed scaling's step amaxes).
@@ -73,11 +81,17 @@ class ParamSync {
 std::unique_ptr<ParamSync> make_local_sync(GPT& model);
 // Collective over MPI_COMM_WORLD: checks every rank has the same config, shards the model.
 std::unique_ptr<ParamSync> make_fsdp_sync(GPT& model, const TrainConfig& cfg);
+// Collective over the mesh's world: a model built with mesh.model_parallel() (its slices),
+// gradients reduced over the data-parallel ranks that hold the same slice (train/
+// param_sync_mesh.cc).
+std::unique_ptr<ParamSync> make_mesh_sync(GPT& model, dist::Mesh& mesh);
 
 // How run_training gets its ParamSync. The public run_training (train/trainer.h) makes
-// FSDP's when cfg.fsdp.enabled and the one-process one otherwise; tests pass their own
-// (a wrapper that puts a NaN into chosen steps' gradients exercises the skip path).
-using SyncFactory = std::function<std::unique_ptr<ParamSync>(GPT& model, const TrainConfig& cfg)>;
+// FSDP's when cfg.fsdp.enabled, the mesh's when a parallel layout is given (`mesh` is then
+// set) and the one-process one otherwise; tests pass their own (a wrapper that puts a NaN
+// into chosen steps' gradients exercises the skip path).
+using SyncFactory = std::function<std::unique_ptr<ParamSync>(GPT& model, const TrainConfig& cfg,
+                                                             dist::Mesh* mesh)>;
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt,
                           const SyncFactory& make_sync);
 

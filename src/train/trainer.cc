@@ -17,6 +17,7 @@
 #include "core/clock.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
+#include "mxtrain/dist/mesh.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/flops.h"
@@ -55,7 +56,8 @@ struct Run {
 
   TrainConfig cfg;  // grad_accum may change on resume (see resume())
   const TrainOptions& opt;
-  bool lead = true;  // prints and writes files (under FSDP rank 0 only)
+  bool lead = true;  // prints and writes files (under MPI world rank 0 only)
+  std::unique_ptr<dist::Mesh> mesh;  // a tensor/expert-parallel layout (null: none)
   int B = 0, T = 0;  // sequences per micro-batch on this rank, tokens per sequence
   int W = 1, rank = 0, A = 1;
   int64_t global_batch = 0, tokens_per_step = 0, end_step = 0;
@@ -144,7 +146,8 @@ void build_model(Run& r) {
     for (const ModuleInfo& m : describe_modules(cfg.model)) resolver(m);
   } else {
     r.model = std::make_unique<GPT>(
-        cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed);
+        cfg.model, [&](const ModuleInfo& m) { return resolver(m); }, cfg.training.seed,
+        r.mesh ? r.mesh->model_parallel() : ModelParallel{});
     r.model->set_swiglu_input(cfg.precision.swiglu_input, cfg.precision.scale_rounding);
     r.model->set_recompute(parse_recompute(cfg.training.recompute));
   }
@@ -156,6 +159,17 @@ void build_model(Run& r) {
   if ((r.opt.print_decisions || r.opt.dry_run) && r.lead)
     std::fprintf(stderr, "precision decisions (%zu quantizable modules):\n%s",
                  resolver.decisions().size(), format_decisions(resolver.decisions()).c_str());
+}
+
+// The whole model's parameter count (each rank of a mesh holds slices).
+int64_t model_parameters(const Run& r) {
+  int64_t n = 0;
+  for (const Parameter* p : r.params) {
+    int64_t k = 1;
+    for (int64_t d : p->full_shape()) k *= d;
+    n += k;
+  }
+  return n;
 }
 
 // The training data, the initial weights of --init-from, and the parameter sync (one process
@@ -191,7 +205,7 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
       std::fprintf(stderr, "initial weights: %s (%s)\n", r.opt.init_from.c_str(),
                    h.architecture.c_str());
   }
-  r.sync = make_sync(*r.model, cfg);
+  r.sync = make_sync(*r.model, cfg, r.mesh.get());
   r.scales = ModelScales(*r.model);
   r.W = r.sync->world();
   r.rank = r.sync->rank();
@@ -199,11 +213,16 @@ void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
   r.sync->check_same("training data (" + cfg.data.path + ")",
                      r.data->description() + " fnv1a64 " +
                          std::to_string(r.data->content_hash()));
+  std::string over;
+  if (r.mesh)
+    over = "; layout " + r.mesh->describe();
+  else if (r.W > 1)
+    over = "; FSDP over " + std::to_string(r.W) + " ranks";
   if (r.opt.progress && r.lead)
     std::fprintf(stderr, "model: %lld parameters, %d layers%s; data: %s%s\n",
-                 (long long)r.model->num_parameters(), cfg.model.n_layers,
+                 (long long)model_parameters(r), cfg.model.n_layers,
                  cfg.model.moe_num_experts ? " (MoE)" : "", r.data->description().c_str(),
-                 r.W > 1 ? ("; FSDP over " + std::to_string(r.W) + " ranks").c_str() : "");
+                 over.c_str());
 }
 
 // Loads the latest checkpoint; at another world size grad_accum changes to keep the
@@ -285,7 +304,7 @@ void prepare_mfu(Run& r) {
   } else if (r.opt.progress || !r.opt.metrics_out.empty() || r.opt.profile_steps > 0) {
     const ReferencePeak p = reference_peak(0);
     r.rank_peak_gflops = p.gflops;
-    r.peak_gflops = r.sync->sum_over_ranks(p.gflops);
+    r.peak_gflops = r.sync->sum_over_processes(p.gflops);
     r.peak_source = "measured";
     if (r.opt.progress && r.lead)
       std::fprintf(stderr, "peak: %s%s; %.3g FLOPs per token (6N + 12·L·d·T, N = %lld)\n",
@@ -332,6 +351,7 @@ void step_body(Run& r, int64_t step, StepResult& s) {
   {
     MXT_PROFILE(communication, none);
     r.sync->begin_step();
+    r.model->reset_parallel_stats();
   }
   for (Parameter* p : r.params) p->clear_grad();  // the first micro-batch writes them
   r.scales.begin_step();
@@ -445,6 +465,15 @@ void log_step(Run& r, int64_t step, const StepResult& s) {
     row["comm_total_ms"] = cc.allgather_span_ms + cc.reduce_scatter_span_ms + cc.allreduce_ms;
     row["comm_exposed_ms"] = cc.allgather_ms + cc.reduce_scatter_ms + cc.allreduce_ms;
   }
+  if (r.mesh) {  // the layers' tensor- and expert-parallel traffic (nn/parallel.h)
+    const ParallelStats& ps = r.model->parallel_stats();
+    row["tp_comm_bytes"] = ps.tp_comm_bytes;
+    row["tp_allgather_bytes"] = ps.tp_allgather_bytes;
+    row["tp_comm_ms"] = ps.tp_ms;
+    row["ep_comm_bytes"] = ps.ep_comm_bytes;
+    row["ep_dispatch_bytes"] = ps.ep_dispatch_bytes;
+    row["ep_comm_ms"] = ps.ep_ms;
+  }
   r.metrics.write(row);
   const double elapsed = seconds_since(r.t_run);
   const double tps = double(r.tokens_per_step) * double(step + 1 - r.sum.first_step) / elapsed;
@@ -552,6 +581,11 @@ void finish(Run& r) {
                         {"flops_per_token", sum.flops_per_token}, {"peak_gflops", sum.peak_gflops},
                         {"peak_source", r.peak_source}, {"mfu", sum.mfu},
                         {"median_step_mfu", sum.median_step_mfu}};
+  if (r.mesh) {
+    const ParallelConfig& p = r.cfg.parallel;
+    row["layout"] = {{"dp", r.mesh->dp_size()}, {"tp", p.tp}, {"ep", p.ep}, {"etp", p.etp},
+                     {"edp", r.mesh->edp_size()}, {"sequence_parallel", p.sequence_parallel}};
+  }
   if (r.stop_signal) row["stopped_by_signal"] = r.stop_signal;
   r.metrics.write(row);
   r.metrics.close();
@@ -566,8 +600,12 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   Run r(config, opt);
   r.B = r.cfg.training.micro_batch_size;
   r.T = r.cfg.training.seq_len;
-  // Under FSDP only rank 0 prints and writes files (every rank computes the same decisions).
-  r.lead = !r.cfg.fsdp.enabled || dist::Comm::world().rank() == 0;
+  // Under MPI only rank 0 prints and writes files (every rank computes the same decisions).
+  const ParallelConfig& pc = r.cfg.parallel;
+  r.lead = (!r.cfg.fsdp.enabled && !pc.used()) || dist::Comm::world().rank() == 0;
+  if (pc.used())  // collective: every rank makes the same sub-communicators
+    r.mesh = std::make_unique<dist::Mesh>(
+        dist::Comm::world(), dist::MeshShape{pc.tp, pc.ep, pc.etp, pc.sequence_parallel});
 
   // A model that cannot fit is refused before anything is allocated.
   if (!opt.dry_run && !opt.ignore_memory_check)
@@ -602,8 +640,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
 }
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
-  return run_training(cfg, opt, [](GPT& model, const TrainConfig& c) {
-    return c.fsdp.enabled ? make_fsdp_sync(model, c) : make_local_sync(model);
+  return run_training(cfg, opt, [](GPT& model, const TrainConfig& c, dist::Mesh* mesh) {
+    if (c.fsdp.enabled) return make_fsdp_sync(model, c);
+    return mesh ? make_mesh_sync(model, *mesh) : make_local_sync(model);
   });
 }
 

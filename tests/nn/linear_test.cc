@@ -352,6 +352,44 @@ TEST(LinearDelayed, QuantizesWithTheHistoryScaleAndRecordsAmaxes) {
   }
 }
 
+// Operands made by the caller (what sequence parallelism gathers): forward_given and
+// backward_given on copies of x and dy give the bytes forward and backward compute from x and
+// dy themselves; the wgrad copy of x must then come with the backward.
+TEST(LinearGiven, GivenCopiesGiveTheSameBytes) {
+  const int64_t T = 37, in = 70, out = 45;
+  auto x = randn(T * in, 120), dy = randn(T * out, 121, 1e-2f);
+  for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+    SCOPED_TRACE(name);
+    Linear a = make_layer(name, false, in, out, false, 122);
+    Linear b = make_layer(name, false, in, out, false, 122);
+    Result want = run_layer(a, x, dy, T);
+    const Recipe& r = b.precision().recipe;
+    QTensor xf, xw, dyq;
+    make_copies(x.data(), T, in, r.role(Role::input), xf,
+                copies_needed(r, Role::input, Use::forward));
+    make_copies(x.data(), T, in, r.role(Role::input), xw,
+                copies_needed(r, Role::input, Use::wgrad));
+    make_copies(dy.data(), T, out, r.role(Role::grad), dyq,
+                copies_needed(r, Role::grad, Use::dgrad) | copies_needed(r, Role::grad, Use::wgrad));
+    std::vector<float> y(size_t(T * out)), dx(size_t(T * in));
+    LinearSaved s;
+    b.forward_given(xf, y.data(), s);
+    EXPECT_EQ(s.held_bytes(), s.weight_bytes_for_backward);  // nothing of x kept
+    try {
+      b.backward(s, dy.data(), dx.data());
+      ADD_FAILURE() << "a backward without x's wgrad copy ran";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("a forward_given needs x's wgrad copy"),
+                std::string::npos) << e.what();
+    }
+    b.weight.zero_grad();
+    b.backward_given(s, nullptr, &dyq, &xw, dx.data());
+    EXPECT_TRUE(same_bytes(y, want.y));
+    EXPECT_TRUE(same_bytes(dx, want.dx));
+    EXPECT_TRUE(same_bytes(std::vector<float>(b.weight.grad.begin(), b.weight.grad.end()), want.dW));
+  }
+}
+
 TEST(LinearMx, HeldBytesAccountForSavedCopies) {
   const int64_t T = 40, in = 64, out = 96;
   auto x = randn(T * in, 40);

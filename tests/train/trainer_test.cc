@@ -58,7 +58,7 @@ class PoisonedSync : public ParamSync {
 
 // run_training with NaN gradients in `steps`.
 TrainSummary run_poisoned(const TrainConfig& c, const TrainOptions& o, std::vector<int64_t> steps) {
-  return run_training(c, o, [&](GPT& model, const TrainConfig&) {
+  return run_training(c, o, [&](GPT& model, const TrainConfig&, dist::Mesh*) {
     return std::make_unique<PoisonedSync>(model, steps);
   });
 }

@@ -26,6 +26,7 @@
 //   all-reduce of n bytes .................. 2·(W-1)·n/W (ring: reduce-scatter + all-gather)
 //   broadcast of n bytes ................... (W-1)·n on the root, 0 elsewhere
 //   gather of n bytes per rank to a root ... n on every rank but the root
+//   all-to-all(v) .......................... the bytes addressed to the other ranks
 // With one rank every count is 0.
 #pragma once
 
@@ -43,8 +44,9 @@
 namespace mxtrain::dist {
 
 // Kinds of collective, for the counters.
-enum class Coll : uint8_t { allgather, reduce_scatter, allreduce, broadcast, gather, barrier };
-constexpr int kNumColl = 6;
+enum class Coll : uint8_t { allgather, reduce_scatter, allreduce, broadcast, gather, barrier,
+                           alltoall };
+constexpr int kNumColl = 7;
 const char* coll_name(Coll c);
 
 struct CollCounter {
@@ -130,6 +132,10 @@ class Comm {
   static Comm& world();
   // A one-rank communicator that never touches MPI (tests, tools).
   static Comm& local();
+  // Collective over this communicator: the ranks with the same `color` form a new one, ranked
+  // by `key` (ties by rank here). Without MPI (or with one rank) the result is a one-rank
+  // communicator. Process meshes (dist/mesh.h) are built from these.
+  std::unique_ptr<Comm> split(int color, int key);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -150,6 +156,15 @@ class Comm {
   // In-place maximum over all ranks (used for "any rank failed" flags). data: [n].
   void allreduce_max(int64_t* data, size_t n);
   void allreduce_max(float* data, size_t n);
+
+  // Every rank sends bytes_per_rank bytes to every rank: send [size() * bytes_per_rank] with
+  // rank r's block at r*bytes_per_rank; recv likewise, rank r's block from rank r.
+  void alltoall(const void* send, void* recv, size_t bytes_per_rank);
+  // Variable blocks: send_bytes[r] bytes to rank r, from send in rank order (contiguous);
+  // recv_bytes[r] from rank r into recv in rank order. Both count arrays have size() entries
+  // and must match what the peers send (exchange them first with alltoall).
+  void alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                 const size_t* recv_bytes);
 
   // data: [bytes] on every rank; root's contents are copied to all.
   void broadcast(void* data, size_t bytes, int root);

@@ -84,6 +84,7 @@ struct LinearSaved {
   GroupList groups;
   const float* x = nullptr;     // defer on: reference to the caller's x [tokens, in]
   std::vector<QTensor> xs;      // per group: x's wgrad copy (defer off): bf16 or colwise
+  bool x_given = false;         // forward_given: backward takes x's wgrad copy as an argument
   size_t weight_bytes_for_backward = 0;  // weight copies made at forward only for backward
   // Bytes this layer allocated and holds between forward and backward (x copies + weight
   // copies made only for backward). References to caller memory are not counted.
@@ -113,6 +114,17 @@ class Linear {
   // dy: [T, out] FP32; dx: [T, in] FP32 (nullptr: not needed). Accumulates weight.grad
   // and bias.grad.
   void backward(LinearSaved& saved, const float* dy, float* dx);
+
+  // Operands the caller made (sequence parallelism gathers them over the tensor-parallel
+  // group, nn/parallel.h). forward_given: x holds the copy copies_needed(recipe, input,
+  // forward) names, of T = x.rows tokens; it keeps nothing of x, so the backward needs
+  // x_wgrad. backward_given: dy as FP32 [T, out], or dyq holding the copies dgrad (when dx is
+  // wanted) and wgrad read (dy is then ignored; no bias); x_wgrad holds x's wgrad copy (for a
+  // forward_given; null otherwise). The same products, byte for byte, as forward/backward on
+  // the matrices those copies were made from.
+  void forward_given(const QTensor& x, float* y, LinearSaved& saved);
+  void backward_given(LinearSaved& saved, const float* dy, const QTensor* dyq,
+                      const QTensor* x_wgrad, float* dx);
 
   // True when forward keeps its own copy of x for backward (every recipe unless
   // defer_backward_quant): the caller may then reuse x's memory right after forward.

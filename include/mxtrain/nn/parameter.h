@@ -26,6 +26,22 @@
 
 namespace mxtrain {
 
+// Where a parameter's value sits in the whole (one-process) tensor when a model is split over
+// ranks (nn/parallel.h). A tensor-parallel weight holds a slice of one dimension: that
+// dimension is `parts` equal blocks (qkv's q, k, v: 3; fc1's gate, up: 2; else 1), each cut
+// into `count` equal slices, and this rank holds slice `index` of every block. An
+// expert-parallel weight [E, out, in] holds experts [index·E/count, (index+1)·E/count).
+// `partial_grad`: the whole value on every rank of the tensor-parallel group, whose gradients
+// are parts of the sum over it (norms, embedding and LM head under sequence parallelism).
+struct ParamSplit {
+  enum class Over : uint8_t { none, tp, ep };
+  Over over = Over::none;
+  int dim = 0, parts = 1, count = 1, index = 0;
+  std::vector<int64_t> full_shape;  // the whole tensor's shape (set when over != none)
+  bool partial_grad = false;
+  bool sliced() const { return over != Over::none; }
+};
+
 struct Parameter {
   std::string name;              // stable dotted path, e.g. "layers.3.attention.qkv.weight"
   std::vector<int64_t> shape;
@@ -33,6 +49,10 @@ struct Parameter {
   FloatBuffer grad;              // FP32, accumulated over micro-batches
   bool grad_live = true;         // false after clear_grad(): grad's contents are stale
   uint64_t version = 0;          // bumped by the optimizer step
+  ParamSplit split;              // a slice of a tensor split over ranks (default: whole)
+
+  // The whole tensor's shape (shape itself unless the parameter is a slice).
+  const std::vector<int64_t>& full_shape() const { return split.sliced() ? split.full_shape : shape; }
 
   int64_t numel() const {
     int64_t n = 1;
@@ -74,5 +94,12 @@ struct Parameter {
     return acc;
   }
 };
+
+// The slice `split` describes, cut from the whole tensor. full: [full_shape]; local: [shape of
+// the slice]. The inverse puts a slice back into the whole tensor.
+void slice_of(const ParamSplit& split, const float* full, float* local);
+void place_slice(const ParamSplit& split, const float* local, float* full);
+// The shape of the slice.
+std::vector<int64_t> slice_shape(const ParamSplit& split);
 
 }  // namespace mxtrain

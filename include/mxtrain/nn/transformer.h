@@ -27,6 +27,7 @@
 // Training objective per micro-batch: mean cross-entropy + aux_loss_coef · Σ_MoE-layers aux.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -39,6 +40,7 @@
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/ops.h"
+#include "mxtrain/nn/parallel.h"
 #include "mxtrain/nn/parameter.h"
 
 namespace mxtrain {
@@ -109,9 +111,31 @@ enum class Recompute : uint8_t { none, attention, layer };
 Recompute parse_recompute(const std::string& name);  // throws naming the valid values
 const char* recompute_name(Recompute r);
 
+// Tensor parallelism (ModelParallel::tp, nn/parallel.h; docs/distributed.md, "Parallel
+// layouts"): each rank of the group holds n_heads / tp heads (qkv's rows of its q, k and v
+// heads; proj's matching input columns) and d_ff / tp of the dense MLP (fc1's rows of its gate
+// and up slices; fc2's matching input columns) — Megatron's column- then row-parallel pairs.
+// proj's and fc2's partial outputs are summed over the group (all-reduce), and so are qkv's
+// and fc1's input gradients. Embedding, norms and the LM head are replicated: every rank of
+// the group computes them identically (the vocabulary is small next to the layers, so a
+// vocab-parallel head would save little and cost a collective per step). Initial values are
+// the slices of the one-process model's (the same seed gives the same whole tensors), and
+// Parameter::split says where each slice sits (checkpoints hold whole tensors).
+//
+// Sequence parallelism (ModelParallel::sequence_parallel, with tp): rank r of the group holds
+// rows [r·N/tp, (r+1)·N/tp) of the residual stream of a micro-batch's N tokens, and runs the
+// embedding, the norms, the residual adds and the LM head on them alone. Before qkv and fc1
+// the norm's output is all-gathered — as the copy the product reads (FP8 codes and scales
+// under an FP8 recipe, BF16 under bf16: gather_copies, nn/parallel.h), and again as the wgrad
+// copy in the backward (as Megatron re-gathers) — and proj's and fc2's partial outputs are
+// reduce-scattered; in the backward the residual gradient is gathered the same way before
+// proj and fc2, and qkv's and fc1's input gradients are reduce-scattered. The gathered copies
+// are the bytes one process quantizes, so the products are the one-process ones. The norms',
+// embedding's and LM head's gradients are then parts (Parameter::split.partial_grad).
 class GPT {
  public:
-  GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed);
+  GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed,
+      const ModelParallel& parallel = {});
   ~GPT();
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
@@ -175,6 +199,14 @@ class GPT {
   // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
   const MoELayer* moe_layer(int layer) const;
 
+  const ModelParallel& parallel() const { return par_; }
+  // True once a sequence-parallel gather had to send FP32 rows (a copy whose blocks span two
+  // ranks' rows: colwise blocks longer than a rank's N/tp tokens).
+  bool sequence_parallel_fp32_route() const { return sp_fp32_route_; }
+  // Bytes and time of the tensor- and expert-parallel collectives since the last reset.
+  const ParallelStats& parallel_stats() const { return pstats_; }
+  void reset_parallel_stats() { pstats_ = {}; }
+
   // Numerics reference: when on, every Linear/GroupedLinear product runs in plain FP32 from the
   // FP32 master weights (gemm_f32), ignoring the resolver's recipes and weight providers. The
   // model is then an exactly differentiable FP32 function — used by the whole-model gradient
@@ -219,9 +251,36 @@ class GPT {
   void attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p);
   double mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool recompute);
   bool fc1_out_fp8(const Layer& L) const;  // this dense layer keeps SwiGLU's input in FP8
+  // x [n] summed over the tensor-parallel group (a row-parallel output, a column-parallel
+  // input gradient); nothing with one rank.
+  void tp_allreduce(float* x, int64_t n);
+  // Rows of a micro-batch's N tokens this rank's residual stream holds (N / tp under
+  // sequence parallelism, else N).
+  int64_t local_rows(int64_t N) const { return sp_ ? N / par_.tp_size() : N; }
+  // Sequence parallelism (see above): a column-parallel Linear's forward and backward from
+  // the norm's output shard [Ns, in]; a row-parallel Linear's backward from the residual
+  // gradient's shard [Ns, out] (x_ref: its FP32 input, for the FP32 reference); the group's
+  // sum of a full [N, D] partial, scattered: rank r keeps rows [r·Ns, (r+1)·Ns) in `shard`.
+  void sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s);
+  void sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
+                      const float* dy, float* dx);
+  void sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
+                       int64_t Ns, float* dx);
+  void sp_reduce_scatter(const float* full, float* shard, int64_t shard_n);
+  void count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0);
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
+  ModelParallel par_;
+  // Per rank under tensor parallelism: attention width d_model / tp, heads n_heads / tp, the
+  // dense MLP's hidden width d_ff / tp (the whole ones with one rank).
+  int64_t Dl_ = 0, Hl_ = 0, Fl_ = 0;
+  bool sp_ = false;  // sequence parallel
+  ParallelStats pstats_;
+  // Sequence parallelism's gathered operands (reused) and shard-sized scratch.
+  QTensor sp_x_, sp_dy_;
+  FloatBuffer sp_f32_, branch_s_, dln_s_;
+  bool sp_fp32_route_ = false;
   Parameter embed_, final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Linear lm_head_;

@@ -106,6 +106,15 @@ struct FsdpConfig {
   bool progress_thread = false;  // a thread drives MPI transfers during compute
 };
 
+// Megatron's parallel layouts (docs/distributed.md, "Parallel layouts"; dist/mesh.h): dense
+// layers split over tp ranks (dp = world / tp), experts over ep ranks (edp = world / (ep·etp)).
+// All 1 and off: one process, or FSDP alone.
+struct ParallelConfig {
+  int tp = 1, ep = 1, etp = 1;
+  bool sequence_parallel = false;
+  bool used() const { return tp > 1 || ep > 1 || etp > 1; }
+};
+
 struct TrainConfig {
   ModelConfig model;
   // model.tokenizer: a SentencePiece model file (corpus/tokenizer.h); "" = byte-level.
@@ -114,6 +123,7 @@ struct TrainConfig {
   DataConfig data;
   PrecisionConfig precision;
   FsdpConfig fsdp;
+  ParallelConfig parallel;
   std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
   // The tokenizer model file's contents, read once when training starts (not YAML):
   // checkpoints store them as tokenizer.model. Empty for byte-level.

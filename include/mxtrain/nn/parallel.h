@@ -1,0 +1,77 @@
+// mxtrain/nn/parallel.h — what a model needs to run its share of a tensor-, sequence- or
+// expert-parallel layer (docs/distributed.md, "Parallel layouts"): each group's size, rank and
+// collectives, and the bytes and time they cost.
+//
+// The model calls Collectives; dist implements them over MPI sub-communicators (dist/mesh.h,
+// dist/mesh_collectives.h), so nn stays free of MPI. A ModelParallel without groups is one
+// process. The model sorts its traffic into ParallelStats by what it carries, as the metrics
+// report it (docs/config.md, "Outputs"):
+//   tp_comm_bytes      every TP/SP collective this rank sent
+//   tp_allgather_bytes the all-gathers among them: forward activations and backward gradients,
+//                      the traffic that can travel in FP8
+//   ep_comm_bytes      every expert all-to-all this rank sent
+//   ep_dispatch_bytes  the part sent toward the experts: forward tokens and backward
+//                      expert-output gradients
+// and the milliseconds spent in them (blocking collectives: all exposed).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "mxtrain/qtensor.h"
+
+namespace mxtrain {
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+  virtual int size() const = 0;
+  virtual int rank() const = 0;
+  // Each returns the bytes this rank sent (dist/comm.h counts them).
+  // x: [n], summed over the group in place.
+  virtual uint64_t allreduce_sum(float* x, size_t n) = 0;
+  virtual uint64_t allreduce_sum(double* x, size_t n) = 0;
+  // send: [bytes_per_rank]; recv: [size() * bytes_per_rank] in rank order.
+  virtual uint64_t allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // send: [size() * chunk]; recv: [chunk] = the group's sum of chunk rank().
+  virtual uint64_t reduce_scatter_sum(const float* send, float* recv, size_t chunk) = 0;
+  // Fixed blocks of bytes_per_rank to and from every rank (rank order).
+  virtual uint64_t alltoall(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // Variable blocks (dist/comm.h, Comm::alltoallv).
+  virtual uint64_t alltoallv(const void* send, const size_t* send_bytes, void* recv,
+                             const size_t* recv_bytes) = 0;
+};
+
+struct ParallelStats {
+  uint64_t tp_comm_bytes = 0, tp_allgather_bytes = 0;
+  uint64_t ep_comm_bytes = 0, ep_dispatch_bytes = 0;
+  double tp_ms = 0, ep_ms = 0;
+};
+
+// The groups a model's layers are split over (null: one rank).
+struct ModelParallel {
+  Collectives* tp = nullptr;     // tensor parallel: heads and MLP columns split over it
+  bool sequence_parallel = false;  // with tp: norms and residuals on sequence shards
+  Collectives* ep = nullptr;     // expert parallel: experts spread over it
+
+  int tp_size() const { return tp ? tp->size() : 1; }
+  int tp_rank() const { return tp ? tp->rank() : 0; }
+  int ep_size() const { return ep ? ep->size() : 1; }
+  int ep_rank() const { return ep ? ep->rank() : 0; }
+};
+
+// ---- sequence parallelism's all-gathers (docs/distributed.md, "Sequence parallel") --------
+
+// The copies `copies` (format f) of the whole matrix [size·Ns, K] of which rank r holds rows
+// [r·Ns, (r+1)·Ns) in `shard` [Ns, K] FP32: exactly the copies make_copies makes of the whole
+// matrix. A copy whose blocks lie within a shard's rows travels as its codes and scales —
+// bf16 and rowwise always, colwise when Ns is a multiple of the block edge; any other is made
+// from the gathered FP32 shards (4 bytes per element, exact too), and *fp32_route is set.
+// Returns the bytes this rank sent.
+uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
+                       const TensorFormat& f, CopySet copies, QTensor& out,
+                       bool* fp32_route = nullptr);
+// The whole FP32 matrix: out [size·Ns, K].
+uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out);
+
+}  // namespace mxtrain

@@ -1,0 +1,169 @@
+// nn/parallel.cc — slicing a whole tensor into the part one rank holds and putting it back
+// (nn/parameter.h, ParamSplit), and sequence parallelism's all-gathers (nn/parallel.h).
+//
+// The sliced dimension d of the whole tensor [pre..., L, post...] is viewed as
+// [parts, count, L / (parts·count)]: a slice is [pre..., parts, L / (parts·count), post...]
+// taking index `index` of the middle axis.
+//
+// A gather packs each rank's copies of its rows — per copy its codes [Ns, K], then its scale
+// grid — into one buffer of the same size on every rank, all-gathers it, and lays the ranks'
+// rows end to end: codes by rows, scale grids by their rows (a rowwise grid has a row per
+// token, a colwise one a row per block of B tokens, whole blocks when B divides Ns).
+#include <cstring>
+#include <vector>
+
+#include "mxtrain/common.h"
+#include "mxtrain/nn/parallel.h"
+#include "mxtrain/nn/parameter.h"
+
+namespace mxtrain {
+namespace {
+
+struct SliceGeometry {
+  int64_t pre = 1, post = 1, len = 0;  // len: elements of one slice along the dim
+};
+
+SliceGeometry geometry(const ParamSplit& s) {
+  const auto& f = s.full_shape;
+  MXT_CHECK(s.dim >= 0 && size_t(s.dim) < f.size() && s.parts >= 1 && s.count >= 1 &&
+                s.index >= 0 && s.index < s.count && f[size_t(s.dim)] % (s.parts * s.count) == 0,
+            "internal: a parameter slice (dim ", s.dim, ", ", s.parts, " part(s) of ", s.count,
+            " slices) that does not divide its tensor");
+  SliceGeometry g;
+  for (int i = 0; i < s.dim; ++i) g.pre *= f[size_t(i)];
+  for (size_t i = size_t(s.dim) + 1; i < f.size(); ++i) g.post *= f[i];
+  g.len = f[size_t(s.dim)] / (s.parts * s.count);
+  return g;
+}
+
+// Calls copy(full_offset, local_offset, n) for every contiguous run of the slice.
+template <class F>
+void for_each_run(const ParamSplit& s, F&& copy) {
+  const SliceGeometry g = geometry(s);
+  const int64_t run = g.len * g.post;  // one slice of one block, contiguous in both
+  int64_t local = 0;
+  for (int64_t a = 0; a < g.pre; ++a)
+    for (int p = 0; p < s.parts; ++p) {
+      const int64_t block = (a * s.parts + p) * s.count + s.index;
+      copy(block * run, local, run);
+      local += run;
+    }
+}
+
+}  // namespace
+
+std::vector<int64_t> slice_shape(const ParamSplit& s) {
+  std::vector<int64_t> shape = s.full_shape;
+  shape[size_t(s.dim)] = geometry(s).len * s.parts;
+  return shape;
+}
+
+void slice_of(const ParamSplit& s, const float* full, float* local) {
+  for_each_run(s, [&](int64_t f, int64_t l, int64_t n) {
+    std::memcpy(local + l, full + f, sizeof(float) * size_t(n));
+  });
+}
+
+void place_slice(const ParamSplit& s, const float* local, float* full) {
+  for_each_run(s, [&](int64_t f, int64_t l, int64_t n) {
+    std::memcpy(full + f, local + l, sizeof(float) * size_t(n));
+  });
+}
+
+// ---- sequence-parallel gathers ----------------------------------------------------------
+
+uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out) {
+  return group.allgather(shard, out, sizeof(float) * size_t(Ns * K));
+}
+
+namespace {
+
+// Whether a shard of Ns rows quantizes to exactly its rows of the whole matrix's copy c.
+bool travels_exact(Copy c, const TensorFormat& f, int64_t Ns) {
+  if (c == Copy::bf16 || c == Copy::rowwise) return true;
+  if (c == Copy::colwise) return Ns % block_edge(f.block) == 0;
+  return false;  // a 2-D tile or a tensor scale spans every rank's rows
+}
+
+}  // namespace
+
+uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
+                       const TensorFormat& f, CopySet copies, QTensor& out, bool* fp32_route) {
+  const int W = group.size();
+  const int64_t M = Ns * W;
+  CopySet exact, rest;
+  for (int i = 0; i < kNumCopies; ++i)
+    if (copies.has(Copy(i))) (travels_exact(Copy(i), f, Ns) ? exact : rest) |= {Copy(i)};
+  if (fp32_route) *fp32_route = !rest.empty();
+  out.invalidate();
+  out.rows = M;
+  out.cols = K;
+  uint64_t sent = 0;
+  if (!exact.empty()) {
+    thread_local QTensor local;  // this rank's copies of its rows, storage reused
+    thread_local std::vector<uint8_t> send, recv;
+    local.invalidate();
+    make_copies(shard, Ns, K, f, local, exact);
+    size_t P = 0;  // one rank's pack
+    if (exact.has(Copy::bf16)) P += local.bf16.size() * sizeof(uint16_t);
+    for (Copy c : {Copy::rowwise, Copy::colwise})
+      if (exact.has(c)) P += local.scaled(c).bytes();
+    send.resize(P);
+    recv.resize(P * size_t(W));
+    size_t at = 0;
+    auto put = [&](const void* p, size_t n) {
+      std::memcpy(send.data() + at, p, n);
+      at += n;
+    };
+    if (exact.has(Copy::bf16)) put(local.bf16.data(), local.bf16.size() * sizeof(uint16_t));
+    for (Copy c : {Copy::rowwise, Copy::colwise})
+      if (exact.has(c)) {
+        put(local.scaled(c).data.data(), local.scaled(c).data.size());
+        put(local.scaled(c).scales.data(), local.scaled(c).scales.size());
+      }
+    sent += group.allgather(send.data(), recv.data(), P);
+    // Lay the ranks' parts end to end.
+    if (exact.has(Copy::bf16)) out.bf16.resize(size_t(M * K));
+    for (Copy c : {Copy::rowwise, Copy::colwise})
+      if (exact.has(c)) {
+        const MXTensor& l = local.scaled(c);
+        MXTensor& o = out.scaled(c);
+        o.rows = M;
+        o.cols = K;
+        o.layout = l.layout;
+        o.elem = l.elem;
+        o.scale_type = l.scale_type;
+        o.block = l.block;
+        o.data.resize(size_t(M * K));
+        o.scales.resize(o.scale_bytes());
+      }
+    for (int r = 0; r < W; ++r) {
+      const uint8_t* pack = recv.data() + P * size_t(r);
+      size_t off = 0;
+      if (exact.has(Copy::bf16)) {
+        const size_t n = size_t(Ns * K) * sizeof(uint16_t);
+        std::memcpy(reinterpret_cast<uint8_t*>(out.bf16.data()) + n * size_t(r), pack, n);
+        off += n;
+      }
+      for (Copy c : {Copy::rowwise, Copy::colwise})
+        if (exact.has(c)) {
+          const MXTensor& l = local.scaled(c);
+          MXTensor& o = out.scaled(c);
+          std::memcpy(o.data.data() + l.data.size() * size_t(r), pack + off, l.data.size());
+          off += l.data.size();
+          std::memcpy(o.scales.data() + l.scales.size() * size_t(r), pack + off, l.scales.size());
+          off += l.scales.size();
+        }
+    }
+    out.present |= exact;
+  }
+  if (!rest.empty()) {  // from the whole FP32 matrix
+    thread_local std::vector<float> whole;
+    whole.resize(size_t(M * K));
+    sent += gather_rows(group, shard, Ns, K, whole.data());
+    make_copies(whole.data(), M, K, f, out, rest);
+  }
+  return sent;
+}
+
+}  // namespace mxtrain

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# tests/mpi/train_parallel_mpi.sh — `mxtrain train` with a tensor-parallel layout
+# (docs/distributed.md, "Parallel layouts") against one process.
+#
+# - tp 2 on 2 ranks, for bf16, mxfp8 and mxfp8-32x32: 20 steps whose losses are one process's
+#   within 1e-4 relative (this model's widths, d_model 64 and d_ff 128, split into whole MX
+#   blocks, so the MX runs come out equal bit for bit; the row-parallel sums add per-rank
+#   partial sums, which moves BF16 roundings a little);
+# - the same with --sequence-parallel (each rank 128 of the 256 tokens: whole MX blocks, so the
+#   FP8 gathers are the one-process copies), where mxfp8's all-gathers send 0.6875x bf16's
+#   bytes (docs/distributed.md, "Bytes on the wire");
+# - tp 2 x dp 2 on 4 ranks against one process with grad_accum 2;
+# - a layout 3 ranks cannot hold is refused on every rank at once, naming why;
+# - checkpoints hold whole tensors: a tp 2 checkpoint resumed by one process, and a
+#   one-process checkpoint resumed at tp 2, continue the uninterrupted run within 1e-4;
+# - every step row carries the tensor-parallel bytes, the summary the layout;
+# - --init-from a Hugging Face directory at tp 2 starts where one process starts.
+# Usage: train_parallel_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_parallel`)
+source "$(dirname "$0")/support/train_lib.sh"
+cfg=$DATA/mpi_tiny.yaml
+
+for recipe in bf16 mxfp8 mxfp8-32x32; do
+  "$BIN" train --config "$cfg" --recipe "$recipe" --steps 20 --quiet \
+    --metrics-out "$TMP/one_$recipe.jsonl"
+  mpi 2 train --config "$cfg" --recipe "$recipe" --steps 20 --tp 2 --quiet \
+    --metrics-out "$TMP/tp2.jsonl"
+  same_losses "$TMP/one_$recipe.jsonl" "$TMP/tp2.jsonl" "$recipe: tp 2 vs 1 process" 20
+  mpi 2 train --config "$cfg" --recipe "$recipe" --steps 20 --tp 2 --sequence-parallel --quiet \
+    --metrics-out "$TMP/sp_$recipe.jsonl"
+  same_losses "$TMP/one_$recipe.jsonl" "$TMP/sp_$recipe.jsonl" "$recipe: tp 2 + SP vs 1 process" 20
+done
+# Bytes all-gathered per step under sequence parallelism, mxfp8 against bf16 (exact counts:
+# per layer and [N/2, 64] shard, forward the two norm outputs' rowwise copies, backward their
+# colwise copies and the two residual gradients' rowwise + colwise copies — 8.25 bytes per
+# element against bf16's 6 x 2).
+ag() { field "$1" tp_allgather_bytes | head -1; }
+awk -v a="$(ag "$TMP/sp_mxfp8.jsonl")" -v b="$(ag "$TMP/sp_bf16.jsonl")" \
+  'BEGIN { r = a / b; printf "tp_allgather_bytes mxfp8 / bf16 = %.4f\n", r; exit (r == 0.6875) ? 0 : 1 }' ||
+  { echo "unexpected all-gather bytes"; exit 1; }
+
+# Tensor-parallel bytes in every step row; the layout in the summary.
+[ "$(field "$TMP/tp2.jsonl" tp_comm_bytes | head -1)" -gt 0 ] ||
+  { echo "no tp_comm_bytes in the step rows"; exit 1; }
+grep -q '"layout":{"dp":1,"edp":2,"ep":1,"etp":1,"sequence_parallel":false,"tp":2}' \
+  "$TMP/tp2.jsonl" || { tail -1 "$TMP/tp2.jsonl"; echo "no layout in the summary"; exit 1; }
+
+"$BIN" train --config "$cfg" --recipe mxfp8 --steps 20 --grad-accum 2 --quiet \
+  --metrics-out "$TMP/one_ga2.jsonl"
+mpi 4 train --config "$cfg" --recipe mxfp8 --steps 20 --tp 2 --quiet \
+  --metrics-out "$TMP/tp2dp2.jsonl"
+same_losses "$TMP/one_ga2.jsonl" "$TMP/tp2dp2.jsonl" "mxfp8: tp 2 x dp 2 vs 1 process x 2" 20
+
+# A layout the world size does not divide: every rank stops at start-up.
+t0=$SECONDS
+if mpi 3 train --config "$cfg" --tp 2 --steps 2 --quiet > "$TMP/err.txt" 2>&1; then
+  echo "tp 2 on 3 ranks should have failed"; exit 1
+fi
+grep -q "parallel layout: 3 ranks cannot hold tp 2: the world size must be a multiple of tp" \
+  "$TMP/err.txt" || { cat "$TMP/err.txt"; exit 1; }
+[ $((SECONDS - t0)) -le 60 ] || { echo "the refused layout took $((SECONDS - t0)) s"; exit 1; }
+
+# Resume across layouts, both ways.
+mpi 2 train --config "$cfg" --steps 20 --tp 2 --quiet --stop-after 10 \
+  --checkpoint-dir "$TMP/ck_tp" --metrics-out "$TMP/a.jsonl"
+"$BIN" train --config "$cfg" --steps 20 --quiet --resume --checkpoint-dir "$TMP/ck_tp" \
+  --metrics-out "$TMP/a.jsonl"
+same_losses "$TMP/one_mxfp8.jsonl" "$TMP/a.jsonl" "tp 2 checkpoint resumed in 1 process" 20 loss
+"$BIN" train --config "$cfg" --steps 20 --quiet --stop-after 10 \
+  --checkpoint-dir "$TMP/ck_one" --metrics-out "$TMP/b.jsonl"
+mpi 2 train --config "$cfg" --steps 20 --tp 2 --quiet --resume --checkpoint-dir "$TMP/ck_one" \
+  --metrics-out "$TMP/b.jsonl"
+same_losses "$TMP/one_mxfp8.jsonl" "$TMP/b.jsonl" "1-process checkpoint resumed at tp 2" 20 loss
+# A Hugging Face directory (mxtrain export) as the start of a tp 2 run: each rank keeps its
+# slices of the imported tensors, and the losses are those of one process starting from it.
+"$BIN" export --checkpoint "$TMP/ck_one" --format hf --out "$TMP/hf" > /dev/null
+"$BIN" train --config "$cfg" --steps 3 --quiet --init-from "$TMP/hf" --metrics-out "$TMP/i1.jsonl"
+mpi 2 train --config "$cfg" --steps 3 --tp 2 --quiet --init-from "$TMP/hf" \
+  --metrics-out "$TMP/i2.jsonl"
+same_losses "$TMP/i1.jsonl" "$TMP/i2.jsonl" "--init-from at tp 2" 3 loss
+echo "parallel layouts: all checks passed"
