@@ -10,6 +10,17 @@
 // FP8 see the same machine conditions; the weight's version is bumped every `micro_batches`
 // iterations (default 1: every iteration pays for quantizing the weight, as a step without
 // gradient accumulation does).
+//
+// Under mpirun (docs/distributed.md, "Parallel layouts") every rank times its share at the
+// layout --tp / --ep / --sequence-parallel give, with the layer's communication in the timed
+// step, as the trainer runs it: a column-parallel layer all-reduces its input gradient (with
+// sequence parallelism: gathers its input's copies in forward and backward, reduce-scatters
+// the input gradient), a row-parallel one all-reduces its output (reduce-scatters it, and
+// gathers the output gradient's copies); an expert layer at ep > 1 exchanges its rows with the
+// other ranks (column_grouped: its input rows as FP8 or BF16 payloads, its input gradient back
+// in FP32; row_grouped: its output back in FP32, its output gradient toward the experts as
+// payloads). BF16 and FP8 therefore each pay their own wire. Rank 0 writes the report; one
+// process times the per-rank shapes alone.
 #include <chrono>
 #include <cmath>
 #include <algorithm>
@@ -23,10 +34,12 @@
 #include "cli/commands.h"
 #include "cli/values.h"
 #include "mxtrain/common.h"
+#include "mxtrain/dist/mesh.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/io/output_check.h"
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
+#include "mxtrain/nn/parallel.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/policy/bench_layers.h"
 #include "mxtrain/policy/report.h"
@@ -60,6 +73,64 @@ double time_ms(const std::function<void()>& f) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+// The layout layers are timed at: the mesh's groups under mpirun (null: one process).
+struct Layout {
+  dist::Mesh* mesh = nullptr;
+  bool sp = false;
+  std::unique_ptr<Collectives> tp, ep;
+  int tp_size() const { return tp ? tp->size() : 1; }
+};
+Layout g_layout;
+
+// Rows per rank of an even split of n rows over p ranks (the last takes the rest).
+std::vector<size_t> even_split(int64_t n, int p) {
+  std::vector<size_t> v(size_t(p), size_t(n / p));
+  v.back() += size_t(n % p);
+  return v;
+}
+
+// One layer's communication around its products at the layout (see the file's header); each
+// function runs the step's collectives with its recipe's wire format.
+struct Wire {
+  const BenchCase* c = nullptr;
+  const Recipe* r = nullptr;
+  int64_t rows = 0;
+  std::vector<uint8_t> send, recv;
+  std::vector<float> shard, full;
+  QTensor q;
+  std::vector<size_t> send_rows, recv_rows, sb, rb;
+
+  bool dense_tp() const { return !c->grouped() && c->kind != "duplicated" && g_layout.tp; }
+  bool column() const { return c->kind == "layernorm_column" || c->kind == "column"; }
+  bool experts() const { return c->grouped() && g_layout.ep; }
+
+  // Rows exchanged with every ep rank, payloads of `bytes` each (toward: send_rows out).
+  void a2a(const void* s, void* d, size_t bytes, bool toward) {
+    const auto& out = toward ? send_rows : recv_rows;
+    const auto& in = toward ? recv_rows : send_rows;
+    sb.resize(out.size());
+    rb.resize(in.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      sb[i] = out[i] * bytes;
+      rb[i] = in[i] * bytes;
+    }
+    g_layout.ep->alltoallv(s, sb.data(), d, rb.data());
+  }
+  void payload_to_experts(const float* x, int64_t D, const TensorFormat& f) {
+    const size_t b = row_payload_bytes(f, D);
+    send.resize(b * size_t(rows));
+    recv.resize(b * size_t(rows));
+    full.resize(size_t(rows * D));
+    pack_rows(x, rows, D, f, send.data());
+    a2a(send.data(), recv.data(), b, true);
+    unpack_rows(recv.data(), rows, D, f, full.data());
+  }
+  void fp32_back(const float* y, int64_t D) {
+    full.resize(size_t(rows * D));
+    a2a(y, full.data(), sizeof(float) * size_t(D), false);
+  }
+};
+
 // Times one layer shape in every requested recipe on the same data, alternating the recipes
 // iteration by iteration.
 std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
@@ -73,24 +144,68 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
   std::vector<float> y(size_t(rows * c.out)), dx(size_t(rows * c.in));
   GroupList groups;
   if (c.grouped()) groups = GroupList::from_counts(req.group_rows, rows);
+  const int T = g_layout.tp_size();
+  const bool sp = g_layout.sp && !c.grouped() && c.kind != "duplicated" && g_layout.tp;
+  MXT_CHECK(!sp || rows % T == 0, "bench-layers: ", rows, " tokens do not split over tp ", T,
+            " ranks for sequence parallelism; give --tokens that tp divides");
+  const int64_t Ns = rows / T;
 
-  // Layers and their saved state live until the end of the function.
+  // Layers, their saved state and wires live until the end of the function.
   std::vector<std::unique_ptr<Linear>> linears;
   std::vector<std::unique_ptr<GroupedLinear>> grouped;
   std::vector<std::unique_ptr<LinearSaved>> lsaved;
   std::vector<std::unique_ptr<GroupedLinearSaved>> gsaved;
+  std::vector<std::unique_ptr<Wire>> wires;
   std::vector<Subject> subjects;
   for (const std::string& name : req.recipes) {
     LinearPrecision prec;
     prec.recipe = get_recipe(name);
+    Wire* wi = wires.emplace_back(std::make_unique<Wire>()).get();
+    wi->c = &c;
+    wi->rows = rows;
+    if (g_layout.ep) wi->send_rows = wi->recv_rows = even_split(rows, g_layout.ep->size());
     if (!c.grouped()) {
       Linear* layer =
           linears.emplace_back(std::make_unique<Linear>("bench", c.in, c.out, false, prec)).get();
       layer->weight.value.assign(w.begin(), w.end());
+      wi->r = &layer->precision().recipe;
       LinearSaved* saved = lsaved.emplace_back(std::make_unique<LinearSaved>()).get();
-      subjects.push_back({[&, layer, saved] {
-                            layer->forward(x.data(), rows, y.data(), *saved);
-                            layer->backward(*saved, dy.data(), dx.data());
+      subjects.push_back({[&, layer, saved, wi] {
+                            const Recipe& r = *wi->r;
+                            if (!wi->dense_tp()) {  // one process, or a replicated layer
+                              layer->forward(x.data(), rows, y.data(), *saved);
+                              layer->backward(*saved, dy.data(), dx.data());
+                              return;
+                            }
+                            Collectives& tp = *g_layout.tp;
+                            if (wi->column() && sp) {  // gather, product, reduce-scatter
+                              gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
+                                            copies_needed(r, Role::input, Use::forward), wi->q);
+                              layer->forward_given(wi->q, y.data(), *saved);
+                              gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
+                                            copies_needed(r, Role::input, Use::wgrad), wi->q);
+                              layer->backward_given(*saved, dy.data(), nullptr, &wi->q, dx.data());
+                              wi->shard.resize(size_t(Ns * c.in));
+                              tp.reduce_scatter_sum(dx.data(), wi->shard.data(),
+                                                    size_t(Ns * c.in));
+                            } else if (wi->column()) {
+                              layer->forward(x.data(), rows, y.data(), *saved);
+                              layer->backward(*saved, dy.data(), dx.data());
+                              tp.allreduce_sum(dx.data(), dx.size());
+                            } else if (sp) {  // row-parallel: reduce-scatter, gather dy
+                              layer->forward(x.data(), rows, y.data(), *saved);
+                              wi->shard.resize(size_t(Ns * c.out));
+                              tp.reduce_scatter_sum(y.data(), wi->shard.data(), size_t(Ns * c.out));
+                              gather_copies(tp, dy.data(), Ns, c.out, r.role(Role::grad),
+                                            copies_needed(r, Role::grad, Use::dgrad) |
+                                                copies_needed(r, Role::grad, Use::wgrad),
+                                            wi->q);
+                              layer->backward_given(*saved, nullptr, &wi->q, nullptr, dx.data());
+                            } else {
+                              layer->forward(x.data(), rows, y.data(), *saved);
+                              tp.allreduce_sum(y.data(), y.size());
+                              layer->backward(*saved, dy.data(), dx.data());
+                            }
                           },
                           [layer] { ++layer->weight.version; }});
     } else {
@@ -98,11 +213,27 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                                                       "bench", c.num_gemms, c.in, c.out, prec))
                                  .get();
       layer->weight.value.assign(w.begin(), w.end());
+      wi->r = &layer->precision().recipe;
       GroupedLinearSaved* saved =
           gsaved.emplace_back(std::make_unique<GroupedLinearSaved>()).get();
-      subjects.push_back({[&, layer, saved] {
-                            layer->forward(x.data(), rows, groups, y.data(), *saved);
-                            layer->backward(*saved, dy.data(), dx.data());
+      subjects.push_back({[&, layer, saved, wi] {
+                            if (!wi->experts()) {
+                              layer->forward(x.data(), rows, groups, y.data(), *saved);
+                              layer->backward(*saved, dy.data(), dx.data());
+                              return;
+                            }
+                            const Recipe& r = *wi->r;
+                            if (c.kind == "column_grouped") {  // fc1: rows in, dx back
+                              wi->payload_to_experts(x.data(), c.in, r.role(Role::input));
+                              layer->forward(wi->full.data(), rows, groups, y.data(), *saved);
+                              layer->backward(*saved, dy.data(), dx.data());
+                              wi->fp32_back(dx.data(), c.in);
+                            } else {  // fc2: output back, dy toward the experts
+                              layer->forward(x.data(), rows, groups, y.data(), *saved);
+                              wi->fp32_back(y.data(), c.out);
+                              wi->payload_to_experts(dy.data(), c.out, r.role(Role::grad));
+                              layer->backward(*saved, wi->full.data(), dx.data());
+                            }
                           },
                           [layer] { ++layer->weight.version; }});
     }
@@ -121,6 +252,7 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
 struct BenchLayersCli {
   std::string config, report, recipe;
   int tp = 1, ep = 1, etp = 1;
+  bool sequence_parallel = false;
   std::vector<std::string> precisions{"bf16", "fp8"};
   std::vector<int64_t> tokens;
   int warmup = 2, iters = 5, micro_batches = 1;
@@ -129,7 +261,22 @@ struct BenchLayersCli {
 };
 
 int run_bench_layers_cli(const BenchLayersCli& o) {
-  io::check_output_file(o.report, "--report");  // before minutes of measuring
+  // Under mpirun: the layout's groups (collective; a layout the world cannot hold is refused
+  // on every rank). Rank 0 alone prints and writes the report.
+  std::unique_ptr<dist::Mesh> mesh;
+  if (dist::launched_by_mpi() && dist::Comm::world().size() > 1) {
+    MXT_CHECK(o.etp == 1, "bench-layers --etp ", o.etp, ": expert-tensor parallelism is not "
+              "built yet");
+    mesh = std::make_unique<dist::Mesh>(dist::Comm::world(),
+                                        dist::MeshShape{o.tp, o.ep, o.etp, o.sequence_parallel});
+    g_layout.mesh = mesh.get();
+    g_layout.sp = o.sequence_parallel;
+    if (o.tp > 1) g_layout.tp = dist::comm_collectives(mesh->tp());
+    if (o.ep > 1) g_layout.ep = dist::comm_collectives(mesh->ep());
+  }
+  MXT_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel needs --tp > 1");
+  const bool lead = !mesh || mesh->rank() == 0;
+  if (lead) io::check_output_file(o.report, "--report");  // before minutes of measuring
   const TrainConfig cfg = load_config(o.config);
   policy::BenchLayersOptions bo;
   bo.par = {o.tp, o.ep, o.etp};
@@ -172,13 +319,18 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
   bo.recipe = recipe;
 
   std::vector<policy::BenchModule> modules;
+  // The LM head is replicated under tensor parallelism (nn/transformer.h): timed whole.
   for (const ModuleInfo& m : describe_modules(cfg.model))
-    modules.push_back({m.kind, m.name, m.is_expert, m.in, m.out, m.num_experts, m.top_k});
+    modules.push_back({m.layer < 0 ? "duplicated" : m.kind, m.name, m.is_expert, m.in, m.out,
+                       m.num_experts, m.top_k});
   const auto cases = policy::plan_bench_cases(modules, bo.par);
-  if (!o.quiet) {
-    std::fprintf(stderr, "bench-layers: %s, tp=%d ep=%d etp=%d, %s vs bf16, %zu layer shapes, "
-                 "warmup %d, iters %d\n", o.config.c_str(), o.tp, o.ep, o.etp, recipe.c_str(),
-                 cases.size(), o.warmup, o.iters);
+  if (!o.quiet && lead) {
+    std::fprintf(stderr, "bench-layers: %s, tp=%d ep=%d etp=%d%s, %s vs bf16, %zu layer shapes, "
+                 "warmup %d, iters %d; %s\n", o.config.c_str(), o.tp, o.ep, o.etp,
+                 o.sequence_parallel ? " (sequence parallel)" : "", recipe.c_str(),
+                 cases.size(), o.warmup, o.iters,
+                 mesh ? ("layout " + mesh->describe() + ", communication timed").c_str()
+                      : "one process: per-rank shapes, no communication");
     for (const auto& c : cases)
       std::fprintf(stderr, "  %s  (%d module%s)\n", c.label().c_str(), c.modules,
                    c.modules == 1 ? "" : "s");
@@ -186,12 +338,14 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
 
   const auto start = Clock::now();
   policy::BenchProgress progress;
-  if (!o.quiet)
+  if (!o.quiet && lead)
     progress = [&](size_t done, size_t total, const std::string& what) {
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
       std::fprintf(stderr, "[%3zu/%zu %6.1fs] %s\n", done, total, s, what.c_str());
     };
   policy::Report r = policy::run_bench_layers(cases, bo, time_layer, progress);
+  g_layout = Layout{};
+  if (!lead) return 0;
   policy::save_report(r, o.report);
 
   std::printf("%-44s %8s %10s %10s %16s\n", "layer", "tokens", "bf16_ms", "fp8_ms",
@@ -229,6 +383,9 @@ MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
       ->check(whole_number(1));
   sub->add_option("--etp", o->etp, "Expert tensor-parallel size (default 1)")
       ->check(whole_number(1));
+  sub->add_flag("--sequence-parallel", o->sequence_parallel,
+                "With --tp under mpirun: time the sequence-parallel gathers and "
+                "reduce-scatters instead of all-reduces");
   sub->add_option("--precisions", o->precisions,
                   "Precisions to time: bf16 and fp8 (or an FP8 recipe name) (default bf16,fp8)")
       ->delimiter(',');

@@ -8,7 +8,13 @@
 // own copy (BF16, or FP8 with defer_backward_quant off) they are written into the backward's
 // dxp / dh scratch, free during the forward; with defer on (the layer keeps a pointer) and in
 // the FP32 reference they get their own buffers xp / h.
+//
+// Expert parallelism (nn/moe.h): the permuted rows are sent to their experts' ranks, which
+// run their experts once per source rank; the "expert side" buffers (input, fc1 output, h,
+// output and their gradients) then hold the received rows, xr / yr / dyr / dxr, sized to the
+// rows that arrived (grown, never shrunk). With one rank they are the local buffers.
 #include <algorithm>
+#include <chrono>
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/moe.h"
@@ -52,13 +58,17 @@ void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, 
 
 MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
                    int64_t num_experts, int64_t top_k, const LinearPrecision& fc1_prec,
-                   const LinearPrecision& fc2_prec)
-    : fc1(prefix + ".experts.fc1", num_experts, d_model, 2 * d_ff, fc1_prec),
-      fc2(prefix + ".experts.fc2", num_experts, d_ff, d_model, fc2_prec),
-      D_(d_model), F_(d_ff), E_(num_experts), k_(top_k) {
+                   const LinearPrecision& fc2_prec, Collectives* ep, ParallelStats* stats)
+    : ep_(ep), stats_(stats), D_(d_model), F_(d_ff), E_(num_experts), k_(top_k) {
   MXT_CHECK(d_model >= 1 && d_ff >= 1, "MoE '", prefix, "': d_model and d_ff must be >= 1");
   MXT_CHECK(num_experts >= 1 && top_k >= 1 && top_k <= num_experts, "MoE '", prefix,
             "': top_k = ", top_k, " must be between 1 and num_experts = ", num_experts);
+  const int64_t P = ep ? ep->size() : 1;
+  MXT_CHECK(num_experts % P == 0, "MoE '", prefix, "': expert parallelism ", P,
+            " must divide the ", num_experts, " experts");
+  El_ = num_experts / P;
+  fc1 = GroupedLinear(prefix + ".experts.fc1", El_, d_model, 2 * d_ff, fc1_prec);
+  fc2 = GroupedLinear(prefix + ".experts.fc2", El_, d_ff, d_model, fc2_prec);
   router.init(prefix + ".router.weight", {num_experts, d_model});
 }
 
@@ -67,22 +77,10 @@ void MoELayer::reserve(int64_t N) {
   MoEActivations& A = act();
   const int64_t rows = N * k_;
   for (auto* v : {&A.yp, &A.dyp, &A.dxp}) v->resize(size_t(rows * D_));
-  if (own_input(fc1))
+  if (own_input(fc1) || ep_)
     A.xp.resize(size_t(rows * D_));
   else
     A.xp = FloatBuffer();
-  A.da.resize(size_t(rows * 2 * F_));
-  if (a_fp8()) {
-    A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the FP8 copy
-  } else {
-    A.a.resize(size_t(rows * 2 * F_));
-    A.a8.clear();
-  }
-  A.dh.resize(size_t(rows * F_));
-  if (own_input(fc2))
-    A.h.resize(size_t(rows * F_));
-  else
-    A.h = FloatBuffer();
   A.logits.resize(size_t(N * E_));
   A.dlogits.resize(size_t(N * E_));
   A.dgate.resize(size_t(rows));
@@ -91,7 +89,107 @@ void MoELayer::reserve(int64_t N) {
     v->reserve(size_t(rows));
   A.routing.gate.reserve(size_t(rows));
   A.routing.counts.reserve(size_t(E_));
+  if (!ep_) reserve_expert_rows(A, rows);
 }
+
+// The expert-side buffers for R rows at this rank's experts (grown, never shrunk below what
+// an earlier step needed: no allocation once the largest R was seen).
+void MoELayer::reserve_expert_rows(MoEActivations& A, int64_t R) {
+  const auto at_least = [](FloatBuffer& b, int64_t n) {
+    if (b.size() < size_t(n)) b.resize(size_t(n));
+  };
+  at_least(A.da, R * 2 * F_);
+  if (a_fp8()) {
+    A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the FP8 copy
+  } else {
+    at_least(A.a, R * 2 * F_);
+    A.a8.clear();
+  }
+  at_least(A.dh, R * F_);
+  if (own_input(fc2))
+    at_least(A.h, R * F_);
+  else
+    A.h = FloatBuffer();
+  if (ep_)
+    for (FloatBuffer* b : {&A.xr, &A.yr, &A.dyr, &A.dxr}) at_least(*b, R * D_);
+}
+
+// ---- expert parallelism -----------------------------------------------------------------------
+
+void MoELayer::plan_dispatch(MoEActivations& A) {
+  const int64_t P = ep_->size();
+  // Rows for each of every rank's experts, and from every rank for each of ours.
+  const auto t0 = std::chrono::steady_clock::now();
+  A.recv_counts.resize(size_t(E_));
+  const uint64_t sent = ep_->alltoall(A.routing.counts.data(), A.recv_counts.data(),
+                                      sizeof(int64_t) * size_t(El_));
+  if (stats_) {
+    stats_->ep_comm_bytes += sent;
+    stats_->ep_ms += std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - t0).count();
+  }
+  A.send_rows.assign(size_t(P), 0);
+  A.recv_rows.assign(size_t(P), 0);
+  A.src_groups.resize(size_t(P));
+  A.expert_rows = 0;
+  for (int64_t q = 0; q < P; ++q) {
+    GroupList& g = A.src_groups[size_t(q)];
+    g.offsets.resize(size_t(El_ + 1));
+    g.offsets[0] = 0;
+    for (int64_t e = 0; e < El_; ++e) {
+      A.send_rows[size_t(q)] += size_t(A.routing.counts[size_t(q * El_ + e)]);
+      g.offsets[size_t(e + 1)] = g.offsets[size_t(e)] + A.recv_counts[size_t(q * El_ + e)];
+    }
+    A.recv_rows[size_t(q)] = size_t(g.offsets.back());
+    A.expert_rows += g.offsets.back();
+  }
+}
+
+void MoELayer::exchange(const void* send, const std::vector<size_t>& send_rows, void* recv,
+                        const std::vector<size_t>& recv_rows, size_t row_bytes,
+                        bool toward_experts) {
+  MoEActivations& A = act();
+  const size_t P = send_rows.size();
+  A.send_bytes.resize(P);
+  A.recv_bytes.resize(P);
+  for (size_t q = 0; q < P; ++q) {
+    A.send_bytes[q] = send_rows[q] * row_bytes;
+    A.recv_bytes[q] = recv_rows[q] * row_bytes;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t sent = ep_->alltoallv(send, A.send_bytes.data(), recv, A.recv_bytes.data());
+  if (stats_) {
+    stats_->ep_comm_bytes += sent;
+    if (toward_experts) stats_->ep_dispatch_bytes += sent;
+    stats_->ep_ms += std::chrono::duration<double, std::milli>(
+                         std::chrono::steady_clock::now() - t0).count();
+  }
+}
+
+// rows: [N·k, D] in permuted order (grouped by expert, so by destination rank) -> out:
+// [expert_rows, D] as the payloads of format f arrive (FP32 rows in the FP32 reference).
+void MoELayer::dispatch(const float* rows, float* out, const TensorFormat& f) {
+  MoEActivations& A = act();
+  const int64_t n = N_ * k_;
+  if (fp32_ref_) {
+    exchange(rows, A.send_rows, out, A.recv_rows, sizeof(float) * size_t(D_), true);
+    return;
+  }
+  const size_t rb = row_payload_bytes(f, D_);
+  A.send_buf.resize(rb * size_t(n));
+  A.recv_buf.resize(rb * size_t(A.expert_rows));
+  pack_rows(rows, n, D_, f, A.send_buf.data());
+  exchange(A.send_buf.data(), A.send_rows, A.recv_buf.data(), A.recv_rows, rb, true);
+  unpack_rows(A.recv_buf.data(), A.expert_rows, D_, f, out);
+}
+
+// rows: [expert_rows, D] FP32 at this rank's experts -> out: [N·k, D] back at their tokens.
+void MoELayer::combine_back(const float* rows, float* out) {
+  MoEActivations& A = act();
+  exchange(rows, A.recv_rows, out, A.send_rows, sizeof(float) * size_t(D_), false);
+}
+
+// ---- forward / backward -----------------------------------------------------------------------
 
 double MoELayer::forward(const float* x, int64_t N, float* y) {
   MXT_CHECK(x && y, "MoE forward: null x or y");
@@ -107,22 +205,58 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   moe_route(A.routing, A.logits.data(), N, E_, k_);
   aux_ = moe_aux_loss(A.routing);
   A.routing.groups_into(A.groups);
-  float* xp = own_input(fc1) ? A.xp.data() : A.dxp.data();
-  float* h = own_input(fc2) ? A.h.data() : A.dh.data();
+  float* xp = own_input(fc1) || ep_ ? A.xp.data() : A.dxp.data();
   moe_permute(xp, x, A.routing, D_);
-  if (fp32_ref_) {
-    A.saved1 = GroupedLinearSaved{};
-    A.saved2 = GroupedLinearSaved{};
-    grouped_forward_f32(fc1, xp, A.groups, A.a.data());
-    swiglu_forward(h, A.a.data(), rows, F_);
-    grouped_forward_f32(fc2, h, A.groups, A.yp.data());
+  // The experts' input: the dispatched payload, at every layout.
+  const TensorFormat& fin = fc1.precision().recipe.role(Role::input);
+  const float* xin = xp;
+  if (ep_) {
+    plan_dispatch(A);
+    reserve_expert_rows(A, A.expert_rows);
+    dispatch(xp, A.xr.data(), fin);
+    xin = A.xr.data();
   } else {
-    float* a = a_fp8() ? A.da.data() : A.a.data();
-    fc1.forward(xp, rows, A.groups, a, A.saved1);
-    swiglu_forward(h, a, rows, F_);
-    if (a_fp8()) A.a8.keep(a, 2 * rows, F_, swiglu_rounding_);  // [2 rows, F]
-    fc2.forward(h, rows, A.groups, A.yp.data(), A.saved2);
+    A.expert_rows = rows;
+    A.src_groups.resize(1);
+    A.src_groups[0] = A.groups;
+    if (!fp32_ref_) row_round_trip(xp, rows, D_, fin);
   }
+  const int64_t R = A.expert_rows, P = int64_t(A.src_groups.size());
+  float* h = own_input(fc2) ? A.h.data() : A.dh.data();
+  float* a = a_fp8() ? A.da.data() : A.a.data();
+  float* yr = ep_ ? A.yr.data() : A.yp.data();
+  A.saved1.resize(size_t(P));
+  A.saved2.resize(size_t(P));
+  // Once per source rank, on its rows (rank order): every expert's rows from that rank.
+  int64_t r0 = 0;
+  for (int64_t q = 0; q < P; ++q) {
+    const GroupList& g = A.src_groups[size_t(q)];
+    const int64_t n = g.offsets.back();
+    if (fp32_ref_) {
+      A.saved1[size_t(q)] = GroupedLinearSaved{};
+      grouped_forward_f32(fc1, xin + r0 * D_, g, a + r0 * 2 * F_);
+    } else {
+      fc1.forward(xin + r0 * D_, n, g, a + r0 * 2 * F_, A.saved1[size_t(q)]);
+    }
+    r0 += n;
+  }
+  if (R > 0) {  // an expert-parallel rank may receive no rows
+    swiglu_forward(h, a, R, F_);
+    if (a_fp8()) A.a8.keep(a, 2 * R, F_, swiglu_rounding_);  // [2R, F]
+  }
+  r0 = 0;
+  for (int64_t q = 0; q < P; ++q) {
+    const GroupList& g = A.src_groups[size_t(q)];
+    const int64_t n = g.offsets.back();
+    if (fp32_ref_) {
+      A.saved2[size_t(q)] = GroupedLinearSaved{};
+      grouped_forward_f32(fc2, h + r0 * F_, g, yr + r0 * D_);
+    } else {
+      fc2.forward(h + r0 * F_, n, g, yr + r0 * D_, A.saved2[size_t(q)]);
+    }
+    r0 += n;
+  }
+  if (ep_) combine_back(yr, A.yp.data());  // FP32
   moe_combine(y, A.yp.data(), A.routing, D_);
   return aux_;
 }
@@ -137,23 +271,50 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   // fill.
   moe_combine_backward(A.dyp.data(), A.dgate.data(), dy, A.yp.data(), A.routing, D_,
                        Accum::write);
-  if (fp32_ref_) {
+  // The experts' output gradient: the dispatched payload in fc2's grad format.
+  const TensorFormat& fgrad = fc2.precision().recipe.role(Role::grad);
+  const float* dyr = A.dyp.data();
+  if (ep_) {
+    dispatch(A.dyp.data(), A.dyr.data(), fgrad);
+    dyr = A.dyr.data();
+  } else if (!fp32_ref_) {
+    row_round_trip(A.dyp.data(), rows, D_, fgrad);
+  }
+  const int64_t R = A.expert_rows, P = int64_t(A.src_groups.size());
+  float* dxr = ep_ ? A.dxr.data() : A.dxp.data();
+  if (fp32_ref_)
     for (GroupedLinear* l : {&fc1, &fc2})
       if (l->weight.grad.size() != size_t(l->weight.numel()))
         l->weight.grad.assign(l->weight.numel(), 0.f);
-    grouped_backward_f32(fc2, A.h.data(), A.groups, A.dyp.data(), A.dh.data());
-    swiglu_backward(A.da.data(), A.dh.data(), A.a.data(), rows, F_, Accum::write);
-    grouped_backward_f32(fc1, A.xp.data(), A.groups, A.da.data(), A.dxp.data());
-  } else {
-    fc2.backward(A.saved2, A.dyp.data(), A.dh.data());
+  const float* xin = ep_ ? A.xr.data() : A.xp.data();  // the FP32 reference's inputs
+  // Source ranks in order: the first writes each expert's gradient, the rest add.
+  int64_t r0 = 0;
+  for (int64_t q = 0; q < P; ++q) {
+    const GroupList& g = A.src_groups[size_t(q)];
+    if (fp32_ref_)
+      grouped_backward_f32(fc2, A.h.data() + r0 * F_, g, dyr + r0 * D_, A.dh.data() + r0 * F_);
+    else
+      fc2.backward(A.saved2[size_t(q)], dyr + r0 * D_, A.dh.data() + r0 * F_);
+    r0 += g.offsets.back();
+  }
+  if (R > 0) {
     const float* a = A.a.data();
     if (a_fp8()) {  // dequantized into A.da, then SwiGLU's backward runs in place
       A.a8.restore(A.da.data());
       a = A.da.data();
     }
-    swiglu_backward(A.da.data(), A.dh.data(), a, rows, F_, Accum::write);
-    fc1.backward(A.saved1, A.da.data(), A.dxp.data());
+    swiglu_backward(A.da.data(), A.dh.data(), a, R, F_, Accum::write);
   }
+  r0 = 0;
+  for (int64_t q = 0; q < P; ++q) {
+    const GroupList& g = A.src_groups[size_t(q)];
+    if (fp32_ref_)
+      grouped_backward_f32(fc1, xin + r0 * D_, g, A.da.data() + r0 * 2 * F_, dxr + r0 * D_);
+    else
+      fc1.backward(A.saved1[size_t(q)], A.da.data() + r0 * 2 * F_, dxr + r0 * D_);
+    r0 += g.offsets.back();
+  }
+  if (ep_) combine_back(dxr, A.dxp.data());  // FP32, back to the tokens
   moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);
   moe_route_backward(A.dlogits.data(), A.dgate.data(), daux, A.routing);
   router_logits_backward(dx, router.grad.data(), A.dlogits.data(), x_, router.value.data(), N,

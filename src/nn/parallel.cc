@@ -9,6 +9,9 @@
 // grid — into one buffer of the same size on every rank, all-gathers it, and lays the ranks'
 // rows end to end: codes by rows, scale grids by their rows (a rowwise grid has a row per
 // token, a colwise one a row per block of B tokens, whole blocks when B divides Ns).
+//
+// An expert-parallel row payload is a rowwise copy cut into rows: a row's codes, then its
+// row of the scale grid.
 #include <cstring>
 #include <vector>
 
@@ -164,6 +167,87 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
     make_copies(whole.data(), M, K, f, out, rest);
   }
   return sent;
+}
+
+// ---- expert-parallel row payloads -------------------------------------------------------
+
+bool row_payload_quantizes(const TensorFormat& f) {
+  if (!f.quantized()) return true;  // BF16 values
+  return (f.scale == ScaleType::e8m0 && f.block == BlockShape::b1x32) ||
+         ((f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
+          f.block == BlockShape::b1x128);
+}
+
+size_t row_payload_bytes(const TensorFormat& f, int64_t D) {
+  if (!row_payload_quantizes(f)) return sizeof(float) * size_t(D);
+  if (!f.quantized()) return sizeof(uint16_t) * size_t(D);
+  return size_t(D) + size_t(ceil_div(D, block_edge(f.block))) * size_t(scale_type_bytes(f.scale));
+}
+
+void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out) {
+  const size_t P = row_payload_bytes(f, D);
+  if (!row_payload_quantizes(f)) {
+    std::memcpy(out, x, P * size_t(rows));
+    return;
+  }
+  if (!f.quantized()) {
+    thread_local std::vector<uint16_t> b;
+    b.resize(size_t(rows * D));
+    f32_to_bf16_array(x, b.data(), rows * D);
+    std::memcpy(out, b.data(), P * size_t(rows));
+    return;
+  }
+  thread_local QTensor scratch;  // storage reused across calls
+  QTensor& q = scratch;
+  q.invalidate();
+  make_copies(x, rows, D, f, q, {Copy::rowwise});
+  const MXTensor& t = q.rowwise;
+  const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));  // one row's scales
+#pragma omp parallel for schedule(static) if (rows >= 256)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(out + P * size_t(r), t.data.data() + size_t(r * D), size_t(D));
+    std::memcpy(out + P * size_t(r) + size_t(D), t.scales.data() + sb * size_t(r), sb);
+  }
+}
+
+void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x) {
+  const size_t P = row_payload_bytes(f, D);
+  if (!row_payload_quantizes(f)) {
+    std::memcpy(x, in, P * size_t(rows));
+    return;
+  }
+  if (!f.quantized()) {
+    thread_local std::vector<uint16_t> b;
+    b.resize(size_t(rows * D));
+    std::memcpy(b.data(), in, P * size_t(rows));
+    bf16_to_f32_array(b.data(), x, rows * D);
+    return;
+  }
+  thread_local MXTensor scratch;  // storage reused across calls
+  MXTensor& t = scratch;           // (the OpenMP threads below share this one, not their own)
+  t.rows = rows;
+  t.cols = D;
+  t.layout = MXLayout::rowwise;
+  t.elem = f.elem;
+  t.scale_type = f.scale;
+  t.block = block_edge(f.block);
+  t.data.resize(size_t(rows * D));
+  t.scales.resize(t.scale_bytes());
+  const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));
+#pragma omp parallel for schedule(static) if (rows >= 256)
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(t.data.data() + size_t(r * D), in + P * size_t(r), size_t(D));
+    std::memcpy(t.scales.data() + sb * size_t(r), in + P * size_t(r) + size_t(D), sb);
+  }
+  if (rows > 0) dequantize(t, x);
+}
+
+void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f) {
+  if (!row_payload_quantizes(f) || rows == 0) return;
+  thread_local std::vector<uint8_t> buf;
+  buf.resize(row_payload_bytes(f, D) * size_t(rows));
+  pack_rows(x, rows, D, f, buf.data());
+  unpack_rows(buf.data(), rows, D, f, x);
 }
 
 }  // namespace mxtrain

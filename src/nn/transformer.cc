@@ -87,6 +87,18 @@ ParamSplit tp_split(const ModelParallel& par, std::vector<int64_t> full_shape, i
   return s;
 }
 
+// The split of an expert weight [E, out, in] under expert parallelism: E / ep experts.
+ParamSplit ep_split(const ModelParallel& par, std::vector<int64_t> full_shape) {
+  ParamSplit s;
+  if (par.ep_size() == 1) return s;
+  s.over = ParamSplit::Over::ep;
+  s.dim = 0;
+  s.count = par.ep_size();
+  s.index = par.ep_rank();
+  s.full_shape = std::move(full_shape);
+  return s;
+}
+
 void init_ones(Parameter& p, std::string name, int64_t n) {
   p.init(std::move(name), {n});
   std::fill(p.value.begin(), p.value.end(), 1.f);
@@ -245,11 +257,13 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
       L->moe = true;
       const LinearPrecision p1 = prec(p + ".mlp.experts.fc1");  // resolver order = description
       const LinearPrecision p2 = prec(p + ".mlp.experts.fc2");
-      L->experts = std::make_unique<MoELayer>(p + ".mlp", D, cfg_.expert_d_ff(),
-                                              cfg_.moe_num_experts, cfg_.moe_top_k, p1, p2);
+      // Under expert parallelism this rank's E / ep experts (nn/moe.h).
+      const int64_t E = cfg_.moe_num_experts, Fe = cfg_.expert_d_ff();
+      L->experts = std::make_unique<MoELayer>(p + ".mlp", D, Fe, E, cfg_.moe_top_k, p1, p2,
+                                              par_.ep, &pstats_);
       init_normal(L->experts->router, std0, seed);
-      init_normal(L->experts->fc1.weight, std0, seed);
-      init_normal(L->experts->fc2.weight, std_out, seed);
+      init_normal_slice(L->experts->fc1.weight, ep_split(par_, {E, 2 * Fe, D}), std0, seed);
+      init_normal_slice(L->experts->fc2.weight, ep_split(par_, {E, D, Fe}), std_out, seed);
       grouped_[p + ".mlp.experts.fc1"] = &L->experts->fc1;
       grouped_[p + ".mlp.experts.fc2"] = &L->experts->fc2;
     } else {

@@ -29,14 +29,17 @@ PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg,
   auto pol = std::make_shared<policy::Policy>(policy::load_policy(path));
   const std::string w = check_policy_recipe(path, pol->recipe, cfg.precision);
   if (warning) *warning = w;
-  return [pol](const ModuleInfo& m, int64_t base_tokens) {
+  // The layout the run decides at: its tensor-parallel size for dense modules; for experts
+  // the expert-tensor-parallel size and the experts one rank holds.
+  const int tp = cfg.parallel.tp, etp = cfg.parallel.etp, ep = cfg.parallel.ep;
+  return [pol, tp, etp, ep](const ModuleInfo& m, int64_t base_tokens) {
     policy::DecisionQuery q;
     q.kind = m.kind;
     q.name = m.name;
-    q.tp = 1;
+    q.tp = tp;
     q.is_expert = m.is_expert;
-    q.etp = 1;
-    q.num_gemms = m.num_experts;
+    q.etp = etp;
+    q.num_gemms = m.num_experts / ep;
     q.top_k = m.is_expert ? m.top_k : 1;
     q.tokens = base_tokens;
     const policy::Decision d = policy::decide(*pol, q);

@@ -70,7 +70,8 @@ std::string describe_scale_settings(const PrecisionConfig& p) {
 LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
   const auto& p = cfg_.precision;
   ModuleDecision d{m.module, m.is_expert ? grouped_kind(m.kind) : m.kind, m.name, tokens_for(m),
-                   "", ""};
+                   "", "", m.is_expert ? 1 : cfg_.parallel.tp,
+                   m.is_expert ? cfg_.parallel.etp : 1};
   const Recipe* recipe = nullptr;
   const Recipe bf16;
   for (const auto& [pat, rec] : p.overrides) {
@@ -135,7 +136,8 @@ std::string decisions_json(const std::vector<ModuleDecision>& ds) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto& d : ds)
     a.push_back({{"module", d.module}, {"kind", d.kind}, {"name", d.name}, {"tokens", d.tokens},
-                 {"precision", d.precision}, {"reason", d.reason}});
+                 {"precision", d.precision}, {"reason", d.reason}, {"tp", d.tp},
+                 {"etp", d.etp}});
   return a.dump(2) + "\n";
 }
 

@@ -20,6 +20,7 @@
 
 #include "mxtrain/common.h"
 #include "mxtrain/dist/mesh.h"
+#include "mxtrain/nn/moe.h"
 #include "mxtrain/nn/transformer.h"
 
 namespace mxtrain::dist {
@@ -153,6 +154,80 @@ TEST(TensorParallelModel, LossAndGradientsEqualOneProcess) {
       const std::vector<float> g1(p1[i]->grad.begin(), p1[i]->grad.end());
       EXPECT_LE(rel_err(whole_grad(*p2[i]), g1), tol) << p1[i]->name;
     }
+  }
+}
+
+// Expert parallelism over every rank (ep = W, 4 experts): each rank routes its own micro-batch
+// and its experts run once per source rank, so an expert's gradient is one process's over the
+// W micro-batches in rank order, bit for bit, and every rank's loss is one process's loss of
+// that micro-batch. The dense gradients, summed over the ranks, are one process's
+// accumulation up to the order of the sum (the test's 1e-6).
+TEST(ExpertParallelModel, LossesAndGradientsEqualOneProcessOverTheRanksMicroBatches) {
+  const int W = world().size(), r = world().rank();
+  ModelConfig cfg = small_model();
+  cfg.d_model = 64;
+  cfg.n_heads = 2;
+  cfg.d_ff = 64;
+  cfg.moe_num_experts = 4;
+  cfg.moe_top_k = 2;
+  cfg.moe_d_ff = 32;
+  auto coll = comm_collectives(world());
+  ModelParallel par;
+  par.ep = W > 1 ? coll.get() : nullptr;
+  const int B = 2, T = 32;
+  auto batch = [&](int q, std::vector<int32_t>& tok, std::vector<int32_t>& tgt) {
+    tok.resize(size_t(B * T));
+    tgt.resize(tok.size());
+    std::mt19937 rng(uint32_t(100 + q));
+    for (size_t i = 0; i < tok.size(); ++i) {
+      tok[i] = int32_t(rng() % uint32_t(cfg.vocab_size));
+      tgt[i] = int32_t(rng() % uint32_t(cfg.vocab_size));
+    }
+  };
+  for (const char* recipe : {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+    SCOPED_TRACE(recipe);
+    const bool ref = std::string(recipe) == "fp32-reference";
+    auto resolver = [&](const ModuleInfo&) {
+      LinearPrecision p;
+      p.recipe = get_recipe(ref ? "bf16" : recipe);
+      return p;
+    };
+    GPT one(cfg, resolver, 13), split(cfg, resolver, 13, par);
+    one.set_fp32_reference(ref);
+    split.set_fp32_reference(ref);
+    std::vector<int32_t> tok, tgt;
+    one.clear_grad();
+    float mine = 0;
+    for (int q = 0; q < W; ++q) {
+      batch(q, tok, tgt);
+      const float l = one.forward_backward(tok.data(), tgt.data(), B, T, 1.f);
+      if (q == r) mine = l;
+    }
+    batch(r, tok, tgt);
+    split.clear_grad();
+    EXPECT_EQ(split.forward_backward(tok.data(), tgt.data(), B, T, 1.f), mine);
+    const auto& p1 = one.parameters();
+    const auto& p2 = split.parameters();
+    ASSERT_EQ(p1.size(), p2.size());
+    for (size_t i = 0; i < p1.size(); ++i) {
+      const Parameter& a = *p1[i];
+      const Parameter& b = *p2[i];
+      if (b.split.over == ParamSplit::Over::ep) {  // this rank's experts: bit for bit
+        std::vector<float> want(b.grad.size());
+        slice_of(b.split, a.grad.data(), want.data());
+        EXPECT_EQ(std::vector<float>(b.grad.begin(), b.grad.end()), want) << a.name;
+      } else {
+        std::vector<float> g(b.grad.begin(), b.grad.end());
+        world().allreduce_sum(g.data(), g.size());
+        EXPECT_LE(rel_err(g, std::vector<float>(a.grad.begin(), a.grad.end())), 1e-6) << a.name;
+      }
+    }
+    // The expert parameters are slices of the whole [4, out, in] tensors.
+    for (const Parameter* p : p2)
+      if (p->name.find("experts") != std::string::npos) {
+        EXPECT_EQ(p->full_shape()[0], 4) << p->name;
+        EXPECT_EQ(p->shape[0], 4 / W) << p->name;
+      }
   }
 }
 

@@ -14,7 +14,18 @@
 # - checkpoints hold whole tensors: a tp 2 checkpoint resumed by one process, and a
 #   one-process checkpoint resumed at tp 2, continue the uninterrupted run within 1e-4;
 # - every step row carries the tensor-parallel bytes, the summary the layout;
-# - --init-from a Hugging Face directory at tp 2 starts where one process starts.
+# - --init-from a Hugging Face directory at tp 2 starts where one process starts;
+# - expert parallelism: ep 2 on 2 ranks (dense layers data-parallel over the same ranks)
+#   against one process with grad_accum 2, for bf16, mxfp8, mxfp8-32x32 and blockwise, within
+#   1e-4 over 8 steps (each expert's gradient is one process's bit for bit; the dense
+#   gradients' sum over the ranks is added in another order than one process's accumulation,
+#   and BF16 and FP8 roundings carry that along: docs/distributed.md has the 20-step figures);
+#   ep 2 x edp 2 on 4 ranks against grad_accum 4; mxfp8 sends 0.5156x (= 66/128) of bf16's
+#   dispatch bytes when both route the same tokens;
+# - a layout refused: ep that does not divide the experts;
+# - adaptive FP8 at the layout: bench-layers under mpirun at tp 2 (sequence parallel) and at
+#   ep 2 writes reports keyed tp 2 and num_gemms = experts / ep; policy merge takes them with a
+#   one-process report; a dry run at tp 2 decides with tp 2, and every decision row says so.
 # Usage: train_parallel_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_parallel`)
 source "$(dirname "$0")/support/train_lib.sh"
 cfg=$DATA/mpi_tiny.yaml
@@ -77,4 +88,47 @@ same_losses "$TMP/one_mxfp8.jsonl" "$TMP/b.jsonl" "1-process checkpoint resumed 
 mpi 2 train --config "$cfg" --steps 3 --tp 2 --quiet --init-from "$TMP/hf" \
   --metrics-out "$TMP/i2.jsonl"
 same_losses "$TMP/i1.jsonl" "$TMP/i2.jsonl" "--init-from at tp 2" 3 loss
+# Expert parallelism.
+moe=$DATA/mpi_tiny_moe.yaml
+for recipe in bf16 mxfp8 mxfp8-32x32 blockwise; do
+  "$BIN" train --config "$moe" --recipe "$recipe" --steps 8 --grad-accum 2 --quiet \
+    --metrics-out "$TMP/moe_one.jsonl" 2> /dev/null
+  mpi 2 train --config "$moe" --recipe "$recipe" --steps 8 --ep 2 --quiet \
+    --metrics-out "$TMP/moe_ep2.jsonl" 2> /dev/null
+  same_losses "$TMP/moe_one.jsonl" "$TMP/moe_ep2.jsonl" "$recipe: ep 2 vs 1 process x 2" 8
+done
+"$BIN" train --config "$moe" --steps 8 --grad-accum 4 --quiet --metrics-out "$TMP/moe_one4.jsonl"
+mpi 4 train --config "$moe" --steps 8 --ep 2 --quiet --metrics-out "$TMP/moe_ep2x2.jsonl"
+same_losses "$TMP/moe_one4.jsonl" "$TMP/moe_ep2x2.jsonl" "mxfp8: ep 2 x edp 2 vs 1 process x 4" 8
+grep -q '"layout":{"dp":4,"edp":2,"ep":2,"etp":1,"sequence_parallel":false,"tp":1}' \
+  "$TMP/moe_ep2x2.jsonl" || { tail -1 "$TMP/moe_ep2x2.jsonl"; echo "no EP layout"; exit 1; }
+# Dispatch bytes with the same routing: one MoE layer behind a BF16 attention block, step 1.
+{ sed 's/n_layers: 2/n_layers: 1/' "$moe"; echo "  overrides: {'layers.*.attention.*': bf16}"; } \
+  | sed 's/^precision: {recipe: mxfp8}$/precision:\n  recipe: mxfp8/' > "$TMP/moe1.yaml"
+for recipe in bf16 mxfp8; do
+  mpi 2 train --config "$TMP/moe1.yaml" --recipe "$recipe" --steps 1 --ep 2 --quiet \
+    --metrics-out "$TMP/moe1_$recipe.jsonl"
+done
+d() { field "$1" ep_dispatch_bytes | head -1; }
+awk -v a="$(d "$TMP/moe1_mxfp8.jsonl")" -v b="$(d "$TMP/moe1_bf16.jsonl")" \
+  'BEGIN { r = a / b; printf "ep_dispatch_bytes mxfp8 / bf16 = %.6f\n", r; exit (b > 0 && r == 66 / 128) ? 0 : 1 }' ||
+  { echo "unexpected dispatch bytes"; exit 1; }
+if mpi 2 train --config "$moe" --ep 3 --steps 1 --quiet > "$TMP/err.txt" 2>&1; then
+  echo "ep 3 with 4 experts should have failed"; exit 1
+fi
+grep -q "parallel.ep 3 must divide model.moe.num_experts (4)" "$TMP/err.txt" ||
+  { cat "$TMP/err.txt"; exit 1; }
+# Adaptive FP8 at the layout.
+bl() { "$@" --tokens 256 --iters 1 --warmup 0 --quiet > /dev/null; }
+bl "$BIN" bench-layers --config "$cfg" --report "$TMP/r1.json"
+bl mpi 2 bench-layers --config "$cfg" --tp 2 --sequence-parallel --report "$TMP/r2.json"
+bl mpi 2 bench-layers --config "$moe" --ep 2 --report "$TMP/re.json"
+[ "$(grep -c '"tp": 2' "$TMP/r2.json")" -ge 4 ] || { echo "no tp 2 points"; exit 1; }
+[ "$(grep -c '"num_gemms": 2' "$TMP/re.json")" = 2 ] || { echo "no ep 2 expert points"; exit 1; }
+"$BIN" policy merge --reports "$TMP/r1.json" "$TMP/r2.json" --output "$TMP/pol.json" > /dev/null
+mpi 2 train --config "$cfg" --tp 2 --dry-run --fp8-policy "$TMP/pol.json" \
+  --decisions-out "$TMP/dec.json" 2> "$TMP/err.txt"
+grep -q "policy: no rule for layernorm_column/qkv tp=2\|policy: tokens" "$TMP/err.txt" ||
+  { cat "$TMP/err.txt"; echo "no tp 2 decisions printed"; exit 1; }
+[ "$(grep -c '"tp": 2' "$TMP/dec.json")" = 9 ] || { cat "$TMP/dec.json"; exit 1; }
 echo "parallel layouts: all checks passed"

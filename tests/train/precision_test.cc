@@ -14,10 +14,12 @@
 namespace mxtrain {
 namespace {
 
-TrainConfig cfg(const std::string& precision, bool moe = false) {
+TrainConfig cfg(const std::string& precision, bool moe = false,
+               const std::string& parallel = "") {
   std::string y = "model: {d_model: 64, n_layers: 4, n_heads: 2, d_ff: 128, max_seq_len: 64";
   if (moe) y += ", moe: {num_experts: 8, top_k: 2, d_ff: 64, every: 2}";
   y += "}\ntraining: {seq_len: 64, micro_batch_size: 4}\nprecision: " + precision + "\n";
+  if (!parallel.empty()) y += "parallel: " + parallel + "\n";
   return parse_config(y, "precision-test");
 }
 
@@ -99,6 +101,37 @@ TEST(Precision, PolicyDecidesOnlyWhereNothingElseDoes) {
   std::filesystem::remove(path);
 }
 
+// The policy is looked up at the run's layout: dense modules by their tp (a rule for tp 1 and
+// another for tp 2 give different decisions), experts by etp and the experts one rank holds
+// (num_gemms = experts / ep); the decisions record the tp and etp they were made at.
+TEST(Precision, PolicyIsLookedUpAtTheRunsLayout) {
+  const auto path = std::filesystem::temp_directory_path() / "mxtrain_layout_policy.json";
+  std::ofstream(path) << R"({"version": 1, "speedup_threshold": 1.0, "recipe": "mxfp8", "rules": {
+    "layernorm_column": {"fc1": [{"tp": 1, "min_tokens": 128, "measured_speedup": 1.2},
+                                 {"tp": 2, "min_tokens": 4096, "measured_speedup": 1.1}]},
+    "column_grouped": [{"etp": 1, "num_gemms": 8, "min_tokens": 4096, "measured_speedup": 1.1},
+                       {"etp": 1, "num_gemms": 4, "min_tokens": 16, "measured_speedup": 1.1}]
+  }})";
+  const std::string p = "{recipe: mxfp8, selective_fp8: true, fp8_dynamic_policy_path: '" +
+                        path.string() + "'}";
+  TrainConfig one = cfg(p);
+  auto d1 = decide_all(one, load_policy_oracle(path.string(), one));
+  EXPECT_EQ(d1.at("layers.0.mlp.fc1").precision, "mxfp8");  // tp 1: 256 >= 128
+  EXPECT_EQ(d1.at("layers.0.mlp.fc1").tp, 1);
+  TrainConfig two = cfg(p, false, "{tp: 2}");
+  auto d2 = decide_all(two, load_policy_oracle(path.string(), two));
+  EXPECT_EQ(d2.at("layers.0.mlp.fc1").precision, "bf16");   // tp 2's rule: 256 < 4096
+  EXPECT_EQ(d2.at("layers.0.mlp.fc1").reason, "policy: tokens 256 < min_tokens 4096");
+  EXPECT_EQ(d2.at("layers.0.mlp.fc1").tp, 2);
+  // Experts: 8 per layer, so num_gemms 8 in one process and 4 at ep 2.
+  TrainConfig moe1 = cfg(p, true), moe2 = cfg(p, true, "{ep: 2}");
+  EXPECT_EQ(decide_all(moe1, load_policy_oracle(path.string(), moe1))
+                .at("layers.1.mlp.experts.fc1").precision, "bf16");   // 512 < 4096
+  EXPECT_EQ(decide_all(moe2, load_policy_oracle(path.string(), moe2))
+                .at("layers.1.mlp.experts.fc1").precision, "mxfp8");  // 512 >= 16
+  std::filesystem::remove(path);
+}
+
 TEST(Precision, MalformedPolicyIsAClearError) {
   const auto path = std::filesystem::temp_directory_path() / "mxtrain_bad_policy.json";
   std::ofstream(path) << R"({"version": 2, "rules": {}})";
@@ -153,7 +186,7 @@ TEST(Precision, DecisionsJsonHasTheContractFields) {
   for (const ModuleInfo& m : describe_modules(c.model)) r(m);
   const std::string j = decisions_json(r.decisions());
   for (const char* k : {"\"module\"", "\"kind\"", "\"name\"", "\"tokens\"", "\"precision\"",
-                        "\"reason\""})
+                        "\"reason\"", "\"tp\"", "\"etp\""})
     EXPECT_NE(j.find(k), std::string::npos) << k;
   EXPECT_EQ(r.decisions().size(), describe_modules(c.model).size());
 }

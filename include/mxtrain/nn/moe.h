@@ -20,6 +20,19 @@
 // The routing math is free functions (ops_router.cc) so it can be tested without experts;
 // MoELayer (moe.cc) strings them together with the two GroupedLinear layers. Functions follow
 // nn/ops.h's conventions: backward functions accumulate (+=) unless they say "written".
+//
+// Expert parallelism (nn/parallel.h; docs/distributed.md, "Expert parallel"): with an ep group
+// of P ranks each rank holds E/P experts (rank p: experts [p·E/P, (p+1)·E/P)) and routes its
+// own tokens. The permuted rows travel to their experts' ranks (MPI all-to-all, counts sent
+// first; no capacity limit, no token dropped) as row payloads in fc1's input format (FP8 codes
+// and scales under an FP8 recipe), and the experts' outputs come back in FP32 for the combine.
+// In the backward the expert-output gradients travel toward the experts in fc2's grad format
+// and the input gradients come back in FP32. A rank's experts run once per source rank, on
+// that rank's rows (in rank order), so the tokens of different ranks never share a block of
+// the token axis and each expert's gradient adds the sources in rank order — the arithmetic of
+// one process running the ranks' micro-batches one after another. With one rank the rows make
+// the same payload round trip (row_round_trip): an expert's input is the dispatched payload
+// at every layout.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +45,7 @@
 #include "mxtrain/nn/grouped_linear.h"
 #include "mxtrain/nn/linear.h"
 #include "mxtrain/nn/ops.h"
+#include "mxtrain/nn/parallel.h"
 #include "mxtrain/nn/parameter.h"
 
 namespace mxtrain {
@@ -102,7 +116,16 @@ struct MoEActivations {
   FloatBuffer logits, xp, a, h, yp;           // forward activations (xp, h: see moe.cc)
   Fp8Activation a8;                           // a in FP8 instead (swiglu_input fp8)
   FloatBuffer dyp, dh, da, dxp, dgate, dlogits;  // backward scratch
-  GroupedLinearSaved saved1, saved2;
+  // Per source rank (one with a single rank): the experts' saved state and row groups.
+  std::vector<GroupedLinearSaved> saved1, saved2;
+  std::vector<GroupList> src_groups;
+  // Expert parallelism: the rows at this rank's experts (xr input, yr output, dyr and dxr
+  // their gradients), the rows sent to / received from each rank, and the wire buffers.
+  FloatBuffer xr, yr, dyr, dxr;
+  std::vector<int64_t> recv_counts;  // [P, E/P]: source s's rows for local expert e
+  std::vector<size_t> send_rows, recv_rows, send_bytes, recv_bytes;  // [P]
+  std::vector<uint8_t> send_buf, recv_buf;
+  int64_t expert_rows = 0;  // rows at this rank's experts
 };
 // Owns the router weight `<prefix>.router.weight` [E, D] and the experts
 // `<prefix>.experts.fc1` / `<prefix>.experts.fc2`. Activations live in member buffers that are
@@ -111,18 +134,22 @@ struct MoEActivations {
 class MoELayer {
  public:
   MoELayer() = default;
-  // prefix: dotted module path of the block, e.g. "layers.1.mlp".
+  // prefix: dotted module path of the block, e.g. "layers.1.mlp". ep: the expert-parallel
+  // group (null: one rank; its size must divide num_experts); stats: where its traffic is
+  // counted.
   MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff, int64_t num_experts,
-           int64_t top_k, const LinearPrecision& fc1_prec, const LinearPrecision& fc2_prec);
+           int64_t top_k, const LinearPrecision& fc1_prec, const LinearPrecision& fc2_prec,
+           Collectives* ep = nullptr, ParallelStats* stats = nullptr);
 
   int64_t d_model() const { return D_; }
   int64_t d_ff() const { return F_; }
   int64_t num_experts() const { return E_; }
+  int64_t local_experts() const { return El_; }  // experts on this rank (E / ep size)
   int64_t top_k() const { return k_; }
 
   Parameter router;   // [E, D]
-  GroupedLinear fc1;  // [E, 2F, D]
-  GroupedLinear fc2;  // [E, D, F]
+  GroupedLinear fc1;  // [E/P, 2F, D]: this rank's experts
+  GroupedLinear fc2;  // [E/P, D, F]
 
   // x: [N, D]; y: [N, D] (written). Returns the load-balancing loss of this micro-batch.
   double forward(const float* x, int64_t N, float* y);
@@ -158,18 +185,36 @@ class MoELayer {
   const MoERouting& routing() const { return act().routing; }
   double aux_loss() const { return aux_; }
   // Bytes the two GroupedLinear layers hold for backward after the last forward.
-  size_t held_bytes() const { return act().saved1.held_bytes() + act().saved2.held_bytes(); }
+  size_t held_bytes() const {
+    size_t n = 0;
+    for (const auto* v : {&act().saved1, &act().saved2})
+      for (const GroupedLinearSaved& s : *v) n += s.held_bytes();
+    return n;
+  }
   // Bytes of this block's FP32 activation buffers (kept for backward).
   size_t activation_bytes() const {
     const MoEActivations& a = act();
     return (a.logits.size() + a.routing.probs.size() + a.routing.gate.size() + a.xp.size() +
-            a.a.size() + a.h.size() + a.yp.size()) * sizeof(float) + a.a8.bytes();
+            a.a.size() + a.h.size() + a.yp.size() + a.xr.size() + a.yr.size()) *
+               sizeof(float) +
+           a.a8.bytes();
   }
 
  private:
   MoEActivations& act() { return shared_ ? *shared_ : own_; }
   const MoEActivations& act() const { return shared_ ? *shared_ : own_; }
-  int64_t D_ = 0, F_ = 0, E_ = 0, k_ = 0, N_ = 0;
+  // Expert parallelism (moe.cc): the row counts each way and the source groups; sending rows
+  // of `row_bytes` each toward the experts (rows [P] per destination) or back to the tokens.
+  void plan_dispatch(MoEActivations& A);
+  void reserve_expert_rows(MoEActivations& A, int64_t R);
+  void exchange(const void* send, const std::vector<size_t>& send_rows, void* recv,
+                const std::vector<size_t>& recv_rows, size_t row_bytes, bool toward_experts);
+  // Rows [N·k, D] to the experts (FP32 out [expert_rows, D]) in format f, and back.
+  void dispatch(const float* rows, float* out, const TensorFormat& f);
+  void combine_back(const float* rows, float* out);
+  Collectives* ep_ = nullptr;
+  ParallelStats* stats_ = nullptr;
+  int64_t D_ = 0, F_ = 0, E_ = 0, El_ = 0, k_ = 0, N_ = 0;
   const float* x_ = nullptr;
   double aux_ = 0.0;
   bool fp32_ref_ = false;

@@ -74,4 +74,20 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
 // The whole FP32 matrix: out [size·Ns, K].
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out);
 
+// ---- expert parallelism's token rows (docs/distributed.md, "Expert parallel") ------------
+// A row of D values travels as its rowwise copy in format f: BF16 values for an unscaled
+// format; the row's FP8 codes and then its scales for a 1x32 (E8M0) or 1x128 (FP32) rowwise
+// format. Any other format (one scale per tensor) travels as FP32. An expert's input (and the
+// gradient of its output) is defined as the values such a row arrives as, at every layout: in
+// one process the rows make the same round trip (row_round_trip), so ep ranks compute what one
+// process computes.
+bool row_payload_quantizes(const TensorFormat& f);
+size_t row_payload_bytes(const TensorFormat& f, int64_t D);
+// x: [rows, D] -> out: [rows, row_payload_bytes] (row r's bytes at r·row_payload_bytes).
+void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out);
+// in: [rows, row_payload_bytes] -> x: [rows, D], the values the rows stand for.
+void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x);
+// x: [rows, D] in place: unpack_rows(pack_rows(x)).
+void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f);
+
 }  // namespace mxtrain

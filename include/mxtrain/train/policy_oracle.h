@@ -1,9 +1,10 @@
 // mxtrain/train/policy_oracle.h — the adaptive-FP8 policy as seen by the precision resolver.
 //
 // Loads a policy file (policy/policy.h) and answers, per module, whether FP8 pays off at the
-// module's token count. Dense modules are looked up by (kind, name, tp=1); experts are
-// promoted to the grouped kind and looked up by (etp=1, num_gemms = experts), with tokens ×
-// top-k. (mxtrain runs without tensor or expert parallelism, so tp = etp = 1.)
+// module's token count, at the run's layout (parallel.tp, ep, etp; docs/distributed.md):
+// dense modules are looked up by (kind, name, tp); experts are promoted to the grouped kind and
+// looked up by (etp, num_gemms = the experts one rank holds, experts / ep), with tokens ×
+// top-k (an expert-parallel rank's experts see that many rows on average).
 #pragma once
 
 #include <string>

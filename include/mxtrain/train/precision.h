@@ -28,6 +28,7 @@ struct ModuleDecision {
   int64_t tokens = 0;        // tokens the decision was made for (× top-k for experts)
   std::string precision;     // "bf16" or the FP8 recipe name
   std::string reason;
+  int tp = 1, etp = 1;       // the layout it was decided at (parallel.tp; experts parallel.etp)
 };
 
 // An adaptive-FP8 oracle: given a module and its token count per micro-batch (before

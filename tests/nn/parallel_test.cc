@@ -1,0 +1,123 @@
+// tests/nn/parallel_test.cc — the one-process pieces of the parallel layouts (nn/parallel.h,
+// nn/parameter.h): slicing whole tensors into ranks' parts and back, and expert parallelism's
+// row payloads, byte for byte against the quantizers they are made of.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "mxtrain/nn/parallel.h"
+#include "mxtrain/nn/parameter.h"
+#include "mxtrain/quantize.h"
+#include "mxtrain/recipe.h"
+
+namespace mxtrain {
+namespace {
+
+std::vector<float> iota(int64_t n) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = float(i);
+  return v;
+}
+
+// Every rank's slice, put back, is the whole tensor; a slice holds what the split says: qkv
+// [3D, D] in 3 blocks (rank r: rows r·D/W.. of q, of k and of v), proj [D, D] by columns, an
+// expert tensor [E, out, in] by experts.
+TEST(ParamSplit, SlicesTileTheWholeTensor) {
+  struct Case {
+    std::vector<int64_t> shape;
+    int dim, parts, count;
+  };
+  for (const Case& c : {Case{{12, 4}, 0, 3, 2}, Case{{8, 8}, 1, 1, 4}, Case{{6, 5, 3}, 0, 1, 3},
+                        Case{{4, 6, 2}, 1, 2, 3}, Case{{1, 7}, 1, 1, 7}}) {
+    int64_t n = 1;
+    for (int64_t d : c.shape) n *= d;
+    const std::vector<float> whole = iota(n);
+    std::vector<float> back(size_t(n), -1.f);
+    for (int r = 0; r < c.count; ++r) {
+      ParamSplit s;
+      s.over = ParamSplit::Over::tp;
+      s.dim = c.dim;
+      s.parts = c.parts;
+      s.count = c.count;
+      s.index = r;
+      s.full_shape = c.shape;
+      const std::vector<int64_t> ls = slice_shape(s);
+      int64_t ln = 1;
+      for (int64_t d : ls) ln *= d;
+      EXPECT_EQ(ln * c.count, n);
+      std::vector<float> local(static_cast<size_t>(ln));
+      slice_of(s, whole.data(), local.data());
+      place_slice(s, local.data(), back.data());
+    }
+    EXPECT_EQ(back, whole);
+  }
+  // qkv [6, 2] over 2 ranks: rank 1 holds q row 1, k row 1 (row 3), v row 1 (row 5).
+  ParamSplit q;
+  q.over = ParamSplit::Over::tp;
+  q.dim = 0;
+  q.parts = 3;
+  q.count = 2;
+  q.index = 1;
+  q.full_shape = {6, 2};
+  std::vector<float> local(6);
+  const std::vector<float> whole = iota(12);
+  slice_of(q, whole.data(), local.data());
+  EXPECT_EQ(local, (std::vector<float>{2, 3, 6, 7, 10, 11}));
+}
+
+std::vector<float> randn(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  std::vector<float> v(static_cast<size_t>(n));
+  // Magnitudes over many binades, so blocks get different scales and small values fall below
+  // their block's normal range.
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = nd(rng) * std::ldexp(1.f, int(i % 23) - 11);
+  return v;
+}
+
+// A row payload arrives as the rowwise quantization's values (dequantize of quantize), BF16
+// values for bf16, and FP32 as it was for a per-tensor format; its size is a row's codes and
+// scales.
+TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
+  // 300 rows: the threaded copy loops run (from 256 rows on).
+  for (int64_t rows : {37, 300})
+  for (int64_t D : {1, 31, 33, 128, 129, 257})
+    for (const char* name : {"bf16", "mxfp8", "mxfp8-e5m2grad", "blockwise", "fp8-current"})
+      for (Role role : {Role::input, Role::grad}) {
+        SCOPED_TRACE(std::string(name) + " D=" + std::to_string(D) + " rows=" +
+                     std::to_string(rows));
+        const TensorFormat f = get_recipe(name).role(role);
+        const std::vector<float> x = randn(rows * D, uint32_t(D));
+        std::vector<uint8_t> buf(row_payload_bytes(f, D) * size_t(rows));
+        pack_rows(x.data(), rows, D, f, buf.data());
+        std::vector<float> got(size_t(rows * D)), want(size_t(rows * D));
+        unpack_rows(buf.data(), rows, D, f, got.data());
+        if (!f.quantized()) {
+          EXPECT_EQ(row_payload_bytes(f, D), size_t(2 * D));
+          std::vector<uint16_t> b(size_t(rows * D));
+          f32_to_bf16_array(x.data(), b.data(), rows * D);
+          bf16_to_f32_array(b.data(), want.data(), rows * D);
+        } else if (!row_payload_quantizes(f)) {
+          EXPECT_EQ(row_payload_bytes(f, D), size_t(4 * D));
+          want = x;
+        } else {
+          const int64_t B = block_edge(f.block), sb = scale_type_bytes(f.scale);
+          EXPECT_EQ(row_payload_bytes(f, D), size_t(D + ceil_div(D, B) * sb));
+          QTensor q;
+          make_copies(x.data(), rows, D, f, q, {Copy::rowwise});
+          dequantize(q.rowwise, want.data());
+        }
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * got.size()), 0);
+        std::vector<float> rt = x;
+        row_round_trip(rt.data(), rows, D, f);
+        EXPECT_EQ(std::memcmp(rt.data(), want.data(), sizeof(float) * rt.size()), 0);
+      }
+  // MXFP8 rows of 2048: (2048 + 64) / 4096 of BF16's bytes.
+  EXPECT_EQ(row_payload_bytes(get_recipe("mxfp8").role(Role::input), 2048), 2048u + 64u);
+}
+
+}  // namespace
+}  // namespace mxtrain
