@@ -8,11 +8,18 @@
 #               directory where the checkpoint's `latest` file goes: the save after the last
 #               step fails on rank 0 while rank 1 waits for it in a collective
 #   sigkill     rank 1 is killed with SIGKILL in the middle of training: mpirun ends the job
+#   sigkill_tp  the same at tp 2 (tensor-parallel collectives in every layer)
+#   sigkill_ep  the same at ep 2 (expert all-to-alls), on the MoE test model
 # Each launch must exit non-zero within 60 s (a hang would hit the 120 s `timeout`).
 # Usage: train_failure_mpi.sh MXTRAIN MPIEXEC CASE   (CTest `mpi_train_abort_CASE`)
 source "$(dirname "$0")/support/train_lib.sh"
-case_name=${3:?usage: train_failure_mpi.sh MXTRAIN MPIEXEC metrics|decisions|checkpoint|sigkill}
+case_name=${3:?usage: train_failure_mpi.sh MXTRAIN MPIEXEC metrics|decisions|checkpoint|sigkill|sigkill_tp|sigkill_ep}
 cfg=$DATA/mpi_tiny.yaml
+layout=(--fsdp)
+case $case_name in
+  sigkill_tp) layout=(--tp 2) ;;
+  sigkill_ep) layout=(--ep 2); cfg=$DATA/mpi_tiny_moe.yaml ;;
+esac
 
 # expect_abort LABEL EXPECTED_MESSAGE TRAIN_ARGS...: 2 ranks, non-zero exit within 60 s,
 # "rank 0: error: EXPECTED_MESSAGE" in the output.
@@ -46,9 +53,9 @@ case $case_name in
     mkdir -p "$TMP/ck/latest/in-the-way"
     expect_abort "checkpoint save fails after training" "cannot write $TMP/ck/latest" \
       --checkpoint-dir "$TMP/ck" --steps 2 ;;
-  sigkill)
-    "$MPIEXEC" --oversubscribe -np 2 "$BIN" train --config "$cfg" --fsdp --quiet --steps 100000 \
-      --metrics-out "$TMP/m.jsonl" > "$TMP/out.txt" 2>&1 &
+  sigkill | sigkill_tp | sigkill_ep)
+    "$MPIEXEC" --oversubscribe -np 2 "$BIN" train --config "$cfg" "${layout[@]}" --quiet \
+      --steps 100000 --metrics-out "$TMP/m.jsonl" > "$TMP/out.txt" 2>&1 &
     launcher=$!
     trap 'kill -9 $launcher 2>/dev/null || true; rm -rf "$TMP"' EXIT
     for _ in $(seq 240); do  # training has started once a step is in the metrics
@@ -70,6 +77,6 @@ case $case_name in
     wait $launcher || rc=$?
     cat "$TMP/out.txt"
     [ "$rc" -ne 0 ] || { echo "FAIL: mpirun exited 0 after rank 1 was killed"; exit 1; }
-    echo "ok sigkill: mpirun exited with status $rc $((SECONDS - t0)) s after rank 1 died" ;;
+    echo "ok $case_name: mpirun exited with status $rc $((SECONDS - t0)) s after rank 1 died" ;;
   *) echo "unknown case $case_name"; exit 2 ;;
 esac
