@@ -39,21 +39,21 @@ SliceGeometry geometry(const ParamSplit& s) {
   return g;
 }
 
-// Calls copy(full_offset, local_offset, n) for every contiguous run of the slice.
-template <class F>
-void for_each_run(const ParamSplit& s, F&& copy) {
+}  // namespace
+
+std::vector<SliceRun> slice_runs(const ParamSplit& s) {
   const SliceGeometry g = geometry(s);
   const int64_t run = g.len * g.post;  // one slice of one block, contiguous in both
+  std::vector<SliceRun> out;
   int64_t local = 0;
   for (int64_t a = 0; a < g.pre; ++a)
     for (int p = 0; p < s.parts; ++p) {
       const int64_t block = (a * s.parts + p) * s.count + s.index;
-      copy(block * run, local, run);
+      out.push_back({block * run, local, run});
       local += run;
     }
+  return out;
 }
-
-}  // namespace
 
 std::vector<int64_t> slice_shape(const ParamSplit& s) {
   std::vector<int64_t> shape = s.full_shape;
@@ -62,15 +62,13 @@ std::vector<int64_t> slice_shape(const ParamSplit& s) {
 }
 
 void slice_of(const ParamSplit& s, const float* full, float* local) {
-  for_each_run(s, [&](int64_t f, int64_t l, int64_t n) {
-    std::memcpy(local + l, full + f, sizeof(float) * size_t(n));
-  });
+  for (const SliceRun& r : slice_runs(s))
+    std::memcpy(local + r.local, full + r.whole, sizeof(float) * size_t(r.length));
 }
 
 void place_slice(const ParamSplit& s, const float* local, float* full) {
-  for_each_run(s, [&](int64_t f, int64_t l, int64_t n) {
-    std::memcpy(full + f, local + l, sizeof(float) * size_t(n));
-  });
+  for (const SliceRun& r : slice_runs(s))
+    std::memcpy(full + r.whole, local + r.local, sizeof(float) * size_t(r.length));
 }
 
 // ---- sequence-parallel gathers ----------------------------------------------------------

@@ -36,40 +36,47 @@ namespace mxtrain {
 
 namespace {
 
-uint64_t splitmix64(uint64_t& s) {
-  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+// splitmix64's output function of a state.
+uint64_t splitmix_out(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // splitmix64's increment
 
 // N(0, std^2) values from a stream keyed by (seed, parameter name): independent of creation
-// order and thread count, identical on every rank.
-void init_normal(Parameter& p, float std, uint64_t seed) {
+// order and thread count, identical on every rank. Element pair (2q, 2q+1) is one Box-Muller
+// draw from the stream's calls 2q and 2q+1 (splitmix64: call c reads state s0 + (c+1)·gamma),
+// so any range of the tensor can be made on its own: out [n] = elements [begin, begin + n).
+void normal_values(const std::string& name, float std, uint64_t seed, int64_t begin, int64_t n,
+                   float* out) {
   uint64_t h = 1469598103934665603ull;  // FNV-1a of the name
-  for (char c : p.name) h = (h ^ uint8_t(c)) * 1099511628211ull;
-  uint64_t s = seed ^ (h * 0x9E3779B97F4A7C15ull);
-  const size_t n = p.value.size();
-  for (size_t i = 0; i < n; i += 2) {
-    const double u1 = (double(splitmix64(s) >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]
-    const double u2 = double(splitmix64(s) >> 11) * 0x1.0p-53;
+  for (char c : name) h = (h ^ uint8_t(c)) * 1099511628211ull;
+  const uint64_t s0 = seed ^ (h * kGamma);
+  const int64_t end = begin + n;
+  for (int64_t q = begin / 2; 2 * q < end; ++q) {  // the pairs the range touches
+    const uint64_t c = uint64_t(2 * q);
+    const double u1 = (double(splitmix_out(s0 + (c + 1) * kGamma) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = double(splitmix_out(s0 + (c + 2) * kGamma) >> 11) * 0x1.0p-53;
     const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * M_PI * u2;
-    p.value[i] = float(std * r * std::cos(a));
-    if (i + 1 < n) p.value[i + 1] = float(std * r * std::sin(a));
+    if (2 * q >= begin) out[2 * q - begin] = float(std * r * std::cos(a));
+    if (2 * q + 1 >= begin && 2 * q + 1 < end) out[2 * q + 1 - begin] = float(std * r * std::sin(a));
   }
 }
 
-// A slice of a whole tensor initialised like init_normal: the whole tensor's values are made
-// (the same stream as one process's) and the slice `split` is kept.
+void init_normal(Parameter& p, float std, uint64_t seed) {
+  normal_values(p.name, std, seed, 0, int64_t(p.value.size()), p.value.data());
+}
+
+// A slice of a whole tensor initialised like init_normal: each of its contiguous runs is made
+// from the whole tensor's stream at its offset (nothing of the whole tensor is materialised).
 void init_normal_slice(Parameter& p, const ParamSplit& split, float std, uint64_t seed) {
   if (!split.sliced()) {
     init_normal(p, std, seed);
     return;
   }
-  Parameter whole;
-  whole.init(p.name, split.full_shape);
-  init_normal(whole, std, seed);
-  slice_of(split, whole.value.data(), p.value.data());
+  for (const SliceRun& r : slice_runs(split))
+    normal_values(p.name, std, seed, r.whole, r.length, p.value.data() + r.local);
   p.split = split;
 }
 

@@ -5,7 +5,8 @@
 // tp rank, expert weights E/ep experts per ep rank, the rest replicated. After the
 // micro-batches each gradient is summed over the ranks that hold the same slice and computed
 // different data, then divided by the data-parallel size dp (the loss is the mean over the
-// global batch of micro_batch_size x dp x grad_accum sequences):
+// global batch of micro_batch_size x dp x grad_accum sequences), in place, parameter by
+// parameter:
 //   replicated, and tensor-parallel slices     sum over dp()
 //   replicated with a partial gradient (the    sum over every rank: the tp group's parts,
 //   norms, embedding and head under sequence   then the dp replicas
@@ -13,8 +14,7 @@
 //   expert slices                              sum over edp(): an expert's gradient already
 //                                              holds every ep rank's tokens (the dispatch
 //                                              brought them), the edp replicas saw other data
-// Each group's gradients travel in one packed all-reduce. AdamW then runs on every rank's own
-// slices, identically on the replicas. Checkpoints hold whole tensors: rank 0 gathers each
+// AdamW then runs on every rank's own slices, identically on the replicas. Checkpoints hold whole tensors: rank 0 gathers each
 // slice set and writes the one-process format; loading broadcasts whole tensors and every rank
 // keeps its slice — so a checkpoint resumes at any layout, or in one process.
 #include <cstring>
@@ -193,28 +193,13 @@ class MeshSync : public ParamSync {
            mesh_.edp().stats()[Coll::allreduce].bytes;
   }
 
-  // The gradients of one reduction group, packed into one all-reduce.
+  // The gradients of one reduction group, each all-reduced in place (no packed copy: the
+  // memory a rank holds stays that of its own slices).
   void reduce_group(Reduce r) {
     Comm& c = r == Reduce::dp ? mesh_.dp() : r == Reduce::world ? mesh_.world() : mesh_.edp();
     if (c.size() == 1) return;
-    size_t n = 0;
     for (Parameter* p : params_)
-      if (reduction(*p) == r) n += p->grad.size();
-    if (n == 0) return;
-    pack_.resize(n);
-    size_t at = 0;
-    for (Parameter* p : params_)
-      if (reduction(*p) == r) {
-        std::memcpy(pack_.data() + at, p->grad.data(), sizeof(float) * p->grad.size());
-        at += p->grad.size();
-      }
-    c.allreduce_sum(pack_.data(), n);
-    at = 0;
-    for (Parameter* p : params_)
-      if (reduction(*p) == r) {
-        std::memcpy(p->grad.data(), pack_.data() + at, sizeof(float) * p->grad.size());
-        at += p->grad.size();
-      }
+      if (reduction(*p) == r) c.allreduce_sum(p->grad.data(), p->grad.size());
   }
 
   // The communicator a parameter's slices are spread over (null: not sliced).
@@ -264,7 +249,6 @@ class MeshSync : public ParamSync {
   dist::Mesh& mesh_;
   std::vector<Parameter*> params_;
   std::vector<FloatBuffer> m_, v_;
-  FloatBuffer pack_;
   CommCounters counters_;
 };
 

@@ -101,5 +101,11 @@ void slice_of(const ParamSplit& split, const float* full, float* local);
 void place_slice(const ParamSplit& split, const float* local, float* full);
 // The shape of the slice.
 std::vector<int64_t> slice_shape(const ParamSplit& split);
+// The slice as contiguous runs: `length` elements at offset `whole` of the whole tensor are
+// at offset `local` of the slice (in increasing order of both).
+struct SliceRun {
+  int64_t whole = 0, local = 0, length = 0;
+};
+std::vector<SliceRun> slice_runs(const ParamSplit& split);
 
 }  // namespace mxtrain
