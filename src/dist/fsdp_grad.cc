@@ -86,7 +86,7 @@ void Fsdp::finish_reduce() {
 }
 
 void Fsdp::reduce_gradients() {
-  const int W = comm_.size();
+  const int W = opt_.grad_divisor > 0 ? opt_.grad_divisor : comm_.size();
   // Sharded: modules whose backward ran without pre_backward reduce-scatter their own
   // full-size grads now; then every reduce-scatter in flight completes.
   for (size_t i = 0; i < modules_.size(); ++i) {
@@ -166,13 +166,24 @@ std::vector<ShardView> Fsdp::shards() {
   return out;
 }
 
+std::vector<double> Fsdp::module_grad_sum_squares() {
+  std::vector<double> s;
+  for (auto& m : modules_) s.push_back(sum_sq(m->grad.data(), m->grad.size()));
+  if (!s.empty()) comm_.allreduce_sum(s.data(), s.size());
+  return s;
+}
+
+double Fsdp::replicated_grad_sum_squares() {
+  double rep = 0;  // identical on every rank after reduce_gradients(): count once
+  for (auto& r : replicated_) rep += sum_sq(r->p->grad.data(), r->p->grad.size());
+  return rep;
+}
+
 double Fsdp::grad_sum_squares() {
   double sharded = 0;
   for (auto& m : modules_) sharded += sum_sq(m->grad.data(), m->grad.size());
   comm_.allreduce_sum(&sharded, 1);
-  double rep = 0;  // identical on every rank after reduce_gradients(): count once
-  for (auto& r : replicated_) rep += sum_sq(r->p->grad.data(), r->p->grad.size());
-  return sharded + rep;
+  return sharded + replicated_grad_sum_squares();
 }
 
 bool Fsdp::grads_finite() {

@@ -466,9 +466,6 @@ void TrainConfig::validate() const {
               r->name, ": one scale per tensor is not built for tensor or expert parallelism "
               "(each rank's slice would need an amax agreed over its group); use an MX or "
               "blockwise recipe, or --fsdp");
-  MXT_CHECK(!p.used() || !fsdp.enabled, "fsdp with tensor or expert parallelism is not built "
-            "yet: drop --fsdp (the data-parallel ranks then all-reduce their gradients) or the "
-            "parallel layout");
   MXT_CHECK(!p.sequence_parallel ||
                 (int64_t(training.micro_batch_size) * training.seq_len) % p.tp == 0,
             "parallel.sequence_parallel: the micro-batch's tokens (micro_batch_size ",

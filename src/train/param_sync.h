@@ -79,8 +79,11 @@ class ParamSync {
 };
 
 std::unique_ptr<ParamSync> make_local_sync(GPT& model);
-// Collective over MPI_COMM_WORLD: checks every rank has the same config, shards the model.
-std::unique_ptr<ParamSync> make_fsdp_sync(GPT& model, const TrainConfig& cfg);
+// Collective over MPI_COMM_WORLD: checks every rank has the same config, shards the model —
+// under a layout (mesh set: a model built with mesh->model_parallel()) its slices, over the
+// data-parallel (experts: expert-data-parallel) ranks.
+std::unique_ptr<ParamSync> make_fsdp_sync(GPT& model, const TrainConfig& cfg,
+                                          dist::Mesh* mesh = nullptr);
 // Collective over the mesh's world: a model built with mesh.model_parallel() (its slices),
 // gradients reduced over the data-parallel ranks that hold the same slice (train/
 // param_sync_mesh.cc).

@@ -641,7 +641,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt) {
   return run_training(cfg, opt, [](GPT& model, const TrainConfig& c, dist::Mesh* mesh) {
-    if (c.fsdp.enabled) return make_fsdp_sync(model, c);
+    if (c.fsdp.enabled) return make_fsdp_sync(model, c, mesh);
     return mesh ? make_mesh_sync(model, *mesh) : make_local_sync(model);
   });
 }

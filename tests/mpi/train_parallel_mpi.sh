@@ -23,6 +23,9 @@
 #   ep 2 x edp 2 on 4 ranks against grad_accum 4; mxfp8 sends 0.5156x (= 66/128) of bf16's
 #   dispatch bytes when both route the same tokens;
 # - a layout refused: ep that does not divide the experts;
+# - FSDP with a layout (--fsdp shards each slice over its data-parallel replicas, expert slices
+#   over their expert-data-parallel ones): tp 2 x dp 2, tp 2 + SP, ep 2 x edp 2 against one
+#   process within 1e-4 over 8 steps, and a tp 2 x dp 2 FSDP checkpoint resumed in one process;
 # - adaptive FP8 at the layout: bench-layers under mpirun at tp 2 (sequence parallel) and at
 #   ep 2 writes reports keyed tp 2 and num_gemms = experts / ep; policy merge takes them with a
 #   one-process report; a dry run at tp 2 decides with tp 2, and every decision row says so.
@@ -118,6 +121,25 @@ if mpi 2 train --config "$moe" --ep 3 --steps 1 --quiet > "$TMP/err.txt" 2>&1; t
 fi
 grep -q "parallel.ep 3 must divide model.moe.num_experts (4)" "$TMP/err.txt" ||
   { cat "$TMP/err.txt"; exit 1; }
+# FSDP with a layout.
+"$BIN" train --config "$cfg" --steps 8 --quiet --metrics-out "$TMP/f1.jsonl"
+"$BIN" train --config "$cfg" --steps 8 --grad-accum 2 --quiet --metrics-out "$TMP/f2.jsonl"
+mpi 4 train --config "$cfg" --steps 8 --tp 2 --fsdp --quiet --metrics-out "$TMP/ft.jsonl" \
+  --checkpoint-dir "$TMP/ck_ft" --stop-after 4
+cp -r "$TMP/ck_ft" "$TMP/ck_ft1"
+cp "$TMP/ft.jsonl" "$TMP/fr.jsonl"
+mpi 4 train --config "$cfg" --steps 8 --tp 2 --fsdp --quiet --metrics-out "$TMP/ft.jsonl" \
+  --checkpoint-dir "$TMP/ck_ft" --resume
+same_losses "$TMP/f2.jsonl" "$TMP/ft.jsonl" "tp 2 x dp 2 with FSDP (resumed at step 4) vs 1 x 2" 8 loss
+"$BIN" train --config "$cfg" --steps 8 --grad-accum 2 --quiet --metrics-out "$TMP/fr.jsonl" \
+  --checkpoint-dir "$TMP/ck_ft1" --resume
+same_losses "$TMP/f2.jsonl" "$TMP/fr.jsonl" "tp 2 x dp 2 FSDP checkpoint resumed in 1 process" 8 loss
+mpi 2 train --config "$cfg" --steps 8 --tp 2 --sequence-parallel --fsdp --quiet \
+  --metrics-out "$TMP/fs.jsonl"
+same_losses "$TMP/f1.jsonl" "$TMP/fs.jsonl" "tp 2 + SP with FSDP vs 1 process" 8
+mpi 4 train --config "$moe" --steps 8 --ep 2 --fsdp --quiet --metrics-out "$TMP/fe.jsonl"
+same_losses "$TMP/moe_one4.jsonl" "$TMP/fe.jsonl" "ep 2 x edp 2 with FSDP vs 1 x 4" 8
+
 # Adaptive FP8 at the layout.
 bl() { "$@" --tokens 256 --iters 1 --warmup 0 --quiet > /dev/null; }
 bl "$BIN" bench-layers --config "$cfg" --report "$TMP/r1.json"

@@ -105,6 +105,9 @@ struct FsdpOptions {
   bool progress_thread = false;  // drive transfers from a thread (dist/comm.h) where MPI can
   bool free_full_values = true;  // empty the layers' Parameter::value after sharding
   bool broadcast_initial = true; // start from rank 0's values (else each rank's own)
+  // The gradient mean's denominator (0: the communicator's size). Expert weights sharded over
+  // the expert-data-parallel ranks divide by the dense data-parallel size (dist/mesh.h).
+  int grad_divisor = 0;
 };
 
 // One parameter's optimizer view on this rank. Sharded: this rank's padded shard
@@ -200,6 +203,10 @@ class Fsdp {
   std::vector<ShardView> shards();
   // Collective: Σ grad² over the whole model (each element once), after reduce_gradients().
   double grad_sum_squares();
+  // Its parts: per sharded module in add() order (collective; every rank gets the sums over
+  // the shards), and over the replicated parameters (this rank's, identical on every rank).
+  std::vector<double> module_grad_sum_squares();
+  double replicated_grad_sum_squares();
   // Collective: true when every gradient element on every rank is finite.
   bool grads_finite();
   void bump_versions();
