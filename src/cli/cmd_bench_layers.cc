@@ -265,8 +265,8 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
   // on every rank). Rank 0 alone prints and writes the report.
   std::unique_ptr<dist::Mesh> mesh;
   if (dist::launched_by_mpi() && dist::Comm::world().size() > 1) {
-    MXT_CHECK(o.etp == 1, "bench-layers --etp ", o.etp, ": expert-tensor parallelism is not "
-              "built yet");
+    MXT_CHECK(o.etp == 1, "bench-layers --etp ", o.etp, " under mpirun: timing the expert-tensor-"
+              "parallel exchanges is not built; time its per-rank shapes in one process");
     mesh = std::make_unique<dist::Mesh>(dist::Comm::world(),
                                         dist::MeshShape{o.tp, o.ep, o.etp, o.sequence_parallel});
     g_layout.mesh = mesh.get();

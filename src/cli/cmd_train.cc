@@ -209,7 +209,8 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                "data parallel = ranks / N)", Value::integer);
   add_override(sub, a, "--ep", "parallel.ep",
                "Expert parallelism: spread an MoE model's experts over N ranks", Value::integer);
-  add_override(sub, a, "--etp", "parallel.etp", "Expert-tensor parallelism (not built yet)",
+  add_override(sub, a, "--etp", "parallel.etp",
+               "Expert-tensor parallelism: split each expert's hidden units over N ranks",
                Value::integer);
   sub->add_flag_function(
       "--sequence-parallel",

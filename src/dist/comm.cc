@@ -323,6 +323,27 @@ void Comm::allgather(const void* send, void* recv, size_t n) {
          "MPI_Allgather");
 }
 
+void Comm::allgatherv(const void* send, size_t n, void* recv, const size_t* recv_bytes) {
+  CallTimer t(stats_[Coll::allgather], uint64_t(size_ - 1) * n);
+  MXT_CHECK(recv_bytes[rank_] == n, "allgatherv: sends ", n, " bytes but expects ",
+            recv_bytes[rank_], " of its own");
+  if (!handle_) {
+    if (n && send != recv) std::memmove(recv, send, n);
+    return;
+  }
+  const size_t W = size_t(size_);
+  std::vector<int> rc(W), rd(W);
+  size_t off = 0;
+  for (size_t r = 0; r < W; ++r) {
+    rc[r] = to_count(recv_bytes[r], "allgatherv");
+    rd[r] = to_count(off, "allgatherv offset");
+    off += recv_bytes[r];
+  }
+  mpi_ok(MPI_Allgatherv(send, to_count(n, "allgatherv"), MPI_BYTE, recv, rc.data(), rd.data(),
+                        MPI_BYTE, *comm_of(handle_)),
+         "MPI_Allgatherv");
+}
+
 Request Comm::start_request(Coll kind, uint64_t bytes,
                             const std::function<void(void*)>& start) {
   MXT_PROFILE(communication, none);

@@ -28,6 +28,7 @@ Mesh::Mesh(Comm& world, const MeshShape& shape) : world_(world), shape_(shape) {
   ep_ = world.split(edp_rank * etp + etp_rank, ep_rank);
   etp_ = world.split(edp_rank * ep + ep_rank, etp_rank);
   edp_ = world.split(ep_rank * etp + etp_rank, edp_rank);
+  emp_ = world.split(edp_rank, ep_rank * etp + etp_rank);
 }
 
 namespace {
@@ -45,6 +46,10 @@ class CommCollectives : public Collectives {
   }
   uint64_t allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     return counted(Coll::allgather, [&] { c_.allgather(send, recv, bytes_per_rank); });
+  }
+  uint64_t allgatherv(const void* send, size_t send_bytes, void* recv,
+                      const size_t* recv_bytes) override {
+    return counted(Coll::allgather, [&] { c_.allgatherv(send, send_bytes, recv, recv_bytes); });
   }
   uint64_t reduce_scatter_sum(const float* send, float* recv, size_t chunk) override {
     return counted(Coll::reduce_scatter, [&] { c_.reduce_scatter_sum(send, recv, chunk); });
@@ -76,10 +81,12 @@ std::unique_ptr<Collectives> comm_collectives(Comm& comm) {
 ModelParallel Mesh::model_parallel() {
   if (!tp_coll_) tp_coll_ = comm_collectives(*tp_);
   if (!ep_coll_) ep_coll_ = comm_collectives(*ep_);
+  if (!etp_coll_) etp_coll_ = comm_collectives(*etp_);
   ModelParallel p;
   p.tp = shape_.tp > 1 ? tp_coll_.get() : nullptr;
   p.sequence_parallel = shape_.sequence_parallel && shape_.tp > 1;
   p.ep = shape_.ep > 1 ? ep_coll_.get() : nullptr;
+  p.etp = shape_.etp > 1 ? etp_coll_.get() : nullptr;
   return p;
 }
 

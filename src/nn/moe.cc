@@ -9,12 +9,14 @@
 // dxp / dh scratch, free during the forward; with defer on (the layer keeps a pointer) and in
 // the FP32 reference they get their own buffers xp / h.
 //
-// Expert parallelism (nn/moe.h): the permuted rows are sent to their experts' ranks, which
-// run their experts once per source rank; the "expert side" buffers (input, fc1 output, h,
-// output and their gradients) then hold the received rows, xr / yr / dyr / dxr, sized to the
-// rows that arrived (grown, never shrunk). With one rank they are the local buffers.
+// Expert (and expert-tensor) parallelism (nn/moe.h): the permuted rows are sent to their
+// experts' ranks (and gathered over the etp group), which run their experts once per source
+// rank; the "expert side" buffers (input, fc1 output, h, output and their gradients) then hold
+// those rows, xr / yr / dyr / dxr, sized to the rows that arrived (grown, never shrunk). With
+// one rank they are the local buffers.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "mxtrain/common.h"
 #include "mxtrain/nn/moe.h"
@@ -58,17 +60,21 @@ void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, 
 
 MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
                    int64_t num_experts, int64_t top_k, const LinearPrecision& fc1_prec,
-                   const LinearPrecision& fc2_prec, Collectives* ep, ParallelStats* stats)
-    : ep_(ep), stats_(stats), D_(d_model), F_(d_ff), E_(num_experts), k_(top_k) {
+                   const LinearPrecision& fc2_prec, Collectives* ep, ParallelStats* stats,
+                   Collectives* etp)
+    : ep_(ep), etp_(etp), stats_(stats), D_(d_model), F_(d_ff), E_(num_experts), k_(top_k) {
   MXT_CHECK(d_model >= 1 && d_ff >= 1, "MoE '", prefix, "': d_model and d_ff must be >= 1");
   MXT_CHECK(num_experts >= 1 && top_k >= 1 && top_k <= num_experts, "MoE '", prefix,
             "': top_k = ", top_k, " must be between 1 and num_experts = ", num_experts);
-  const int64_t P = ep ? ep->size() : 1;
+  const int64_t P = ep ? ep->size() : 1, Q = etp ? etp->size() : 1;
   MXT_CHECK(num_experts % P == 0, "MoE '", prefix, "': expert parallelism ", P,
             " must divide the ", num_experts, " experts");
+  MXT_CHECK(d_ff % Q == 0, "MoE '", prefix, "': expert-tensor parallelism ", Q,
+            " must divide the experts' d_ff ", d_ff);
   El_ = num_experts / P;
-  fc1 = GroupedLinear(prefix + ".experts.fc1", El_, d_model, 2 * d_ff, fc1_prec);
-  fc2 = GroupedLinear(prefix + ".experts.fc2", El_, d_ff, d_model, fc2_prec);
+  Fl_ = d_ff / Q;
+  fc1 = GroupedLinear(prefix + ".experts.fc1", El_, d_model, 2 * Fl_, fc1_prec);
+  fc2 = GroupedLinear(prefix + ".experts.fc2", El_, Fl_, d_model, fc2_prec);
   router.init(prefix + ".router.weight", {num_experts, d_model});
 }
 
@@ -77,7 +83,7 @@ void MoELayer::reserve(int64_t N) {
   MoEActivations& A = act();
   const int64_t rows = N * k_;
   for (auto* v : {&A.yp, &A.dyp, &A.dxp}) v->resize(size_t(rows * D_));
-  if (own_input(fc1) || ep_)
+  if (own_input(fc1) || split())
     A.xp.resize(size_t(rows * D_));
   else
     A.xp = FloatBuffer();
@@ -89,59 +95,99 @@ void MoELayer::reserve(int64_t N) {
     v->reserve(size_t(rows));
   A.routing.gate.reserve(size_t(rows));
   A.routing.counts.reserve(size_t(E_));
-  if (!ep_) reserve_expert_rows(A, rows);
+  if (!split()) reserve_expert_rows(A, rows, rows);
 }
 
-// The expert-side buffers for R rows at this rank's experts (grown, never shrunk below what
-// an earlier step needed: no allocation once the largest R was seen).
-void MoELayer::reserve_expert_rows(MoEActivations& A, int64_t R) {
+// The expert-side buffers for `all_rows` rows at this rank's experts, `own_rows` of them its
+// own (grown, never shrunk below what an earlier step needed: no allocation once the largest
+// counts were seen).
+void MoELayer::reserve_expert_rows(MoEActivations& A, int64_t all_rows, int64_t own_rows) {
   const auto at_least = [](FloatBuffer& b, int64_t n) {
     if (b.size() < size_t(n)) b.resize(size_t(n));
   };
-  at_least(A.da, R * 2 * F_);
+  const int64_t R = all_rows;
+  at_least(A.da, R * 2 * Fl_);
   if (a_fp8()) {
     A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the FP8 copy
   } else {
-    at_least(A.a, R * 2 * F_);
+    at_least(A.a, R * 2 * Fl_);
     A.a8.clear();
   }
-  at_least(A.dh, R * F_);
+  at_least(A.dh, R * Fl_);
   if (own_input(fc2))
-    at_least(A.h, R * F_);
+    at_least(A.h, R * Fl_);
   else
     A.h = FloatBuffer();
-  if (ep_)
+  if (split())
     for (FloatBuffer* b : {&A.xr, &A.yr, &A.dyr, &A.dxr}) at_least(*b, R * D_);
+  if (etp_) at_least(A.own, own_rows * D_);
 }
 
-// ---- expert parallelism -----------------------------------------------------------------------
+// ---- expert and expert-tensor parallelism ---------------------------------------------------
+
+void MoELayer::count(uint64_t bytes, bool toward_experts,
+                     std::chrono::steady_clock::time_point t0) {
+  if (!stats_) return;
+  stats_->ep_comm_bytes += bytes;
+  if (toward_experts) stats_->ep_dispatch_bytes += bytes;
+  stats_->ep_ms +=
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
 
 void MoELayer::plan_dispatch(MoEActivations& A) {
-  const int64_t P = ep_->size();
-  // Rows for each of every rank's experts, and from every rank for each of ours.
-  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t P = ep_ ? ep_->size() : 1, Q = etp_ ? etp_->size() : 1;
+  // Rows for each of every ep rank's experts, and from every ep rank for each of ours.
   A.recv_counts.resize(size_t(E_));
-  const uint64_t sent = ep_->alltoall(A.routing.counts.data(), A.recv_counts.data(),
-                                      sizeof(int64_t) * size_t(El_));
-  if (stats_) {
-    stats_->ep_comm_bytes += sent;
-    stats_->ep_ms += std::chrono::duration<double, std::milli>(
-                         std::chrono::steady_clock::now() - t0).count();
+  if (ep_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    count(ep_->alltoall(A.routing.counts.data(), A.recv_counts.data(),
+                        sizeof(int64_t) * size_t(El_)),
+          false, t0);
+  } else {
+    A.recv_counts.assign(A.routing.counts.begin(), A.routing.counts.end());
   }
   A.send_rows.assign(size_t(P), 0);
   A.recv_rows.assign(size_t(P), 0);
-  A.src_groups.resize(size_t(P));
-  A.expert_rows = 0;
-  for (int64_t q = 0; q < P; ++q) {
-    GroupList& g = A.src_groups[size_t(q)];
-    g.offsets.resize(size_t(El_ + 1));
-    g.offsets[0] = 0;
+  for (int64_t p = 0; p < P; ++p)
     for (int64_t e = 0; e < El_; ++e) {
-      A.send_rows[size_t(q)] += size_t(A.routing.counts[size_t(q * El_ + e)]);
-      g.offsets[size_t(e + 1)] = g.offsets[size_t(e)] + A.recv_counts[size_t(q * El_ + e)];
+      A.send_rows[size_t(p)] += size_t(A.routing.counts[size_t(p * El_ + e)]);
+      A.recv_rows[size_t(p)] += size_t(A.recv_counts[size_t(p * El_ + e)]);
     }
-    A.recv_rows[size_t(q)] = size_t(g.offsets.back());
-    A.expert_rows += g.offsets.back();
+  A.expert_rows = 0;
+  for (size_t r : A.recv_rows) A.expert_rows += int64_t(r);
+  // Every etp rank's received counts: the rows all of them compute their slices for.
+  A.etp_counts.resize(size_t(Q * E_));
+  if (etp_) {
+    const auto t0 = std::chrono::steady_clock::now();
+    count(etp_->allgather(A.recv_counts.data(), A.etp_counts.data(),
+                          sizeof(int64_t) * size_t(E_)),
+          false, t0);
+  } else {
+    A.etp_counts.assign(A.recv_counts.begin(), A.recv_counts.end());
+  }
+  A.etp_rows.assign(size_t(Q), 0);
+  for (int64_t q = 0; q < Q; ++q)
+    for (int64_t i = 0; i < E_; ++i) A.etp_rows[size_t(q)] += size_t(A.etp_counts[size_t(q * E_ + i)]);
+  A.all_rows = 0;
+  for (size_t r : A.etp_rows) A.all_rows += int64_t(r);
+  // The sources in rank order of the expert group (ep rank p, etp rank q: p·Q + q); source
+  // (p, q)'s rows are ep source p's block of etp rank q's rows.
+  A.src_groups.resize(size_t(P * Q));
+  A.src_offsets.resize(size_t(P * Q));
+  int64_t peer = 0;
+  for (int64_t q = 0; q < Q; ++q) {
+    int64_t off = peer;
+    for (int64_t p = 0; p < P; ++p) {
+      GroupList& g = A.src_groups[size_t(p * Q + q)];
+      g.offsets.resize(size_t(El_ + 1));
+      g.offsets[0] = 0;
+      for (int64_t e = 0; e < El_; ++e)
+        g.offsets[size_t(e + 1)] =
+            g.offsets[size_t(e)] + A.etp_counts[size_t(q * E_ + p * El_ + e)];
+      A.src_offsets[size_t(p * Q + q)] = off;
+      off += g.offsets.back();
+    }
+    peer += int64_t(A.etp_rows[size_t(q)]);
   }
 }
 
@@ -157,36 +203,75 @@ void MoELayer::exchange(const void* send, const std::vector<size_t>& send_rows, 
     A.recv_bytes[q] = recv_rows[q] * row_bytes;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t sent = ep_->alltoallv(send, A.send_bytes.data(), recv, A.recv_bytes.data());
-  if (stats_) {
-    stats_->ep_comm_bytes += sent;
-    if (toward_experts) stats_->ep_dispatch_bytes += sent;
-    stats_->ep_ms += std::chrono::duration<double, std::milli>(
-                         std::chrono::steady_clock::now() - t0).count();
-  }
+  count(ep_->alltoallv(send, A.send_bytes.data(), recv, A.recv_bytes.data()), toward_experts,
+        t0);
 }
 
 // rows: [N·k, D] in permuted order (grouped by expert, so by destination rank) -> out:
-// [expert_rows, D] as the payloads of format f arrive (FP32 rows in the FP32 reference).
-void MoELayer::dispatch(const float* rows, float* out, const TensorFormat& f) {
+// [all_rows, D], the values the payloads of format f stand for (FP32 rows in the FP32
+// reference): sent to the experts' ep ranks, then gathered over the etp group.
+void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f) {
   MoEActivations& A = act();
   const int64_t n = N_ * k_;
-  if (fp32_ref_) {
-    exchange(rows, A.send_rows, out, A.recv_rows, sizeof(float) * size_t(D_), true);
-    return;
-  }
-  const size_t rb = row_payload_bytes(f, D_);
+  const size_t rb = fp32_ref_ ? sizeof(float) * size_t(D_) : row_payload_bytes(f, D_);
   A.send_buf.resize(rb * size_t(n));
-  A.recv_buf.resize(rb * size_t(A.expert_rows));
-  pack_rows(rows, n, D_, f, A.send_buf.data());
-  exchange(A.send_buf.data(), A.send_rows, A.recv_buf.data(), A.recv_rows, rb, true);
-  unpack_rows(A.recv_buf.data(), A.expert_rows, D_, f, out);
+  if (fp32_ref_)
+    std::memcpy(A.send_buf.data(), rows, rb * size_t(n));
+  else
+    pack_rows(rows, n, D_, f, A.send_buf.data());
+  const uint8_t* mine = A.send_buf.data();
+  if (ep_) {
+    A.recv_buf.resize(rb * size_t(A.expert_rows));
+    exchange(A.send_buf.data(), A.send_rows, A.recv_buf.data(), A.recv_rows, rb, true);
+    mine = A.recv_buf.data();
+  }
+  const uint8_t* all = mine;
+  if (etp_) {
+    A.all_buf.resize(rb * size_t(A.all_rows));
+    A.recv_bytes.resize(A.etp_rows.size());
+    for (size_t q = 0; q < A.etp_rows.size(); ++q) A.recv_bytes[q] = A.etp_rows[q] * rb;
+    const auto t0 = std::chrono::steady_clock::now();
+    count(etp_->allgatherv(mine, rb * size_t(A.expert_rows), A.all_buf.data(),
+                           A.recv_bytes.data()),
+          true, t0);
+    all = A.all_buf.data();
+  }
+  if (A.all_rows == 0) return;
+  if (fp32_ref_)
+    std::memcpy(out, all, rb * size_t(A.all_rows));
+  else
+    unpack_rows(all, A.all_rows, D_, f, out);
 }
 
-// rows: [expert_rows, D] FP32 at this rank's experts -> out: [N·k, D] back at their tokens.
-void MoELayer::combine_back(const float* rows, float* out) {
+// rows: [all_rows, D] FP32 at this rank's experts (partial sums over the etp group) -> out:
+// [N·k, D] at their tokens: each etp rank's rows summed (in etp rank order) on the rank that
+// received them, then sent back over the ep group.
+void MoELayer::from_experts(const float* rows, float* out) {
   MoEActivations& A = act();
-  exchange(rows, A.recv_rows, out, A.send_rows, sizeof(float) * size_t(D_), false);
+  const float* own = rows;
+  if (etp_) {
+    const size_t Q = A.etp_rows.size(), R = size_t(A.expert_rows), D = size_t(D_);
+    A.send_bytes.resize(Q);
+    A.recv_bytes.resize(Q);
+    for (size_t q = 0; q < Q; ++q) {
+      A.send_bytes[q] = A.etp_rows[q] * D * sizeof(float);
+      A.recv_bytes[q] = R * D * sizeof(float);
+    }
+    if (A.etp_recv.size() < Q * R * D) A.etp_recv.resize(Q * R * D);
+    const auto t0 = std::chrono::steady_clock::now();
+    count(etp_->alltoallv(rows, A.send_bytes.data(), A.etp_recv.data(), A.recv_bytes.data()),
+          false, t0);
+    float* o = A.own.data();
+    const float* in = A.etp_recv.data();
+    std::memcpy(o, in, sizeof(float) * R * D);
+    for (size_t q = 1; q < Q; ++q)
+      for (size_t i = 0; i < R * D; ++i) o[i] += in[q * R * D + i];
+    own = o;
+  }
+  if (ep_)
+    exchange(own, A.recv_rows, out, A.send_rows, sizeof(float) * size_t(D_), false);
+  else
+    std::memcpy(out, own, sizeof(float) * size_t(N_ * k_ * D_));
 }
 
 // ---- forward / backward -----------------------------------------------------------------------
@@ -205,58 +290,55 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   moe_route(A.routing, A.logits.data(), N, E_, k_);
   aux_ = moe_aux_loss(A.routing);
   A.routing.groups_into(A.groups);
-  float* xp = own_input(fc1) || ep_ ? A.xp.data() : A.dxp.data();
+  float* xp = own_input(fc1) || split() ? A.xp.data() : A.dxp.data();
   moe_permute(xp, x, A.routing, D_);
   // The experts' input: the dispatched payload, at every layout.
   const TensorFormat& fin = fc1.precision().recipe.role(Role::input);
   const float* xin = xp;
-  if (ep_) {
+  if (split()) {
     plan_dispatch(A);
-    reserve_expert_rows(A, A.expert_rows);
-    dispatch(xp, A.xr.data(), fin);
+    reserve_expert_rows(A, A.all_rows, A.expert_rows);
+    to_experts(xp, A.xr.data(), fin);
     xin = A.xr.data();
   } else {
-    A.expert_rows = rows;
+    A.expert_rows = A.all_rows = rows;
     A.src_groups.resize(1);
     A.src_groups[0] = A.groups;
+    A.src_offsets.assign(1, 0);
     if (!fp32_ref_) row_round_trip(xp, rows, D_, fin);
   }
-  const int64_t R = A.expert_rows, P = int64_t(A.src_groups.size());
+  const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
   float* h = own_input(fc2) ? A.h.data() : A.dh.data();
   float* a = a_fp8() ? A.da.data() : A.a.data();
-  float* yr = ep_ ? A.yr.data() : A.yp.data();
-  A.saved1.resize(size_t(P));
-  A.saved2.resize(size_t(P));
+  float* yr = split() ? A.yr.data() : A.yp.data();
+  A.saved1.resize(size_t(S));
+  A.saved2.resize(size_t(S));
   // Once per source rank, on its rows (rank order): every expert's rows from that rank.
-  int64_t r0 = 0;
-  for (int64_t q = 0; q < P; ++q) {
-    const GroupList& g = A.src_groups[size_t(q)];
-    const int64_t n = g.offsets.back();
+  for (int64_t s = 0; s < S; ++s) {
+    const GroupList& g = A.src_groups[size_t(s)];
+    const int64_t r0 = A.src_offsets[size_t(s)], n = g.offsets.back();
     if (fp32_ref_) {
-      A.saved1[size_t(q)] = GroupedLinearSaved{};
-      grouped_forward_f32(fc1, xin + r0 * D_, g, a + r0 * 2 * F_);
+      A.saved1[size_t(s)] = GroupedLinearSaved{};
+      grouped_forward_f32(fc1, xin + r0 * D_, g, a + r0 * 2 * Fl_);
     } else {
-      fc1.forward(xin + r0 * D_, n, g, a + r0 * 2 * F_, A.saved1[size_t(q)]);
+      fc1.forward(xin + r0 * D_, n, g, a + r0 * 2 * Fl_, A.saved1[size_t(s)]);
     }
-    r0 += n;
   }
   if (R > 0) {  // an expert-parallel rank may receive no rows
-    swiglu_forward(h, a, R, F_);
-    if (a_fp8()) A.a8.keep(a, 2 * R, F_, swiglu_rounding_);  // [2R, F]
+    swiglu_forward(h, a, R, Fl_);
+    if (a_fp8()) A.a8.keep(a, 2 * R, Fl_, swiglu_rounding_);  // [2R, F/Q]
   }
-  r0 = 0;
-  for (int64_t q = 0; q < P; ++q) {
-    const GroupList& g = A.src_groups[size_t(q)];
-    const int64_t n = g.offsets.back();
+  for (int64_t s = 0; s < S; ++s) {
+    const GroupList& g = A.src_groups[size_t(s)];
+    const int64_t r0 = A.src_offsets[size_t(s)], n = g.offsets.back();
     if (fp32_ref_) {
-      A.saved2[size_t(q)] = GroupedLinearSaved{};
-      grouped_forward_f32(fc2, h + r0 * F_, g, yr + r0 * D_);
+      A.saved2[size_t(s)] = GroupedLinearSaved{};
+      grouped_forward_f32(fc2, h + r0 * Fl_, g, yr + r0 * D_);
     } else {
-      fc2.forward(h + r0 * F_, n, g, yr + r0 * D_, A.saved2[size_t(q)]);
+      fc2.forward(h + r0 * Fl_, n, g, yr + r0 * D_, A.saved2[size_t(s)]);
     }
-    r0 += n;
   }
-  if (ep_) combine_back(yr, A.yp.data());  // FP32
+  if (split()) from_experts(yr, A.yp.data());  // FP32
   moe_combine(y, A.yp.data(), A.routing, D_);
   return aux_;
 }
@@ -274,28 +356,27 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   // The experts' output gradient: the dispatched payload in fc2's grad format.
   const TensorFormat& fgrad = fc2.precision().recipe.role(Role::grad);
   const float* dyr = A.dyp.data();
-  if (ep_) {
-    dispatch(A.dyp.data(), A.dyr.data(), fgrad);
+  if (split()) {
+    to_experts(A.dyp.data(), A.dyr.data(), fgrad);
     dyr = A.dyr.data();
   } else if (!fp32_ref_) {
     row_round_trip(A.dyp.data(), rows, D_, fgrad);
   }
-  const int64_t R = A.expert_rows, P = int64_t(A.src_groups.size());
-  float* dxr = ep_ ? A.dxr.data() : A.dxp.data();
+  const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
+  float* dxr = split() ? A.dxr.data() : A.dxp.data();
   if (fp32_ref_)
     for (GroupedLinear* l : {&fc1, &fc2})
       if (l->weight.grad.size() != size_t(l->weight.numel()))
         l->weight.grad.assign(l->weight.numel(), 0.f);
-  const float* xin = ep_ ? A.xr.data() : A.xp.data();  // the FP32 reference's inputs
+  const float* xin = split() ? A.xr.data() : A.xp.data();  // the FP32 reference's inputs
   // Source ranks in order: the first writes each expert's gradient, the rest add.
-  int64_t r0 = 0;
-  for (int64_t q = 0; q < P; ++q) {
-    const GroupList& g = A.src_groups[size_t(q)];
+  for (int64_t s = 0; s < S; ++s) {
+    const GroupList& g = A.src_groups[size_t(s)];
+    const int64_t r0 = A.src_offsets[size_t(s)];
     if (fp32_ref_)
-      grouped_backward_f32(fc2, A.h.data() + r0 * F_, g, dyr + r0 * D_, A.dh.data() + r0 * F_);
+      grouped_backward_f32(fc2, A.h.data() + r0 * Fl_, g, dyr + r0 * D_, A.dh.data() + r0 * Fl_);
     else
-      fc2.backward(A.saved2[size_t(q)], dyr + r0 * D_, A.dh.data() + r0 * F_);
-    r0 += g.offsets.back();
+      fc2.backward(A.saved2[size_t(s)], dyr + r0 * D_, A.dh.data() + r0 * Fl_);
   }
   if (R > 0) {
     const float* a = A.a.data();
@@ -303,18 +384,17 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
       A.a8.restore(A.da.data());
       a = A.da.data();
     }
-    swiglu_backward(A.da.data(), A.dh.data(), a, R, F_, Accum::write);
+    swiglu_backward(A.da.data(), A.dh.data(), a, R, Fl_, Accum::write);
   }
-  r0 = 0;
-  for (int64_t q = 0; q < P; ++q) {
-    const GroupList& g = A.src_groups[size_t(q)];
+  for (int64_t s = 0; s < S; ++s) {
+    const GroupList& g = A.src_groups[size_t(s)];
+    const int64_t r0 = A.src_offsets[size_t(s)];
     if (fp32_ref_)
-      grouped_backward_f32(fc1, xin + r0 * D_, g, A.da.data() + r0 * 2 * F_, dxr + r0 * D_);
+      grouped_backward_f32(fc1, xin + r0 * D_, g, A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
     else
-      fc1.backward(A.saved1[size_t(q)], A.da.data() + r0 * 2 * F_, dxr + r0 * D_);
-    r0 += g.offsets.back();
+      fc1.backward(A.saved1[size_t(s)], A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
   }
-  if (ep_) combine_back(dxr, A.dxp.data());  // FP32, back to the tokens
+  if (split()) from_experts(dxr, A.dxp.data());  // FP32, back to the tokens
   moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);
   moe_route_backward(A.dlogits.data(), A.dgate.data(), daux, A.routing);
   router_logits_backward(dx, router.grad.data(), A.dlogits.data(), x_, router.value.data(), N,

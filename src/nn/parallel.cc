@@ -1,9 +1,9 @@
 // nn/parallel.cc — slicing a whole tensor into the part one rank holds and putting it back
 // (nn/parameter.h, ParamSplit), and sequence parallelism's all-gathers (nn/parallel.h).
 //
-// The sliced dimension d of the whole tensor [pre..., L, post...] is viewed as
-// [parts, count, L / (parts·count)]: a slice is [pre..., parts, L / (parts·count), post...]
-// taking index `index` of the middle axis.
+// A cut's dimension d of a tensor [pre..., L, post...] is viewed as [parts, count,
+// L / (parts·count)]: its slice is [pre..., parts, L / (parts·count), post...] taking index
+// `index` of the middle axis. Several cuts compose: each slices what the last one left.
 //
 // A gather packs each rank's copies of its rows — per copy its codes [Ns, K], then its scale
 // grid — into one buffer of the same size on every rank, all-gathers it, and lays the ranks'
@@ -12,6 +12,7 @@
 //
 // An expert-parallel row payload is a rowwise copy cut into rows: a row's codes, then its
 // row of the scale grid.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -22,42 +23,73 @@
 namespace mxtrain {
 namespace {
 
-struct SliceGeometry {
-  int64_t pre = 1, post = 1, len = 0;  // len: elements of one slice along the dim
-};
-
-SliceGeometry geometry(const ParamSplit& s) {
-  const auto& f = s.full_shape;
-  MXT_CHECK(s.dim >= 0 && size_t(s.dim) < f.size() && s.parts >= 1 && s.count >= 1 &&
-                s.index >= 0 && s.index < s.count && f[size_t(s.dim)] % (s.parts * s.count) == 0,
-            "internal: a parameter slice (dim ", s.dim, ", ", s.parts, " part(s) of ", s.count,
+// One cut of a tensor of `shape`: its runs (whole offset of the cut tensor, local offset,
+// length) and the shape of the slice.
+std::vector<SliceRun> cut_runs(const ParamSplit::Cut& c, const std::vector<int64_t>& shape,
+                               std::vector<int64_t>* sliced_shape) {
+  MXT_CHECK(c.dim >= 0 && size_t(c.dim) < shape.size() && c.parts >= 1 && c.count >= 1 &&
+                c.index >= 0 && c.index < c.count &&
+                shape[size_t(c.dim)] % (int64_t(c.parts) * c.count) == 0,
+            "internal: a parameter slice (dim ", c.dim, ", ", c.parts, " part(s) of ", c.count,
             " slices) that does not divide its tensor");
-  SliceGeometry g;
-  for (int i = 0; i < s.dim; ++i) g.pre *= f[size_t(i)];
-  for (size_t i = size_t(s.dim) + 1; i < f.size(); ++i) g.post *= f[i];
-  g.len = f[size_t(s.dim)] / (s.parts * s.count);
-  return g;
+  int64_t pre = 1, post = 1;
+  for (int i = 0; i < c.dim; ++i) pre *= shape[size_t(i)];
+  for (size_t i = size_t(c.dim) + 1; i < shape.size(); ++i) post *= shape[i];
+  const int64_t len = shape[size_t(c.dim)] / (int64_t(c.parts) * c.count);
+  const int64_t run = len * post;  // one slice of one block, contiguous in both
+  std::vector<SliceRun> out;
+  int64_t local = 0;
+  for (int64_t a = 0; a < pre; ++a)
+    for (int p = 0; p < c.parts; ++p) {
+      const int64_t block = (a * c.parts + p) * c.count + c.index;
+      out.push_back({block * run, local, run});
+      local += run;
+    }
+  if (sliced_shape) {
+    *sliced_shape = shape;
+    (*sliced_shape)[size_t(c.dim)] = len * c.parts;
+  }
+  return out;
 }
 
 }  // namespace
 
 std::vector<SliceRun> slice_runs(const ParamSplit& s) {
-  const SliceGeometry g = geometry(s);
-  const int64_t run = g.len * g.post;  // one slice of one block, contiguous in both
-  std::vector<SliceRun> out;
-  int64_t local = 0;
-  for (int64_t a = 0; a < g.pre; ++a)
-    for (int p = 0; p < s.parts; ++p) {
-      const int64_t block = (a * s.parts + p) * s.count + s.index;
-      out.push_back({block * run, local, run});
-      local += run;
+  // Compose the cuts: `runs` maps the current slice's offsets to the whole tensor's.
+  std::vector<int64_t> shape = s.full_shape;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  std::vector<SliceRun> runs{{0, 0, n}};
+  for (const ParamSplit::Cut& c : s.cuts) {
+    std::vector<int64_t> next_shape;
+    const std::vector<SliceRun> inner = cut_runs(c, shape, &next_shape);
+    std::vector<SliceRun> composed;
+    size_t j = 0;  // the outer run holding `at` (inner runs ascend in the cut tensor)
+    for (const SliceRun& r : inner) {
+      int64_t at = r.whole, left = r.length, local = r.local;
+      while (left > 0) {
+        while (runs[j].local + runs[j].length <= at) ++j;
+        const SliceRun& o = runs[j];
+        const int64_t take = std::min(left, o.local + o.length - at);
+        composed.push_back({o.whole + (at - o.local), local, take});
+        at += take;
+        local += take;
+        left -= take;
+      }
     }
-  return out;
+    runs = std::move(composed);
+    shape = next_shape;
+  }
+  return runs;
 }
 
 std::vector<int64_t> slice_shape(const ParamSplit& s) {
   std::vector<int64_t> shape = s.full_shape;
-  shape[size_t(s.dim)] = geometry(s).len * s.parts;
+  for (const ParamSplit::Cut& c : s.cuts) {
+    std::vector<int64_t> next;
+    cut_runs(c, shape, &next);
+    shape = next;
+  }
   return shape;
 }
 

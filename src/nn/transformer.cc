@@ -85,24 +85,22 @@ ParamSplit tp_split(const ModelParallel& par, std::vector<int64_t> full_shape, i
                     int parts) {
   ParamSplit s;
   if (par.tp_size() == 1) return s;
-  s.over = ParamSplit::Over::tp;
-  s.dim = dim;
-  s.parts = parts;
-  s.count = par.tp_size();
-  s.index = par.tp_rank();
+  s.cuts.push_back({ParamSplit::Over::tp, dim, parts, par.tp_size(), par.tp_rank()});
   s.full_shape = std::move(full_shape);
   return s;
 }
 
-// The split of an expert weight [E, out, in] under expert parallelism: E / ep experts.
-ParamSplit ep_split(const ModelParallel& par, std::vector<int64_t> full_shape) {
+// The split of an expert weight [E, out, in]: E / ep experts, and under expert-tensor
+// parallelism the etp slice of its hidden dimension `dim` (in `parts` blocks: fc1's gate and
+// up).
+ParamSplit expert_split(const ModelParallel& par, std::vector<int64_t> full_shape, int dim,
+                        int parts) {
   ParamSplit s;
-  if (par.ep_size() == 1) return s;
-  s.over = ParamSplit::Over::ep;
-  s.dim = 0;
-  s.count = par.ep_size();
-  s.index = par.ep_rank();
-  s.full_shape = std::move(full_shape);
+  if (par.ep_size() > 1)
+    s.cuts.push_back({ParamSplit::Over::ep, 0, 1, par.ep_size(), par.ep_rank()});
+  if (par.etp_size() > 1)
+    s.cuts.push_back({ParamSplit::Over::etp, dim, parts, par.etp_size(), par.etp_rank()});
+  if (s.sliced()) s.full_shape = std::move(full_shape);
   return s;
 }
 
@@ -267,10 +265,12 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
       // Under expert parallelism this rank's E / ep experts (nn/moe.h).
       const int64_t E = cfg_.moe_num_experts, Fe = cfg_.expert_d_ff();
       L->experts = std::make_unique<MoELayer>(p + ".mlp", D, Fe, E, cfg_.moe_top_k, p1, p2,
-                                              par_.ep, &pstats_);
+                                              par_.ep, &pstats_, par_.etp);
       init_normal(L->experts->router, std0, seed);
-      init_normal_slice(L->experts->fc1.weight, ep_split(par_, {E, 2 * Fe, D}), std0, seed);
-      init_normal_slice(L->experts->fc2.weight, ep_split(par_, {E, D, Fe}), std_out, seed);
+      init_normal_slice(L->experts->fc1.weight, expert_split(par_, {E, 2 * Fe, D}, 1, 2), std0,
+                        seed);
+      init_normal_slice(L->experts->fc2.weight, expert_split(par_, {E, D, Fe}, 2, 1), std_out,
+                        seed);
       grouped_[p + ".mlp.experts.fc1"] = &L->experts->fc1;
       grouped_[p + ".mlp.experts.fc2"] = &L->experts->fc2;
     } else {

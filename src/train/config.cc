@@ -389,9 +389,6 @@ void parse_parallel(Section s, ParallelConfig& p) {
   MXT_CHECK(!p.sequence_parallel || p.tp > 1, s.origin_of("sequence_parallel"), ": `",
             s.full("sequence_parallel"), "` needs tensor parallelism (`", s.full("tp"),
             "` > 1): it splits the norms and residuals of a tensor-parallel group");
-  MXT_CHECK(p.etp == 1, s.origin_of("etp"), ": `", s.full("etp"), "` ", p.etp,
-            ": expert-tensor parallelism is not built yet; split the experts with `",
-            s.full("ep"), "` instead");
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {
@@ -453,6 +450,11 @@ void TrainConfig::validate() const {
             "parallel.ep ", p.ep,
             model.moe_num_experts ? " must divide model.moe.num_experts (" +
                                         std::to_string(model.moe_num_experts) + ")"
+                                  : std::string(" needs an MoE model (model.moe.num_experts)"));
+  MXT_CHECK(p.etp == 1 || (model.moe_num_experts > 0 && model.expert_d_ff() % p.etp == 0),
+            "parallel.etp ", p.etp,
+            model.moe_num_experts ? " must divide the experts' d_ff (" +
+                                        std::to_string(model.expert_d_ff()) + ")"
                                   : std::string(" needs an MoE model (model.moe.num_experts)"));
   MXT_CHECK(!p.used() || parse_recompute(training.recompute) == Recompute::none,
             "training.recompute: ", training.recompute, " is not built for tensor or expert "

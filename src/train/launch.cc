@@ -21,6 +21,7 @@ void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
       {"--fsdp (fsdp.enabled)", on_off(cfg.fsdp.enabled)},
       {"--tp (parallel.tp)", std::to_string(cfg.parallel.tp)},
       {"--ep (parallel.ep)", std::to_string(cfg.parallel.ep)},
+      {"--etp (parallel.etp)", std::to_string(cfg.parallel.etp)},
       {"--sequence-parallel", on_off(cfg.parallel.sequence_parallel)},
       {"--dry-run", on_off(opt.dry_run)},
       {"--resume", on_off(opt.resume)},

@@ -117,10 +117,10 @@ class FsdpSync : public ParamSync {
       for (size_t i = 0; i < per.size(); ++i) {
         // A slice counts on the root of its FSDP replicas; a module whole on every tp rank
         // (the LM head) on world rank 0 alone.
-        const ParamSplit::Over over = w[i]->split.over;
-        const bool counted = over == ParamSplit::Over::ep   ? mesh_->edp_rank() == 0
-                             : over == ParamSplit::Over::tp ? mesh_->dp_rank() == 0
-                                                            : comm_.rank() == 0;
+        const ParamSplit& sp = w[i]->split;
+        const bool counted = sp.expert()                 ? mesh_->edp_rank() == 0
+                             : sp.over(ParamSplit::Over::tp) ? mesh_->dp_rank() == 0
+                                                             : comm_.rank() == 0;
         if (counted) s += per[i];
       }
     }
@@ -266,7 +266,7 @@ class FsdpSync : public ParamSync {
     return v;
   }
   dist::Fsdp& owner(const Parameter& p) {
-    return experts_ && p.split.over == ParamSplit::Over::ep ? *experts_ : *fsdp_;
+    return experts_ && p.split.expert() ? *experts_ : *fsdp_;
   }
   // The group a parameter's layout slices are spread over, and whether this rank takes part
   // in assembling the whole tensor (the FSDP root of its slice: data-parallel rank 0 for a
@@ -274,12 +274,12 @@ class FsdpSync : public ParamSync {
   dist::Comm* slice_group(const Parameter& p, bool* assembles) {
     *assembles = false;
     if (!mesh_ || !p.split.sliced()) return nullptr;
-    if (p.split.over == ParamSplit::Over::tp) {
+    if (!p.split.expert()) {
       *assembles = mesh_->dp_rank() == 0;
       return &mesh_->tp();
     }
     *assembles = mesh_->edp_rank() == 0;
-    return &mesh_->ep();
+    return &mesh_->emp();
   }
 
   // Collective: the whole tensor (value or moment) on world rank 0 (empty elsewhere): FSDP
@@ -294,11 +294,10 @@ class FsdpSync : public ParamSync {
     g->gather(local.data(), all.data(), n * sizeof(float), 0);
     if (comm_.rank() != 0) return {};
     FloatBuffer out(size_t(numel(p.full_shape())));
-    ParamSplit s = p.split;
-    for (int r = 0; r < g->size(); ++r) {
-      s.index = r;
-      place_slice(s, all.data() + n * size_t(r), out.data());
-    }
+    const int etp = mesh_->shape().etp;  // emp members: ep rank r / etp, etp rank r % etp
+    for (int r = 0; r < g->size(); ++r)
+      place_slice(p.split.expert() ? p.split.at(0, r / etp, r % etp) : p.split.at(r, 0, 0),
+                  all.data() + n * size_t(r), out.data());
     return out;
   }
 

@@ -34,7 +34,7 @@ using dist::Comm;
 enum class Reduce : uint8_t { dp, world, edp };
 
 Reduce reduction(const Parameter& p) {
-  if (p.split.over == ParamSplit::Over::ep) return Reduce::edp;
+  if (p.split.expert()) return Reduce::edp;
   if (p.split.partial_grad) return Reduce::world;
   return Reduce::dp;
 }
@@ -79,9 +79,9 @@ class MeshSync : public ParamSync {
   double grad_sum_squares() override {
     double s = 0;
     for (Parameter* p : params_) {
-      const bool counted = p->split.over == ParamSplit::Over::ep ? mesh_.edp_rank() == 0
-                           : p->split.over == ParamSplit::Over::tp ? mesh_.dp_rank() == 0
-                                                                   : mesh_.rank() == 0;
+      const bool counted = p->split.expert()                 ? mesh_.edp_rank() == 0
+                           : p->split.over(ParamSplit::Over::tp) ? mesh_.dp_rank() == 0
+                                                                 : mesh_.rank() == 0;
       if (counted) s += sum_squares(p->grad.data(), p->numel());
     }
     mesh_.world().allreduce_sum(&s, 1);
@@ -202,30 +202,24 @@ class MeshSync : public ParamSync {
       if (reduction(*p) == r) c.allreduce_sum(p->grad.data(), p->grad.size());
   }
 
-  // The communicator a parameter's slices are spread over (null: not sliced).
-  Comm* slice_comm(const Parameter& p) {
-    switch (p.split.over) {
-      case ParamSplit::Over::tp: return &mesh_.tp();
-      case ParamSplit::Over::ep: return &mesh_.ep();
-      case ParamSplit::Over::none: return nullptr;
-    }
-    return nullptr;
-  }
-
   // Collective over the slice's group: the whole tensor from every rank's slice (`local` is
   // this rank's: the value or a moment), on every rank of the group.
   FloatBuffer whole(const Parameter& p, const FloatBuffer& local) {
-    Comm* c = slice_comm(p);
-    if (!c) return local;
+    if (!p.split.sliced()) return local;
+    Comm& c = p.split.expert() ? mesh_.emp() : mesh_.tp();
     const size_t n = local.size();
-    FloatBuffer all(n * size_t(c->size())), out(size_t(numel(p.full_shape())));
-    c->allgather(local.data(), all.data(), n * sizeof(float));
-    ParamSplit s = p.split;
-    for (int r = 0; r < c->size(); ++r) {
-      s.index = r;
-      place_slice(s, all.data() + n * size_t(r), out.data());
-    }
+    FloatBuffer all(n * size_t(c.size())), out(size_t(numel(p.full_shape())));
+    c.allgather(local.data(), all.data(), n * sizeof(float));
+    for (int r = 0; r < c.size(); ++r)
+      place_slice(member_split(p.split, r), all.data() + n * size_t(r), out.data());
     return out;
+  }
+
+  // The split of member r of the slice's group (tp: its tp rank; emp: etp rank r % etp, ep
+  // rank r / etp, dist/mesh.h).
+  ParamSplit member_split(const ParamSplit& s, int r) const {
+    const int etp = mesh_.shape().etp;
+    return s.expert() ? s.at(0, r / etp, r % etp) : s.at(r, 0, 0);
   }
 
   // Collective over the world: rank 0's whole tensor `full` reaches every rank, which keeps

@@ -20,11 +20,12 @@
 #   1e-4 over 8 steps (each expert's gradient is one process's bit for bit; the dense
 #   gradients' sum over the ranks is added in another order than one process's accumulation,
 #   and BF16 and FP8 roundings carry that along: docs/distributed.md has the 20-step figures);
-#   ep 2 x edp 2 on 4 ranks against grad_accum 4; mxfp8 sends 0.5156x (= 66/128) of bf16's
-#   dispatch bytes when both route the same tokens;
+#   ep 2 x edp 2 and ep 2 x etp 2 on 4 ranks against grad_accum 4, an ep 2 x etp 2
+#   checkpoint resumed in one process; mxfp8 sends 0.5156x (= 66/128) of bf16's dispatch bytes
+#   when both route the same tokens;
 # - a layout refused: ep that does not divide the experts;
 # - FSDP with a layout (--fsdp shards each slice over its data-parallel replicas, expert slices
-#   over their expert-data-parallel ones): tp 2 x dp 2, tp 2 + SP, ep 2 x edp 2 against one
+#   over their expert-data-parallel ones): tp 2 x dp 2, tp 2 + SP, ep 2 x edp 2, ep 2 x etp 2 against one
 #   process within 1e-4 over 8 steps, and a tp 2 x dp 2 FSDP checkpoint resumed in one process;
 # - adaptive FP8 at the layout: bench-layers under mpirun at tp 2 (sequence parallel) and at
 #   ep 2 writes reports keyed tp 2 and num_gemms = experts / ep; policy merge takes them with a
@@ -105,6 +106,18 @@ mpi 4 train --config "$moe" --steps 8 --ep 2 --quiet --metrics-out "$TMP/moe_ep2
 same_losses "$TMP/moe_one4.jsonl" "$TMP/moe_ep2x2.jsonl" "mxfp8: ep 2 x edp 2 vs 1 process x 4" 8
 grep -q '"layout":{"dp":4,"edp":2,"ep":2,"etp":1,"sequence_parallel":false,"tp":1}' \
   "$TMP/moe_ep2x2.jsonl" || { tail -1 "$TMP/moe_ep2x2.jsonl"; echo "no EP layout"; exit 1; }
+for recipe in bf16 mxfp8; do
+  "$BIN" train --config "$moe" --recipe "$recipe" --steps 8 --grad-accum 4 --quiet \
+    --metrics-out "$TMP/moe_one4_$recipe.jsonl"
+  mpi 4 train --config "$moe" --recipe "$recipe" --steps 8 --ep 2 --etp 2 --quiet \
+    --metrics-out "$TMP/moe_etp.jsonl"
+  same_losses "$TMP/moe_one4_$recipe.jsonl" "$TMP/moe_etp.jsonl" "$recipe: ep 2 x etp 2 vs 1 process x 4" 8
+done
+mpi 4 train --config "$moe" --steps 8 --ep 2 --etp 2 --quiet --stop-after 4 \
+  --checkpoint-dir "$TMP/ck_etp" --metrics-out "$TMP/moe_etp_r.jsonl"
+"$BIN" train --config "$moe" --steps 8 --grad-accum 4 --quiet --resume \
+  --checkpoint-dir "$TMP/ck_etp" --metrics-out "$TMP/moe_etp_r.jsonl"
+same_losses "$TMP/moe_one4_mxfp8.jsonl" "$TMP/moe_etp_r.jsonl" "ep 2 x etp 2 checkpoint resumed in 1 process" 8 loss
 # Dispatch bytes with the same routing: one MoE layer behind a BF16 attention block, step 1.
 { sed 's/n_layers: 2/n_layers: 1/' "$moe"; echo "  overrides: {'layers.*.attention.*': bf16}"; } \
   | sed 's/^precision: {recipe: mxfp8}$/precision:\n  recipe: mxfp8/' > "$TMP/moe1.yaml"
@@ -139,6 +152,8 @@ mpi 2 train --config "$cfg" --steps 8 --tp 2 --sequence-parallel --fsdp --quiet 
 same_losses "$TMP/f1.jsonl" "$TMP/fs.jsonl" "tp 2 + SP with FSDP vs 1 process" 8
 mpi 4 train --config "$moe" --steps 8 --ep 2 --fsdp --quiet --metrics-out "$TMP/fe.jsonl"
 same_losses "$TMP/moe_one4.jsonl" "$TMP/fe.jsonl" "ep 2 x edp 2 with FSDP vs 1 x 4" 8
+mpi 4 train --config "$moe" --steps 8 --ep 2 --etp 2 --fsdp --quiet --metrics-out "$TMP/fe.jsonl"
+same_losses "$TMP/moe_one4.jsonl" "$TMP/fe.jsonl" "ep 2 x etp 2 with FSDP vs 1 x 4" 8
 
 # Adaptive FP8 at the layout.
 bl() { "$@" --tokens 256 --iters 1 --warmup 0 --quiet > /dev/null; }

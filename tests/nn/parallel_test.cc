@@ -38,11 +38,7 @@ TEST(ParamSplit, SlicesTileTheWholeTensor) {
     std::vector<float> back(size_t(n), -1.f);
     for (int r = 0; r < c.count; ++r) {
       ParamSplit s;
-      s.over = ParamSplit::Over::tp;
-      s.dim = c.dim;
-      s.parts = c.parts;
-      s.count = c.count;
-      s.index = r;
+      s.cuts.push_back({ParamSplit::Over::tp, c.dim, c.parts, c.count, r});
       s.full_shape = c.shape;
       const std::vector<int64_t> ls = slice_shape(s);
       int64_t ln = 1;
@@ -56,16 +52,40 @@ TEST(ParamSplit, SlicesTileTheWholeTensor) {
   }
   // qkv [6, 2] over 2 ranks: rank 1 holds q row 1, k row 1 (row 3), v row 1 (row 5).
   ParamSplit q;
-  q.over = ParamSplit::Over::tp;
-  q.dim = 0;
-  q.parts = 3;
-  q.count = 2;
-  q.index = 1;
+  q.cuts.push_back({ParamSplit::Over::tp, 0, 3, 2, 1});
   q.full_shape = {6, 2};
   std::vector<float> local(6);
   const std::vector<float> whole = iota(12);
   slice_of(q, whole.data(), local.data());
   EXPECT_EQ(local, (std::vector<float>{2, 3, 6, 7, 10, 11}));
+}
+
+// Two cuts compose: an expert tensor [4, 6, 3] over ep 2 (experts) and etp 3 (its hidden dim,
+// in 2 blocks: gate and up) — every (ep, etp) slice, put back, is the whole tensor, and a slice
+// holds what both cuts say.
+TEST(ParamSplit, TwoCutsCompose) {
+  const std::vector<float> whole = iota(4 * 6 * 3);
+  std::vector<float> back(whole.size(), -1.f);
+  ParamSplit s;
+  s.cuts.push_back({ParamSplit::Over::ep, 0, 1, 2, 0});
+  s.cuts.push_back({ParamSplit::Over::etp, 1, 2, 3, 0});
+  s.full_shape = {4, 6, 3};
+  EXPECT_TRUE(s.expert());
+  for (int e = 0; e < 2; ++e)
+    for (int t = 0; t < 3; ++t) {
+      const ParamSplit st = s.at(0, e, t);
+      EXPECT_EQ(slice_shape(st), (std::vector<int64_t>{2, 2, 3}));
+      std::vector<float> local(12);
+      slice_of(st, whole.data(), local.data());
+      // expert 2e + i, rows t (gate) and 3 + t (up)
+      for (int i = 0; i < 2; ++i)
+        for (int h = 0; h < 2; ++h)
+          for (int c = 0; c < 3; ++c)
+            EXPECT_EQ(local[size_t((i * 2 + h) * 3 + c)],
+                      whole[size_t(((2 * e + i) * 6 + h * 3 + t) * 3 + c)]);
+      place_slice(st, local.data(), back.data());
+    }
+  EXPECT_EQ(back, whole);
 }
 
 std::vector<float> randn(int64_t n, uint32_t seed) {

@@ -143,6 +143,9 @@ class Comm {
 
   // send: [bytes_per_rank]; recv: [size() * bytes_per_rank], rank r's block at r*bytes_per_rank.
   void allgather(const void* send, void* recv, size_t bytes_per_rank);
+  // Variable blocks: send [send_bytes]; recv: every rank's block in rank order, recv_bytes[r]
+  // from rank r (size() entries; recv_bytes[rank()] == send_bytes).
+  void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes);
   Request iallgather(const void* send, void* recv, size_t bytes_per_rank);
 
   // FP32 sum. send: [size() * chunk]; recv: [chunk] = Σ_ranks send[rank()*chunk ...].

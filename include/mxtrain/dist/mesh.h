@@ -9,8 +9,9 @@
 //                  edp_rank = r / (ep·etp)
 // Each group is an MPI sub-communicator (Comm::split): tp() holds the ranks of one dp_rank,
 // dp() those of one tp_rank, ep() the ranks of one (edp_rank, etp_rank), etp() those of one
-// (edp_rank, ep_rank), edp() those of one (ep_rank, etp_rank). Building a mesh is collective
-// over the world; a layout the world size does not divide is refused on every rank.
+// (edp_rank, ep_rank), edp() those of one (ep_rank, etp_rank), emp() ("expert model parallel")
+// those of one edp_rank, ranked ep_rank·etp + etp_rank. Building a mesh is collective over the
+// world; a layout the world size does not divide is refused on every rank.
 #pragma once
 
 #include <memory>
@@ -50,18 +51,19 @@ class Mesh {
   Comm& ep() { return *ep_; }
   Comm& etp() { return *etp_; }
   Comm& edp() { return *edp_; }
+  Comm& emp() { return *emp_; }
 
   // e.g. "4 ranks: dp 2 x tp 2, sequence parallel; experts: edp 2 x ep 2 x etp 1"
   std::string describe() const;
-  // The model's view of its groups (nn/parallel.h): tp and ep over these communicators, null
-  // where the size is 1. Valid while the mesh lives.
+  // The model's view of its groups (nn/parallel.h): tp, ep and etp over these communicators,
+  // null where the size is 1. Valid while the mesh lives.
   ModelParallel model_parallel();
 
  private:
   Comm& world_;
   MeshShape shape_;
-  std::unique_ptr<Comm> tp_, dp_, ep_, etp_, edp_;
-  std::unique_ptr<Collectives> tp_coll_, ep_coll_;
+  std::unique_ptr<Comm> tp_, dp_, ep_, etp_, edp_, emp_;
+  std::unique_ptr<Collectives> tp_coll_, ep_coll_, etp_coll_;
 };
 
 // Collectives (nn/parallel.h) over a communicator; each call returns the bytes the

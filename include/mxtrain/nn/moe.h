@@ -33,8 +33,17 @@
 // one process running the ranks' micro-batches one after another. With one rank the rows make
 // the same payload round trip (row_round_trip): an expert's input is the dispatched payload
 // at every layout.
+//
+// Expert-tensor parallelism (an etp group of Q ranks, Megatron's ETP): each expert's hidden
+// units are split over the group — fc1's rows of this rank's slice of gate and up, fc2's
+// matching input columns. After the dispatch the ranks of the group all-gather their received
+// rows (still as payloads), so each computes its slice for every row its group received; fc2's
+// partial outputs are summed back to the rank that received each row (in group order), and so
+// are fc1's input gradients in the backward. The experts run once per source rank of the
+// expert group (ep x etp ranks, in rank order).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -116,16 +125,22 @@ struct MoEActivations {
   FloatBuffer logits, xp, a, h, yp;           // forward activations (xp, h: see moe.cc)
   Fp8Activation a8;                           // a in FP8 instead (swiglu_input fp8)
   FloatBuffer dyp, dh, da, dxp, dgate, dlogits;  // backward scratch
-  // Per source rank (one with a single rank): the experts' saved state and row groups.
+  // Per source rank (one with a single rank): the experts' saved state, row groups, and the
+  // first row of its block in the expert-side buffers.
   std::vector<GroupedLinearSaved> saved1, saved2;
   std::vector<GroupList> src_groups;
-  // Expert parallelism: the rows at this rank's experts (xr input, yr output, dyr and dxr
-  // their gradients), the rows sent to / received from each rank, and the wire buffers.
-  FloatBuffer xr, yr, dyr, dxr;
-  std::vector<int64_t> recv_counts;  // [P, E/P]: source s's rows for local expert e
-  std::vector<size_t> send_rows, recv_rows, send_bytes, recv_bytes;  // [P]
-  std::vector<uint8_t> send_buf, recv_buf;
-  int64_t expert_rows = 0;  // rows at this rank's experts
+  std::vector<int64_t> src_offsets;
+  // Expert (and expert-tensor) parallelism: the rows at this rank's experts (xr input, yr
+  // output — partial sums under etp — dyr and dxr their gradients), the rows this rank
+  // received itself summed back (own), the rows sent to / received from each rank, and the
+  // wire buffers.
+  FloatBuffer xr, yr, dyr, dxr, own, etp_recv;
+  std::vector<int64_t> recv_counts;  // [P, E/P]: ep source p's rows for local expert e
+  std::vector<int64_t> etp_counts;   // [Q, P, E/P]: recv_counts of every etp rank
+  std::vector<size_t> send_rows, recv_rows, send_bytes, recv_bytes, etp_rows;  // [P], [Q]
+  std::vector<uint8_t> send_buf, recv_buf, all_buf;
+  int64_t expert_rows = 0;  // rows this rank received (its share of the expert computation)
+  int64_t all_rows = 0;     // rows at its experts: every etp rank's received rows
 };
 // Owns the router weight `<prefix>.router.weight` [E, D] and the experts
 // `<prefix>.experts.fc1` / `<prefix>.experts.fc2`. Activations live in member buffers that are
@@ -135,11 +150,12 @@ class MoELayer {
  public:
   MoELayer() = default;
   // prefix: dotted module path of the block, e.g. "layers.1.mlp". ep: the expert-parallel
-  // group (null: one rank; its size must divide num_experts); stats: where its traffic is
-  // counted.
+  // group (null: one rank; its size must divide num_experts); etp: the expert-tensor-parallel
+  // group (null: one rank; its size must divide d_ff); stats: where their traffic is counted.
   MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff, int64_t num_experts,
            int64_t top_k, const LinearPrecision& fc1_prec, const LinearPrecision& fc2_prec,
-           Collectives* ep = nullptr, ParallelStats* stats = nullptr);
+           Collectives* ep = nullptr, ParallelStats* stats = nullptr,
+           Collectives* etp = nullptr);
 
   int64_t d_model() const { return D_; }
   int64_t d_ff() const { return F_; }
@@ -148,8 +164,8 @@ class MoELayer {
   int64_t top_k() const { return k_; }
 
   Parameter router;   // [E, D]
-  GroupedLinear fc1;  // [E/P, 2F, D]: this rank's experts
-  GroupedLinear fc2;  // [E/P, D, F]
+  GroupedLinear fc1;  // [E/P, 2F/Q, D]: this rank's experts (its slices of gate and up)
+  GroupedLinear fc2;  // [E/P, D, F/Q]
 
   // x: [N, D]; y: [N, D] (written). Returns the load-balancing loss of this micro-batch.
   double forward(const float* x, int64_t N, float* y);
@@ -203,18 +219,23 @@ class MoELayer {
  private:
   MoEActivations& act() { return shared_ ? *shared_ : own_; }
   const MoEActivations& act() const { return shared_ ? *shared_ : own_; }
-  // Expert parallelism (moe.cc): the row counts each way and the source groups; sending rows
-  // of `row_bytes` each toward the experts (rows [P] per destination) or back to the tokens.
+  // Expert and expert-tensor parallelism (moe.cc): the row counts each way and the source
+  // blocks; rows of `row_bytes` each exchanged with the ep ranks, toward the experts (rows [P]
+  // per destination) or back to the tokens.
+  bool split() const { return ep_ || etp_; }
   void plan_dispatch(MoEActivations& A);
-  void reserve_expert_rows(MoEActivations& A, int64_t R);
+  void reserve_expert_rows(MoEActivations& A, int64_t all_rows, int64_t own_rows);
   void exchange(const void* send, const std::vector<size_t>& send_rows, void* recv,
                 const std::vector<size_t>& recv_rows, size_t row_bytes, bool toward_experts);
-  // Rows [N·k, D] to the experts (FP32 out [expert_rows, D]) in format f, and back.
-  void dispatch(const float* rows, float* out, const TensorFormat& f);
-  void combine_back(const float* rows, float* out);
+  void count(uint64_t bytes, bool toward_experts, std::chrono::steady_clock::time_point t0);
+  // Rows [N·k, D] to the experts in format f (FP32 out [all_rows, D]); the experts' (partial)
+  // rows [all_rows, D] back to their tokens (FP32 out [N·k, D]).
+  void to_experts(const float* rows, float* out, const TensorFormat& f);
+  void from_experts(const float* rows, float* out);
   Collectives* ep_ = nullptr;
+  Collectives* etp_ = nullptr;
   ParallelStats* stats_ = nullptr;
-  int64_t D_ = 0, F_ = 0, E_ = 0, El_ = 0, k_ = 0, N_ = 0;
+  int64_t D_ = 0, F_ = 0, Fl_ = 0, E_ = 0, El_ = 0, k_ = 0, N_ = 0;
   const float* x_ = nullptr;
   double aux_ = 0.0;
   bool fp32_ref_ = false;

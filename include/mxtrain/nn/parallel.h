@@ -33,6 +33,9 @@ class Collectives {
   virtual uint64_t allreduce_sum(double* x, size_t n) = 0;
   // send: [bytes_per_rank]; recv: [size() * bytes_per_rank] in rank order.
   virtual uint64_t allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
+  // Variable blocks (dist/comm.h, Comm::allgatherv).
+  virtual uint64_t allgatherv(const void* send, size_t send_bytes, void* recv,
+                              const size_t* recv_bytes) = 0;
   // send: [size() * chunk]; recv: [chunk] = the group's sum of chunk rank().
   virtual uint64_t reduce_scatter_sum(const float* send, float* recv, size_t chunk) = 0;
   // Fixed blocks of bytes_per_rank to and from every rank (rank order).
@@ -53,11 +56,14 @@ struct ModelParallel {
   Collectives* tp = nullptr;     // tensor parallel: heads and MLP columns split over it
   bool sequence_parallel = false;  // with tp: norms and residuals on sequence shards
   Collectives* ep = nullptr;     // expert parallel: experts spread over it
+  Collectives* etp = nullptr;    // expert-tensor parallel: each expert's hidden units split over it
 
   int tp_size() const { return tp ? tp->size() : 1; }
   int tp_rank() const { return tp ? tp->rank() : 0; }
   int ep_size() const { return ep ? ep->size() : 1; }
   int ep_rank() const { return ep ? ep->rank() : 0; }
+  int etp_size() const { return etp ? etp->size() : 1; }
+  int etp_rank() const { return etp ? etp->rank() : 0; }
 };
 
 // ---- sequence parallelism's all-gathers (docs/distributed.md, "Sequence parallel") --------

@@ -27,19 +27,39 @@
 namespace mxtrain {
 
 // Where a parameter's value sits in the whole (one-process) tensor when a model is split over
-// ranks (nn/parallel.h). A tensor-parallel weight holds a slice of one dimension: that
-// dimension is `parts` equal blocks (qkv's q, k, v: 3; fc1's gate, up: 2; else 1), each cut
-// into `count` equal slices, and this rank holds slice `index` of every block. An
-// expert-parallel weight [E, out, in] holds experts [index·E/count, (index+1)·E/count).
-// `partial_grad`: the whole value on every rank of the tensor-parallel group, whose gradients
-// are parts of the sum over it (norms, embedding and LM head under sequence parallelism).
+// ranks (nn/parallel.h): a list of cuts applied to the whole tensor in order. A cut slices one
+// dimension: that dimension is `parts` equal blocks (qkv's q, k, v: 3; fc1's gate, up: 2; else
+// 1), each cut into `count` equal slices, and the rank holds slice `index` of every block — its
+// rank in the cut's group. A tensor-parallel weight has one cut over tp; an expert weight
+// [E, out, in] one over ep on dim 0 (experts [index·E/count, (index+1)·E/count)) and, with
+// expert-tensor parallelism, one over etp on its hidden dimension. `partial_grad`: the whole
+// value on every rank of the tensor-parallel group, whose gradients are parts of the sum over
+// it (norms, embedding and LM head under sequence parallelism).
 struct ParamSplit {
-  enum class Over : uint8_t { none, tp, ep };
-  Over over = Over::none;
-  int dim = 0, parts = 1, count = 1, index = 0;
-  std::vector<int64_t> full_shape;  // the whole tensor's shape (set when over != none)
+  enum class Over : uint8_t { tp, ep, etp };
+  struct Cut {
+    Over over = Over::tp;
+    int dim = 0, parts = 1, count = 1, index = 0;
+  };
+  std::vector<Cut> cuts;            // applied to the whole tensor in order
+  std::vector<int64_t> full_shape;  // the whole tensor's shape (set when cut)
   bool partial_grad = false;
-  bool sliced() const { return over != Over::none; }
+  bool sliced() const { return !cuts.empty(); }
+  bool over(Over o) const {
+    for (const Cut& c : cuts)
+      if (c.over == o) return true;
+    return false;
+  }
+  // An expert slice (over ep and/or etp).
+  bool expert() const { return over(Over::ep) || over(Over::etp); }
+  // The same split with each cut's index set to the given ranks (the slices of the other
+  // ranks of the groups, to put a whole tensor together).
+  ParamSplit at(int tp_rank, int ep_rank, int etp_rank) const {
+    ParamSplit s = *this;
+    for (Cut& c : s.cuts)
+      c.index = c.over == Over::tp ? tp_rank : c.over == Over::ep ? ep_rank : etp_rank;
+    return s;
+  }
 };
 
 struct Parameter {
