@@ -3,7 +3,7 @@
 # communication, bytes per step and the largest rank's peak RSS (from the OS: every process
 # runs under /usr/bin/time -f %M), for bf16 and mxfp8, ROUNDS rounds alternating the layouts.
 #   dense: configs/params1024.yaml (51 M parameters) in one process, at tp 2, tp 2 with
-#          sequence parallelism, and tp 2 x dp 2 on 4 ranks (micro-batch 2: the same global
+#          sequence parallelism (exact and rowwise wires), and tp 2 x dp 2 on 4 ranks (micro-batch 2: the same global
 #          batch of 4 sequences everywhere);
 #   MoE:   configs/moe8.yaml (8 experts, top-2) in one process with grad_accum 2, at ep 2, and
 #          at ep 2 x edp 2 on 4 ranks (micro-batch 2): the same global batch of 8 sequences.
@@ -42,6 +42,7 @@ layouts=(
   "dense-1 1 configs/params1024.yaml"
   "dense-tp2 2 configs/params1024.yaml --tp 2"
   "dense-tp2-sp 2 configs/params1024.yaml --tp 2 --sequence-parallel"
+  "dense-tp2-sprow 2 configs/params1024.yaml --tp 2 --sequence-parallel --sp-wire rowwise"
   "dense-tp2xdp2 4 configs/params1024.yaml --tp 2 --micro-batch-size 2"
   "moe-1 1 configs/moe8.yaml --grad-accum 2"
   "moe-ep2 2 configs/moe8.yaml --ep 2"

@@ -17,9 +17,12 @@ out=runs/parity_seeds
 mkdir -p "$out" docs/results
 for seed in $seeds; do
   for recipe in $recipes; do
+    rows="$out/$recipe-s$seed.jsonl"
+    # a finished run (its summary row written) is kept, so an interrupted sweep resumes
+    if [ -f "$rows" ] && grep -q '"summary":true' "$rows"; then continue; fi
     echo "== seed $seed / $recipe" >&2
     "$bin" train --config configs/demo-bytes.yaml --recipe "$recipe" --seed "$seed" --quiet \
-      --metrics-out "$out/$recipe-s$seed.jsonl"
+      --metrics-out "$rows"
   done
 done
 "$bin" info | head -1 > "$out/machine.txt"

@@ -77,8 +77,10 @@ def table(path):
             return float("nan")
         print(f"- {recipe}: largest rank's peak RSS, tp 2 / one process {ratio('dense-tp2', 'dense-1', 'max_rank_peak_rss_kib'):.3f}, "
               f"tp 2 + SP {ratio('dense-tp2-sp', 'dense-1', 'max_rank_peak_rss_kib'):.3f}, "
+              f"rowwise wire {ratio('dense-tp2-sprow', 'dense-1', 'max_rank_peak_rss_kib'):.3f}, "
               f"ep 2 / one process {ratio('moe-ep2', 'moe-1', 'max_rank_peak_rss_kib'):.3f}")
-    for layout, key in (("dense-tp2-sp", "tp_allgather_bytes"), ("moe-ep2", "ep_dispatch_bytes")):
+    for layout, key in (("dense-tp2-sp", "tp_allgather_bytes"), ("dense-tp2-sprow", "tp_allgather_bytes"),
+                        ("moe-ep2", "ep_dispatch_bytes")):
         if (layout, "mxfp8") in med and (layout, "bf16") in med and med[(layout, "bf16")][key]:
             print(f"- {layout}: mxfp8 / bf16 {key} = {med[(layout, 'mxfp8')][key] / med[(layout, 'bf16')][key]:.4f}")
 

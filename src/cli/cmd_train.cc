@@ -218,6 +218,9 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
         a->overrides.push_back({"parallel.sequence_parallel", "true", "--sequence-parallel"});
       },
       "With --tp: norms and residuals on sequence shards (parallel.sequence_parallel)");
+  add_override(sub, a, "--sp-wire", "parallel.sp_wire",
+               "What sequence parallelism's all-gathers carry: exact (every copy a product "
+               "reads) or rowwise (one per-token copy; wgrad's copies made from it)");
   add_override(sub, a, "--recompute", "training.recompute",
                "Activation recompute: none, attention or layer");
   sub->add_option("--init-from", a->init_from,

@@ -85,6 +85,7 @@ ModelParallel Mesh::model_parallel() {
   ModelParallel p;
   p.tp = shape_.tp > 1 ? tp_coll_.get() : nullptr;
   p.sequence_parallel = shape_.sequence_parallel && shape_.tp > 1;
+  p.sp_wire = shape_.sp_wire;
   p.ep = shape_.ep > 1 ? ep_coll_.get() : nullptr;
   p.etp = shape_.etp > 1 ? etp_coll_.get() : nullptr;
   return p;
@@ -94,7 +95,8 @@ std::string Mesh::describe() const {
   std::ostringstream os;
   os << world_size() << " rank" << (world_size() == 1 ? "" : "s") << ": dp " << dp_size()
      << " x tp " << shape_.tp;
-  if (shape_.sequence_parallel) os << ", sequence parallel";
+  if (shape_.sequence_parallel)
+    os << ", sequence parallel (" << sequence_wire_name(shape_.sp_wire) << " wire)";
   os << "; experts: edp " << edp_size() << " x ep " << shape_.ep << " x etp " << shape_.etp;
   return os.str();
 }

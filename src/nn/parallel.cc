@@ -105,6 +105,16 @@ void place_slice(const ParamSplit& s, const float* local, float* full) {
 
 // ---- sequence-parallel gathers ----------------------------------------------------------
 
+const char* sequence_wire_name(SequenceWire w) {
+  return w == SequenceWire::exact ? "exact" : "rowwise";
+}
+
+SequenceWire parse_sequence_wire(const std::string& name) {
+  if (name == "exact") return SequenceWire::exact;
+  if (name == "rowwise") return SequenceWire::rowwise;
+  MXT_FAIL("unknown sequence-parallel wire `", name, "` (valid: exact, rowwise)");
+}
+
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out) {
   return group.allgather(shard, out, sizeof(float) * size_t(Ns * K));
 }

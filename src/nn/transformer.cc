@@ -150,6 +150,7 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
 struct GPT::AttnActs {
   FloatBuffer ln1, rstd1, qkv_out, lse, atty;
   LinearSaved s_qkv, s_proj;
+  QTensor sp_ln1;  // sequence parallel, rowwise wire: qkv's gathered input copy
 };
 
 // What a layer's MLP keeps: the RMSNorm output (when fc1 keeps no copy; always on MoE layers,
@@ -159,6 +160,7 @@ struct GPT::MlpActs {
   FloatBuffer ln2, rstd2, fc1_out, h;
   Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
   LinearSaved s_fc1, s_fc2;
+  QTensor sp_ln2;  // sequence parallel, rowwise wire: fc1's gathered input copy
 };
 
 struct GPT::Layer {
@@ -178,6 +180,7 @@ struct GPT::Layer {
 struct GPT::AttnView {
   float *ln1, *rstd1, *qkv_out, *lse, *atty, *branch;
   float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
+  QTensor* sp_in;    // sequence parallel: qkv's gathered input copy, when kept
   float* resid_mid;  // the block's output
   LinearSaved *s_qkv, *s_proj;
 };
@@ -185,6 +188,7 @@ struct GPT::MlpView {
   float* resid_mid;  // the block's input
   float *ln2, *rstd2, *a, *h, *branch;  // a: fc1's FP32 output
   float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
+  QTensor* sp_in;    // sequence parallel: fc1's gathered input copy, when kept
   Fp8Activation* a8;                    // set: SwiGLU's input is kept here in FP8
   LinearSaved *s_fc1, *s_fc2;
 };
@@ -380,9 +384,22 @@ void GPT::sp_reduce_scatter(const float* full, float* shard, int64_t shard_n) {
   pstats_.tp_ms += ms_since(t0);
 }
 
+void GPT::derive_copies(QTensor& q, const TensorFormat& f, CopySet want) {
+  want = want - q.present;
+  if (want.empty()) return;
+  const int64_t M = q.rows, K = q.cols;
+  float* x = grow(sp_f32_, M * K);
+  if (q.has(Copy::rowwise))
+    dequantize(q.rowwise, x);
+  else
+    bf16_to_f32_array(q.bf16.data(), x, M * K);
+  make_copies(x, M, K, f, q, want);
+}
+
 // Column-parallel forward from the norm's shard: the product's input copy gathered (FP32 rows
-// for the FP32 reference).
-void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s) {
+// for the FP32 reference); with the rowwise wire it stays in `kept` for the backward.
+void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s,
+                        QTensor& kept) {
   const int64_t K = l.in_features(), N = Ns * par_.tp_size();
   const auto t0 = std::chrono::steady_clock::now();
   if (fp32_ref_) {
@@ -392,16 +409,18 @@ void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, Lin
   }
   const Recipe& r = l.precision().recipe;
   bool fp32 = false;
+  QTensor& q = par_.sp_wire == SequenceWire::rowwise ? kept : sp_x_;
   count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input), copies_needed(r,
-               Role::input, Use::forward), sp_x_, &fp32), t0);
+               Role::input, Use::forward), q, &fp32), t0);
   sp_fp32_route_ |= fp32;
-  l.forward_given(sp_x_, y, s);
+  l.forward_given(q, y, s);
 }
 
-// Column-parallel backward: x's wgrad copy gathered again from the shard; dx [N, in] is this
-// rank's part of the input gradient (the caller reduce-scatters it).
+// Column-parallel backward: x's wgrad copy gathered again from the shard (exact wire) or made
+// from the kept forward copy (rowwise wire); dx [N, in] is this rank's part of the input
+// gradient (the caller reduce-scatters it).
 void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
-                         const float* dy, float* dx) {
+                         const float* dy, float* dx, QTensor& kept) {
   const int64_t K = l.in_features(), N = Ns * par_.tp_size();
   const auto t0 = std::chrono::steady_clock::now();
   if (fp32_ref_) {
@@ -410,15 +429,21 @@ void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t 
     return;
   }
   const Recipe& r = l.precision().recipe;
+  const CopySet wgrad = copies_needed(r, Role::input, Use::wgrad);
+  if (par_.sp_wire == SequenceWire::rowwise) {
+    derive_copies(kept, r.role(Role::input), wgrad);
+    l.backward_given(s, dy, nullptr, &kept, dx);
+    return;
+  }
   bool fp32 = false;
-  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input),
-                             copies_needed(r, Role::input, Use::wgrad), sp_x_, &fp32), t0);
+  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input), wgrad, sp_x_, &fp32),
+               t0);
   sp_fp32_route_ |= fp32;
   l.backward_given(s, dy, nullptr, &sp_x_, dx);
 }
 
 // Row-parallel backward: the residual gradient's shard gathered as the copies dgrad and wgrad
-// read.
+// read (exact wire), or as dgrad's with wgrad's made from it (rowwise wire).
 void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
                           int64_t Ns, float* dx) {
   const int64_t O = l.out_features(), N = Ns * par_.tp_size();
@@ -429,12 +454,14 @@ void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const f
     return;
   }
   const Recipe& r = l.precision().recipe;
+  const CopySet dgrad = copies_needed(r, Role::grad, Use::dgrad),
+                wgrad = copies_needed(r, Role::grad, Use::wgrad);
+  const bool rowwise = par_.sp_wire == SequenceWire::rowwise;
   bool fp32 = false;
   count_gather(gather_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
-                             copies_needed(r, Role::grad, Use::dgrad) |
-                                 copies_needed(r, Role::grad, Use::wgrad),
-                             sp_dy_, &fp32), t0);
+                             rowwise ? dgrad : dgrad | wgrad, sp_dy_, &fp32), t0);
   sp_fp32_route_ |= fp32;
+  if (rowwise) derive_copies(sp_dy_, r.role(Role::grad), wgrad);
   l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
 }
 
@@ -533,6 +560,7 @@ GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
   v.rstd1 = grow(A.rstd1, Ns);
   v.lse = grow(A.lse, N * H);
   v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
+  v.sp_in = &A.sp_ln1;
   if (sp_) {  // qkv keeps nothing of its gathered input: the backward gathers the shard again
     v.ln1 = grow(A.ln1, Ns * D);
     v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
@@ -566,6 +594,7 @@ GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
   v.rstd2 = grow(M.rstd2, Ns);
   v.branch = in_arena ? arena(N, 0) : grow(branch_, N * D);
   v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
+  v.sp_in = &M.sp_ln2;
   if (L.moe) {
     v.ln2 = grow(M.ln2, N * D);  // the router's backward reads it
     return v;
@@ -644,7 +673,7 @@ void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, in
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, Dl = Dl_, H = Hl_, Ns = local_rows(N);
   rmsnorm_forward(v.ln1, v.rstd1, x, L.attn_norm.value.data(), Ns, D, cfg_.rms_eps);
   if (sp_)
-    sp_forward_in(L.qkv, v.ln1, Ns, v.qkv_out, *v.s_qkv);
+    sp_forward_in(L.qkv, v.ln1, Ns, v.qkv_out, *v.s_qkv, *v.sp_in);
   else
     linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
   if (p == Pass::forward) event(L.qkv.name(), ModuleEvent::forward_done);
@@ -682,7 +711,7 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
     event(L.experts->fc2.name(), ModuleEvent::forward_done);
   } else {
     if (sp_)
-      sp_forward_in(L.fc1, v.ln2, Ns, v.a, *v.s_fc1);
+      sp_forward_in(L.fc1, v.ln2, Ns, v.a, *v.s_fc1, *v.sp_in);
     else
       linear_forward(fp32_ref_, L.fc1, v.ln2, N, v.a, *v.s_fc1);
     if (!recompute) event(L.fc1.name(), ModuleEvent::forward_done);
@@ -829,7 +858,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       swiglu_backward(g.dfc1, g.dh, a, N, F, Accum::write);
       event(L.fc1.name(), ModuleEvent::backward_start);
       if (sp_)
-        sp_backward_in(L.fc1, *mv.s_fc1, mv.ln2, Ns, g.dfc1, g.dln_mlp);
+        sp_backward_in(L.fc1, *mv.s_fc1, mv.ln2, Ns, g.dfc1, g.dln_mlp, *mv.sp_in);
       else
         linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
       event(L.fc1.name(), ModuleEvent::backward_done);
@@ -855,7 +884,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     if (cfg_.rope_theta > 0.f) rope_backward(g.dqkv, rope_, B, T, Dl, H);
     event(L.qkv.name(), ModuleEvent::backward_start);
     if (sp_)
-      sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn);
+      sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn, *av.sp_in);
     else
       linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
     event(L.qkv.name(), ModuleEvent::backward_done);

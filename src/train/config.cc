@@ -42,6 +42,9 @@ void decode(const YAML::Node& v, ScaleRounding& out) {
   out = parse_rounding(v.as<std::string>().c_str());
 }
 void decode(const YAML::Node& v, AmaxAlgo& out) { out = parse_amax_algo(v.as<std::string>()); }
+void decode(const YAML::Node& v, SequenceWire& out) {
+  out = parse_sequence_wire(v.as<std::string>());
+}
 void decode(const YAML::Node& v, AmaxEpsilon& out) {
   if (v.IsScalar() && v.Scalar() == "auto") {
     out.value.reset();
@@ -62,6 +65,7 @@ const std::string& text(const Recipe& r) { return r.name; }
 const char* text(SwigluInput s) { return swiglu_input_name(s); }
 const char* text(ScaleRounding r) { return rounding_name(r); }
 const char* text(AmaxAlgo a) { return amax_algo_name(a); }
+const char* text(SequenceWire w) { return sequence_wire_name(w); }
 std::string text(const AmaxEpsilon& e) {
   if (!e.value) return "auto";
   char buf[32];
@@ -248,6 +252,7 @@ void parallel_fields(ParallelConfig& c, F&& f) {
   f("ep", c.ep);
   f("etp", c.etp);
   f("sequence_parallel", c.sequence_parallel);
+  f("sp_wire", c.sp_wire);
 }
 
 void parse_model(Section s, ModelConfig& m, std::string& tokenizer) {
@@ -389,6 +394,9 @@ void parse_parallel(Section s, ParallelConfig& p) {
   MXT_CHECK(!p.sequence_parallel || p.tp > 1, s.origin_of("sequence_parallel"), ": `",
             s.full("sequence_parallel"), "` needs tensor parallelism (`", s.full("tp"),
             "` > 1): it splits the norms and residuals of a tensor-parallel group");
+  MXT_CHECK(p.sp_wire == SequenceWire::exact || p.sequence_parallel, s.origin_of("sp_wire"),
+            ": `", s.full("sp_wire"), ": ", sequence_wire_name(p.sp_wire), "` needs `",
+            s.full("sequence_parallel"), ": true` (it says what its all-gathers carry)");
 }
 
 void parse_fsdp(Section s, FsdpConfig& f) {

@@ -23,6 +23,7 @@ void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
       {"--ep (parallel.ep)", std::to_string(cfg.parallel.ep)},
       {"--etp (parallel.etp)", std::to_string(cfg.parallel.etp)},
       {"--sequence-parallel", on_off(cfg.parallel.sequence_parallel)},
+      {"--sp-wire (parallel.sp_wire)", sequence_wire_name(cfg.parallel.sp_wire)},
       {"--dry-run", on_off(opt.dry_run)},
       {"--resume", on_off(opt.resume)},
       {"--stop-after", opt.stop_after > 0 ? std::to_string(opt.stop_after) : "(none)"},

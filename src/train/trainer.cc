@@ -585,6 +585,7 @@ void finish(Run& r) {
     const ParallelConfig& p = r.cfg.parallel;
     row["layout"] = {{"dp", r.mesh->dp_size()}, {"tp", p.tp}, {"ep", p.ep}, {"etp", p.etp},
                      {"edp", r.mesh->edp_size()}, {"sequence_parallel", p.sequence_parallel}};
+    if (p.sequence_parallel) row["layout"]["sp_wire"] = sequence_wire_name(p.sp_wire);
   }
   if (r.stop_signal) row["stopped_by_signal"] = r.stop_signal;
   r.metrics.write(row);
@@ -605,7 +606,7 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   r.lead = (!r.cfg.fsdp.enabled && !pc.used()) || dist::Comm::world().rank() == 0;
   if (pc.used())  // collective: every rank makes the same sub-communicators
     r.mesh = std::make_unique<dist::Mesh>(
-        dist::Comm::world(), dist::MeshShape{pc.tp, pc.ep, pc.etp, pc.sequence_parallel});
+        dist::Comm::world(), dist::MeshShape{pc.tp, pc.ep, pc.etp, pc.sequence_parallel, pc.sp_wire});
 
   // A model that cannot fit is refused before anything is allocated.
   if (!opt.dry_run && !opt.ignore_memory_check)

@@ -8,7 +8,8 @@
 #   partial sums, which moves BF16 roundings a little);
 # - the same with --sequence-parallel (each rank 128 of the 256 tokens: whole MX blocks, so the
 #   FP8 gathers are the one-process copies), where mxfp8's all-gathers send 0.6875x bf16's
-#   bytes (docs/distributed.md, "Bytes on the wire");
+#   bytes (docs/distributed.md, "Bytes on the wire"); with --sp-wire rowwise (one per-token
+#   copy per all-gather) bf16, mxfp8 and blockwise within 1e-4 and mxfp8 at 0.515625x;
 # - tp 2 x dp 2 on 4 ranks against one process with grad_accum 2;
 # - a layout 3 ranks cannot hold is refused on every rank at once, naming why;
 # - checkpoints hold whole tensors: a tp 2 checkpoint resumed by one process, and a
@@ -52,6 +53,22 @@ ag() { field "$1" tp_allgather_bytes | head -1; }
 awk -v a="$(ag "$TMP/sp_mxfp8.jsonl")" -v b="$(ag "$TMP/sp_bf16.jsonl")" \
   'BEGIN { r = a / b; printf "tp_allgather_bytes mxfp8 / bf16 = %.4f\n", r; exit (r == 0.6875) ? 0 : 1 }' ||
   { echo "unexpected all-gather bytes"; exit 1; }
+# The rowwise wire (parallel.sp_wire): one per-token copy per all-gather, the wgrad copies made
+# from it on every rank. Within 1e-4 of one process for mxfp8 and blockwise, and mxfp8 sends
+# exactly 66/128 of bf16's bytes (per element 1 + 1/32 against 2, both on the same wire).
+for recipe in bf16 mxfp8 blockwise; do
+  [ "$recipe" = blockwise ] && "$BIN" train --config "$cfg" --recipe blockwise --steps 20 \
+    --quiet --metrics-out "$TMP/one_blockwise.jsonl"
+  mpi 2 train --config "$cfg" --recipe "$recipe" --steps 20 --tp 2 --sequence-parallel \
+    --sp-wire rowwise --quiet --metrics-out "$TMP/spr_$recipe.jsonl"
+  same_losses "$TMP/one_$recipe.jsonl" "$TMP/spr_$recipe.jsonl" \
+    "$recipe: tp 2 + SP (rowwise wire) vs 1 process" 20
+done
+awk -v a="$(ag "$TMP/spr_mxfp8.jsonl")" -v b="$(ag "$TMP/spr_bf16.jsonl")" \
+  'BEGIN { r = a / b; printf "rowwise wire: tp_allgather_bytes mxfp8 / bf16 = %.6f\n", r
+           exit (r == 0.515625) ? 0 : 1 }' || { echo "unexpected rowwise-wire bytes"; exit 1; }
+grep -q '"sequence_parallel":true,"sp_wire":"rowwise","tp":2}' "$TMP/spr_mxfp8.jsonl" ||
+  { tail -1 "$TMP/spr_mxfp8.jsonl"; echo "no wire in the summary's layout"; exit 1; }
 
 # Tensor-parallel bytes in every step row; the layout in the summary.
 [ "$(field "$TMP/tp2.jsonl" tp_comm_bytes | head -1)" -gt 0 ] ||

@@ -73,6 +73,16 @@ TEST(Config, TokenizerAndRecompute) {
                {"training.recompute", "fsdp"});
 }
 
+TEST(Config, ParallelLayout) {
+  const TrainConfig c = parse_config(
+      std::string(kBase) + "parallel: {tp: 2, sequence_parallel: true, sp_wire: rowwise}\n",
+      "test.yaml");
+  EXPECT_EQ(c.parallel.tp, 2);
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_EQ(c.parallel.sp_wire, SequenceWire::rowwise);
+  EXPECT_EQ(parse_config(kBase, "test.yaml").parallel.sp_wire, SequenceWire::exact);
+}
+
 TEST(Config, RoundTripThroughCanonicalYaml) {
   std::string text = std::string(kBase) +
                      "fsdp: {enabled: true, mxfp8_gather: all, prefetch: 2, "
@@ -124,6 +134,13 @@ TEST(Config, BadValuesAreNamed) {
   expect_error(std::string(kBase) + "fsdp: {prefetch: 9}\n", {"fsdp.prefetch", "between 0 and 8"});
   expect_error(std::string(kBase) + "fsdp: {progress_thread: maybe}\n",
                {"fsdp.progress_thread", "wrong type"});
+  expect_error(std::string(kBase) + "parallel: {tp: 0}\n", {"parallel.tp", "between 1 and 4096"});
+  expect_error(std::string(kBase) + "parallel: {sequence_parallel: true}\n",
+               {"parallel.sequence_parallel", "needs tensor parallelism"});
+  expect_error(std::string(kBase) + "parallel: {tp: 2, sequence_parallel: true, sp_wire: fp8}\n",
+               {"parallel.sp_wire", "exact, rowwise"});
+  expect_error(std::string(kBase) + "parallel: {tp: 2, sp_wire: rowwise}\n",
+               {"parallel.sp_wire: rowwise", "parallel.sequence_parallel: true"});
   expect_error("model: [1, 2]\n", {"`model` must be a mapping"});
   expect_error("model: {d_model: 64\n", {"not valid YAML"});
 }

@@ -25,6 +25,7 @@ namespace mxtrain::dist {
 struct MeshShape {
   int tp = 1, ep = 1, etp = 1;
   bool sequence_parallel = false;
+  SequenceWire sp_wire = SequenceWire::exact;
   bool operator==(const MeshShape&) const = default;
 };
 

@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "mxtrain/qtensor.h"
 
@@ -51,10 +52,27 @@ struct ParallelStats {
   double tp_ms = 0, ep_ms = 0;
 };
 
+// What sequence parallelism's all-gathers carry (docs/distributed.md, "Sequence parallel"):
+//   exact    the copies each product reads, each quantized from the FP32 shard: forward the
+//            input's forward copy, backward its wgrad copy again and the output gradient's
+//            dgrad and wgrad copies — the one-process products, bit for bit;
+//   rowwise  one copy per all-gather, the rowwise (per-token) one: the input's forward copy,
+//            kept for the backward, and the output gradient's dgrad copy; each wgrad copy
+//            (blocks along the tokens) is then quantized on every rank from the gathered
+//            copy's values (DeepSeek-V3's way). With power-of-two scales, rounding a value
+//            that is normal in both its blocks keeps 3 mantissa bits whatever the scale, so
+//            rounding it twice gives what rounding once gives; a value in a block's subnormal
+//            range (or any value, with FP32 scales) can differ by the first rounding. Close
+//            to one process, not equal by construction (tests bound the gap).
+enum class SequenceWire : uint8_t { exact, rowwise };
+const char* sequence_wire_name(SequenceWire w);            // "exact" | "rowwise"
+SequenceWire parse_sequence_wire(const std::string& name);  // throws listing the names
+
 // The groups a model's layers are split over (null: one rank).
 struct ModelParallel {
   Collectives* tp = nullptr;     // tensor parallel: heads and MLP columns split over it
   bool sequence_parallel = false;  // with tp: norms and residuals on sequence shards
+  SequenceWire sp_wire = SequenceWire::exact;
   Collectives* ep = nullptr;     // expert parallel: experts spread over it
   Collectives* etp = nullptr;    // expert-tensor parallel: each expert's hidden units split over it
 

@@ -261,9 +261,14 @@ class GPT {
   // the norm's output shard [Ns, in]; a row-parallel Linear's backward from the residual
   // gradient's shard [Ns, out] (x_ref: its FP32 input, for the FP32 reference); the group's
   // sum of a full [N, D] partial, scattered: rank r keeps rows [r·Ns, (r+1)·Ns) in `shard`.
-  void sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s);
+  // `kept`: the gathered forward copy kept for the backward (SequenceWire::rowwise).
+  void sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s,
+                     QTensor& kept);
   void sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
-                      const float* dy, float* dx);
+                      const float* dy, float* dx, QTensor& kept);
+  // SequenceWire::rowwise: adds to `q` (holding a rowwise or BF16 copy of an [N, K] matrix)
+  // the copies `want` quantized from its values in format f.
+  void derive_copies(QTensor& q, const TensorFormat& f, CopySet want);
   void sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
                        int64_t Ns, float* dx);
   void sp_reduce_scatter(const float* full, float* shard, int64_t shard_n);

@@ -112,6 +112,8 @@ struct FsdpConfig {
 struct ParallelConfig {
   int tp = 1, ep = 1, etp = 1;
   bool sequence_parallel = false;
+  // What sequence parallelism's all-gathers carry (nn/parallel.h, SequenceWire): exact | rowwise.
+  SequenceWire sp_wire = SequenceWire::exact;
   bool used() const { return tp > 1 || ep > 1 || etp > 1; }
 };
 
