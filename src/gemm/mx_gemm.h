@@ -99,6 +99,11 @@ constexpr int64_t kGemvMaxRows = 16;
 // its dispatch table and the operands choose (gemm_mx.cc).
 void gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
                  int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+// The same on views (an FP32-scaled copy's own codes with an E8M0 grid made for it,
+// gemm_scaled.cc): the panel, streaming and reference kernels read the views as they are; the
+// expansion path (avx2, A^T · B^T), which reads whole tensors, copies them first.
+void gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b, const MXOperand& B, int64_t M,
+                 int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 // Products of FP32-scaled copies (gemm_scaled.cc; docs/numerics.md, "FP32-scaled products"):
 // the reference (FP32 partial sum per 128-deep K chunk of unscaled code values, then
 // C += (sa · sb) · P), and the entry gemm_mx calls once both operands are FP32-scaled.

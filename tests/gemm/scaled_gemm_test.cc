@@ -17,6 +17,7 @@
 #include "gemm/mx_gemm.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
@@ -140,30 +141,45 @@ TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
   EXPECT_EQ(bad, 0);
 }
 
-// The pow2 path is the MX product of the expanded E8M0 grid, bit for bit.
-TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGrid) {
-  for (const Op& o : kOps) {
-    const int64_t M = 129, N = 33, K = 257;
-    const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
-    const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e4m3, ScaleType::fp32_pow2, 2);
-    auto expand = [](const MXTensor& t) {
-      MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
-      std::memcpy(m.data.data(), t.data.data(), t.data.size());
-      const float* s = reinterpret_cast<const float*>(t.scales.data());
-      for (int64_t i = 0; i < m.scale_rows(); ++i)
-        for (int64_t j = 0; j < m.scale_cols(); ++j) {
-          const int64_t si = t.layout == MXLayout::rowwise ? i : i / 4;
-          const int64_t sj = t.layout == MXLayout::colwise ? j : j / 4;
-          m.scales[size_t(i * m.scale_cols() + j)] =
-              uint8_t(127 + std::ilogb(s[si * t.scale_cols() + sj]));
-        }
-      return m;
-    };
-    std::vector<float> got(size_t(M * N)), want(size_t(M * N));
-    gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
-    gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << o.ta << o.tb;
+// The pow2 path is the MX product of the expanded E8M0 grid, bit for bit, on every kernel
+// path this CPU has (it reads the copy's own codes beside a grid made for them; the expansion
+// path, avx2 and A^T · B^T, copies them), in all four orientations, on ragged shapes.
+TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGridOnEveryPath) {
+  auto expand = [](const MXTensor& t) {
+    MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
+    std::memcpy(m.data.data(), t.data.data(), t.data.size());
+    const float* s = reinterpret_cast<const float*>(t.scales.data());
+    for (int64_t i = 0; i < m.scale_rows(); ++i)
+      for (int64_t j = 0; j < m.scale_cols(); ++j) {
+        const int64_t si = t.layout == MXLayout::rowwise ? i : i / 4;
+        const int64_t sj = t.layout == MXLayout::colwise ? j : j / 4;
+        m.scales[size_t(i * m.scale_cols() + j)] =
+            uint8_t(127 + std::ilogb(s[si * t.scale_cols() + sj]));
+      }
+    return m;
+  };
+  // nt, nn, tn as the layers run them, and tt (tile A^T · tile B^T: no layer needs it).
+  const Op ops[] = {kOps[0], kOps[1], kOps[2], {true, true, MXLayout::tile, MXLayout::tile}};
+  const int64_t shapes[][3] = {{129, 33, 257}, {1, 31, 129}, {200, 97, 33}, {64, 130, 1}};
+  std::vector<Isa> isas{Isa::scalar};
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512vbmi})
+    if (isa_supported(i)) isas.push_back(i);
+  for (Isa isa : isas) {
+    set_isa(isa);
+    for (const Op& o : ops)
+      for (const auto& sh : shapes) {
+        const int64_t M = sh[0], N = sh[1], K = sh[2];
+        const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
+        const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e5m2, ScaleType::fp32_pow2, 2);
+        std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+        gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
+        gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << isa_name(isa) << " ta=" << o.ta << " tb=" << o.tb << " " << M << "x" << N << "x"
+            << K;
+      }
   }
+  clear_isa_override();
 }
 
 TEST(ScaledGemm, NanCodePropagatesAndMixedFamiliesRefused) {
