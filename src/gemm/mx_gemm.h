@@ -87,11 +87,26 @@ using PackRows = void (*)(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0
 // words as mx_gemm_avx512bf16's general packer.
 void pack_a_rows_avx512vbmi_bf16(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0,
                                  int64_t kc, uint32_t* Ap, int64_t ld);
+// A panel kernel's pair packer: stored rows k0 .. k0+kc of S (stored [K, cols], blocks along K:
+// colwise or tile32) as BF16 pairs of consecutive rows over columns c0 .. c0 + 32·nv (nv <= 3,
+// c0 a multiple of 16): out[p * ld + 16j], j < nstore (<= 2·nv), holds the 16 pairs (row
+// k0 + 2p, row k0 + 2p + 1) of columns c0 + 16j ..; columns past `cols` and a row k+1 = K are
+// zero. mx_gemm_avx512bf16's packer is pack_pairs (gemm/mx_pairs_avx512.h); this one, of
+// mx_gemm_avx512vbmi_bf16, decodes by VBMI table lookup (mx_pack_avx512vbmi.cc), the same
+// words.
+using PackPairs = void (*)(const MXOperand& S, int64_t c0, int nv, int nstore, int64_t k0,
+                           int64_t kc, uint32_t* out, int64_t ld);
+void pack_pairs_avx512vbmi_bf16(const MXOperand& S, int64_t c0, int nv, int nstore, int64_t k0,
+                                int64_t kc, uint32_t* out, int64_t ld);
 // The row packers' prefetch distance, in rows. A chunk's pieces of consecutive rows lie one row
 // stride apart, a new stream every chunk that the hardware prefetcher picks up late, so the
 // row this many below is requested while a row is decoded (bench gemm m = 256 forward,
 // K = N = 4096: 1.14-1.16x -> 1.04-1.06x of BF16; 1, 2 and 4 rows all did about as well).
 constexpr int64_t kPackRowsAhead = 4;
+// The pair packers read a piece of every stored row, one row stride apart (a new page every
+// row or two, which no hardware prefetcher follows): the VBMI pair packer asks for the rows this
+// many pairs ahead.
+constexpr int64_t kPairsAhead = 8;
 // Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi_bf16).
 constexpr int64_t kGemvMaxRows = 16;
 

@@ -26,9 +26,11 @@
 //   A pairs  (tn):     A stored [K, M] with blocks along K  -> Ap[KC/2][MC] (pair-major)
 //   B rows   (nn, tn): B stored [K, N]                      -> rows k, k+1 interleaved
 //   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
-// Two kernels share the panel product and differ only in the A-rows packer:
-// mx_gemm_avx512bf16 packs with pack_a_rows below, mx_gemm_avx512vbmi_bf16 with
-// pack_a_rows_avx512vbmi_bf16 (mx_pack_avx512vbmi.cc: table decoding, the same words).
+// A pairs and B rows are both pairs of stored rows (a PackPairs packer). Two kernels share the
+// panel product and differ only in the packers of A rows and of pairs (Packers):
+// mx_gemm_avx512bf16 packs with pack_a_rows below and pack_pairs (gemm/mx_pairs_avx512.h),
+// mx_gemm_avx512vbmi_bf16 with pack_a_rows_avx512vbmi_bf16 and pack_pairs_avx512vbmi_bf16
+// (mx_pack_avx512vbmi.cc: table decoding, the same words).
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
 // transpose16); they are not read.
@@ -44,6 +46,7 @@
 
 #include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
+#include "gemm/mx_pairs_avx512.h"
 #include "mxtrain/aligned.h"
 
 namespace mxtrain::gemm_detail {
@@ -54,22 +57,6 @@ constexpr int NR = 64;          // micro-tile columns (4 vectors of 16 FP32)
 constexpr int64_t KC = 1024;    // K chunk (even)
 constexpr int64_t KP = KC / 2;  // pairs per chunk
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
-
-// ---- multipliers ---------------------------------------------------------------------------
-
-// Multipliers of 16 consecutive columns c0.. of stored row r whose scales vary per column
-// (colwise), or per 32 columns (tile32); columns past `cols` get multiplier 0.
-inline __m512 col_multipliers(const MXOperand& t, const float* mult, int64_t r, int64_t c0) {
-  const int64_t n = std::min<int64_t>(16, t.cols - c0);
-  if (n <= 0) return _mm512_setzero_ps();
-  const __mmask16 k = __mmask16((1u << n) - 1);
-  if (t.layout == MXLayout::colwise) {
-    const uint8_t* s = t.scales + (r / kMXBlock) * t.scale_ld + c0;
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, s));
-    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, mult, 4);
-  }
-  return _mm512_maskz_mov_ps(k, _mm512_set1_ps(mult[t.scale(r, c0)]));  // tile32: 16 | 32
-}
 
 // ---- packing -------------------------------------------------------------------------------
 
@@ -93,72 +80,8 @@ void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t
   }
 }
 
-// Interleaves two rows of 32 BF16 (a = row k, b = row k+1) into 32 pairs: lo gets columns
-// 0-15, hi 16-31.
-inline void interleave(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
-  alignas(64) static const uint16_t ilo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static const uint16_t ihi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                               24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(ilo), b);
-  hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
-}
-
-// Multipliers of columns c0 .. c0 + 32·nv at stored row k of a matrix stored [K, cols] with
-// blocks along K (colwise/tile32): m[q] (q < 2·nv) for columns c0 + 16q... They hold for all
-// 32 rows of k's block, so the packers fetch them once per block, not per row pair.
-inline void block_multipliers(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512* m) {
-  const float* mult = multipliers(S.elem).v;
-  for (int q = 0; q < 2 * nv; ++q) m[q] = col_multipliers(S, mult, k, c0 + 16 * q);
-}
-
-// Pairs of stored rows k, k+1 (k even, k < K) over columns c0 .. c0 + 32·nv of a matrix stored
-// [K, cols] with blocks along K (colwise/tile32), with m from block_multipliers for k's
-// block: out[q] (q < 2·nv) = 16 pairs, columns c0 + 16q... Columns past `cols` and a row
-// k+1 = K are zero.
-inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, const __m512* m,
-                      __m512i* out) {
-  const bool e4m3 = S.elem == Elem::e4m3, has_b = k + 1 < S.rows;
-  const uint8_t* ra = S.codes + k * S.cols;
-  for (int v = 0; v < nv; ++v) {
-    const int64_t c = c0 + 32 * v;
-    if (c >= S.cols) {
-      out[2 * v] = out[2 * v + 1] = _mm512_setzero_si512();
-      continue;
-    }
-    const __m512 m_lo = m[2 * v], m_hi = m[2 * v + 1];
-    const __m512i a = decode32(load_codes(ra + c, S.cols - c), m_lo, m_hi, e4m3);
-    const __m512i b = has_b ? decode32(load_codes(ra + S.cols + c, S.cols - c), m_lo, m_hi, e4m3)
-                            : _mm512_setzero_si512();
-    interleave(a, b, out[2 * v], out[2 * v + 1]);
-  }
-}
-
-// A pairs (tn): Ap[p * MC + m] = (S(k0 + 2p, c0 + m), S(k0 + 2p + 1, c0 + m)) for m < mc.
-void pack_a_pairs(const MXOperand& S, int64_t c0, int64_t mc, int64_t k0, int64_t kc,
-                  uint32_t* Ap) {
-  __m512i v[6];  // MC = 96 = 3 x 32 columns
-  __m512 m[6];
-  const int nv = int((mc + 31) / 32);
-  for (int64_t p = 0; 2 * p < kc; ++p) {
-    const int64_t k = k0 + 2 * p;
-    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, nv, m);
-    row_pairs(S, k, c0, nv, m, v);
-    for (int64_t q = 0; q * 16 < mc; ++q) _mm512_storeu_si512(Ap + p * MC + q * 16, v[q]);
-  }
-}
-
-// B rows (nn, tn): panel Bp[p * NR + n] = pairs of stored rows k0 + 2p, +1 at column c0 + n.
-void pack_b_rows(const MXOperand& S, int64_t c0, int64_t k0, int64_t kc, uint32_t* Bp) {
-  __m512i v[4];
-  __m512 m[4];
-  for (int64_t p = 0; 2 * p < kc; ++p) {
-    const int64_t k = k0 + 2 * p;
-    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, 2, m);
-    row_pairs(S, k, c0, 2, m, v);
-    for (int q = 0; q < 4; ++q) _mm512_storeu_si512(Bp + p * NR + q * 16, v[q]);
-  }
-}
+// Pairs of stored rows (nn and tn's B, tn's A): pack_pairs (gemm/mx_pairs_avx512.h) or the
+// VBMI packer (pack_pairs_avx512vbmi_bf16), through the Packers below.
 
 // 16x16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i.
 inline void transpose16(__m512i r[16]) {
@@ -307,6 +230,13 @@ struct Packing {
   static Packing of(Orient o) { return {o == Orient::tn, o == Orient::nt}; }
 };
 
+// The two packers that differ between the kernels: rows of A (nt, nn) and pairs of stored
+// rows (tn's A, nn and tn's B).
+struct Packers {
+  PackRows rows;
+  PackPairs pairs;
+};
+
 // Where a transposed product's result goes: Ct [N, M] (+)= C^T (see mx_gemm_avx512bf16).
 struct TransposeOut {
   float* C;
@@ -320,7 +250,7 @@ struct TransposeOut {
 // finished rows into out->C, while they are still in its cache.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
-void panel_product(Packing pk, PackRows pack_rows, const MXOperand& A, const MXOperand& B,
+void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
                    float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
                    bool split_m, const TransposeOut* out = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
@@ -344,15 +274,15 @@ void panel_product(Packing pk, PackRows pack_rows, const MXOperand& A, const MXO
     const int64_t sm = pk.a_pairs ? 1 : KP, sp = pk.a_pairs ? MC : 1;
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs)
-        pack_a_pairs(A, i0, mc, k0, kc, Ap);
+        packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
       else
-        pack_rows(A, i0, mc, k0, kc, Ap, KP);
+        packers.rows(A, i0, mc, k0, kc, Ap, KP);
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
         pack_b_transposed(B, p * NR, k0, kc, Bp);
       else
-        pack_b_rows(B, p * NR, k0, kc, Bp);
+        packers.pairs(B, p * NR, 2, 4, k0, kc, Bp, NR);
     };
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
@@ -397,9 +327,9 @@ FloatBuffer& swap_buffer() {
   return buf;
 }
 
-// The panel product with rows of A packed by `pack_rows`.
+// The panel product with its operands packed by `packers`.
 void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                bool accumulate, PackRows pack_rows) {
+                bool accumulate, const Packers& packers) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows;
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
@@ -417,11 +347,11 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
     const TransposeOut out{C, ldc, accumulate};
-    return panel_product(swapped, pack_rows, B, A, T, M, false, N, M, K, /*split_m=*/true,
+    return panel_product(swapped, packers, B, A, T, M, false, N, M, K, /*split_m=*/true,
                          &out);
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
-  panel_product(Packing::of(o), pack_rows, A, B, C, ldc, accumulate, M, N, K,
+  panel_product(Packing::of(o), packers, A, B, C, ldc, accumulate, M, N, K,
                 /*split_m=*/M > N);
 }
 
@@ -429,12 +359,13 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
 
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows);
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs});
 }
 
 void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                              int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows_avx512vbmi_bf16);
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16});
 }
 
 }  // namespace mxtrain::gemm_detail
