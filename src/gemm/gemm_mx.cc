@@ -71,6 +71,7 @@ struct MxProductKernels {
   MxProduct gemm;     // null: the expansion (mx_gemm_expanded), which reads whole MXTensors
   MxProduct gemv_nt;  // forward products of at most kGemvMaxRows rows; null: gemm serves them
   bool folds_scales;  // needs mx_scales_foldable operands (the others take mx_gemm_ref)
+  Fp32Product fp32;   // FP32-scaled copies whose scales do not fold (gemm_scaled.cc)
 };
 
 void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
@@ -81,15 +82,20 @@ void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64
 const PathTable<MxProductKernels>& mx_table() {
   static const PathTable<MxProductKernels> t(
       "GEMM MX (mxfp8 recipes)",
-      {{Path::scalar, "mx_gemm_ref", {mx_gemm_ref, nullptr, false}},
-       {Path::avx2, "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul)",
-        {nullptr, nullptr, false}},
-       {Path::avx512bf16, "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64)",
-        {mx_gemm_avx512bf16, nullptr, true}},
+      {{Path::scalar, "mx_gemm_ref; fp32 scales: fp32_block_gemm_ref",
+        {mx_gemm_ref, nullptr, false, fp32_block_gemm_ref_entry}},
+       {Path::avx2,
+        "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul); fp32 scales: "
+        "fp32_block_gemm_onednn",
+        {nullptr, nullptr, false, fp32_block_gemm_onednn}},
+       {Path::avx512bf16,
+        "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64); fp32 scales: "
+        "fp32_block_gemm_avx512bf16 (per-chunk promotion)",
+        {mx_gemm_avx512bf16, nullptr, true, fp32_block_gemm_panels_avx512bf16}},
        {Path::avx512vbmi_bf16,
-        "mx_gemm_avx512vbmi_bf16 (VBMI row packing); forward with m <= 16: "
-        "mx_gemv_nt_avx512vbmi_bf16",
-        {mx_gemm_avx512vbmi_bf16, stream_vbmi, true}}});
+        "mx_gemm_avx512vbmi_bf16 (VBMI packing); forward with m <= 16: "
+        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_avx512vbmi_bf16",
+        {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}}});
   return t;
 }
 
@@ -174,6 +180,12 @@ void gemm_detail::gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, con
     return mx_gemm_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
   const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
   run_kernels(k, o, MXOperand::of(A), MXOperand::of(B), M, C, ldc, accumulate);
+}
+
+void gemm_detail::gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b,
+                                const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                                int64_t ldc, bool accumulate) {
+  mx_table().get().fp32(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
 }
 
 void gemm_detail::gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b,

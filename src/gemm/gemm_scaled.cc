@@ -112,30 +112,44 @@ float sb_at(bool tb, const MXTensor& B, int64_t k, int64_t j) {
   return tb ? scale_of(B, j, k) : scale_of(B, k, j);
 }
 
-void fp32_block_gemm_fast(bool ta, const MXTensor& A, bool tb, const MXTensor& B, Dims d,
-                          float* C, int64_t ldc, bool accumulate) {
-  thread_local std::vector<uint16_t> a16, b16;
-  thread_local std::vector<float> P;
-  decode_unscaled(A, a16);
-  decode_unscaled(B, b16);
-  P.resize(size_t(d.M * d.N));
-  if (!accumulate)
-    for (int64_t i = 0; i < d.M; ++i)
-      for (int64_t j = 0; j < d.N; ++j) C[i * ldc + j] = 0.f;
-  const int64_t depth = chunk_depth(A, B, d.K);
-  for (int64_t k0 = 0; k0 < d.K; k0 += depth) {
-    const int64_t kc = std::min(depth, d.K - k0);
-    const uint16_t* ap = ta ? a16.data() + k0 * A.cols : a16.data() + k0;
-    const uint16_t* bp = tb ? b16.data() + k0 : b16.data() + k0 * B.cols;
-    gemm_bf16(ta, tb, d.M, d.N, kc, ap, A.cols, bp, B.cols, P.data(), d.N, false);
-    const float* p = P.data();
-#pragma omp parallel for schedule(static) if (d.M * d.N >= (1 << 16))
-    for (int64_t i = 0; i < d.M; ++i) {
-      const float sa = sa_at(ta, A, i, k0);
-      for (int64_t j = 0; j < d.N; ++j)
-        C[i * ldc + j] += (sa * sb_at(tb, B, k0, j)) * p[i * d.N + j];
-    }
+// t's codes as an MX operand whose every E8M0 scale is 127 (factor 1): the panels then hold
+// the unscaled code values. The grid has the MX shape of t's layout (a per-tensor copy is a
+// tile).
+MXOperand unit_view(const MXTensor& t, ByteBuffer& grid) {
+  const int64_t gr = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock);
+  const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, kMXBlock);
+  grid.resize(size_t(gr * gc));
+  std::memset(grid.data(), 127, grid.size());
+  return MXOperand{t.data.data(), grid.data(), t.rows, t.cols, gc, t.layout, t.elem};
+}
+
+// The per-chunk scale tables of ChunkScales (gemm/mx_gemm.h): sa [chunks][M], sb [chunks][N].
+void chunk_scales(bool ta, const MXTensor& A, bool tb, const MXTensor& B, Dims d,
+                  FloatBuffer& sa, FloatBuffer& sb) {
+  const int64_t chunks = ceil_div(d.K, kFp32ScaleBlock);
+  sa.resize(size_t(chunks * d.M));
+  sb.resize(size_t(chunks * d.N));
+  for (int64_t c = 0; c < chunks; ++c) {
+    for (int64_t i = 0; i < d.M; ++i) sa[size_t(c * d.M + i)] = sa_at(ta, A, i, c * kFp32ScaleBlock);
+    for (int64_t j = 0; j < d.N; ++j) sb[size_t(c * d.N + j)] = sb_at(tb, B, c * kFp32ScaleBlock, j);
   }
+}
+
+using PanelKernel = void (*)(Orient, const MXOperand&, const MXOperand&, const ChunkScales&,
+                             float*, int64_t, bool);
+
+// The panel kernel's product, or the oneDNN path for what it does not serve: A^T · B^T (no
+// layer needs it) and two per-tensor operands (one chunk over the whole K).
+void panels(PanelKernel kernel, bool ta, const MXTensor& A, bool tb, const MXTensor& B,
+            Dims d, float* C, int64_t ldc, bool accumulate) {
+  if ((ta && tb) || (A.is_fp32_tensor() && B.is_fp32_tensor()))
+    return fp32_block_gemm_onednn(ta, A, tb, B, d.M, d.N, d.K, C, ldc, accumulate);
+  thread_local ByteBuffer ga, gb;   // reused: no fresh pages per call
+  thread_local FloatBuffer sa, sb;
+  const MXOperand va = unit_view(A, ga), vb = unit_view(B, gb);
+  chunk_scales(ta, A, tb, B, d, sa, sb);
+  const Orient o = ta ? Orient::tn : tb ? Orient::nt : Orient::nn;
+  kernel(o, va, vb, ChunkScales{sa.data(), sb.data()}, C, ldc, accumulate);
 }
 
 }  // namespace
@@ -166,6 +180,50 @@ void fp32_block_gemm_ref(bool ta, const MXTensor& A, bool tb, const MXTensor& B,
     }
 }
 
+void fp32_block_gemm_ref_entry(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t,
+                               int64_t, int64_t, float* C, int64_t ldc, bool accumulate) {
+  fp32_block_gemm_ref(ta, A, tb, B, C, ldc, accumulate);
+}
+
+void fp32_block_gemm_onednn(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t M,
+                            int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+  const Dims d{M, N, K};
+  thread_local std::vector<uint16_t> a16, b16;
+  thread_local std::vector<float> P;
+  decode_unscaled(A, a16);
+  decode_unscaled(B, b16);
+  P.resize(size_t(d.M * d.N));
+  if (!accumulate)
+    for (int64_t i = 0; i < d.M; ++i)
+      for (int64_t j = 0; j < d.N; ++j) C[i * ldc + j] = 0.f;
+  const int64_t depth = chunk_depth(A, B, d.K);
+  for (int64_t k0 = 0; k0 < d.K; k0 += depth) {
+    const int64_t kc = std::min(depth, d.K - k0);
+    const uint16_t* ap = ta ? a16.data() + k0 * A.cols : a16.data() + k0;
+    const uint16_t* bp = tb ? b16.data() + k0 : b16.data() + k0 * B.cols;
+    gemm_bf16(ta, tb, d.M, d.N, kc, ap, A.cols, bp, B.cols, P.data(), d.N, false);
+    const float* p = P.data();
+#pragma omp parallel for schedule(static) if (d.M * d.N >= (1 << 16))
+    for (int64_t i = 0; i < d.M; ++i) {
+      const float sa = sa_at(ta, A, i, k0);
+      for (int64_t j = 0; j < d.N; ++j)
+        C[i * ldc + j] += (sa * sb_at(tb, B, k0, j)) * p[i * d.N + j];
+    }
+  }
+}
+
+void fp32_block_gemm_panels_avx512bf16(bool ta, const MXTensor& A, bool tb, const MXTensor& B,
+                                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                                       bool accumulate) {
+  panels(fp32_block_gemm_avx512bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
+}
+
+void fp32_block_gemm_panels_avx512vbmi_bf16(bool ta, const MXTensor& A, bool tb,
+                                            const MXTensor& B, int64_t M, int64_t N, int64_t K,
+                                            float* C, int64_t ldc, bool accumulate) {
+  panels(fp32_block_gemm_avx512vbmi_bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
+}
+
 // Both operands FP32-scaled, checked by gemm_mx; K > 0, M, N > 0.
 void gemm_fp32_scaled(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t M,
                       int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
@@ -173,9 +231,7 @@ void gemm_fp32_scaled(bool ta, const MXTensor& A, bool tb, const MXTensor& B, in
   MXOperand va, vb;
   if (pow2_view(A, ga, va) && pow2_view(B, gb, vb))
     return gemm_mx_run(ta, va, tb, vb, M, N, K, C, ldc, accumulate);
-  if (mx_product_choice().path == Path::scalar)
-    return fp32_block_gemm_ref(ta, A, tb, B, C, ldc, accumulate);
-  fp32_block_gemm_fast(ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
+  gemm_fp32_run(ta, A, tb, B, M, N, K, C, ldc, accumulate);
 }
 
 }  // namespace gemm_detail

@@ -126,5 +126,56 @@ void fp32_block_gemm_ref(bool trans_a, const MXTensor& A, bool trans_b, const MX
                          float* C, int64_t ldc, bool accumulate);
 void gemm_fp32_scaled(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+// Its product once the pow2 fold is ruled out: the fp32 kernel of the MX product's dispatch
+// table (gemm_mx.cc).
+void gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+                   int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+
+// The FP32-scaled product's kernels, one per path of the MX product's dispatch table
+// (gemm_mx.cc), called as gemm_fp32_scaled's last step (ta && tb never reaches the panels):
+//   fp32_block_gemm_ref_entry — fp32_block_gemm_ref;
+//   fp32_block_gemm_onednn    — codes decoded unscaled to BF16, oneDNN's BF16 product per
+//                               chunk into a full-size buffer, then the scaled add;
+//   fp32_block_gemm_panels_avx512bf16 / _avx512vbmi_bf16 — the panel kernels below (both
+//                               operands per-tensor: the oneDNN path, one chunk).
+using Fp32Product = void (*)(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                             int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                             bool accumulate);
+void fp32_block_gemm_ref_entry(bool trans_a, const MXTensor& A, bool trans_b,
+                               const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                               int64_t ldc, bool accumulate);
+void fp32_block_gemm_onednn(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                            int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                            bool accumulate);
+void fp32_block_gemm_panels_avx512bf16(bool trans_a, const MXTensor& A, bool trans_b,
+                                       const MXTensor& B, int64_t M, int64_t N, int64_t K,
+                                       float* C, int64_t ldc, bool accumulate);
+void fp32_block_gemm_panels_avx512vbmi_bf16(bool trans_a, const MXTensor& A, bool trans_b,
+                                            const MXTensor& B, int64_t M, int64_t N, int64_t K,
+                                            float* C, int64_t ldc, bool accumulate);
+
+// The scales of an FP32-scaled product per 128-deep K chunk c (ceil(K / 128) chunks): op(A)'s
+// row i at sa[c * M + i], op(B)'s column j at sb[c * N + j].
+struct ChunkScales {
+  const float* sa;
+  const float* sb;
+};
+// The panel kernels' FP32-scaled product (mx_gemm_avx512.cc): A and B hold the codes with an
+// E8M0 grid of 127 everywhere (the panels get the unscaled code values, exact in BF16); per
+// 128-deep K chunk the partial sums P start from zero in VDPBF16PS order, then each element
+// C = C + fl(fl(sa · sb) · P), C starting from C (accumulate) or 0. Same orientations and
+// packers as mx_gemm_avx512bf16 / mx_gemm_avx512vbmi_bf16; bit for bit
+// fp32_block_gemm_panel_ref's result.
+void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                const ChunkScales& s, float* C, int64_t ldc, bool accumulate);
+void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                     const ChunkScales& s, float* C, int64_t ldc,
+                                     bool accumulate);
+// Their scalar reference (gemm/fp32_block_gemm_ref.cc): the same sums in the same order —
+// per chunk, for each pair (k, k+1) in order, P = P + a(k+1)·b(k+1), then P = P + a(k)·b(k)
+// (VDPBF16PS's order; a k+1 past K counts as 0), each add rounded — so the kernels give its
+// bytes (NaN payloads aside).
+void fp32_block_gemm_panel_ref(Orient o, const MXOperand& A, const MXOperand& B,
+                               const ChunkScales& s, float* C, int64_t ldc, bool accumulate);
 
 }  // namespace mxtrain::gemm_detail

@@ -187,6 +187,93 @@ void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
   }
 }
 
+// Per-chunk promotion (FP32-scaled block products, fp32_block_gemm_avx512bf16): the panels
+// hold unscaled code values; each 128-deep K chunk's partial sums start from zero and are
+// then promoted into C with the chunk's scales.
+constexpr int64_t kChunkPairs = kFp32ScaleBlock / 2;
+static_assert(KC % kFp32ScaleBlock == 0, "a K chunk of the panels holds whole 128-deep chunks");
+
+// The scales per 128-deep K chunk c of the product's rows and columns as panel_product sees
+// them: row i's at sa[c * sa_ld + i], column j's at sb[c * sb_ld + j].
+struct Promotion {
+  const float* sa;
+  int64_t sa_ld;
+  const float* sb;
+  int64_t sb_ld;
+};
+
+// As micro_kernel, for the kp pairs of panel chunk whose first 128-deep chunk is c0: per 64
+// pairs, P (24 registers) = the VDPBF16PS sums from zero, then for each element
+// C = C + fl(fl(sa · sb) · P) (C read back from memory, or 0 for the product's first chunk
+// when !load), rounded op by op: the *_round_ps forms are never contracted into an FMA.
+// sa: the tile's first row's scales (sa[c * sa_ld + m]), sb its first column's.
+template <int ROWS>
+void micro_kernel_promoted(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
+                           const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
+                           const Promotion& pr, const float* sa, const float* sb, int64_t c0) {
+  constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __mmask16 mask[4];
+  #pragma GCC unroll 8
+  for (int v = 0; v < 4; ++v) {
+    const int n = std::clamp(ncols - 16 * v, 0, 16);
+    mask[v] = __mmask16((1u << n) - 1);
+  }
+  for (int64_t q = 0; q * kChunkPairs < kp; ++q) {
+    const int64_t pe = std::min(kp, (q + 1) * kChunkPairs);
+    __m512 acc[ROWS][4];
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m)
+      #pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) acc[m][v] = _mm512_setzero_ps();
+    for (int64_t p = q * kChunkPairs; p < pe; ++p) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
+      const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
+      const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
+      #pragma GCC unroll 8
+      for (int m = 0; m < ROWS; ++m) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
+        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+        acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
+        acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+      }
+    }
+    const float* sac = sa + (c0 + q) * pr.sa_ld;
+    const float* sbc = sb + (c0 + q) * pr.sb_ld;
+    const bool from_c = load || q > 0;
+    __m512 sbv[4];
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) sbv[v] = _mm512_maskz_loadu_ps(mask[v], sbc + 16 * v);
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512 sam = _mm512_set1_ps(sac[m]);
+      #pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) {
+        if (!mask[v]) continue;
+        float* c = C + m * ldc + 16 * v;
+        const __m512 t = _mm512_mul_round_ps(sam, sbv[v], R);
+        const __m512 u = _mm512_mul_round_ps(t, acc[m][v], R);
+        const __m512 old = from_c ? _mm512_maskz_loadu_ps(mask[v], c) : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(c, mask[v], _mm512_add_round_ps(old, u, R));
+      }
+    }
+  }
+}
+
+void run_tile_promoted(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
+                       const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
+                       const Promotion& pr, const float* sa, const float* sb, int64_t c0) {
+  switch (rows) {
+    case 6: return micro_kernel_promoted<6>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 5: return micro_kernel_promoted<5>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 4: return micro_kernel_promoted<4>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 3: return micro_kernel_promoted<3>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 2: return micro_kernel_promoted<2>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    default: return micro_kernel_promoted<1>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+  }
+}
+
 // ---- driver ----------------------------------------------------------------------------------
 
 struct Buffers {
@@ -252,7 +339,8 @@ constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale ru
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
                    float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
-                   bool split_m, const TransposeOut* out = nullptr) {
+                   bool split_m, const TransposeOut* out = nullptr,
+                   const Promotion* pr = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
@@ -285,16 +373,25 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
         packers.pairs(B, p * NR, 2, 4, k0, kc, Bp, NR);
     };
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
+    // With a promotion, per 128-deep chunk (the first of panel chunk k0 is k0 / 128).
+    int64_t chunk0 = 0;
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
                            const uint32_t* Bp, int64_t kp, bool load) {
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
-      for (int64_t i = 0; i < mc; i += MR)
-        run_tile(int(std::min<int64_t>(MR, mc - i)), kp, Ap + i * sm, sm, sp, Bp,
-                 C + (i0 + i) * ldc + p * NR, ldc, ncols, load);
+      for (int64_t i = 0; i < mc; i += MR) {
+        const int rows = int(std::min<int64_t>(MR, mc - i));
+        float* c = C + (i0 + i) * ldc + p * NR;
+        if (pr)
+          run_tile_promoted(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, *pr,
+                            pr->sa + i0 + i, pr->sb + p * NR, chunk0);
+        else
+          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load);
+      }
     };
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
       const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
       const bool load = accumulate || k0 > 0;
+      chunk0 = k0 / kFp32ScaleBlock;
       if (a_first) {
         for (int64_t b = 0; b < nblk; ++b)
           pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * KP);
@@ -327,13 +424,16 @@ FloatBuffer& swap_buffer() {
   return buf;
 }
 
-// The panel product with its operands packed by `packers`.
+// The panel product with its operands packed by `packers` (and, with pr, promoted per
+// 128-deep K chunk; pr's sa and sb for op(A)'s rows and op(B)'s columns).
 void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                bool accumulate, const Packers& packers) {
+                bool accumulate, const Packers& packers, const Promotion* pr = nullptr) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows;
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
-  if (o != Orient::tn && M >= NR && M < N && M * N <= kSwapMax) {
+  // A promoted product accumulating into C runs untransposed: the transposed one would add C
+  // once at the end, not before the first chunk.
+  if (o != Orient::tn && M >= NR && M < N && M * N <= kSwapMax && !(pr && accumulate)) {
     // With fewer tokens than outputs (forward, nt) or inputs (dgrad, nn) the product runs as
     // C^T = op(B)^T · op(A)^T, then C takes the transpose (exact: the same FP32 sums, moved).
     // Threads then split the weight's side by row ranges and every A block of a thread reuses
@@ -347,12 +447,15 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
     const TransposeOut out{C, ldc, accumulate};
+    // The transposed product's rows are op(B)'s columns: the scales swap sides (fl(sa · sb)
+    // is the same product).
+    const Promotion spr = pr ? Promotion{pr->sb, pr->sb_ld, pr->sa, pr->sa_ld} : Promotion{};
     return panel_product(swapped, packers, B, A, T, M, false, N, M, K, /*split_m=*/true,
-                         &out);
+                         &out, pr ? &spr : nullptr);
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
   panel_product(Packing::of(o), packers, A, B, C, ldc, accumulate, M, N, K,
-                /*split_m=*/M > N);
+                /*split_m=*/M > N, nullptr, pr);
 }
 
 }  // namespace
@@ -366,6 +469,22 @@ void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, f
                              int64_t ldc, bool accumulate) {
   panel_gemm(o, A, B, C, ldc, accumulate,
              Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16});
+}
+
+void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs}, &pr);
+}
+
+void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                     const ChunkScales& s, float* C, int64_t ldc,
+                                     bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16}, &pr);
 }
 
 }  // namespace mxtrain::gemm_detail

@@ -118,6 +118,77 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
   EXPECT_EQ(bad, 0);
 }
 
+// The panel kernels of the fp32 path (fp32_block_gemm_avx512bf16 / _avx512vbmi_bf16, through
+// gemm_mx on the avx512 and avx512vbmi paths) give the bytes of fp32_block_gemm_panel_ref, the
+// scalar statement of their sums: every orientation, accumulate on and off, E4M3 and E5M2, a
+// per-tensor operand against a blockwise one, shapes 1, 31, 33, 127, 128, 129, 2^n +- 1 with
+// ragged 128-blocks, K over a panel chunk (1024), and forwards/dgrads that run transposed
+// (64 <= M < N) or split rows between threads.
+TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
+  std::vector<Isa> isas;
+  for (Isa i : {Isa::avx512, Isa::avx512vbmi})
+    if (isa_supported(i) && cpu_features().avx512_bf16) isas.push_back(i);
+  if (isas.empty()) GTEST_SKIP() << "no AVX512-BF16: the panel kernels do not run here";
+  const int64_t shapes[][3] = {{1, 1, 1},     {31, 33, 127},   {33, 31, 129}, {128, 1, 257},
+                               {129, 127, 255}, {1, 257, 128},  {70, 300, 1100},
+                               {65, 129, 2049}, {255, 33, 1023}, {200, 97, 385}};
+  // Unit-grid view and per-chunk scales, as the fp32 path defines them (docs/numerics.md,
+  // "FP32-scaled products"): op(A) row i and op(B) column j in 128-deep chunk c.
+  auto view = [](const MXTensor& t, std::vector<uint8_t>& g) {
+    const int64_t gr = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, 32);
+    const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, 32);
+    g.assign(size_t(gr * gc), 127);
+    return gemm_detail::MXOperand{t.data.data(), g.data(), t.rows, t.cols, gc, t.layout, t.elem};
+  };
+  auto scale = [](const MXTensor& t, int64_t r, int64_t c) {
+    const float* sc = reinterpret_cast<const float*>(t.scales.data());
+    if (t.is_fp32_tensor()) return sc[0];
+    const int64_t sr = t.layout == MXLayout::rowwise ? r : r / 128;
+    const int64_t scl = t.layout == MXLayout::colwise ? c : c / 128;
+    return sc[sr * t.scale_cols() + scl];
+  };
+  int bad = 0;
+  for (const Op& o : kOps)
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (int tensor_a = 0; tensor_a < 2; ++tensor_a)
+        for (const auto& sh : shapes)
+          for (bool acc : {false, true}) {
+            const int64_t M = sh[0], N = sh[1], K = sh[2];
+            MXTensor A = make_op(o.ta, true, o.la, M, K, e, ScaleType::fp32, uint32_t(M + 3 * K));
+            const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, ScaleType::fp32, uint32_t(N + 5 * K));
+            if (tensor_a) {  // op(A) with one scale for the tensor, against blockwise B
+              const std::vector<float> va = rnd(M * K, uint32_t(M * 9 + K));
+              quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
+            }
+            const int64_t chunks = ceil_div(K, 128);
+            std::vector<float> sa(size_t(chunks * M)), sb(size_t(chunks * N));
+            for (int64_t c = 0; c < chunks; ++c) {
+              for (int64_t i = 0; i < M; ++i)
+                sa[size_t(c * M + i)] = o.ta ? scale(A, c * 128, i) : scale(A, i, c * 128);
+              for (int64_t j = 0; j < N; ++j)
+                sb[size_t(c * N + j)] = o.tb ? scale(B, j, c * 128) : scale(B, c * 128, j);
+            }
+            std::vector<uint8_t> ga, gb;
+            const auto orient = o.ta ? gemm_detail::Orient::tn
+                                     : o.tb ? gemm_detail::Orient::nt : gemm_detail::Orient::nn;
+            const std::vector<float> c0 = rnd(M * N, 77);
+            std::vector<float> want = c0;
+            gemm_detail::fp32_block_gemm_panel_ref(orient, view(A, ga), view(B, gb),
+                                                   {sa.data(), sb.data()}, want.data(), N, acc);
+            for (Isa isa : isas) {
+              set_isa(isa);
+              std::vector<float> got = c0;
+              gemm_mx(o.ta, A, o.tb, B, got.data(), N, acc);
+              if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0 && bad++ < 5)
+                ADD_FAILURE() << isa_name(isa) << " ta=" << o.ta << " tb=" << o.tb << " "
+                              << elem_name(e) << (tensor_a ? " per-tensor A " : " ") << M << "x"
+                              << N << "x" << K << " acc=" << acc;
+            }
+            clear_isa_override();
+          }
+  EXPECT_EQ(bad, 0);
+}
+
 // One FP32 scale per tensor (fp8-current) on both operands: C = sa · sb · P over the whole K,
 // every orientation (the tile copy serves both axes), ragged shapes, accumulate on and off.
 TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
