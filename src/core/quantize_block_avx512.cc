@@ -183,7 +183,7 @@ inline uint32_t* chunk_buffer() {
 
 // Prefetch distance in chunk rows, in walk order (at a chunk's end, the next chunk's first
 // rows).
-constexpr int64_t kAhead = 2;
+constexpr int64_t kAhead = 8;
 
 // Prefetches `bytes` bytes at p (one row's run of a chunk).
 inline void prefetch_run(const void* p, int64_t bytes) {
