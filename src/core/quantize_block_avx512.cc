@@ -5,36 +5,39 @@
 //
 // Rowwise runs row by row: each full 1x128 block is loaded once into eight registers, its
 // amax and scale found, and its codes made from the registers. Colwise, tile and dual walk
-// the region in 128x128 pieces (partial at the edges; lanes past the edge are masked off): a
-// first pass reads the piece from memory (the next piece is prefetched: its rows lie one row
-// pitch apart, which the hardware prefetcher does not follow) into a per-thread contiguous
-// buffer, keeping the 16-lane amax vectors of its columns (and each row's amax), the scales
-// follow — colwise 16 at a time, the scalar rule of quantize_block_kernels.h in vector form
-// (the same IEEE operations, so every path agrees) — and a second pass reads the buffer
-// (from L2: a power-of-two row pitch would put all 128 rows of the piece in the same few
-// cache sets of the input) and writes the codes. Elements: fl32(x * scale) (one IEEE
-// multiply, as in the reference), encoded by simd_avx512.h's encode (RNE + satfinite, which
-// also takes +-Inf to +-max). A block (rowwise) or piece (the others) with a NaN lane takes
-// the variant that gives NaN lanes the NaN code with the input's sign, and its amax is found
-// again with NaN lanes ignored; the common case needs neither. Full vectors load and store
-// unmasked (masked loads measured several times slower on this path), four vectors of codes
-// packed into one 64-byte store.
+// the region by 128-row strips (the last one partial; columns past the region's last full
+// 128-block masked off) in two passes: the first reads the strip's rows across the region in
+// order (for a region of whole rows one contiguous stream, which the hardware prefetcher
+// follows as it would a copy; the rows a few ahead are prefetched too), keeping each column's
+// max |x| and (dual) each row block's in per-thread scratch; the scales follow — colwise 16 at
+// a time, the scalar rule of quantize_block_kernels.h in vector form (the same IEEE
+// operations, so every path agrees); the second pass reads the strip again, from the caches,
+// and writes the codes. (Reading 128x128 pieces instead, the rows of a piece lie one row pitch
+// apart — for a power-of-two pitch in the same few cache sets — and neither the prefetcher nor
+// the caches keep up: measured 15-25% slower.) Elements: fl32(x * scale) (one IEEE multiply,
+// as in the reference), encoded by simd_avx512.h's encode (RNE + satfinite, which also takes
+// +-Inf to +-max). A block (rowwise) or strip (the others) with a NaN lane takes the variant
+// that gives NaN lanes the NaN code with the input's sign, and its maxima are found again with
+// NaN lanes ignored; the common case needs neither. Full vectors load and store unmasked
+// (masked loads measured several times slower on this path), four vectors of codes packed into
+// one 64-byte store.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-#include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "core/quantize_block_kernels.h"
 #include "core/simd_avx512.h"
+#include "mxtrain/aligned.h"
 
 namespace mxtrain::kern::avx512 {
 namespace {
 
 constexpr int64_t B = kFp32Block;
-constexpr int kVecs = int(B / 16);  // 16-lane vectors across a 128-wide piece
+constexpr int kVecs = int(B / 16);  // 16-lane vectors across a 128-wide block
 
 enum class BMode { rowwise, colwise, tile, dual };
 
@@ -168,196 +171,189 @@ void rows(const T* x, const BParams& p, Region g, BOut row) {
   }
 }
 
-// ---- colwise, tile, dual: 128-row strips in chunks of 128x128 pieces ------------------------
+// ---- colwise, tile, dual: whole 128-row strips ----------------------------------------------
 
-constexpr int kChunkPieces = 4;  // pieces per chunk: 128 x 512 columns
-
-// The per-thread copy of one chunk (FP32 bits; piece q's row i at q * B * B + i * B) that pass
-// 2 reads; allocated on a thread's first call, 256 KiB.
-inline uint32_t* chunk_buffer() {
-  static thread_local std::unique_ptr<uint32_t[]> buf;
-  if (!buf) buf.reset(new uint32_t[kChunkPieces * B * B + 16]);
-  const uintptr_t a = (reinterpret_cast<uintptr_t>(buf.get()) + 63) & ~uintptr_t(63);
-  return reinterpret_cast<uint32_t*>(a);
-}
-
-// Prefetch distance in chunk rows, in walk order (at a chunk's end, the next chunk's first
-// rows).
+// Prefetch distance in rows within a strip.
 constexpr int64_t kAhead = 8;
 
-// Prefetches `bytes` bytes at p (one row's run of a chunk).
+// Prefetches `bytes` bytes at p (one row's run).
 inline void prefetch_run(const void* p, int64_t bytes) {
   const char* c = static_cast<const char*>(p);
   for (int64_t o = 0; o < bytes; o += 64) _mm_prefetch(c + o, _MM_HINT_T0);
 }
 
-// What pass 1 learns about one piece for its scales and pass 2.
-struct PieceMax {
-  __m512i cmax[kVecs];  // per column: max |x| bits (NaN lanes included until fixed up)
-  uint32_t rab[B];      // dual: per row: max |x| bits
+// Per-thread scratch of walk, grown when a wider region comes (never shrunk): per 16 columns
+// the max |x| bits (cmax) and the colwise scales (cs), per 128 columns the tile scales (ts), and
+// (dual) per row and 128 columns the max |x| bits, then the scales in their place (rab / rs).
+struct StripScratch {
+  std::vector<uint32_t, AlignedAllocator<uint32_t>> cmax, rab;
+  FloatBuffer cs;
+  std::vector<float> ts;
+  void reserve(int64_t ncols, int64_t nblk) {  // ncols a multiple of 16
+    if (cmax.size() < size_t(ncols)) {
+      cmax.resize(size_t(ncols));
+      cs.resize(size_t(ncols));
+    }
+    if (ts.size() < size_t(nblk)) {
+      ts.resize(size_t(nblk));
+      rab.resize(size_t(B * nblk));
+    }
+  }
 };
+inline StripScratch& strip_scratch() {
+  static thread_local StripScratch s;
+  return s;
+}
 
-// Colwise, tile, dual (see the file comment). The region's strips are read in chunks of up
-// to kChunkPieces pieces: pass 1 reads each row's run of the chunk (a few KiB, which the
-// hardware prefetcher follows) into the chunk buffer; then each piece gets its scales and pass
-// 2 from the buffer.
+// Colwise, tile, dual by whole 128-row strips, two passes each (see the file comment).
 template <class T, Elem E, BMode MODE>
 void walk(const T* x, const BParams& p, Region g, BOut row, BOut col) {
-  static_assert(MODE != BMode::rowwise, "rowwise runs rows()");
   constexpr bool kRow = MODE == BMode::dual;
   constexpr bool kCol = MODE == BMode::colwise || MODE == BMode::dual;
   constexpr bool kTile = MODE == BMode::tile;
-  constexpr int64_t W = kChunkPieces * B;
   const float maxe = elem_info(E).max_value;
-  const int64_t K = p.K;
-  uint32_t* buf = chunk_buffer();
-  alignas(64) PieceMax pm[kChunkPieces];
+  const int64_t K = p.K, W = g.c1 - g.c0;
+  const int64_t nfull = W / B;                   // full 128-column blocks
+  const int64_t tail = W - nfull * B;            // columns of the partial last block
+  const int64_t nblk = nfull + (tail > 0);
+  const int tnv = int((tail + 15) / 16);
+  StripScratch& sc = strip_scratch();
+  sc.reserve(nblk * B, nblk);
+  uint32_t* cmax = sc.cmax.data();  // 16 per vector v: cmax + 16 v
+  float* cs = sc.cs.data();
+  float* ts = sc.ts.data();
+  uint32_t* rab = sc.rab.data();
+  float* rs = reinterpret_cast<float*>(rab);
+  const int64_t run = W * int64_t(sizeof(T));
   for (int64_t rb = g.r0; rb < g.r1; rb += B) {
     const int64_t nr = imin(B, p.M - rb);
-    for (int64_t c0 = g.c0; c0 < g.c1; c0 += W) {
-      const int64_t cw = imin(W, g.c1 - c0);          // the chunk's columns
-      const int np = int((cw + B - 1) / B);           // its pieces; only the last may be partial
-      const int64_t tail = cw - int64_t(np - 1) * B;  // the last piece's columns
-      const int tnv = int((tail + 15) / 16);
-      const bool tail_full = tail == B;
-      // The run kAhead rows ahead in walk order.
-      const int64_t nc0 = c0 + W < g.c1 ? c0 + W : g.c0;
-      const int64_t nrb = c0 + W < g.c1 ? rb : rb + B;
-      const int64_t nnr = nrb < g.r1 ? imin(B, p.M - nrb) : 0;
-      const int64_t nbytes = imin(W, g.c1 - nc0) * int64_t(sizeof(T));
-      const auto prefetch_ahead = [&](int64_t i) {
-        const int64_t j = i + kAhead;
-        if (j < nr)
-          prefetch_run(x + (rb + j) * K + c0, cw * int64_t(sizeof(T)));
-        else if (j - nr < nnr)
-          prefetch_run(x + (nrb + j - nr) * K + nc0, nbytes);
-      };
-      for (int q = 0; q < np; ++q)
-        for (int v = 0; v < kVecs; ++v) pm[q].cmax[v] = _mm512_setzero_si512();
-      // Pass 1: into the buffer; column maxima of |x| over every lane (a NaN lane makes the
-      // maximum exceed Inf's bits, which sends its piece to the NaN path below), and each
-      // row's (dual).
-      for (int64_t i = 0; i < nr; ++i) {
-        const T* xr = x + (rb + i) * K + c0;
-        prefetch_ahead(i);
-        for (int q = 0; q < np; ++q) {
-          uint32_t* br = buf + q * B * B + i * B;
-          __m512i rm = _mm512_setzero_si512();
-          PieceMax& P = pm[q];
-          if (q + 1 < np || tail_full) {
+    for (int64_t v = 0; v < nblk * kVecs; ++v) _mm512_store_si512(cmax + 16 * v, _mm512_setzero_si512());
+    // Pass 1: maxima over every lane (a NaN makes a maximum exceed Inf's bits: the strip then
+    // takes the NaN path below).
+    for (int64_t i = 0; i < nr; ++i) {
+      const T* xr = x + (rb + i) * K + g.c0;
+      if (i + kAhead < nr) prefetch_run(xr + kAhead * K, run);
+      for (int64_t b = 0; b < nfull; ++b) {
+        __m512i rm = _mm512_setzero_si512();
+        uint32_t* cm = cmax + b * B;
 #pragma GCC unroll 8
-            for (int v = 0; v < kVecs; ++v) {
-              const __m512i u = ld(xr + q * B + 16 * v);
-              _mm512_store_si512(br + 16 * v, u);
-              const __m512i a = abs_bits(u);
-              if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
-              P.cmax[v] = _mm512_max_epu32(P.cmax[v], a);
-            }
-          } else {
-            for (int v = 0; v < tnv; ++v) {
-              const __m512i u = ld(xr + q * B + 16 * v, lanes(tail - 16 * v));
-              _mm512_store_si512(br + 16 * v, u);
-              const __m512i a = abs_bits(u);
-              if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
-              P.cmax[v] = _mm512_max_epu32(P.cmax[v], a);
-            }
-          }
-          if constexpr (kRow) P.rab[i] = uint32_t(_mm512_reduce_max_epu32(rm));
+        for (int v = 0; v < kVecs; ++v) {
+          const __m512i a = abs_bits(ld(xr + b * B + 16 * v));
+          if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
+          _mm512_store_si512(cm + 16 * v, _mm512_max_epu32(_mm512_load_si512(cm + 16 * v), a));
         }
+        if constexpr (kRow) rab[i * nblk + b] = uint32_t(_mm512_reduce_max_epu32(rm));
       }
-      for (int q = 0; q < np; ++q) {
-        PieceMax& P = pm[q];
-        const int64_t cb = c0 + q * B;
-        const int64_t nc = q + 1 < np ? B : tail;
-        const bool full = nc == B;
-        const int nv = int((nc + 15) / 16);
-        const uint32_t* pb = buf + q * B * B;
-        __mmask16 m[kVecs];
-        for (int v = 0; v < kVecs; ++v) m[v] = lanes(nc - 16 * v);
-        __m512i call = P.cmax[0];
-        for (int v = 1; v < nv; ++v) call = _mm512_max_epu32(call, P.cmax[v]);
-        const bool nan = uint32_t(_mm512_reduce_max_epu32(call)) > kInfBits;
-        if (__builtin_expect(nan, 0)) {  // the maxima again, NaN lanes ignored
-          for (int v = 0; v < kVecs; ++v) P.cmax[v] = _mm512_setzero_si512();
-          for (int64_t i = 0; i < nr; ++i) {
-            __m512i rm = _mm512_setzero_si512();
-            for (int v = 0; v < nv; ++v) {
-              const __m512i a = amax_lanes(_mm512_load_si512(pb + i * B + 16 * v));
-              if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
-              P.cmax[v] = _mm512_max_epu32(P.cmax[v], a);
-            }
-            if constexpr (kRow) P.rab[i] = uint32_t(_mm512_reduce_max_epu32(rm));
-          }
+      if (tail) {
+        __m512i rm = _mm512_setzero_si512();
+        uint32_t* cm = cmax + nfull * B;
+        for (int v = 0; v < tnv; ++v) {
+          const __m512i a = abs_bits(ld(xr + nfull * B + 16 * v, lanes(tail - 16 * v)));
+          if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
+          _mm512_store_si512(cm + 16 * v, _mm512_max_epu32(_mm512_load_si512(cm + 16 * v), a));
         }
-        // Scales: each row's (dual), the piece's columns' (colwise, dual) or the tile's.
-        alignas(64) float rs[B];
-        if constexpr (kRow) {
-          for (int64_t i = 0; i < nr; ++i) {
-            const float s = block_scale(bits_f32(P.rab[i]), maxe, p.amax_epsilon, p.pow2);
-            row.scale_inv[(rb + i) * row.ld + cb / B] = 1.f / s;
-            rs[i] = s;
-          }
-        }
-        __m512 cs[kVecs];
-        float ts = 1.f;
-        if constexpr (kCol) {
-          float* si = col.scale_inv + (rb / B) * col.ld + cb;
-          for (int v = 0; v < nv; ++v) {
-            cs[v] = block_scales(P.cmax[v], maxe, p.amax_epsilon, p.pow2);
-            const __m512 inv = _mm512_div_ps(_mm512_set1_ps(1.f), cs[v]);
-            _mm512_mask_storeu_ps(si + 16 * v, m[v], inv);
-          }
-        }
-        if constexpr (kTile) {
-          __m512i t = P.cmax[0];
-          for (int v = 1; v < nv; ++v) t = _mm512_max_epu32(t, P.cmax[v]);
-          ts = block_scale(bits_f32(uint32_t(_mm512_reduce_max_epu32(t))), maxe,
-                           p.amax_epsilon, p.pow2);
-          row.scale_inv[(rb / B) * row.ld + cb / B] = 1.f / ts;
-        }
-        // Pass 2: the codes, from the buffer.
-        const __m512 tsv = _mm512_set1_ps(ts);
-        const auto pass2 = [&](auto nan_tag) {
-          constexpr bool N = decltype(nan_tag)::value;
-          for (int64_t i = 0; i < nr; ++i) {
-            const uint32_t* br = pb + i * B;
-            const int64_t o = (rb + i) * K + cb;
-            const __m512 rsv = _mm512_set1_ps(kRow ? rs[i] : 1.f);
-            if (full) {
-              __m512i u[kVecs], c[kVecs];
-#pragma GCC unroll 8
-              for (int v = 0; v < kVecs; ++v) u[v] = _mm512_load_si512(br + 16 * v);
-              if constexpr (kRow) {
-#pragma GCC unroll 8
-                for (int v = 0; v < kVecs; ++v) c[v] = codes<E, N>(u[v], rsv);
-                put128(row.data + o, c);
-              }
-              if constexpr (kCol) {
-#pragma GCC unroll 8
-                for (int v = 0; v < kVecs; ++v) c[v] = codes<E, N>(u[v], cs[v]);
-                put128(col.data + o, c);
-              }
-              if constexpr (kTile) {
-#pragma GCC unroll 8
-                for (int v = 0; v < kVecs; ++v) c[v] = codes<E, N>(u[v], tsv);
-                put128(row.data + o, c);
-              }
-              continue;
-            }
-            for (int v = 0; v < nv; ++v) {
-              const __m512i u = _mm512_load_si512(br + 16 * v);
-              if constexpr (kRow) put16(row.data + o + 16 * v, codes<E, N>(u, rsv), m[v]);
-              if constexpr (kCol) put16(col.data + o + 16 * v, codes<E, N>(u, cs[v]), m[v]);
-              if constexpr (kTile) put16(row.data + o + 16 * v, codes<E, N>(u, tsv), m[v]);
-            }
-          }
-        };
-        if (__builtin_expect(nan, 0))
-          pass2(std::true_type{});
-        else
-          pass2(std::false_type{});
+        if constexpr (kRow) rab[i * nblk + nfull] = uint32_t(_mm512_reduce_max_epu32(rm));
       }
     }
+    __m512i all = _mm512_setzero_si512();
+    for (int64_t v = 0; v < nblk * kVecs; ++v)
+      all = _mm512_max_epu32(all, _mm512_load_si512(cmax + 16 * v));
+    const bool nan = uint32_t(_mm512_reduce_max_epu32(all)) > kInfBits;
+    if (__builtin_expect(nan, 0)) {  // the maxima again, NaN lanes ignored
+      for (int64_t v = 0; v < nblk * kVecs; ++v)
+        _mm512_store_si512(cmax + 16 * v, _mm512_setzero_si512());
+      for (int64_t i = 0; i < nr; ++i) {
+        const T* xr = x + (rb + i) * K + g.c0;
+        for (int64_t b = 0; b < nblk; ++b) {
+          const int64_t nc = b < nfull ? B : tail;
+          __m512i rm = _mm512_setzero_si512();
+          for (int v = 0; v * 16 < nc; ++v) {
+            const __m512i a = amax_lanes(ld(xr + b * B + 16 * v, lanes(nc - 16 * v)));
+            if constexpr (kRow) rm = _mm512_max_epu32(rm, a);
+            uint32_t* cm = cmax + b * B + 16 * v;
+            _mm512_store_si512(cm, _mm512_max_epu32(_mm512_load_si512(cm), a));
+          }
+          if constexpr (kRow) rab[i * nblk + b] = uint32_t(_mm512_reduce_max_epu32(rm));
+        }
+      }
+    }
+    // Scales.
+    for (int64_t b = 0; b < nblk; ++b) {
+      const int64_t nc = b < nfull ? B : tail;
+      const int nv = int((nc + 15) / 16);
+      const int64_t cb = g.c0 + b * B;
+      if constexpr (kCol) {
+        float* si = col.scale_inv + (rb / B) * col.ld + cb;
+        for (int v = 0; v < nv; ++v) {
+          const __m512 s =
+              block_scales(_mm512_load_si512(cmax + b * B + 16 * v), maxe, p.amax_epsilon, p.pow2);
+          _mm512_store_ps(cs + b * B + 16 * v, s);
+          _mm512_mask_storeu_ps(si + 16 * v, lanes(nc - 16 * v),
+                                _mm512_div_ps(_mm512_set1_ps(1.f), s));
+        }
+      }
+      if constexpr (kTile) {
+        __m512i t = _mm512_load_si512(cmax + b * B);
+        for (int v = 1; v < nv; ++v) t = _mm512_max_epu32(t, _mm512_load_si512(cmax + b * B + 16 * v));
+        ts[b] = block_scale(bits_f32(uint32_t(_mm512_reduce_max_epu32(t))), maxe,
+                            p.amax_epsilon, p.pow2);
+        row.scale_inv[(rb / B) * row.ld + cb / B] = 1.f / ts[b];
+      }
+      if constexpr (kRow) {
+        for (int64_t i = 0; i < nr; ++i) {
+          const float s = block_scale(bits_f32(rab[i * nblk + b]), maxe, p.amax_epsilon, p.pow2);
+          row.scale_inv[(rb + i) * row.ld + cb / B] = 1.f / s;
+          rs[i * nblk + b] = s;
+        }
+      }
+    }
+    // Pass 2: the codes.
+    const auto pass2 = [&](auto nan_tag) {
+      constexpr bool N = decltype(nan_tag)::value;
+      for (int64_t i = 0; i < nr; ++i) {
+        const T* xr = x + (rb + i) * K + g.c0;
+        const int64_t o = (rb + i) * K + g.c0;
+        for (int64_t b = 0; b < nfull; ++b) {
+          __m512i u[kVecs], c[kVecs];
+#pragma GCC unroll 8
+          for (int v = 0; v < kVecs; ++v) u[v] = ld(xr + b * B + 16 * v);
+          if constexpr (kRow) {
+            const __m512 rsv = _mm512_set1_ps(rs[i * nblk + b]);
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v) c[v] = codes<E, N>(u[v], rsv);
+            put128(row.data + o + b * B, c);
+          }
+          if constexpr (kCol) {
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v)
+              c[v] = codes<E, N>(u[v], _mm512_load_ps(cs + b * B + 16 * v));
+            put128(col.data + o + b * B, c);
+          }
+          if constexpr (kTile) {
+            const __m512 tsv = _mm512_set1_ps(ts[b]);
+#pragma GCC unroll 8
+            for (int v = 0; v < kVecs; ++v) c[v] = codes<E, N>(u[v], tsv);
+            put128(row.data + o + b * B, c);
+          }
+        }
+        if (tail) {
+          const int64_t b = nfull, ob = o + b * B;
+          for (int v = 0; v < tnv; ++v) {
+            const __mmask16 m = lanes(tail - 16 * v);
+            const __m512i u = ld(xr + b * B + 16 * v, m);
+            if constexpr (kRow)
+              put16(row.data + ob + 16 * v, codes<E, N>(u, _mm512_set1_ps(rs[i * nblk + b])), m);
+            if constexpr (kCol)
+              put16(col.data + ob + 16 * v, codes<E, N>(u, _mm512_load_ps(cs + b * B + 16 * v)), m);
+            if constexpr (kTile) put16(row.data + ob + 16 * v, codes<E, N>(u, _mm512_set1_ps(ts[b])), m);
+          }
+        }
+      }
+    };
+    if (__builtin_expect(nan, 0))
+      pass2(std::true_type{});
+    else
+      pass2(std::false_type{});
   }
 }
 

@@ -305,9 +305,9 @@ TEST(QuantizeBlocksPaths, EveryIsaMatchesScalarReference) {
   }
 }
 
-// The fast kernels take whole 128x128 pieces and 1x128 blocks without a NaN on a shorter
-// path than those with one (awkward_matrix puts a NaN or Inf in nearly every piece): finite
-// data, then one NaN in one piece, an Inf in another and a -NaN in a row block.
+// The fast kernels take 128-row strips and 1x128 blocks without a NaN on a shorter path than
+// those with one (awkward_matrix puts a NaN or Inf in nearly every strip): finite data, then a
+// NaN in the first strip, a -NaN in a middle one and an Inf in the last.
 TEST(QuantizeBlocksPaths, PiecesWithAndWithoutNaNMatchScalarReference) {
   PathGuard guard;
   for (auto [M, K] : {Shape{256, 384}, Shape{129, 257}, Shape{384, 128}, Shape{128, 2048}}) {
