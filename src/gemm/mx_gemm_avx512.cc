@@ -140,11 +140,9 @@ void pack_b_transposed(const MXOperand& B, int64_t c0, int64_t k0, int64_t kc, u
 
 // C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs.
 // a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel [kp][64] pairs.
-// With `stream` (whole 64-byte lines: C 64-byte aligned, ldc a multiple of 16) full vectors of
-// C go out as non-temporal stores.
 template <int ROWS>
 void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const uint32_t* b,
-                  float* C, int64_t ldc, int ncols, bool load, bool stream) {
+                  float* C, int64_t ldc, int ncols, bool load) {
   __m512 acc[ROWS][4];
   __mmask16 mask[4];
   #pragma GCC unroll 8
@@ -175,21 +173,18 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
   for (int m = 0; m < ROWS; ++m)
     #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v)
-      if (stream && mask[v] == 0xFFFF)
-        _mm512_stream_ps(C + m * ldc + 16 * v, acc[m][v]);
-      else if (mask[v])
-        _mm512_mask_storeu_ps(C + m * ldc + 16 * v, mask[v], acc[m][v]);
+      if (mask[v]) _mm512_mask_storeu_ps(C + m * ldc + 16 * v, mask[v], acc[m][v]);
 }
 
 void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
-              const uint32_t* b, float* C, int64_t ldc, int ncols, bool load, bool stream) {
+              const uint32_t* b, float* C, int64_t ldc, int ncols, bool load) {
   switch (rows) {
-    case 6: return micro_kernel<6>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
-    case 5: return micro_kernel<5>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
-    case 4: return micro_kernel<4>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
-    case 3: return micro_kernel<3>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
-    case 2: return micro_kernel<2>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
-    default: return micro_kernel<1>(kp, a, sm, sp, b, C, ldc, ncols, load, stream);
+    case 6: return micro_kernel<6>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 5: return micro_kernel<5>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 4: return micro_kernel<4>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 3: return micro_kernel<3>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 2: return micro_kernel<2>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    default: return micro_kernel<1>(kp, a, sm, sp, b, C, ldc, ncols, load);
   }
 }
 
@@ -341,7 +336,6 @@ struct TransposeOut {
 // foldable. Threads split M into row ranges (multiples of kRowGrain) when split_m, else N by
 // 64-column panels. With `out` (split_m only, ldc = N), each thread adds the transpose of its
 // finished rows into out->C, while they are still in its cache.
-constexpr int64_t kStreamC = int64_t(1) << 20;  // elements of C (4 MiB) from which C streams
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
@@ -382,11 +376,6 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
     // With a promotion, per 128-deep chunk (the first of panel chunk k0 is k0 / 128).
     int64_t chunk0 = 0;
-    // C written once (one K chunk, nothing to add to) and larger than the caches can hold
-    // alongside the operands: streamed past the caches, which saves reading every line of C
-    // in before writing it (wgrad of few tokens: dW [out, in] from K = tokens).
-    const bool stream = !pr && !out && !accumulate && K <= KC && M * N >= kStreamC &&
-                        reinterpret_cast<uintptr_t>(C) % 64 == 0 && ldc % 16 == 0;
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
                            const uint32_t* Bp, int64_t kp, bool load) {
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
@@ -397,7 +386,7 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
           run_tile_promoted(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, *pr,
                             pr->sa + i0 + i, pr->sb + p * NR, chunk0);
         else
-          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, stream);
+          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load);
       }
     };
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
@@ -424,7 +413,6 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
       }
     }
     if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate);
-    if (stream) _mm_sfence();  // the streamed lines ordered before the threads join
   }
 }
 
