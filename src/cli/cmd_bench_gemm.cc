@@ -46,7 +46,8 @@ struct BenchGemmOptions {
   int warmup = 2, iters = 9;
   std::vector<std::string> recipes{"bf16", "mxfp8", "mxfp8-32x32"};
   std::vector<std::string> ops{"fwd", "dgrad", "wgrad"};
-  double peak_gflops = 0;  // 0: measure the reference peak in this run
+  bool fp32_scales = false;  // also time each pow2 FP32-scaled recipe with fp32 scales
+  double peak_gflops = 0;    // 0: measure the reference peak in this run
 };
 
 double now_ms() {
@@ -107,17 +108,27 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     MXT_CHECK(op == "fwd" || op == "dgrad" || op == "wgrad", "--ops: unknown op '", op,
               "'; valid: fwd, dgrad, wgrad");
   std::vector<Recipe> recipes{Recipe{}};  // the bf16 baseline is always measured
+  std::vector<std::string> labels{"bf16"};
   for (const std::string& n : o.recipes)
     if (n != "bf16") {
       recipes.push_back(get_recipe(n));
       check_products_built(recipes.back());
+      labels.push_back(n);
+      // --fp32-scales: the same recipe again with its FP32 scales kept unrounded.
+      if (o.fp32_scales && recipes.back().quantized() &&
+          recipes.back().role(Role::input).scale == ScaleType::fp32_pow2) {
+        Recipe f = recipes.back();
+        set_fp32_scales(f);
+        recipes.push_back(f);
+        labels.push_back(n + "+fp32");
+      }
     }
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
   const ReferencePeak peak = reference_peak(o.peak_gflops);
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
   nlohmann::json rows = nlohmann::json::array();
   if (!o.json)
-    std::printf("gemm path: %s; peak %s\n%-12s %-6s %6s %6s %6s %10s %10s %8s %9s %7s\n",
+    std::printf("gemm path: %s; peak %s\n%-15s %-6s %6s %6s %6s %10s %10s %8s %9s %7s\n",
                 path_name(gemm_mx_path()), peak.describe().c_str(), "recipe", "op", "m", "k",
                 "n", "ms", "bf16_ms", "vs_bf16", "GFLOP/s", "%peak");
   for (int64_t M : o.m) {
@@ -138,6 +149,9 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         const double ms = median_of(times[{c, op}]), base = median_of(times[{0, op}]);
         const double gflops = 2.0 * double(M) * double(o.k) * double(o.n) / (ms * 1e6);
         nlohmann::json row = {{"recipe", recipes[c].name}, {"op", op},  {"m", M},
+                              {"scales", recipes[c].quantized()
+                                             ? scale_type_name(recipes[c].role(Role::input).scale)
+                                             : "none"},
                               {"k", o.k},                  {"n", o.n},   {"ms", ms},
                               {"bf16_ms", base},           {"vs_bf16", ms / base},
                               {"gemm_path", path_name(gemm_mx_path())}, {"iters", o.iters},
@@ -146,8 +160,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
         if (o.json)
           rows.push_back(row);
         else
-          std::printf("%-12s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx %9.1f %6.1f%%\n",
-                      recipes[c].name.c_str(), op.c_str(), (long long)M, (long long)o.k,
+          std::printf("%-15s %-6s %6lld %6lld %6lld %10.3f %10.3f %7.2fx %9.1f %6.1f%%\n",
+                      labels[c].c_str(), op.c_str(), (long long)M, (long long)o.k,
                       (long long)o.n, ms, base, ms / base, gflops, 100 * gflops / peak.gflops);
       }
   }
@@ -166,7 +180,8 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       "against BF16 in the same run, and as a percentage of the machine's peak. JSON rows: "
       "recipe, op, m, k, n, ms (median), bf16_ms, vs_bf16, gemm_path, iters, gflops (2mkn / "
       "ms), pct_of_peak, peak_gflops, peak_source (measured | given), peak_kind and "
-      "peak_threads when measured");
+      "peak_threads when measured, scales (the input role's scale type: none, e8m0, fp32_pow2, "
+      "fp32)");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')
@@ -181,6 +196,10 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       ->delimiter(',');
   sub->add_option("--ops", opts->ops, "Products to time (default fwd,dgrad,wgrad)")
       ->delimiter(',');
+  sub->add_flag("--fp32-scales", opts->fp32_scales,
+                "Also time every recipe with power-of-two FP32 scales (blockwise) with its "
+                "scales kept unrounded (fp32_scales: true), as recipe '<name>+fp32' (JSON: the "
+                "recipe's name and scales \"fp32\")");
   add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
 });

@@ -13,6 +13,7 @@
 // All paths form the same element values (docs/numerics.md, "MX products"); they differ in
 // FP32 summation order, and the expansion path keeps BF16 subnormals where the others flush
 // them to zero (values below 2^-126, which only blocks with scales near 2^-127 hold).
+#include <cstring>
 #include <vector>
 
 #include "core/dispatch.h"
@@ -64,56 +65,85 @@ void mx_gemm_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTen
 // ---- dispatch --------------------------------------------------------------------------------
 
 // One path's kernels, all called as C = op(A) · op(B) (+ C) in orientation o.
-using MxProduct = void (*)(Orient o, const MXTensor& A, const MXTensor& B, float* C,
+using MxProduct = void (*)(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                            int64_t ldc, bool accumulate);
 struct MxProductKernels {
-  MxProduct gemm;
+  MxProduct gemm;     // null: the expansion (mx_gemm_expanded), which reads whole MXTensors
   MxProduct gemv_nt;  // forward products of at most kGemvMaxRows rows; null: gemm serves them
   bool folds_scales;  // needs mx_scales_foldable operands (the others take mx_gemm_ref)
+  Fp32Product fp32;   // FP32-scaled copies whose scales do not fold (gemm_scaled.cc)
 };
 
-void ref(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
-  mx_gemm_ref(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
-}
-void expanded(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
-  const bool ta = o == Orient::tn, tb = o == Orient::nt;
-  mx_gemm_expanded(ta, A, tb, B, ta ? A.cols : A.rows, tb ? B.rows : B.cols, ta ? A.rows : A.cols,
-                   C, ldc, acc);
-}
-void panels(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
-  mx_gemm_avx512bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
-}
-void panels_vbmi(Orient o, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc,
+void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
                  bool acc) {
-  mx_gemm_avx512vbmi_bf16(o, MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
-}
-void stream_vbmi(Orient, const MXTensor& A, const MXTensor& B, float* C, int64_t ldc, bool acc) {
-  mx_gemv_nt_avx512vbmi_bf16(MXOperand::of(A), MXOperand::of(B), C, ldc, acc);
+  mx_gemv_nt_avx512vbmi_bf16(A, B, C, ldc, acc);
 }
 
 const PathTable<MxProductKernels>& mx_table() {
   static const PathTable<MxProductKernels> t(
       "GEMM MX (mxfp8 recipes)",
-      {{Path::scalar, "mx_gemm_ref", {ref, nullptr, false}},
-       {Path::avx2, "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul)",
-        {expanded, nullptr, false}},
-       {Path::avx512bf16, "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64)",
-        {panels, nullptr, true}},
+      {{Path::scalar, "mx_gemm_ref; fp32 scales: fp32_block_gemm_ref",
+        {mx_gemm_ref, nullptr, false, fp32_block_gemm_ref_entry}},
+       {Path::avx2,
+        "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul); fp32 scales: "
+        "fp32_block_gemm_onednn",
+        {nullptr, nullptr, false, fp32_block_gemm_onednn}},
+       {Path::avx512bf16,
+        "mx_gemm_avx512bf16 (FP8 panels -> BF16, VDPBF16PS 6x64); fp32 scales: "
+        "fp32_block_gemm_avx512bf16 (per-chunk promotion)",
+        {mx_gemm_avx512bf16, nullptr, true, fp32_block_gemm_panels_avx512bf16}},
        {Path::avx512vbmi_bf16,
-        "mx_gemm_avx512vbmi_bf16 (VBMI row packing); forward with m <= 16: "
-        "mx_gemv_nt_avx512vbmi_bf16",
-        {panels_vbmi, stream_vbmi, true}}});
+        "mx_gemm_avx512vbmi_bf16 (VBMI packing); forward with m <= 16: "
+        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_avx512vbmi_bf16",
+        {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}}});
   return t;
+}
+
+// t's codes and scales as an MXTensor (the expansion path reads whole tensors), into `out`.
+void copy_operand(const MXOperand& t, MXTensor& out) {
+  out.rows = t.rows;
+  out.cols = t.cols;
+  out.layout = t.layout;
+  out.elem = t.elem;
+  out.scale_type = ScaleType::e8m0;
+  out.block = kMXBlock;
+  out.data.resize(size_t(t.rows * t.cols));
+  std::memcpy(out.data.data(), t.codes, out.data.size());
+  out.scales.resize(size_t(out.scale_rows() * out.scale_cols()));
+  std::memcpy(out.scales.data(), t.scales, out.scales.size());
+}
+
+// The kernel for orientation o once the expansion is ruled out.
+void run_kernels(const MxProductKernels& k, Orient o, const MXOperand& A, const MXOperand& B,
+                 int64_t M, float* C, int64_t ldc, bool accumulate) {
+  if (k.folds_scales && !(mx_scales_foldable(A) && mx_scales_foldable(B)))
+    return mx_gemm_ref(o, A, B, C, ldc, accumulate);
+  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt)
+    return k.gemv_nt(o, A, B, C, ldc, accumulate);
+  k.gemm(o, A, B, C, ldc, accumulate);
 }
 
 }  // namespace
 
+// The scan runs on the calling thread before every product (a 1408x2048 weight's grid is 90K
+// bytes), so it takes eight bytes a step: with c = b ^ 0xFF, the bytes 247..254 are those with
+// 0 < c < 9, found for all eight at once by the "has a byte between m and n" bit trick (exact
+// for m, n <= 128).
 bool gemm_detail::mx_scales_foldable(const MXOperand& t) {
   if (t.elem != Elem::e4m3) return true;
   const int64_t rows = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock);
   const int64_t n = rows * t.scale_ld;
-  uint8_t bad = 0;
-  for (int64_t i = 0; i < n; ++i) bad |= uint8_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
+  constexpr uint64_t k01 = 0x0101010101010101ull, k7F = 0x7F7F7F7F7F7F7F7Full;
+  constexpr uint64_t k80 = 0x8080808080808080ull;
+  uint64_t bad = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, t.scales + i, 8);
+    const uint64_t c = ~w, m = c & k7F;
+    bad |= (k01 * (127 + 9) - m) & ~c & (m + k01 * (127 - 0)) & k80;
+  }
+  for (; i < n; ++i) bad |= uint64_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
   return !bad;
 }
 
@@ -157,18 +187,32 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
 void gemm_detail::gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
                               int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
                               bool accumulate) {
-  if (trans_a && trans_b) {  // A^T · B^T: no layer needs it; the expansion path serves it
-    mx_gemm_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
-    return;
+  const MxProductKernels& k = mx_table().get();
+  // A^T · B^T (no layer needs it) and the avx2 path: the expansion.
+  if ((trans_a && trans_b) || !k.gemm)
+    return mx_gemm_expanded(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+  const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
+  run_kernels(k, o, MXOperand::of(A), MXOperand::of(B), M, C, ldc, accumulate);
+}
+
+void gemm_detail::gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b,
+                                const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                                int64_t ldc, bool accumulate) {
+  mx_table().get().fp32(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
+}
+
+void gemm_detail::gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b,
+                              const MXOperand& B, int64_t M, int64_t N, int64_t K, float* C,
+                              int64_t ldc, bool accumulate) {
+  const MxProductKernels& k = mx_table().get();
+  if ((trans_a && trans_b) || !k.gemm) {
+    thread_local MXTensor ea, eb;  // reused: no fresh pages per call
+    copy_operand(A, ea);
+    copy_operand(B, eb);
+    return mx_gemm_expanded(trans_a, ea, trans_b, eb, M, N, K, C, ldc, accumulate);
   }
   const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
-  const MxProductKernels& k = mx_table().get();
-  if (k.folds_scales && !(mx_scales_foldable(MXOperand::of(A)) &&
-                          mx_scales_foldable(MXOperand::of(B))))
-    return ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt)
-    return k.gemv_nt(o, A, B, C, ldc, accumulate);
-  k.gemm(o, A, B, C, ldc, accumulate);
+  run_kernels(k, o, A, B, M, C, ldc, accumulate);
 }
 
 }  // namespace mxtrain

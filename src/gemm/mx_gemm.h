@@ -87,17 +87,37 @@ using PackRows = void (*)(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0
 // words as mx_gemm_avx512bf16's general packer.
 void pack_a_rows_avx512vbmi_bf16(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0,
                                  int64_t kc, uint32_t* Ap, int64_t ld);
+// A panel kernel's pair packer: stored rows k0 .. k0+kc of S (stored [K, cols], blocks along K:
+// colwise or tile32) as BF16 pairs of consecutive rows over columns c0 .. c0 + 32·nv (nv <= 3,
+// c0 a multiple of 16): out[p * ld + 16j], j < nstore (<= 2·nv), holds the 16 pairs (row
+// k0 + 2p, row k0 + 2p + 1) of columns c0 + 16j ..; columns past `cols` and a row k+1 = K are
+// zero. mx_gemm_avx512bf16's packer is pack_pairs (gemm/mx_pairs_avx512.h); this one, of
+// mx_gemm_avx512vbmi_bf16, decodes by VBMI table lookup (mx_pack_avx512vbmi.cc), the same
+// words.
+using PackPairs = void (*)(const MXOperand& S, int64_t c0, int nv, int nstore, int64_t k0,
+                           int64_t kc, uint32_t* out, int64_t ld);
+void pack_pairs_avx512vbmi_bf16(const MXOperand& S, int64_t c0, int nv, int nstore, int64_t k0,
+                                int64_t kc, uint32_t* out, int64_t ld);
 // The row packers' prefetch distance, in rows. A chunk's pieces of consecutive rows lie one row
 // stride apart, a new stream every chunk that the hardware prefetcher picks up late, so the
 // row this many below is requested while a row is decoded (bench gemm m = 256 forward,
 // K = N = 4096: 1.14-1.16x -> 1.04-1.06x of BF16; 1, 2 and 4 rows all did about as well).
 constexpr int64_t kPackRowsAhead = 4;
+// The pair packers read a piece of every stored row, one row stride apart (a new page every
+// row or two, which no hardware prefetcher follows): the VBMI pair packer asks for the rows this
+// many pairs ahead.
+constexpr int64_t kPairsAhead = 8;
 // Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi_bf16).
 constexpr int64_t kGemvMaxRows = 16;
 
 // The MX product once gemm_mx has checked its operands (both MX; M, N, K > 0): the kernel
 // its dispatch table and the operands choose (gemm_mx.cc).
 void gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+                 int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+// The same on views (an FP32-scaled copy's own codes with an E8M0 grid made for it,
+// gemm_scaled.cc): the panel, streaming and reference kernels read the views as they are; the
+// expansion path (avx2, A^T · B^T), which reads whole tensors, copies them first.
+void gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b, const MXOperand& B, int64_t M,
                  int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 // Products of FP32-scaled copies (gemm_scaled.cc; docs/numerics.md, "FP32-scaled products"):
 // the reference (FP32 partial sum per 128-deep K chunk of unscaled code values, then
@@ -106,5 +126,56 @@ void fp32_block_gemm_ref(bool trans_a, const MXTensor& A, bool trans_b, const MX
                          float* C, int64_t ldc, bool accumulate);
 void gemm_fp32_scaled(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+// Its product once the pow2 fold is ruled out: the fp32 kernel of the MX product's dispatch
+// table (gemm_mx.cc).
+void gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+                   int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+
+// The FP32-scaled product's kernels, one per path of the MX product's dispatch table
+// (gemm_mx.cc), called as gemm_fp32_scaled's last step (ta && tb never reaches the panels):
+//   fp32_block_gemm_ref_entry — fp32_block_gemm_ref;
+//   fp32_block_gemm_onednn    — codes decoded unscaled to BF16, oneDNN's BF16 product per
+//                               chunk into a full-size buffer, then the scaled add;
+//   fp32_block_gemm_panels_avx512bf16 / _avx512vbmi_bf16 — the panel kernels below (both
+//                               operands per-tensor: the oneDNN path, one chunk).
+using Fp32Product = void (*)(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                             int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                             bool accumulate);
+void fp32_block_gemm_ref_entry(bool trans_a, const MXTensor& A, bool trans_b,
+                               const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                               int64_t ldc, bool accumulate);
+void fp32_block_gemm_onednn(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+                            int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                            bool accumulate);
+void fp32_block_gemm_panels_avx512bf16(bool trans_a, const MXTensor& A, bool trans_b,
+                                       const MXTensor& B, int64_t M, int64_t N, int64_t K,
+                                       float* C, int64_t ldc, bool accumulate);
+void fp32_block_gemm_panels_avx512vbmi_bf16(bool trans_a, const MXTensor& A, bool trans_b,
+                                            const MXTensor& B, int64_t M, int64_t N, int64_t K,
+                                            float* C, int64_t ldc, bool accumulate);
+
+// The scales of an FP32-scaled product per 128-deep K chunk c (ceil(K / 128) chunks): op(A)'s
+// row i at sa[c * M + i], op(B)'s column j at sb[c * N + j].
+struct ChunkScales {
+  const float* sa;
+  const float* sb;
+};
+// The panel kernels' FP32-scaled product (mx_gemm_avx512.cc): A and B hold the codes with an
+// E8M0 grid of 127 everywhere (the panels get the unscaled code values, exact in BF16); per
+// 128-deep K chunk the partial sums P start from zero in VDPBF16PS order, then each element
+// C = C + fl(fl(sa · sb) · P), C starting from C (accumulate) or 0. Same orientations and
+// packers as mx_gemm_avx512bf16 / mx_gemm_avx512vbmi_bf16; bit for bit
+// fp32_block_gemm_panel_ref's result.
+void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                const ChunkScales& s, float* C, int64_t ldc, bool accumulate);
+void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                     const ChunkScales& s, float* C, int64_t ldc,
+                                     bool accumulate);
+// Their scalar reference (gemm/fp32_block_gemm_ref.cc): the same sums in the same order —
+// per chunk, for each pair (k, k+1) in order, P = P + a(k+1)·b(k+1), then P = P + a(k)·b(k)
+// (VDPBF16PS's order; a k+1 past K counts as 0), each add rounded — so the kernels give its
+// bytes (NaN payloads aside).
+void fp32_block_gemm_panel_ref(Orient o, const MXOperand& A, const MXOperand& B,
+                               const ChunkScales& s, float* C, int64_t ldc, bool accumulate);
 
 }  // namespace mxtrain::gemm_detail

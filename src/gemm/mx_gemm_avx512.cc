@@ -15,7 +15,8 @@
 // elements, runs as C^T = op(B)^T · op(A)^T: the threads then split the weight's side and
 // reuse the small activation's few panels, and forward the transposing packer gets the
 // activation; C takes the transpose (the same FP32 sums, moved) from a per-caller buffer of
-// that size, each thread moving the rows it finished while they are still in its cache.
+// that size, each thread moving the rows it finished while they are still in its cache. A
+// dgrad that writes C with at most 192 rows (kAFirstRows) runs directly (see panel_gemm).
 //
 // Decoding (gemm/mx_decode_avx512.h) is exact and flushes values below 2^-126 as
 // mx_operand_value defines; operands must have foldable scales (mx_scales_foldable; gemm_mx.cc
@@ -26,9 +27,11 @@
 //   A pairs  (tn):     A stored [K, M] with blocks along K  -> Ap[KC/2][MC] (pair-major)
 //   B rows   (nn, tn): B stored [K, N]                      -> rows k, k+1 interleaved
 //   B transposed (nt): B stored [N, K]                      -> rows decoded, 16x16 transposed
-// Two kernels share the panel product and differ only in the A-rows packer:
-// mx_gemm_avx512bf16 packs with pack_a_rows below, mx_gemm_avx512vbmi_bf16 with
-// pack_a_rows_avx512vbmi_bf16 (mx_pack_avx512vbmi.cc: table decoding, the same words).
+// A pairs and B rows are both pairs of stored rows (a PackPairs packer). Two kernels share the
+// panel product and differ only in the packers of A rows and of pairs (Packers):
+// mx_gemm_avx512bf16 packs with pack_a_rows below and pack_pairs (gemm/mx_pairs_avx512.h),
+// mx_gemm_avx512vbmi_bf16 with pack_a_rows_avx512vbmi_bf16 and pack_pairs_avx512vbmi_bf16
+// (mx_pack_avx512vbmi.cc: table decoding, the same words).
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
 // transpose16); they are not read.
@@ -44,6 +47,7 @@
 
 #include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
+#include "gemm/mx_pairs_avx512.h"
 #include "mxtrain/aligned.h"
 
 namespace mxtrain::gemm_detail {
@@ -54,22 +58,6 @@ constexpr int NR = 64;          // micro-tile columns (4 vectors of 16 FP32)
 constexpr int64_t KC = 1024;    // K chunk (even)
 constexpr int64_t KP = KC / 2;  // pairs per chunk
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
-
-// ---- multipliers ---------------------------------------------------------------------------
-
-// Multipliers of 16 consecutive columns c0.. of stored row r whose scales vary per column
-// (colwise), or per 32 columns (tile32); columns past `cols` get multiplier 0.
-inline __m512 col_multipliers(const MXOperand& t, const float* mult, int64_t r, int64_t c0) {
-  const int64_t n = std::min<int64_t>(16, t.cols - c0);
-  if (n <= 0) return _mm512_setzero_ps();
-  const __mmask16 k = __mmask16((1u << n) - 1);
-  if (t.layout == MXLayout::colwise) {
-    const uint8_t* s = t.scales + (r / kMXBlock) * t.scale_ld + c0;
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, s));
-    return _mm512_mask_i32gather_ps(_mm512_setzero_ps(), k, idx, mult, 4);
-  }
-  return _mm512_maskz_mov_ps(k, _mm512_set1_ps(mult[t.scale(r, c0)]));  // tile32: 16 | 32
-}
 
 // ---- packing -------------------------------------------------------------------------------
 
@@ -93,72 +81,8 @@ void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t
   }
 }
 
-// Interleaves two rows of 32 BF16 (a = row k, b = row k+1) into 32 pairs: lo gets columns
-// 0-15, hi 16-31.
-inline void interleave(__m512i a, __m512i b, __m512i& lo, __m512i& hi) {
-  alignas(64) static const uint16_t ilo[32] = {0, 32, 1, 33, 2, 34, 3, 35, 4, 36, 5, 37, 6, 38, 7, 39,
-                                               8, 40, 9, 41, 10, 42, 11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static const uint16_t ihi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21, 53, 22, 54, 23, 55,
-                                               24, 56, 25, 57, 26, 58, 27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  lo = _mm512_permutex2var_epi16(a, _mm512_load_si512(ilo), b);
-  hi = _mm512_permutex2var_epi16(a, _mm512_load_si512(ihi), b);
-}
-
-// Multipliers of columns c0 .. c0 + 32·nv at stored row k of a matrix stored [K, cols] with
-// blocks along K (colwise/tile32): m[q] (q < 2·nv) for columns c0 + 16q... They hold for all
-// 32 rows of k's block, so the packers fetch them once per block, not per row pair.
-inline void block_multipliers(const MXOperand& S, int64_t k, int64_t c0, int nv, __m512* m) {
-  const float* mult = multipliers(S.elem).v;
-  for (int q = 0; q < 2 * nv; ++q) m[q] = col_multipliers(S, mult, k, c0 + 16 * q);
-}
-
-// Pairs of stored rows k, k+1 (k even, k < K) over columns c0 .. c0 + 32·nv of a matrix stored
-// [K, cols] with blocks along K (colwise/tile32), with m from block_multipliers for k's
-// block: out[q] (q < 2·nv) = 16 pairs, columns c0 + 16q... Columns past `cols` and a row
-// k+1 = K are zero.
-inline void row_pairs(const MXOperand& S, int64_t k, int64_t c0, int nv, const __m512* m,
-                      __m512i* out) {
-  const bool e4m3 = S.elem == Elem::e4m3, has_b = k + 1 < S.rows;
-  const uint8_t* ra = S.codes + k * S.cols;
-  for (int v = 0; v < nv; ++v) {
-    const int64_t c = c0 + 32 * v;
-    if (c >= S.cols) {
-      out[2 * v] = out[2 * v + 1] = _mm512_setzero_si512();
-      continue;
-    }
-    const __m512 m_lo = m[2 * v], m_hi = m[2 * v + 1];
-    const __m512i a = decode32(load_codes(ra + c, S.cols - c), m_lo, m_hi, e4m3);
-    const __m512i b = has_b ? decode32(load_codes(ra + S.cols + c, S.cols - c), m_lo, m_hi, e4m3)
-                            : _mm512_setzero_si512();
-    interleave(a, b, out[2 * v], out[2 * v + 1]);
-  }
-}
-
-// A pairs (tn): Ap[p * MC + m] = (S(k0 + 2p, c0 + m), S(k0 + 2p + 1, c0 + m)) for m < mc.
-void pack_a_pairs(const MXOperand& S, int64_t c0, int64_t mc, int64_t k0, int64_t kc,
-                  uint32_t* Ap) {
-  __m512i v[6];  // MC = 96 = 3 x 32 columns
-  __m512 m[6];
-  const int nv = int((mc + 31) / 32);
-  for (int64_t p = 0; 2 * p < kc; ++p) {
-    const int64_t k = k0 + 2 * p;
-    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, nv, m);
-    row_pairs(S, k, c0, nv, m, v);
-    for (int64_t q = 0; q * 16 < mc; ++q) _mm512_storeu_si512(Ap + p * MC + q * 16, v[q]);
-  }
-}
-
-// B rows (nn, tn): panel Bp[p * NR + n] = pairs of stored rows k0 + 2p, +1 at column c0 + n.
-void pack_b_rows(const MXOperand& S, int64_t c0, int64_t k0, int64_t kc, uint32_t* Bp) {
-  __m512i v[4];
-  __m512 m[4];
-  for (int64_t p = 0; 2 * p < kc; ++p) {
-    const int64_t k = k0 + 2 * p;
-    if (p == 0 || k % kMXBlock == 0) block_multipliers(S, k, c0, 2, m);
-    row_pairs(S, k, c0, 2, m, v);
-    for (int q = 0; q < 4; ++q) _mm512_storeu_si512(Bp + p * NR + q * 16, v[q]);
-  }
-}
+// Pairs of stored rows (nn and tn's B, tn's A): pack_pairs (gemm/mx_pairs_avx512.h) or the
+// VBMI packer (pack_pairs_avx512vbmi_bf16), through the Packers below.
 
 // 16x16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i.
 inline void transpose16(__m512i r[16]) {
@@ -264,6 +188,93 @@ void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
   }
 }
 
+// Per-chunk promotion (FP32-scaled block products, fp32_block_gemm_avx512bf16): the panels
+// hold unscaled code values; each 128-deep K chunk's partial sums start from zero and are
+// then promoted into C with the chunk's scales.
+constexpr int64_t kChunkPairs = kFp32ScaleBlock / 2;
+static_assert(KC % kFp32ScaleBlock == 0, "a K chunk of the panels holds whole 128-deep chunks");
+
+// The scales per 128-deep K chunk c of the product's rows and columns as panel_product sees
+// them: row i's at sa[c * sa_ld + i], column j's at sb[c * sb_ld + j].
+struct Promotion {
+  const float* sa;
+  int64_t sa_ld;
+  const float* sb;
+  int64_t sb_ld;
+};
+
+// As micro_kernel, for the kp pairs of panel chunk whose first 128-deep chunk is c0: per 64
+// pairs, P (24 registers) = the VDPBF16PS sums from zero, then for each element
+// C = C + fl(fl(sa · sb) · P) (C read back from memory, or 0 for the product's first chunk
+// when !load), rounded op by op: the *_round_ps forms are never contracted into an FMA.
+// sa: the tile's first row's scales (sa[c * sa_ld + m]), sb its first column's.
+template <int ROWS>
+void micro_kernel_promoted(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
+                           const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
+                           const Promotion& pr, const float* sa, const float* sb, int64_t c0) {
+  constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __mmask16 mask[4];
+  #pragma GCC unroll 8
+  for (int v = 0; v < 4; ++v) {
+    const int n = std::clamp(ncols - 16 * v, 0, 16);
+    mask[v] = __mmask16((1u << n) - 1);
+  }
+  for (int64_t q = 0; q * kChunkPairs < kp; ++q) {
+    const int64_t pe = std::min(kp, (q + 1) * kChunkPairs);
+    __m512 acc[ROWS][4];
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m)
+      #pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) acc[m][v] = _mm512_setzero_ps();
+    for (int64_t p = q * kChunkPairs; p < pe; ++p) {
+      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
+      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
+      const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
+      const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
+      #pragma GCC unroll 8
+      for (int m = 0; m < ROWS; ++m) {
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
+        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+        acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
+        acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+      }
+    }
+    const float* sac = sa + (c0 + q) * pr.sa_ld;
+    const float* sbc = sb + (c0 + q) * pr.sb_ld;
+    const bool from_c = load || q > 0;
+    __m512 sbv[4];
+    #pragma GCC unroll 8
+    for (int v = 0; v < 4; ++v) sbv[v] = _mm512_maskz_loadu_ps(mask[v], sbc + 16 * v);
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512 sam = _mm512_set1_ps(sac[m]);
+      #pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) {
+        if (!mask[v]) continue;
+        float* c = C + m * ldc + 16 * v;
+        const __m512 t = _mm512_mul_round_ps(sam, sbv[v], R);
+        const __m512 u = _mm512_mul_round_ps(t, acc[m][v], R);
+        const __m512 old = from_c ? _mm512_maskz_loadu_ps(mask[v], c) : _mm512_setzero_ps();
+        _mm512_mask_storeu_ps(c, mask[v], _mm512_add_round_ps(old, u, R));
+      }
+    }
+  }
+}
+
+void run_tile_promoted(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
+                       const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
+                       const Promotion& pr, const float* sa, const float* sb, int64_t c0) {
+  switch (rows) {
+    case 6: return micro_kernel_promoted<6>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 5: return micro_kernel_promoted<5>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 4: return micro_kernel_promoted<4>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 3: return micro_kernel_promoted<3>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    case 2: return micro_kernel_promoted<2>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+    default: return micro_kernel_promoted<1>(kp, a, sm, sp, b, C, ldc, ncols, load, pr, sa, sb, c0);
+  }
+}
+
 // ---- driver ----------------------------------------------------------------------------------
 
 struct Buffers {
@@ -307,6 +318,13 @@ struct Packing {
   static Packing of(Orient o) { return {o == Orient::tn, o == Orient::nt}; }
 };
 
+// The two packers that differ between the kernels: rows of A (nt, nn) and pairs of stored
+// rows (tn's A, nn and tn's B).
+struct Packers {
+  PackRows rows;
+  PackPairs pairs;
+};
+
 // Where a transposed product's result goes: Ct [N, M] (+)= C^T (see mx_gemm_avx512bf16).
 struct TransposeOut {
   float* C;
@@ -320,9 +338,10 @@ struct TransposeOut {
 // finished rows into out->C, while they are still in its cache.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
-void panel_product(Packing pk, PackRows pack_rows, const MXOperand& A, const MXOperand& B,
+void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
                    float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
-                   bool split_m, const TransposeOut* out = nullptr) {
+                   bool split_m, const TransposeOut* out = nullptr,
+                   const Promotion* pr = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
@@ -344,27 +363,36 @@ void panel_product(Packing pk, PackRows pack_rows, const MXOperand& A, const MXO
     const int64_t sm = pk.a_pairs ? 1 : KP, sp = pk.a_pairs ? MC : 1;
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs)
-        pack_a_pairs(A, i0, mc, k0, kc, Ap);
+        packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
       else
-        pack_rows(A, i0, mc, k0, kc, Ap, KP);
+        packers.rows(A, i0, mc, k0, kc, Ap, KP);
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
         pack_b_transposed(B, p * NR, k0, kc, Bp);
       else
-        pack_b_rows(B, p * NR, k0, kc, Bp);
+        packers.pairs(B, p * NR, 2, 4, k0, kc, Bp, NR);
     };
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
+    // With a promotion, per 128-deep chunk (the first of panel chunk k0 is k0 / 128).
+    int64_t chunk0 = 0;
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
                            const uint32_t* Bp, int64_t kp, bool load) {
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
-      for (int64_t i = 0; i < mc; i += MR)
-        run_tile(int(std::min<int64_t>(MR, mc - i)), kp, Ap + i * sm, sm, sp, Bp,
-                 C + (i0 + i) * ldc + p * NR, ldc, ncols, load);
+      for (int64_t i = 0; i < mc; i += MR) {
+        const int rows = int(std::min<int64_t>(MR, mc - i));
+        float* c = C + (i0 + i) * ldc + p * NR;
+        if (pr)
+          run_tile_promoted(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, *pr,
+                            pr->sa + i0 + i, pr->sb + p * NR, chunk0);
+        else
+          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load);
+      }
     };
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
       const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
       const bool load = accumulate || k0 > 0;
+      chunk0 = k0 / kFp32ScaleBlock;
       if (a_first) {
         for (int64_t b = 0; b < nblk; ++b)
           pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * KP);
@@ -397,13 +425,24 @@ FloatBuffer& swap_buffer() {
   return buf;
 }
 
-// The panel product with rows of A packed by `pack_rows`.
+// The panel product with its operands packed by `packers` (and, with pr, promoted per
+// 128-deep K chunk; pr's sa and sb for op(A)'s rows and op(B)'s columns).
 void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                bool accumulate, PackRows pack_rows) {
+                bool accumulate, const Packers& packers, const Promotion* pr = nullptr) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows;
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
-  if (o != Orient::tn && M >= NR && M < N && M * N <= kSwapMax) {
+  // A promoted product accumulating into C runs untransposed: the transposed one would add C
+  // once at the end, not before the first chunk. A dgrad (nn) that writes C with at most
+  // kAFirstRows rows runs directly too: its one A block is packed first and each weight panel
+  // (pairs of rows, whole 64-byte lines of codes) right before the tiles that read it, with no
+  // transposing packer and no transposed output (measured: 128 tokens through a 1408x2048
+  // weight, 0.86-0.88x of the transposed form's time). Writing C, both forms give the same
+  // bytes (the same FP32 sums); accumulating, the transposed form adds C0 once at the end, so a
+  // dgrad that accumulates keeps it at every size.
+  const bool direct_dgrad = o == Orient::nn && !accumulate && M <= kAFirstRows;
+  if (o != Orient::tn && !direct_dgrad && M >= NR && M < N && M * N <= kSwapMax &&
+      !(pr && accumulate)) {
     // With fewer tokens than outputs (forward, nt) or inputs (dgrad, nn) the product runs as
     // C^T = op(B)^T · op(A)^T, then C takes the transpose (exact: the same FP32 sums, moved).
     // Threads then split the weight's side by row ranges and every A block of a thread reuses
@@ -417,24 +456,44 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
     const TransposeOut out{C, ldc, accumulate};
-    return panel_product(swapped, pack_rows, B, A, T, M, false, N, M, K, /*split_m=*/true,
-                         &out);
+    // The transposed product's rows are op(B)'s columns: the scales swap sides (fl(sa · sb)
+    // is the same product).
+    const Promotion spr = pr ? Promotion{pr->sb, pr->sb_ld, pr->sa, pr->sa_ld} : Promotion{};
+    return panel_product(swapped, packers, B, A, T, M, false, N, M, K, /*split_m=*/true,
+                         &out, pr ? &spr : nullptr);
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
-  panel_product(Packing::of(o), pack_rows, A, B, C, ldc, accumulate, M, N, K,
-                /*split_m=*/M > N);
+  panel_product(Packing::of(o), packers, A, B, C, ldc, accumulate, M, N, K,
+                /*split_m=*/M > N, nullptr, pr);
 }
 
 }  // namespace
 
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows);
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs});
 }
 
 void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                              int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, pack_a_rows_avx512vbmi_bf16);
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16});
+}
+
+void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs}, &pr);
+}
+
+void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                                     const ChunkScales& s, float* C, int64_t ldc,
+                                     bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16}, &pr);
 }
 
 }  // namespace mxtrain::gemm_detail

@@ -305,6 +305,36 @@ TEST(QuantizeBlocksPaths, EveryIsaMatchesScalarReference) {
   }
 }
 
+// The fast kernels take 128-row strips and 1x128 blocks without a NaN on a shorter path than
+// those with one (awkward_matrix puts a NaN or Inf in nearly every strip): finite data, then a
+// NaN in the first strip, a -NaN in a middle one and an Inf in the last.
+TEST(QuantizeBlocksPaths, PiecesWithAndWithoutNaNMatchScalarReference) {
+  PathGuard guard;
+  for (auto [M, K] : {Shape{256, 384}, Shape{129, 257}, Shape{384, 128}, Shape{128, 2048}}) {
+    std::vector<float> x = testdata::awkward_matrix(M, K, uint32_t(M + 3 * K), false);
+    for (int poke = 0; poke < 2; ++poke) {
+      if (poke == 1) {
+        x[size_t(5 * K + 7)] = std::numeric_limits<float>::quiet_NaN();
+        x[size_t((M - 1) * K + K - 1)] = kInf;
+        x[size_t((M / 2) * K + K / 2)] = -std::numeric_limits<float>::quiet_NaN();
+      }
+      const std::vector<uint16_t> xb = testdata::to_bf16(x);
+      for (const BlockQuantConfig& cfg : configs()) {
+        set_isa(Isa::scalar);
+        const Outputs ref = run_blocks(x, M, K, cfg), ref_b = run_blocks(xb, M, K, cfg);
+        for (Isa isa : supported_isas()) {
+          if (isa == Isa::scalar) continue;
+          set_isa(isa);
+          const std::string w = std::string(isa_name(isa)) + " " + name(cfg, M, K) +
+                                (poke ? " with NaN" : " finite");
+          expect_same_all(run_blocks(x, M, K, cfg), ref, w + " f32");
+          expect_same_all(run_blocks(xb, M, K, cfg), ref_b, w + " bf16");
+        }
+      }
+    }
+  }
+}
+
 // BF16 input gives the bytes of its FP32 widening (the same rules on the same values).
 TEST(QuantizeBlocksPaths, Bf16InputEqualsItsFp32Value) {
   PathGuard guard;

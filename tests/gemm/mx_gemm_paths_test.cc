@@ -338,6 +338,59 @@ TEST(MxGemmPaths, VbmiRowPackerGivesTheSameBytes) {
   }
 }
 
+// The VBMI pair packer (pack_pairs_avx512vbmi_bf16: pairs of stored rows, the weight in dgrad,
+// both operands of wgrad) decodes by table lookup where a block's scales fold exactly and falls
+// back to the general decoder per 32 columns elsewhere: the products on the avx512vbmi path
+// equal the avx512 path's bit for bit. Colwise and tile32 weights, E4M3 and E5M2, a block scaled
+// by 2^-120 (below the tables' range), one by 2^120, a NaN, -0 codes (a -0 element, and tiny
+// negatives that round to zero), K odd (a last row without a partner), K over a chunk, columns
+// not a multiple of 16 or 32, transposed dgrads (A = W in pairs from a 48-row grain offset), and
+// accumulation into a C holding -0.
+TEST(MxGemmPaths, VbmiPairPackerGivesTheSameBytes) {
+  if (!cpu_features().avx512_bf16 || !cpu_features().avx512vbmi) GTEST_SKIP() << "no VBMI";
+  // M tokens, N outputs, K inputs: dgrad dx [M, K] = dy [M, N] · W [N, K]; wgrad dW [N, K] =
+  // dy^T · x.
+  for (Elem e : {Elem::e4m3, Elem::e5m2})
+    for (MXLayout wl : {MXLayout::colwise, MXLayout::tile})
+      for (const Shape& s : {Shape{100, 70, 33}, Shape{70, 97, 300}, Shape{128, 1100, 130},
+                             Shape{64, 33, 1500}, Shape{9, 65, 97}, Shape{200, 129, 1030}}) {
+        auto w = randn(s.N * s.K, 51, 0.05f), x = randn(s.M * s.K, 52), dy = randn(s.M * s.N, 53);
+        const auto poke = [](std::vector<float>& v, int64_t rows, int64_t cols) {
+          for (int64_t r = 0; r < std::min<int64_t>(rows, 32); ++r)
+            for (int64_t c = 0; c < std::min<int64_t>(cols, 20); ++c) {
+              v[size_t(r * cols + c)] *= 0x1p-120f;                           // block (0, 0)
+              if (c + 40 < cols) v[size_t(r * cols + c + 40)] *= 0x1p120f;  // block (0, 1)
+            }
+          if (rows > 40 && cols > 3) {
+            v[size_t(40 * cols + 3)] = NAN;
+            v[size_t(41 * cols + 2)] = -0.f;
+            v[size_t(42 * cols + 1)] = -1e-30f;  // rounds to a -0 code
+          }
+        };
+        poke(w, s.N, s.K);
+        poke(x, s.M, s.K);
+        poke(dy, s.M, s.N);
+        const MXTensor wq = q(w, s.N, s.K, wl, e);
+        const MXTensor dyr = q(dy, s.M, s.N, MXLayout::rowwise, e);
+        const MXTensor dyc = q(dy, s.M, s.N, MXLayout::colwise, e);
+        const MXTensor xc = q(x, s.M, s.K, MXLayout::colwise, e);
+        std::vector<float> d[2], g[2];
+        IsaGuard guard;
+        for (int i = 0; i < 2; ++i) {
+          set_isa(i == 0 ? Isa::avx512 : Isa::avx512vbmi);
+          d[i].assign(size_t(s.M * s.K), -0.f);
+          g[i].assign(size_t(s.N * s.K), -0.f);
+          gemm_mx(false, dyr, false, wq, d[i].data(), s.K, false);
+          gemm_mx(true, dyc, false, xc, g[i].data(), s.K, true);
+        }
+        const std::string what = std::string(elem_name(e)) + " " + layout_name(wl) + " " +
+                                 std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
+                                 std::to_string(s.K);
+        EXPECT_EQ(std::memcmp(d[0].data(), d[1].data(), d[0].size() * 4), 0) << "dgrad " << what;
+        EXPECT_EQ(std::memcmp(g[0].data(), g[1].data(), g[0].size() * 4), 0) << "wgrad " << what;
+      }
+}
+
 TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
   const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);

@@ -17,6 +17,7 @@
 #include "gemm/mx_gemm.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
+#include "mxtrain/isa.h"
 #include "mxtrain/quantize.h"
 
 namespace mxtrain {
@@ -117,6 +118,77 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
   EXPECT_EQ(bad, 0);
 }
 
+// The panel kernels of the fp32 path (fp32_block_gemm_avx512bf16 / _avx512vbmi_bf16, through
+// gemm_mx on the avx512 and avx512vbmi paths) give the bytes of fp32_block_gemm_panel_ref, the
+// scalar statement of their sums: every orientation, accumulate on and off, E4M3 and E5M2, a
+// per-tensor operand against a blockwise one, shapes 1, 31, 33, 127, 128, 129, 2^n +- 1 with
+// ragged 128-blocks, K over a panel chunk (1024), and forwards/dgrads that run transposed
+// (64 <= M < N) or split rows between threads.
+TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
+  std::vector<Isa> isas;
+  for (Isa i : {Isa::avx512, Isa::avx512vbmi})
+    if (isa_supported(i) && cpu_features().avx512_bf16) isas.push_back(i);
+  if (isas.empty()) GTEST_SKIP() << "no AVX512-BF16: the panel kernels do not run here";
+  const int64_t shapes[][3] = {{1, 1, 1},     {31, 33, 127},   {33, 31, 129}, {128, 1, 257},
+                               {129, 127, 255}, {1, 257, 128},  {70, 300, 1100},
+                               {65, 129, 2049}, {255, 33, 1023}, {200, 97, 385}};
+  // Unit-grid view and per-chunk scales, as the fp32 path defines them (docs/numerics.md,
+  // "FP32-scaled products"): op(A) row i and op(B) column j in 128-deep chunk c.
+  auto view = [](const MXTensor& t, std::vector<uint8_t>& g) {
+    const int64_t gr = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, 32);
+    const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, 32);
+    g.assign(size_t(gr * gc), 127);
+    return gemm_detail::MXOperand{t.data.data(), g.data(), t.rows, t.cols, gc, t.layout, t.elem};
+  };
+  auto scale = [](const MXTensor& t, int64_t r, int64_t c) {
+    const float* sc = reinterpret_cast<const float*>(t.scales.data());
+    if (t.is_fp32_tensor()) return sc[0];
+    const int64_t sr = t.layout == MXLayout::rowwise ? r : r / 128;
+    const int64_t scl = t.layout == MXLayout::colwise ? c : c / 128;
+    return sc[sr * t.scale_cols() + scl];
+  };
+  int bad = 0;
+  for (const Op& o : kOps)
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (int tensor_a = 0; tensor_a < 2; ++tensor_a)
+        for (const auto& sh : shapes)
+          for (bool acc : {false, true}) {
+            const int64_t M = sh[0], N = sh[1], K = sh[2];
+            MXTensor A = make_op(o.ta, true, o.la, M, K, e, ScaleType::fp32, uint32_t(M + 3 * K));
+            const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, ScaleType::fp32, uint32_t(N + 5 * K));
+            if (tensor_a) {  // op(A) with one scale for the tensor, against blockwise B
+              const std::vector<float> va = rnd(M * K, uint32_t(M * 9 + K));
+              quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
+            }
+            const int64_t chunks = ceil_div(K, 128);
+            std::vector<float> sa(size_t(chunks * M)), sb(size_t(chunks * N));
+            for (int64_t c = 0; c < chunks; ++c) {
+              for (int64_t i = 0; i < M; ++i)
+                sa[size_t(c * M + i)] = o.ta ? scale(A, c * 128, i) : scale(A, i, c * 128);
+              for (int64_t j = 0; j < N; ++j)
+                sb[size_t(c * N + j)] = o.tb ? scale(B, j, c * 128) : scale(B, c * 128, j);
+            }
+            std::vector<uint8_t> ga, gb;
+            const auto orient = o.ta ? gemm_detail::Orient::tn
+                                     : o.tb ? gemm_detail::Orient::nt : gemm_detail::Orient::nn;
+            const std::vector<float> c0 = rnd(M * N, 77);
+            std::vector<float> want = c0;
+            gemm_detail::fp32_block_gemm_panel_ref(orient, view(A, ga), view(B, gb),
+                                                   {sa.data(), sb.data()}, want.data(), N, acc);
+            for (Isa isa : isas) {
+              set_isa(isa);
+              std::vector<float> got = c0;
+              gemm_mx(o.ta, A, o.tb, B, got.data(), N, acc);
+              if (std::memcmp(got.data(), want.data(), got.size() * 4) != 0 && bad++ < 5)
+                ADD_FAILURE() << isa_name(isa) << " ta=" << o.ta << " tb=" << o.tb << " "
+                              << elem_name(e) << (tensor_a ? " per-tensor A " : " ") << M << "x"
+                              << N << "x" << K << " acc=" << acc;
+            }
+            clear_isa_override();
+          }
+  EXPECT_EQ(bad, 0);
+}
+
 // One FP32 scale per tensor (fp8-current) on both operands: C = sa · sb · P over the whole K,
 // every orientation (the tile copy serves both axes), ragged shapes, accumulate on and off.
 TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
@@ -140,30 +212,45 @@ TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
   EXPECT_EQ(bad, 0);
 }
 
-// The pow2 path is the MX product of the expanded E8M0 grid, bit for bit.
-TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGrid) {
-  for (const Op& o : kOps) {
-    const int64_t M = 129, N = 33, K = 257;
-    const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
-    const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e4m3, ScaleType::fp32_pow2, 2);
-    auto expand = [](const MXTensor& t) {
-      MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
-      std::memcpy(m.data.data(), t.data.data(), t.data.size());
-      const float* s = reinterpret_cast<const float*>(t.scales.data());
-      for (int64_t i = 0; i < m.scale_rows(); ++i)
-        for (int64_t j = 0; j < m.scale_cols(); ++j) {
-          const int64_t si = t.layout == MXLayout::rowwise ? i : i / 4;
-          const int64_t sj = t.layout == MXLayout::colwise ? j : j / 4;
-          m.scales[size_t(i * m.scale_cols() + j)] =
-              uint8_t(127 + std::ilogb(s[si * t.scale_cols() + sj]));
-        }
-      return m;
-    };
-    std::vector<float> got(size_t(M * N)), want(size_t(M * N));
-    gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
-    gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
-    EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << o.ta << o.tb;
+// The pow2 path is the MX product of the expanded E8M0 grid, bit for bit, on every kernel
+// path this CPU has (it reads the copy's own codes beside a grid made for them; the expansion
+// path, avx2 and A^T · B^T, copies them), in all four orientations, on ragged shapes.
+TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGridOnEveryPath) {
+  auto expand = [](const MXTensor& t) {
+    MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
+    std::memcpy(m.data.data(), t.data.data(), t.data.size());
+    const float* s = reinterpret_cast<const float*>(t.scales.data());
+    for (int64_t i = 0; i < m.scale_rows(); ++i)
+      for (int64_t j = 0; j < m.scale_cols(); ++j) {
+        const int64_t si = t.layout == MXLayout::rowwise ? i : i / 4;
+        const int64_t sj = t.layout == MXLayout::colwise ? j : j / 4;
+        m.scales[size_t(i * m.scale_cols() + j)] =
+            uint8_t(127 + std::ilogb(s[si * t.scale_cols() + sj]));
+      }
+    return m;
+  };
+  // nt, nn, tn as the layers run them, and tt (tile A^T · tile B^T: no layer needs it).
+  const Op ops[] = {kOps[0], kOps[1], kOps[2], {true, true, MXLayout::tile, MXLayout::tile}};
+  const int64_t shapes[][3] = {{129, 33, 257}, {1, 31, 129}, {200, 97, 33}, {64, 130, 1}};
+  std::vector<Isa> isas{Isa::scalar};
+  for (Isa i : {Isa::avx2, Isa::avx512, Isa::avx512vbmi})
+    if (isa_supported(i)) isas.push_back(i);
+  for (Isa isa : isas) {
+    set_isa(isa);
+    for (const Op& o : ops)
+      for (const auto& sh : shapes) {
+        const int64_t M = sh[0], N = sh[1], K = sh[2];
+        const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
+        const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e5m2, ScaleType::fp32_pow2, 2);
+        std::vector<float> got(size_t(M * N)), want(size_t(M * N));
+        gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
+        gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0)
+            << isa_name(isa) << " ta=" << o.ta << " tb=" << o.tb << " " << M << "x" << N << "x"
+            << K;
+      }
   }
+  clear_isa_override();
 }
 
 TEST(ScaledGemm, NanCodePropagatesAndMixedFamiliesRefused) {
