@@ -19,12 +19,17 @@
 // gathers the output gradient's copies); an expert layer at ep > 1 exchanges its rows with the
 // other ranks (column_grouped: its input rows as FP8 or BF16 payloads, its input gradient back
 // in FP32; row_grouped: its output back in FP32, its output gradient toward the experts as
-// payloads). BF16 and FP8 therefore each pay their own wire. Rank 0 writes the report; one
-// process times the per-rank shapes alone.
+// payloads). At etp > 1 the received rows are all-gathered over the etp group as payloads and
+// each rank runs its slice of the experts on the group's rows, its partial sums (fc1's input
+// gradient, fc2's output) reduce-scattered back before they return. With --sp-wire rowwise
+// the sequence-parallel gathers carry one per-token copy and the wgrad copies are made from
+// it, as the trainer does. BF16 and FP8 therefore each pay their own wire. Rank 0 writes the
+// report; one process times the per-rank shapes alone.
 #include <chrono>
 #include <cmath>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
@@ -77,8 +82,10 @@ double time_ms(const std::function<void()>& f) {
 struct Layout {
   dist::Mesh* mesh = nullptr;
   bool sp = false;
-  std::unique_ptr<Collectives> tp, ep;
+  SequenceWire wire = SequenceWire::exact;
+  std::unique_ptr<Collectives> tp, ep, etp;
   int tp_size() const { return tp ? tp->size() : 1; }
+  int etp_size() const { return etp ? etp->size() : 1; }
 };
 Layout g_layout;
 
@@ -95,17 +102,22 @@ struct Wire {
   const BenchCase* c = nullptr;
   const Recipe* r = nullptr;
   int64_t rows = 0;
-  std::vector<uint8_t> send, recv;
-  std::vector<float> shard, full;
+  std::vector<uint8_t> send, recv, gathered;
+  std::vector<float> shard, full, part, scratch;
   QTensor q;
   std::vector<size_t> send_rows, recv_rows, sb, rb;
 
   bool dense_tp() const { return !c->grouped() && c->kind != "duplicated" && g_layout.tp; }
   bool column() const { return c->kind == "layernorm_column" || c->kind == "column"; }
-  bool experts() const { return c->grouped() && g_layout.ep; }
+  bool experts() const { return c->grouped() && (g_layout.ep || g_layout.etp); }
 
-  // Rows exchanged with every ep rank, payloads of `bytes` each (toward: send_rows out).
+  // Rows exchanged with every ep rank, payloads of `bytes` each (toward: send_rows out); at
+  // ep 1 the rows stay.
   void a2a(const void* s, void* d, size_t bytes, bool toward) {
+    if (!g_layout.ep) {
+      std::memcpy(d, s, size_t(rows) * bytes);
+      return;
+    }
     const auto& out = toward ? send_rows : recv_rows;
     const auto& in = toward ? recv_rows : send_rows;
     sb.resize(out.size());
@@ -116,16 +128,32 @@ struct Wire {
     }
     g_layout.ep->alltoallv(s, sb.data(), d, rb.data());
   }
+  // x [rows, D] -> full [rows·etp, D]: payloads to the experts' ranks, then all-gathered over
+  // the etp group (every etp rank runs its slice of the experts on the group's rows).
   void payload_to_experts(const float* x, int64_t D, const TensorFormat& f) {
     const size_t b = row_payload_bytes(f, D);
+    const int E = g_layout.etp_size();
     send.resize(b * size_t(rows));
     recv.resize(b * size_t(rows));
-    full.resize(size_t(rows * D));
     pack_rows(x, rows, D, f, send.data());
     a2a(send.data(), recv.data(), b, true);
-    unpack_rows(recv.data(), rows, D, f, full.data());
+    const uint8_t* in = recv.data();
+    if (E > 1) {
+      gathered.resize(b * size_t(rows) * size_t(E));
+      g_layout.etp->allgather(recv.data(), gathered.data(), b * size_t(rows));
+      in = gathered.data();
+    }
+    full.resize(size_t(rows * E * D));
+    unpack_rows(in, rows * E, D, f, full.data());
   }
+  // y [rows·etp, D] partial sums over the etp group -> full [rows, D]: summed over etp (each
+  // rank keeps its own rows) and sent back to the tokens' ranks in FP32.
   void fp32_back(const float* y, int64_t D) {
+    if (g_layout.etp_size() > 1) {
+      part.resize(size_t(rows * D));
+      g_layout.etp->reduce_scatter_sum(y, part.data(), size_t(rows * D));
+      y = part.data();
+    }
     full.resize(size_t(rows * D));
     a2a(y, full.data(), sizeof(float) * size_t(D), false);
   }
@@ -137,13 +165,20 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
   const BenchCase& c = *req.c;
   const int64_t rows = req.rows;
   const uint32_t seed = 1234;
-  const auto x = random_normal(rows * c.in, seed, 1.f);
-  const auto dy = random_normal(rows * c.out, seed + 1, 1e-2f);
+  // Expert layers at etp > 1 run the etp group's rows: E x rows, E x each expert's count.
+  const int E = c.grouped() && g_layout.mesh ? g_layout.etp_size() : 1;
+  const int64_t Erows = rows * E;
+  const auto x = random_normal(Erows * c.in, seed, 1.f);
+  const auto dy = random_normal(Erows * c.out, seed + 1, 1e-2f);
   const auto w = random_normal(int64_t(std::max(c.num_gemms, 1)) * c.in * c.out, seed + 2,
                                1.f / std::sqrt(float(c.in)));
-  std::vector<float> y(size_t(rows * c.out)), dx(size_t(rows * c.in));
+  std::vector<float> y(size_t(Erows * c.out)), dx(size_t(Erows * c.in));
   GroupList groups;
-  if (c.grouped()) groups = GroupList::from_counts(req.group_rows, rows);
+  if (c.grouped()) {
+    std::vector<int64_t> counts = req.group_rows;
+    for (int64_t& n : counts) n *= E;
+    groups = GroupList::from_counts(counts, Erows);
+  }
   const int T = g_layout.tp_size();
   const bool sp = g_layout.sp && !c.grouped() && c.kind != "duplicated" && g_layout.tp;
   MXT_CHECK(!sp || rows % T == 0, "bench-layers: ", rows, " tokens do not split over tp ", T,
@@ -178,12 +213,20 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                               return;
                             }
                             Collectives& tp = *g_layout.tp;
+                            const bool rowwise = g_layout.wire == SequenceWire::rowwise;
                             if (wi->column() && sp) {  // gather, product, reduce-scatter
                               gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
                                             copies_needed(r, Role::input, Use::forward), wi->q);
                               layer->forward_given(wi->q, y.data(), *saved);
-                              gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
-                                            copies_needed(r, Role::input, Use::wgrad), wi->q);
+                              const CopySet wgrad = copies_needed(r, Role::input, Use::wgrad);
+                              if (rowwise) {  // the kept copy serves wgrad too
+                                wi->scratch.resize(size_t(rows * c.in));
+                                derive_copies(wi->q, r.role(Role::input), wgrad,
+                                              wi->scratch.data());
+                              } else {
+                                gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input), wgrad,
+                                              wi->q);
+                              }
                               layer->backward_given(*saved, dy.data(), nullptr, &wi->q, dx.data());
                               wi->shard.resize(size_t(Ns * c.in));
                               tp.reduce_scatter_sum(dx.data(), wi->shard.data(),
@@ -196,10 +239,15 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                               layer->forward(x.data(), rows, y.data(), *saved);
                               wi->shard.resize(size_t(Ns * c.out));
                               tp.reduce_scatter_sum(y.data(), wi->shard.data(), size_t(Ns * c.out));
+                              const CopySet dgrad = copies_needed(r, Role::grad, Use::dgrad),
+                                            wgrad = copies_needed(r, Role::grad, Use::wgrad);
                               gather_copies(tp, dy.data(), Ns, c.out, r.role(Role::grad),
-                                            copies_needed(r, Role::grad, Use::dgrad) |
-                                                copies_needed(r, Role::grad, Use::wgrad),
-                                            wi->q);
+                                            rowwise ? dgrad : dgrad | wgrad, wi->q);
+                              if (rowwise) {
+                                wi->scratch.resize(size_t(rows * c.out));
+                                derive_copies(wi->q, r.role(Role::grad), wgrad,
+                                              wi->scratch.data());
+                              }
                               layer->backward_given(*saved, nullptr, &wi->q, nullptr, dx.data());
                             } else {
                               layer->forward(x.data(), rows, y.data(), *saved);
@@ -225,11 +273,11 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                             const Recipe& r = *wi->r;
                             if (c.kind == "column_grouped") {  // fc1: rows in, dx back
                               wi->payload_to_experts(x.data(), c.in, r.role(Role::input));
-                              layer->forward(wi->full.data(), rows, groups, y.data(), *saved);
+                              layer->forward(wi->full.data(), Erows, groups, y.data(), *saved);
                               layer->backward(*saved, dy.data(), dx.data());
                               wi->fp32_back(dx.data(), c.in);
                             } else {  // fc2: output back, dy toward the experts
-                              layer->forward(x.data(), rows, groups, y.data(), *saved);
+                              layer->forward(x.data(), Erows, groups, y.data(), *saved);
                               wi->fp32_back(y.data(), c.out);
                               wi->payload_to_experts(dy.data(), c.out, r.role(Role::grad));
                               layer->backward(*saved, wi->full.data(), dx.data());
@@ -253,6 +301,7 @@ struct BenchLayersCli {
   std::string config, report, recipe;
   int tp = 1, ep = 1, etp = 1;
   bool sequence_parallel = false;
+  SequenceWire sp_wire = SequenceWire::exact;
   std::vector<std::string> precisions{"bf16", "fp8"};
   std::vector<int64_t> tokens;
   int warmup = 2, iters = 5, micro_batches = 1;
@@ -265,16 +314,18 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
   // on every rank). Rank 0 alone prints and writes the report.
   std::unique_ptr<dist::Mesh> mesh;
   if (dist::launched_by_mpi() && dist::Comm::world().size() > 1) {
-    MXT_CHECK(o.etp == 1, "bench-layers --etp ", o.etp, " under mpirun: timing the expert-tensor-"
-              "parallel exchanges is not built; time its per-rank shapes in one process");
-    mesh = std::make_unique<dist::Mesh>(dist::Comm::world(),
-                                        dist::MeshShape{o.tp, o.ep, o.etp, o.sequence_parallel});
+    mesh = std::make_unique<dist::Mesh>(
+        dist::Comm::world(), dist::MeshShape{o.tp, o.ep, o.etp, o.sequence_parallel, o.sp_wire});
     g_layout.mesh = mesh.get();
     g_layout.sp = o.sequence_parallel;
+    g_layout.wire = o.sp_wire;
     if (o.tp > 1) g_layout.tp = dist::comm_collectives(mesh->tp());
     if (o.ep > 1) g_layout.ep = dist::comm_collectives(mesh->ep());
+    if (o.etp > 1) g_layout.etp = dist::comm_collectives(mesh->etp());
   }
   MXT_CHECK(!o.sequence_parallel || o.tp > 1, "--sequence-parallel needs --tp > 1");
+  MXT_CHECK(o.sp_wire == SequenceWire::exact || o.sequence_parallel,
+            "--sp-wire rowwise needs --sequence-parallel");
   const bool lead = !mesh || mesh->rank() == 0;
   if (lead) io::check_output_file(o.report, "--report");  // before minutes of measuring
   const TrainConfig cfg = load_config(o.config);
@@ -386,6 +437,10 @@ MXT_REGISTER_COMMAND("bench-layers", [](CLI::App& app) {
   sub->add_flag("--sequence-parallel", o->sequence_parallel,
                 "With --tp under mpirun: time the sequence-parallel gathers and "
                 "reduce-scatters instead of all-reduces");
+  sub->add_option_function<std::string>(
+      "--sp-wire", [o](const std::string& w) { o->sp_wire = parse_sequence_wire(w); },
+      "With --sequence-parallel: what the all-gathers carry, exact (default) or rowwise "
+      "(parallel.sp_wire)");
   sub->add_option("--precisions", o->precisions,
                   "Precisions to time: bf16 and fp8 (or an FP8 recipe name) (default bf16,fp8)")
       ->delimiter(',');

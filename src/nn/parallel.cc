@@ -115,6 +115,16 @@ SequenceWire parse_sequence_wire(const std::string& name) {
   MXT_FAIL("unknown sequence-parallel wire `", name, "` (valid: exact, rowwise)");
 }
 
+void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch) {
+  want = want - q.present;
+  if (want.empty()) return;
+  if (q.has(Copy::rowwise))
+    dequantize(q.rowwise, scratch);
+  else
+    bf16_to_f32_array(q.bf16.data(), scratch, q.rows * q.cols);
+  make_copies(scratch, q.rows, q.cols, f, q, want);
+}
+
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out) {
   return group.allgather(shard, out, sizeof(float) * size_t(Ns * K));
 }

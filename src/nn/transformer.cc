@@ -384,18 +384,6 @@ void GPT::sp_reduce_scatter(const float* full, float* shard, int64_t shard_n) {
   pstats_.tp_ms += ms_since(t0);
 }
 
-void GPT::derive_copies(QTensor& q, const TensorFormat& f, CopySet want) {
-  want = want - q.present;
-  if (want.empty()) return;
-  const int64_t M = q.rows, K = q.cols;
-  float* x = grow(sp_f32_, M * K);
-  if (q.has(Copy::rowwise))
-    dequantize(q.rowwise, x);
-  else
-    bf16_to_f32_array(q.bf16.data(), x, M * K);
-  make_copies(x, M, K, f, q, want);
-}
-
 // Column-parallel forward from the norm's shard: the product's input copy gathered (FP32 rows
 // for the FP32 reference); with the rowwise wire it stays in `kept` for the backward.
 void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s,
@@ -431,7 +419,7 @@ void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t 
   const Recipe& r = l.precision().recipe;
   const CopySet wgrad = copies_needed(r, Role::input, Use::wgrad);
   if (par_.sp_wire == SequenceWire::rowwise) {
-    derive_copies(kept, r.role(Role::input), wgrad);
+    derive_copies(kept, r.role(Role::input), wgrad, grow(sp_f32_, N * K));
     l.backward_given(s, dy, nullptr, &kept, dx);
     return;
   }
@@ -461,7 +449,7 @@ void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const f
   count_gather(gather_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
                              rowwise ? dgrad : dgrad | wgrad, sp_dy_, &fp32), t0);
   sp_fp32_route_ |= fp32;
-  if (rowwise) derive_copies(sp_dy_, r.role(Role::grad), wgrad);
+  if (rowwise) derive_copies(sp_dy_, r.role(Role::grad), wgrad, grow(sp_f32_, N * O));
   l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
 }
 

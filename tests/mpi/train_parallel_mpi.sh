@@ -28,8 +28,9 @@
 # - FSDP with a layout (--fsdp shards each slice over its data-parallel replicas, expert slices
 #   over their expert-data-parallel ones): tp 2 x dp 2, tp 2 + SP, ep 2 x edp 2, ep 2 x etp 2 against one
 #   process within 1e-4 over 8 steps, and a tp 2 x dp 2 FSDP checkpoint resumed in one process;
-# - adaptive FP8 at the layout: bench-layers under mpirun at tp 2 (sequence parallel) and at
-#   ep 2 writes reports keyed tp 2 and num_gemms = experts / ep; policy merge takes them with a
+# - adaptive FP8 at the layout: bench-layers under mpirun at tp 2 (sequence parallel, both
+#   wires), at ep 2, etp 2 and ep 2 x etp 2 writes reports keyed tp 2, etp 2 and
+#   num_gemms = experts / ep; policy merge takes them with a
 #   one-process report; a dry run at tp 2 decides with tp 2, and every decision row says so.
 # Usage: train_parallel_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_parallel`)
 source "$(dirname "$0")/support/train_lib.sh"
@@ -179,6 +180,18 @@ bl mpi 2 bench-layers --config "$cfg" --tp 2 --sequence-parallel --report "$TMP/
 bl mpi 2 bench-layers --config "$moe" --ep 2 --report "$TMP/re.json"
 [ "$(grep -c '"tp": 2' "$TMP/r2.json")" -ge 4 ] || { echo "no tp 2 points"; exit 1; }
 [ "$(grep -c '"num_gemms": 2' "$TMP/re.json")" = 2 ] || { echo "no ep 2 expert points"; exit 1; }
+# Expert-tensor parallel (rows all-gathered over etp, partial sums reduce-scattered back) at
+# etp 2 and ep 2 x etp 2; the rowwise sequence-parallel wire.
+bl mpi 2 bench-layers --config "$moe" --etp 2 --report "$TMP/ret.json"
+[ "$(grep -c '"kind": "[a-z]*_grouped", "name": "fc[12]", "etp": 2' "$TMP/ret.json")" = 2 ] ||
+  { echo "no etp 2 expert points"; exit 1; }
+bl mpi 4 bench-layers --config "$moe" --ep 2 --etp 2 --report "$TMP/ret4.json"
+[ "$(grep -c '"num_gemms": 2' "$TMP/ret4.json")" = 2 ] &&
+  [ "$(grep -c '"kind": "[a-z]*_grouped", "name": "fc[12]", "etp": 2' "$TMP/ret4.json")" = 2 ] ||
+  { echo "no ep 2 x etp 2 expert points"; exit 1; }
+bl mpi 2 bench-layers --config "$cfg" --tp 2 --sequence-parallel --sp-wire rowwise \
+  --report "$TMP/r2w.json"
+[ "$(grep -c '"tp": 2' "$TMP/r2w.json")" -ge 4 ] || { echo "no rowwise-wire tp 2 points"; exit 1; }
 "$BIN" policy merge --reports "$TMP/r1.json" "$TMP/r2.json" --output "$TMP/pol.json" > /dev/null
 mpi 2 train --config "$cfg" --tp 2 --dry-run --fp8-policy "$TMP/pol.json" \
   --decisions-out "$TMP/dec.json" 2> "$TMP/err.txt"

@@ -266,9 +266,6 @@ class GPT {
                      QTensor& kept);
   void sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
                       const float* dy, float* dx, QTensor& kept);
-  // SequenceWire::rowwise: adds to `q` (holding a rowwise or BF16 copy of an [N, K] matrix)
-  // the copies `want` quantized from its values in format f.
-  void derive_copies(QTensor& q, const TensorFormat& f, CopySet want);
   void sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
                        int64_t Ns, float* dx);
   void sp_reduce_scatter(const float* full, float* shard, int64_t shard_n);
