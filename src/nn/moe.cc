@@ -123,6 +123,11 @@ void MoELayer::reserve_expert_rows(MoEActivations& A, int64_t all_rows, int64_t 
   if (etp_) at_least(A.own, own_rows * D_);
 }
 
+MoEBalance MoELayer::balance(const MoEActivations& A) const {
+  if (!token_group_) return {};
+  return {A.group_counts.data(), N_ * token_group_->size()};  // equal shares of the tokens
+}
+
 // ---- expert and expert-tensor parallelism ---------------------------------------------------
 
 void MoELayer::count(uint64_t bytes, bool toward_experts,
@@ -288,7 +293,20 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   MoEActivations& A = act();
   router_logits_forward(A.logits.data(), x, router.value.data(), N, D_, E_);
   moe_route(A.routing, A.logits.data(), N, E_, k_);
-  aux_ = moe_aux_loss(A.routing);
+  if (token_group_) {  // the group's counts: one all-reduce of E values
+    const auto t0 = std::chrono::steady_clock::now();
+    thread_local std::vector<double> c;
+    c.assign(A.routing.counts.begin(), A.routing.counts.end());
+    const uint64_t sent = token_group_->allreduce_sum(c.data(), c.size());
+    A.group_counts.assign(c.begin(), c.end());  // integers below 2^53: exact in double
+    if (stats_) {
+      stats_->tp_comm_bytes += sent;
+      stats_->tp_ms +=
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+              .count();
+    }
+  }
+  aux_ = moe_aux_loss(A.routing, balance(A));
   A.routing.groups_into(A.groups);
   float* xp = own_input(fc1) || split() ? A.xp.data() : A.dxp.data();
   moe_permute(xp, x, A.routing, D_);
@@ -396,7 +414,7 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   }
   if (split()) from_experts(dxr, A.dxp.data());  // FP32, back to the tokens
   moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);
-  moe_route_backward(A.dlogits.data(), A.dgate.data(), daux, A.routing);
+  moe_route_backward(A.dlogits.data(), A.dgate.data(), daux, A.routing, balance(A));
   router_logits_backward(dx, router.grad.data(), A.dlogits.data(), x_, router.value.data(), N,
                          D_, E_, take_grad_mode(router));
   N_ = 0;  // one backward per forward

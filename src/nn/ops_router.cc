@@ -146,16 +146,19 @@ void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t
   }
 }
 
-double moe_aux_loss(const MoERouting& r) {
+double moe_aux_loss(const MoERouting& r, MoEBalance b) {
   MXT_PROFILE(moe_routing, fwd);
   check_routing(r, "moe_aux_loss");
   const int64_t N = r.tokens, E = r.experts;
+  const int64_t* counts = b.counts ? b.counts : r.counts.data();
+  const int64_t Ng = b.counts ? b.tokens : N;
+  MXT_CHECK(Ng >= N, "moe_aux_loss: the group's ", Ng, " tokens are fewer than this rank's ", N);
   double aux = 0.0;
   for (int64_t e = 0; e < E; ++e) {
     double P = 0.0;
     for (int64_t n = 0; n < N; ++n) P += r.probs[n * E + e];
-    P /= double(N);
-    const double f = double(r.counts[e]) / double(N * r.top_k);
+    P /= double(Ng);
+    const double f = double(counts[e]) / double(Ng * r.top_k);
     aux += f * P;
   }
   return double(E) * aux;
@@ -164,16 +167,19 @@ double moe_aux_loss(const MoERouting& r) {
 // With S = Σ_{i in top-k} p_i and gate_j = p_{e_j} / S:
 //   dp_{e_j} += (dgate_j - Σ_i dgate_i gate_i) / S,   dp_e += daux · E · f_e / N  (all e)
 //   dlogits_e = p_e (dp_e - Σ_u p_u dp_u)
-void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r) {
+void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r,
+                        MoEBalance b) {
   MXT_PROFILE(moe_routing, bwd);
   MXT_CHECK(dlogits, "moe_route_backward: null dlogits");
   check_routing(r, "moe_route_backward");
   const int64_t N = r.tokens, E = r.experts, k = r.top_k;
+  const int64_t* counts = b.counts ? b.counts : r.counts.data();
+  const int64_t Ng = b.counts ? b.tokens : N;
   thread_local std::vector<float> aux_dp;  // grown once
   aux_dp.resize(size_t(E));
   for (int64_t e = 0; e < E; ++e)
-    aux_dp[e] = float(double(daux) * double(E) * double(r.counts[e]) /
-                      (double(N * k) * double(N)));
+    aux_dp[e] = float(double(daux) * double(E) * double(counts[e]) /
+                      (double(Ng * k) * double(Ng)));
   const float* aux = aux_dp.data();  // the workers see their own thread_locals, not this one
 #pragma omp parallel
   {

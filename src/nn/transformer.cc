@@ -229,8 +229,9 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   const int tp = par_.tp_size();
   MXT_CHECK(cfg_.n_heads % tp == 0 && cfg_.d_ff % tp == 0, "tensor parallelism ", tp,
             " must divide model.n_heads (", cfg_.n_heads, ") and model.d_ff (", cfg_.d_ff, ")");
-  MXT_CHECK(tp == 1 || cfg_.moe_num_experts == 0, "tensor parallelism applies to dense models "
-            "here; an MoE model spreads its experts with expert parallelism (--ep) instead");
+  MXT_CHECK(tp == 1 || cfg_.moe_num_experts == 0 || par_.sequence_parallel,
+            "tensor parallelism on an MoE model needs sequence parallelism (each rank routes "
+            "its own share of the tokens)");
   Dl_ = cfg_.d_model / tp;
   Hl_ = cfg_.n_heads / tp;
   Fl_ = cfg_.d_ff / tp;
@@ -275,6 +276,8 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
                         seed);
       init_normal_slice(L->experts->fc2.weight, expert_split(par_, {E, D, Fe}, 2, 1), std_out,
                         seed);
+      // Under sequence parallelism the tp group's shards make one micro-batch (nn/moe.h).
+      if (par_.sequence_parallel && tp > 1) L->experts->set_token_group(par_.tp);
       grouped_[p + ".mlp.experts.fc1"] = &L->experts->fc1;
       grouped_[p + ".mlp.experts.fc2"] = &L->experts->fc2;
     } else {
@@ -692,8 +695,8 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
   const int64_t D = cfg_.d_model, F = Fl_, Ns = local_rows(N);
   rmsnorm_forward(v.ln2, v.rstd2, v.resid_mid, L.mlp_norm.value.data(), Ns, D, cfg_.rms_eps);
   double aux = 0.0;
-  if (L.moe) {
-    aux = L.experts->forward(v.ln2, N, v.branch);
+  if (L.moe) {  // this rank's rows (its shard under sequence parallelism) go to the experts
+    aux = L.experts->forward(v.ln2, Ns, v.branch);
     if (recompute) return aux;
     event(L.experts->fc1.name(), ModuleEvent::forward_done);
     event(L.experts->fc2.name(), ModuleEvent::forward_done);
@@ -724,7 +727,7 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
     }
     tp_allreduce(v.branch, N * D);  // row-parallel: the hidden slices' partial sums
   }
-  residual_forward(out, v.resid_mid, v.branch, N * D);
+  residual_forward(out, v.resid_mid, v.branch, Ns * D);
   return aux;
 }
 
@@ -762,11 +765,14 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
   double loss = targets ? crossentropy_forward(logits_.data(), nullptr, logits_.data(),
                                                targets + first, Ns, V)
                         : 0.0;
-  if (sp_ && targets) {  // the mean over the group's equal shares of the N tokens
+  if (sp_ && targets) {  // the mean over the group's equal shares of the N tokens; the MoE
+                        // load-balancing losses are the ranks' parts of the micro-batch's
     const auto t0 = std::chrono::steady_clock::now();
-    pstats_.tp_comm_bytes += par_.tp->allreduce_sum(&loss, 1);
+    double sums[2] = {loss, aux};
+    pstats_.tp_comm_bytes += par_.tp->allreduce_sum(sums, cfg_.moe_num_experts ? 2 : 1);
     pstats_.tp_ms += ms_since(t0);
-    loss /= double(par_.tp_size());
+    loss = sums[0] / double(par_.tp_size());
+    if (cfg_.moe_num_experts) aux = sums[1];
   }
   last_aux_ = float(aux);
   last_loss_ = loss;
@@ -856,7 +862,8 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       else
         tp_allreduce(g.dln_mlp, N * D);
     }
-    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), sp_ ? dln_s_.data() : g.dln_mlp,
+    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(),
+                     sp_ && !L.moe ? dln_s_.data() : g.dln_mlp,
                      mv.resid_mid, L.mlp_norm.value.data(), mv.rstd2, Ns, D, Accum::add,
                      take_grad_mode(L.mlp_norm));
     if (recompute_ != Recompute::none)

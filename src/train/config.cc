@@ -451,9 +451,9 @@ void TrainConfig::validate() const {
   MXT_CHECK(model.n_heads % p.tp == 0 && model.d_ff % p.tp == 0, "parallel.tp ", p.tp,
             " must divide model.n_heads (", model.n_heads, ") and model.d_ff (", model.d_ff,
             "): each rank holds n_heads / tp heads and d_ff / tp of each MLP");
-  MXT_CHECK(p.tp == 1 || model.moe_num_experts == 0, "parallel.tp ", p.tp, ": tensor "
-            "parallelism applies to dense models here; an MoE model spreads its experts with "
-            "parallel.ep instead");
+  MXT_CHECK(p.tp == 1 || model.moe_num_experts == 0 || p.sequence_parallel, "parallel.tp ",
+            p.tp, " on an MoE model needs parallel.sequence_parallel: true (as in Megatron): "
+            "each rank then routes its own share of the tokens to the experts");
   MXT_CHECK(p.ep == 1 || (model.moe_num_experts > 0 && model.moe_num_experts % p.ep == 0),
             "parallel.ep ", p.ep,
             model.moe_num_experts ? " must divide model.moe.num_experts (" +

@@ -25,6 +25,10 @@
 #   checkpoint resumed in one process; mxfp8 sends 0.5156x (= 66/128) of bf16's dispatch bytes
 #   when both route the same tokens;
 # - a layout refused: ep that does not divide the experts;
+# - tensor parallelism on an MoE model, with sequence parallelism: tp 2 (and tp 2 with ep 2) on
+#   2 ranks within 1e-4 of one process, losses and load-balancing losses; tp 2 x ep 2 x etp 2
+#   on 4 ranks, stopped at step 4 and resumed in one process, against grad_accum 2; tp without
+#   sequence parallelism refused;
 # - FSDP with a layout (--fsdp shards each slice over its data-parallel replicas, expert slices
 #   over their expert-data-parallel ones): tp 2 x dp 2, tp 2 + SP, ep 2 x edp 2, ep 2 x etp 2 against one
 #   process within 1e-4 over 8 steps, and a tp 2 x dp 2 FSDP checkpoint resumed in one process;
@@ -151,6 +155,34 @@ if mpi 2 train --config "$moe" --ep 3 --steps 1 --quiet > "$TMP/err.txt" 2>&1; t
   echo "ep 3 with 4 experts should have failed"; exit 1
 fi
 grep -q "parallel.ep 3 must divide model.moe.num_experts (4)" "$TMP/err.txt" ||
+  { cat "$TMP/err.txt"; exit 1; }
+# Tensor parallelism on an MoE model (with sequence parallelism, as Megatron requires): each
+# rank routes its own token shard, the load-balancing loss counted over the tp group. tp 2 on
+# 2 ranks against one process (bf16, mxfp8), with ep 2 on the same ranks; tp 2 x ep 2 x etp 2
+# on 4 ranks against grad_accum 2; a tp 2 checkpoint of it resumed in one process; tp without
+# sequence parallelism refused.
+for recipe in bf16 mxfp8; do
+  "$BIN" train --config "$moe" --recipe "$recipe" --steps 8 --quiet \
+    --metrics-out "$TMP/moe_one1_$recipe.jsonl"
+  mpi 2 train --config "$moe" --recipe "$recipe" --steps 8 --tp 2 --sequence-parallel --quiet \
+    --metrics-out "$TMP/moe_tp.jsonl"
+  same_losses "$TMP/moe_one1_$recipe.jsonl" "$TMP/moe_tp.jsonl" "$recipe MoE: tp 2 + SP vs 1 process" 8
+  same_losses "$TMP/moe_one1_$recipe.jsonl" "$TMP/moe_tp.jsonl" "$recipe MoE: tp 2 + SP aux" 8 aux_loss
+done
+mpi 2 train --config "$moe" --steps 8 --tp 2 --sequence-parallel --ep 2 --quiet \
+  --metrics-out "$TMP/moe_tpep.jsonl"
+same_losses "$TMP/moe_one1_mxfp8.jsonl" "$TMP/moe_tpep.jsonl" "MoE: tp 2 + SP, ep 2 vs 1 process" 8
+"$BIN" train --config "$moe" --steps 8 --grad-accum 2 --quiet --metrics-out "$TMP/moe_one2.jsonl"
+mpi 4 train --config "$moe" --steps 8 --tp 2 --sequence-parallel --ep 2 --etp 2 --quiet \
+  --stop-after 4 --checkpoint-dir "$TMP/ck_tpmoe" --metrics-out "$TMP/moe_tpx.jsonl"
+"$BIN" train --config "$moe" --steps 8 --grad-accum 2 --quiet --resume \
+  --checkpoint-dir "$TMP/ck_tpmoe" --metrics-out "$TMP/moe_tpx.jsonl"
+same_losses "$TMP/moe_one2.jsonl" "$TMP/moe_tpx.jsonl" \
+  "MoE: tp 2 + SP x ep 2 x etp 2 (4 steps, resumed in 1 process) vs 1 process x 2" 8 loss
+if "$BIN" train --config "$moe" --tp 2 --dry-run > "$TMP/err.txt" 2>&1; then
+  echo "tp 2 on an MoE model without sequence parallelism should have failed"; exit 1
+fi
+grep -q "parallel.tp 2 on an MoE model needs parallel.sequence_parallel: true" "$TMP/err.txt" ||
   { cat "$TMP/err.txt"; exit 1; }
 # FSDP with a layout.
 "$BIN" train --config "$cfg" --steps 8 --quiet --metrics-out "$TMP/f1.jsonl"

@@ -209,6 +209,35 @@ TEST(MoERoute, AuxGradientAloneMatchesFiniteDifferences) {
   expect_fd_close(logits, dl, f, kH, kRtol, kAtol, "aux dlogits");
 }
 
+// Sequence parallelism: the tokens of one micro-batch split over ranks, each routing its own
+// share (MoEBalance over the group). The shares' aux losses add up to the whole micro-batch's,
+// and each share's dlogits are the whole's rows (the same numbers: the per-expert factor is
+// computed from the same counts and tokens, so exactly equal).
+TEST(MoEAuxLoss, TokenGroupSharesAddUpToTheWhole) {
+  const int64_t N = 12, E = 4, k = 2, S = 3;  // three shares of 4 tokens
+  auto logits = random_vector(N * E, 41, -2.f, 2.f);
+  MoERouting whole;
+  moe_route(whole, logits.data(), N, E, k);
+  std::vector<float> dl_whole(N * E);
+  moe_route_backward(dl_whole.data(), nullptr, 0.9f, whole);
+  double sum = 0.0;
+  for (int64_t s = 0; s < S; ++s) {
+    MoERouting part;
+    moe_route(part, logits.data() + s * (N / S) * E, N / S, E, k);
+    const MoEBalance b{whole.counts.data(), N};  // the group's summed counts and tokens
+    sum += moe_aux_loss(part, b);
+    std::vector<float> dl(N / S * E);
+    moe_route_backward(dl.data(), nullptr, 0.9f, part, b);
+    for (int64_t i = 0; i < N / S * E; ++i)
+      EXPECT_EQ(dl[i], dl_whole[s * (N / S) * E + i]) << "share " << s << " value " << i;
+  }
+  // The probabilities' sums add in another grouping: double rounding, 1e-12.
+  EXPECT_NEAR(sum, moe_aux_loss(whole), 1e-12);
+  MoERouting part;
+  moe_route(part, logits.data(), N / S, E, k);
+  EXPECT_THROW(moe_aux_loss(part, MoEBalance{whole.counts.data(), 1}), Error);
+}
+
 TEST(MoERoute, RouterBackwardIsIndependentOfThreadCount) {
   const int64_t N = 101, E = 6, D = 35;
   auto x = random_vector(N * D, 31), wr = random_vector(E * D, 32), dl = random_vector(N * E, 33);

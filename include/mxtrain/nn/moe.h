@@ -92,11 +92,21 @@ void router_logits_backward(float* dx, float* dw, const float* dlogits, const fl
 // not throw: the token still gets k distinct experts and its probabilities/gates become NaN, so
 // the loss turns non-finite and the trainer's skip-the-step handling applies.
 void moe_route(MoERouting& r, const float* logits, int64_t N, int64_t E, int64_t top_k);
-// aux = E · Σ_e f_e · P_e (double precision, sums in a fixed order).
-double moe_aux_loss(const MoERouting& r);
+// The load-balancing statistics a micro-batch's aux loss is counted over: its own routing, or
+// (sequence parallelism) the group of ranks whose token shards make one micro-batch — their
+// summed counts [E] and total tokens.
+struct MoEBalance {
+  const int64_t* counts = nullptr;  // null: the routing's own counts and tokens
+  int64_t tokens = 0;
+};
+// aux = E · Σ_e f_e · P_e (double precision, sums in a fixed order). With a group balance,
+// f_e = counts_e / (tokens·k) and P_e sums this rank's probabilities over the group's tokens:
+// the ranks' values add up to the aux of the whole micro-batch.
+double moe_aux_loss(const MoERouting& r, MoEBalance b = {});
 // dlogits: [N, E] WRITTEN = gradient of  Σ_{n,j} dgate[n,j]·gate[n,j] + daux · aux  w.r.t. the
 // logits, through the renormalisation and the softmax. dgate: [N, k] (nullptr: zero).
-void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r);
+void moe_route_backward(float* dlogits, const float* dgate, float daux, const MoERouting& r,
+                        MoEBalance b = {});
 
 // ---- permutation ----------------------------------------------------------------------------
 // xp: [N*k, D] (written) = x [N, D] rows in permuted order.
@@ -135,6 +145,7 @@ struct MoEActivations {
   // received itself summed back (own), the rows sent to / received from each rank, and the
   // wire buffers.
   FloatBuffer xr, yr, dyr, dxr, own, etp_recv;
+  std::vector<int64_t> group_counts;  // [E] token slots per expert over the token group
   std::vector<int64_t> recv_counts;  // [P, E/P]: ep source p's rows for local expert e
   std::vector<int64_t> etp_counts;   // [Q, P, E/P]: recv_counts of every etp rank
   std::vector<size_t> send_rows, recv_rows, send_bytes, recv_bytes, etp_rows;  // [P], [Q]
@@ -191,6 +202,11 @@ class MoELayer {
     swiglu_rounding_ = rounding;
   }
 
+  // The ranks whose token shards make one micro-batch (sequence parallelism's tp group; null:
+  // this rank's tokens are a micro-batch): the load-balancing loss is counted over the group's
+  // tokens together (MoEBalance), its counts summed over the group in each forward.
+  void set_token_group(Collectives* g) { token_group_ = g; }
+
   // Keep activations and scratch in `shared` (nullptr: the block's own, the default). The
   // block's own buffers are freed when it starts sharing.
   void share_activations(MoEActivations* shared) {
@@ -234,7 +250,9 @@ class MoELayer {
   void from_experts(const float* rows, float* out);
   Collectives* ep_ = nullptr;
   Collectives* etp_ = nullptr;
+  Collectives* token_group_ = nullptr;
   ParallelStats* stats_ = nullptr;
+  MoEBalance balance(const MoEActivations& A) const;
   int64_t D_ = 0, F_ = 0, Fl_ = 0, E_ = 0, El_ = 0, k_ = 0, N_ = 0;
   const float* x_ = nullptr;
   double aux_ = 0.0;
