@@ -21,6 +21,7 @@ struct KernelPath {
 
 struct EngineInfo {
   std::string cpu;                                      // cpuid brand string (may be empty)
+  std::string machine_class;                            // isa.h machine_class()
   std::vector<std::pair<std::string, bool>> features;   // fixed order: avx2 ... amx_bf16
   std::vector<std::string> supported_isas;              // scalar first
   std::string best_isa, active_isa;
@@ -30,7 +31,7 @@ struct EngineInfo {
 };
 
 EngineInfo engine_info();
-// One JSON object: cpu, features, supported_isas, best_isa, active_isa, omp_max_threads,
+// One JSON object: cpu, machine_class, features, supported_isas, best_isa, active_isa, omp_max_threads,
 // kernels [{op, path, kernel}]; `indent` as nlohmann::json::dump.
 std::string engine_info_json(int indent = 1);
 // One JSON array with an object per registered recipe, in registration order.

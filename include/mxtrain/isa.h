@@ -26,9 +26,17 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vbmi = false, avx512_bf16 = false, amx_tile = false, amx_bf16 = false;
   std::string brand;
+  std::string vendor;    // cpuid leaf 0: "AuthenticAMD", "GenuineIntel", ...
+  int family = 0;        // display family (base + extended, as the vendors define it)
+  int model = 0;         // display model
 };
 
 const CpuFeatures& cpu_features();
+// The machine class every figure names (README, docs/results): "Zen 4", "Zen 5", "Xeon with
+// AMX-BF16", ... from the vendor, family and features, then what the products can use, e.g.
+// "Zen 5 class (AMD family 26; AVX512-BF16, no AMX)". A CPU it does not know is named by its
+// vendor and family.
+std::string machine_class(const CpuFeatures& f);
 Isa best_isa();                       // the best path this CPU supports
 Isa active_isa();                     // override if set, else best_isa()
 void set_isa(Isa isa);                // throws if the CPU lacks it

@@ -22,7 +22,9 @@ int run_info(bool json) {
     return 0;
   }
   const EngineInfo e = engine_info();
-  std::cout << "CPU: " << (e.cpu.empty() ? "(unknown)" : e.cpu) << "\n";
+  // One line with the class, which benchmark scripts record beside their rows (`info | head -1`).
+  std::cout << "CPU: " << (e.cpu.empty() ? "(unknown)" : e.cpu) << "; " << e.machine_class
+            << "\n";
   std::cout << "features (cpuid + OS register state):";
   for (auto& [name, on] : e.features) std::cout << " " << name << (on ? "+" : "-");
   std::cout << "\nkernel paths supported:";

@@ -42,7 +42,17 @@ uint64_t xgetbv0() {
 CpuFeatures probe() {
   CpuFeatures f;
   const unsigned max_leaf = __get_cpuid_max(0, nullptr);
+  const Regs l0 = cpuid(0, 0);
+  char vendor[13] = {};
+  std::memcpy(vendor + 0, &l0.b, 4);
+  std::memcpy(vendor + 4, &l0.d, 4);
+  std::memcpy(vendor + 8, &l0.c, 4);
+  f.vendor = vendor;
   const Regs l1 = cpuid(1, 0);
+  const int base_family = int((l1.a >> 8) & 0xF), base_model = int((l1.a >> 4) & 0xF);
+  f.family = base_family == 0xF ? base_family + int((l1.a >> 20) & 0xFF) : base_family;
+  f.model = base_family == 0xF || base_family == 0x6 ? (int((l1.a >> 16) & 0xF) << 4) | base_model
+                                                     : base_model;
   const bool osxsave = (l1.c >> 27) & 1;
   const uint64_t xcr0 = osxsave ? xgetbv0() : 0;
   const bool os_ymm = (xcr0 & 0x6) == 0x6;               // SSE + AVX state
@@ -114,6 +124,26 @@ int env_isa() {
 }
 
 }  // namespace
+
+std::string machine_class(const CpuFeatures& f) {
+  std::string name;
+  if (f.vendor == "AuthenticAMD") {
+    if (f.family == 0x1A) name = "Zen 5";
+    else if (f.family == 0x19) name = f.avx512f ? "Zen 4" : "Zen 3";
+    else if (f.family == 0x17) name = "Zen 1/2";
+    else name = "AMD";
+    name += " class (AMD family " + std::to_string(f.family);
+  } else if (f.vendor == "GenuineIntel") {
+    name = f.amx_bf16 ? "Xeon with AMX-BF16" : f.avx512_bf16 ? "Intel with AVX512-BF16" : "Intel";
+    name += " class (Intel family " + std::to_string(f.family) + " model " +
+            std::to_string(f.model);
+  } else {
+    name = "x86-64 class (" + (f.vendor.empty() ? std::string("unknown vendor") : f.vendor);
+  }
+  name += f.avx512_bf16 ? "; AVX512-BF16" : "; no AVX512-BF16";
+  name += f.amx_bf16 ? ", AMX-BF16)" : ", no AMX)";
+  return name;
+}
 
 const CpuFeatures& cpu_features() {
   static const CpuFeatures f = probe();

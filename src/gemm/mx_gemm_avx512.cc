@@ -138,6 +138,28 @@ void pack_b_transposed(const MXOperand& B, int64_t c0, int64_t k0, int64_t kc, u
 
 // ---- micro-kernel ----------------------------------------------------------------------------
 
+// acc[m][v] += Σ_{p in [p0, p1)} a(m, p) · b(p, 16v .. 16v+15), one VDPBF16PS per (m, v, p):
+// the inner loop both micro-kernels share (inlined, so each keeps its registers).
+template <int ROWS>
+[[gnu::always_inline]] inline void dot_pairs(__m512 (&acc)[ROWS][4], const uint32_t* a,
+                                             int64_t sm, int64_t sp, const uint32_t* b,
+                                             int64_t p0, int64_t p1) {
+  for (int64_t p = p0; p < p1; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
+    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
+    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
+    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m) {
+      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
+      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
+      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
+      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
+      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
+    }
+  }
+}
+
 // C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs.
 // a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel [kp][64] pairs.
 template <int ROWS>
@@ -155,20 +177,7 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
     #pragma GCC unroll 8
     for (int v = 0; v < 4; ++v)
       acc[m][v] = load ? _mm512_maskz_loadu_ps(mask[v], C + m * ldc + 16 * v) : _mm512_setzero_ps();
-  for (int64_t p = 0; p < kp; ++p) {
-    const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
-    const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
-    const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
-    const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
-    #pragma GCC unroll 8
-    for (int m = 0; m < ROWS; ++m) {
-      const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
-      acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
-      acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
-      acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
-      acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
-    }
-  }
+  dot_pairs<ROWS>(acc, a, sm, sp, b, 0, kp);
   #pragma GCC unroll 8
   for (int m = 0; m < ROWS; ++m)
     #pragma GCC unroll 8
@@ -226,20 +235,7 @@ void micro_kernel_promoted(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp
     for (int m = 0; m < ROWS; ++m)
       #pragma GCC unroll 8
       for (int v = 0; v < 4; ++v) acc[m][v] = _mm512_setzero_ps();
-    for (int64_t p = q * kChunkPairs; p < pe; ++p) {
-      const __m512bh b0 = (__m512bh)_mm512_loadu_si512(b + p * NR);
-      const __m512bh b1 = (__m512bh)_mm512_loadu_si512(b + p * NR + 16);
-      const __m512bh b2 = (__m512bh)_mm512_loadu_si512(b + p * NR + 32);
-      const __m512bh b3 = (__m512bh)_mm512_loadu_si512(b + p * NR + 48);
-      #pragma GCC unroll 8
-      for (int m = 0; m < ROWS; ++m) {
-        const __m512bh av = (__m512bh)_mm512_set1_epi32(int(a[m * sm + p * sp]));
-        acc[m][0] = _mm512_dpbf16_ps(acc[m][0], av, b0);
-        acc[m][1] = _mm512_dpbf16_ps(acc[m][1], av, b1);
-        acc[m][2] = _mm512_dpbf16_ps(acc[m][2], av, b2);
-        acc[m][3] = _mm512_dpbf16_ps(acc[m][3], av, b3);
-      }
-    }
+    dot_pairs<ROWS>(acc, a, sm, sp, b, q * kChunkPairs, pe);
     const float* sac = sa + (c0 + q) * pr.sa_ld;
     const float* sbc = sb + (c0 + q) * pr.sb_ld;
     const bool from_c = load || q > 0;

@@ -68,6 +68,7 @@ EngineInfo engine_info() {
   const CpuFeatures& f = cpu_features();
   EngineInfo e;
   e.cpu = f.brand;
+  e.machine_class = machine_class(f);
   e.features = {{"avx2", f.avx2},         {"fma", f.fma},           {"f16c", f.f16c},
                 {"avx512f", f.avx512f},   {"avx512bw", f.avx512bw}, {"avx512vl", f.avx512vl},
                 {"avx512dq", f.avx512dq}, {"avx512vbmi", f.avx512vbmi},
@@ -86,6 +87,7 @@ std::string engine_info_json(int indent) {
   const EngineInfo e = engine_info();
   nlohmann::json j;
   j["cpu"] = e.cpu;
+  j["machine_class"] = e.machine_class;
   for (const auto& [name, on] : e.features) j["features"][name] = on;
   j["supported_isas"] = e.supported_isas;
   j["best_isa"] = e.best_isa;

@@ -124,3 +124,31 @@ TEST(Isa, DispatchTablePicksTheLastEnabledEntry) {
 
 }  // namespace
 }  // namespace mxtrain
+
+namespace mxtrain {
+namespace {
+
+// The class every figure names: vendor and family first, then what the products can use.
+TEST(Isa, MachineClassNamesTheFamily) {
+  CpuFeatures f;
+  f.vendor = "AuthenticAMD";
+  f.family = 0x1A;
+  f.avx512f = f.avx512_bf16 = true;
+  EXPECT_EQ(machine_class(f), "Zen 5 class (AMD family 26; AVX512-BF16, no AMX)");
+  f.family = 0x19;
+  EXPECT_EQ(machine_class(f), "Zen 4 class (AMD family 25; AVX512-BF16, no AMX)");
+  f.avx512f = f.avx512_bf16 = false;
+  EXPECT_EQ(machine_class(f), "Zen 3 class (AMD family 25; no AVX512-BF16, no AMX)");
+  f = CpuFeatures{};
+  f.vendor = "GenuineIntel";
+  f.family = 6;
+  f.model = 143;
+  f.avx512f = f.avx512_bf16 = f.amx_bf16 = true;
+  EXPECT_EQ(machine_class(f),
+            "Xeon with AMX-BF16 class (Intel family 6 model 143; AVX512-BF16, AMX-BF16)");
+  f = CpuFeatures{};
+  EXPECT_EQ(machine_class(f), "x86-64 class (unknown vendor; no AVX512-BF16, no AMX)");
+}
+
+}  // namespace
+}  // namespace mxtrain
