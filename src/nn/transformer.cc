@@ -750,6 +750,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     aux += mlp_block(L, mv, N, resid_[l + 1].data(), false);
     // What stays until the backward (the recomputed blocks' copies are made again there).
     if (recompute_ == Recompute::none) held += av.s_qkv->held_bytes() + av.s_proj->held_bytes();
+    if (sp_ && par_.sp_wire == SequenceWire::rowwise)  // the gathered copies kept for backward
+      held += av.sp_in->bytes() + (L.moe ? 0 : mv.sp_in->bytes());
     if (recompute_ != Recompute::layer)
       held += L.moe ? L.experts->held_bytes() : mv.s_fc1->held_bytes() + mv.s_fc2->held_bytes();
   }
