@@ -118,6 +118,8 @@ SequenceWire parse_sequence_wire(const std::string& name) {
 void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch) {
   want = want - q.present;
   if (want.empty()) return;
+  MXT_CHECK(q.has(Copy::rowwise) || q.has(Copy::bf16), "derive_copies: the gathered copy has "
+            "neither a rowwise nor a BF16 copy to make the others from");
   if (q.has(Copy::rowwise))
     dequantize(q.rowwise, scratch);
   else

@@ -552,7 +552,8 @@ GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
   v.lse = grow(A.lse, N * H);
   v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
   v.sp_in = &A.sp_ln1;
-  if (sp_) {  // qkv keeps nothing of its gathered input: the backward gathers the shard again
+  if (sp_) {  // qkv keeps nothing of its gathered input but, on the rowwise wire, sp_ln1: the
+              // exact wire's backward gathers the shard again
     v.ln1 = grow(A.ln1, Ns * D);
     v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
     v.atty = grow(A.atty, N * Dl);

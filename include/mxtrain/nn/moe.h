@@ -41,6 +41,11 @@
 // partial outputs are summed back to the rank that received each row (in group order), and so
 // are fc1's input gradients in the backward. The experts run once per source rank of the
 // expert group (ep x etp ranks, in rank order).
+//
+// Under tensor parallelism with sequence parallelism each rank of the tp group routes its own
+// shard of the micro-batch (set_token_group): the load-balancing loss is the micro-batch's,
+// counted with the group's summed counts over all its tokens (MoEBalance), each rank's value
+// its share, so the shares add up to what one process computes on the whole micro-batch.
 #pragma once
 
 #include <chrono>
