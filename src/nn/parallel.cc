@@ -105,16 +105,6 @@ void place_slice(const ParamSplit& s, const float* local, float* full) {
 
 // ---- sequence-parallel gathers ----------------------------------------------------------
 
-const char* sequence_wire_name(SequenceWire w) {
-  return w == SequenceWire::exact ? "exact" : "rowwise";
-}
-
-SequenceWire parse_sequence_wire(const std::string& name) {
-  if (name == "exact") return SequenceWire::exact;
-  if (name == "rowwise") return SequenceWire::rowwise;
-  MXT_FAIL("unknown sequence-parallel wire `", name, "` (valid: exact, rowwise)");
-}
-
 void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch) {
   want = want - q.present;
   if (want.empty()) return;

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mxtrain/common.h"
 #include "mxtrain/qtensor.h"
 
 namespace mxtrain {
@@ -65,8 +66,14 @@ struct ParallelStats {
 //            range (or any value, with FP32 scales) can differ by the first rounding. Close
 //            to one process, not equal by construction (tests bound the gap).
 enum class SequenceWire : uint8_t { exact, rowwise };
-const char* sequence_wire_name(SequenceWire w);            // "exact" | "rowwise"
-SequenceWire parse_sequence_wire(const std::string& name);  // throws listing the names
+inline const char* sequence_wire_name(SequenceWire w) {  // "exact" | "rowwise"
+  return w == SequenceWire::exact ? "exact" : "rowwise";
+}
+inline SequenceWire parse_sequence_wire(const std::string& name) {  // throws listing the names
+  if (name == "exact") return SequenceWire::exact;
+  if (name == "rowwise") return SequenceWire::rowwise;
+  MXT_FAIL("unknown sequence-parallel wire `", name, "` (valid: exact, rowwise)");
+}
 
 // The groups a model's layers are split over (null: one rank).
 struct ModelParallel {
