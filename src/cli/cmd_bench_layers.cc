@@ -103,7 +103,8 @@ struct Wire {
   const Recipe* r = nullptr;
   int64_t rows = 0;
   std::vector<uint8_t> send, recv, gathered;
-  std::vector<float> shard, full, part, scratch;
+  std::vector<float> shard, full, part;
+  FloatBuffer scratch;  // the rowwise wire's derived copies
   QTensor q;
   std::vector<size_t> send_rows, recv_rows, sb, rb;
 
@@ -213,21 +214,16 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                               return;
                             }
                             Collectives& tp = *g_layout.tp;
-                            const bool rowwise = g_layout.wire == SequenceWire::rowwise;
                             if (wi->column() && sp) {  // gather, product, reduce-scatter
                               gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
                                             copies_needed(r, Role::input, Use::forward), wi->q);
                               layer->forward_given(wi->q, y.data(), *saved);
-                              const CopySet wgrad = copies_needed(r, Role::input, Use::wgrad);
-                              if (rowwise) {  // the kept copy serves wgrad too
-                                wi->scratch.resize(size_t(rows * c.in));
-                                derive_copies(wi->q, r.role(Role::input), wgrad,
-                                              wi->scratch.data());
-                              } else {
-                                gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input), wgrad,
-                                              wi->q);
-                              }
-                              layer->backward_given(*saved, dy.data(), nullptr, &wi->q, dx.data());
+                              GatherCost cost;
+                              QTensor& xq = input_wgrad_copies(
+                                  tp, x.data(), Ns, c.in, r.role(Role::input),
+                                  copies_needed(r, Role::input, Use::wgrad), g_layout.wire, wi->q,
+                                  wi->q, wi->scratch, cost);
+                              layer->backward_given(*saved, dy.data(), nullptr, &xq, dx.data());
                               wi->shard.resize(size_t(Ns * c.in));
                               tp.reduce_scatter_sum(dx.data(), wi->shard.data(),
                                                     size_t(Ns * c.in));
@@ -239,15 +235,10 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                               layer->forward(x.data(), rows, y.data(), *saved);
                               wi->shard.resize(size_t(Ns * c.out));
                               tp.reduce_scatter_sum(y.data(), wi->shard.data(), size_t(Ns * c.out));
-                              const CopySet dgrad = copies_needed(r, Role::grad, Use::dgrad),
-                                            wgrad = copies_needed(r, Role::grad, Use::wgrad);
-                              gather_copies(tp, dy.data(), Ns, c.out, r.role(Role::grad),
-                                            rowwise ? dgrad : dgrad | wgrad, wi->q);
-                              if (rowwise) {
-                                wi->scratch.resize(size_t(rows * c.out));
-                                derive_copies(wi->q, r.role(Role::grad), wgrad,
-                                              wi->scratch.data());
-                              }
+                              gather_grad_copies(tp, dy.data(), Ns, c.out, r.role(Role::grad),
+                                                 copies_needed(r, Role::grad, Use::dgrad),
+                                                 copies_needed(r, Role::grad, Use::wgrad),
+                                                 g_layout.wire, wi->q, wi->scratch);
                               layer->backward_given(*saved, nullptr, &wi->q, nullptr, dx.data());
                             } else {
                               layer->forward(x.data(), rows, y.data(), *saved);

@@ -13,6 +13,7 @@
 // An expert-parallel row payload is a rowwise copy cut into rows: a row's codes, then its
 // row of the scale grid.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -209,6 +210,46 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
     make_copies(whole.data(), M, K, f, out, rest);
   }
   return sent;
+}
+
+namespace {
+
+// gather_copies, timed.
+GatherCost timed_gather(Collectives& group, const float* shard, int64_t Ns, int64_t K,
+                        const TensorFormat& f, CopySet copies, QTensor& out) {
+  GatherCost c;
+  const auto t0 = std::chrono::steady_clock::now();
+  c.bytes = gather_copies(group, shard, Ns, K, f, copies, out, &c.fp32_route);
+  c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return c;
+}
+
+}  // namespace
+
+GatherCost gather_grad_copies(Collectives& group, const float* dy_shard, int64_t Ns, int64_t O,
+                              const TensorFormat& f, CopySet dgrad, CopySet wgrad,
+                              SequenceWire wire, QTensor& q, FloatBuffer& scratch) {
+  const bool rowwise = wire == SequenceWire::rowwise;
+  const GatherCost c = timed_gather(group, dy_shard, Ns, O, f, rowwise ? dgrad : dgrad | wgrad, q);
+  if (rowwise) {
+    scratch.resize(size_t(q.rows * q.cols));
+    derive_copies(q, f, wgrad, scratch.data());
+  }
+  return c;
+}
+
+QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
+                            const TensorFormat& f, CopySet wgrad, SequenceWire wire,
+                            QTensor& kept, QTensor& regathered, FloatBuffer& scratch,
+                            GatherCost& cost) {
+  if (wire == SequenceWire::rowwise) {
+    scratch.resize(size_t(kept.rows * kept.cols));
+    derive_copies(kept, f, wgrad, scratch.data());
+    cost = {};
+    return kept;
+  }
+  cost = timed_gather(group, shard, Ns, K, f, wgrad, regathered);
+  return regathered;
 }
 
 // ---- expert-parallel row payloads -------------------------------------------------------

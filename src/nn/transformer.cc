@@ -376,9 +376,14 @@ void GPT::tp_allreduce(float* x, int64_t n) {
 }
 
 void GPT::count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0) {
-  pstats_.tp_comm_bytes += bytes;
-  pstats_.tp_allgather_bytes += bytes;
-  pstats_.tp_ms += ms_since(t0);
+  count_gather({bytes, ms_since(t0), false});
+}
+
+void GPT::count_gather(const GatherCost& c) {
+  pstats_.tp_comm_bytes += c.bytes;
+  pstats_.tp_allgather_bytes += c.bytes;
+  pstats_.tp_ms += c.ms;
+  sp_fp32_route_ |= c.fp32_route;
 }
 
 void GPT::sp_reduce_scatter(const float* full, float* shard, int64_t shard_n) {
@@ -420,17 +425,12 @@ void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t 
     return;
   }
   const Recipe& r = l.precision().recipe;
-  const CopySet wgrad = copies_needed(r, Role::input, Use::wgrad);
-  if (par_.sp_wire == SequenceWire::rowwise) {
-    derive_copies(kept, r.role(Role::input), wgrad, grow(sp_f32_, N * K));
-    l.backward_given(s, dy, nullptr, &kept, dx);
-    return;
-  }
-  bool fp32 = false;
-  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input), wgrad, sp_x_, &fp32),
-               t0);
-  sp_fp32_route_ |= fp32;
-  l.backward_given(s, dy, nullptr, &sp_x_, dx);
+  GatherCost cost;
+  QTensor& x = input_wgrad_copies(*par_.tp, shard, Ns, K, r.role(Role::input),
+                                  copies_needed(r, Role::input, Use::wgrad), par_.sp_wire, kept,
+                                  sp_x_, sp_f32_, cost);
+  count_gather(cost);
+  l.backward_given(s, dy, nullptr, &x, dx);
 }
 
 // Row-parallel backward: the residual gradient's shard gathered as the copies dgrad and wgrad
@@ -445,14 +445,10 @@ void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const f
     return;
   }
   const Recipe& r = l.precision().recipe;
-  const CopySet dgrad = copies_needed(r, Role::grad, Use::dgrad),
-                wgrad = copies_needed(r, Role::grad, Use::wgrad);
-  const bool rowwise = par_.sp_wire == SequenceWire::rowwise;
-  bool fp32 = false;
-  count_gather(gather_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
-                             rowwise ? dgrad : dgrad | wgrad, sp_dy_, &fp32), t0);
-  sp_fp32_route_ |= fp32;
-  if (rowwise) derive_copies(sp_dy_, r.role(Role::grad), wgrad, grow(sp_f32_, N * O));
+  count_gather(gather_grad_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
+                                  copies_needed(r, Role::grad, Use::dgrad),
+                                  copies_needed(r, Role::grad, Use::wgrad), par_.sp_wire, sp_dy_,
+                                  sp_f32_));
   l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
 }
 

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
 #include "mxtrain/qtensor.h"
 
@@ -107,6 +108,29 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
 void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch);
 // The whole FP32 matrix: out [size·Ns, K].
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out);
+
+// A sequence-parallel backward's gathers on either wire, for the model and bench-layers alike.
+// The cost is the gather's alone: quantizing derived copies counts as compute, not as
+// communication.
+struct GatherCost {
+  uint64_t bytes = 0;       // sent by this rank
+  double ms = 0;            // spent in the gather
+  bool fp32_route = false;  // some copy travelled as FP32 rows (gather_copies)
+};
+// Row-parallel backward: into q, the copies of the output gradient [size·Ns, O] (this rank's
+// rows in dy_shard [Ns, O], format f) that dgrad and wgrad read. exact: both gathered;
+// rowwise: dgrad's gathered, wgrad's quantized from them here (scratch grows to [size·Ns, O]).
+GatherCost gather_grad_copies(Collectives& group, const float* dy_shard, int64_t Ns, int64_t O,
+                              const TensorFormat& f, CopySet dgrad, CopySet wgrad,
+                              SequenceWire wire, QTensor& q, FloatBuffer& scratch);
+// Column-parallel backward: the input copies wgrad reads. exact: gathered again from this
+// rank's rows `shard` [Ns, K] into `regathered`, which is returned; rowwise: quantized from
+// `kept` (the forward's gathered copy, [size·Ns, K]) into it, which is returned (scratch
+// grows to [size·Ns, K]).
+QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
+                            const TensorFormat& f, CopySet wgrad, SequenceWire wire,
+                            QTensor& kept, QTensor& regathered, FloatBuffer& scratch,
+                            GatherCost& cost);
 
 // ---- expert parallelism's token rows (docs/distributed.md, "Expert parallel") ------------
 // A row of D values travels as its rowwise copy in format f: BF16 values for an unscaled

@@ -270,6 +270,7 @@ class GPT {
                        int64_t Ns, float* dx);
   void sp_reduce_scatter(const float* full, float* shard, int64_t shard_n);
   void count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0);
+  void count_gather(const GatherCost& c);  // also notes an FP32 route
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
