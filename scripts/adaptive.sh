@@ -4,9 +4,11 @@
 # report into a policy (`mxtrain policy merge`), print the per-module decisions (`--dry-run`),
 # then time training steps in bf16, mxfp8 and adaptive (mxfp8 + the policy) back to back.
 # Sized to finish in about 15 minutes on 2 cores (the medium model dominates).
-# Usage: bash scripts/adaptive.sh   (MXTRAIN_BIN=path overrides build/mxtrain; ROUNDS=N, default 2)
+# Usage: bash scripts/adaptive.sh   (MXTRAIN_BIN=path overrides build/mxtrain; ROUNDS=N, default 3)
 # Output: runs/adaptive/* (reports, policies, decision tables, metrics; train stderr in *.log),
-#         docs/results/adaptive_speedup.svg, docs/results/adaptive_table.md
+#         docs/results/adaptive_speedup.svg, docs/results/adaptive_table.md and the raw rows
+#         docs/results/raw/adaptive_rows.jsonl (every training run's rows, tagged by case,
+#         run and round).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -z "${MXTRAIN_BIN:-}" ]; then
@@ -16,9 +18,9 @@ fi
 bin=$MXTRAIN_BIN
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 out=runs/adaptive
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-3}
 rm -rf "$out"
-mkdir -p "$out" docs/results
+mkdir -p "$out" docs/results/raw
 
 # name | config | token sweep | bench warmup | bench iters | train steps (the first step is not
 # timed) | extra train options. medium-2k is the medium model at 2048 tokens per step
@@ -58,4 +60,17 @@ python3 tools/plot_speedup.py --out docs/results/adaptive_speedup.svg \
   tiny="$out/tiny-report.json" tiny-moe="$out/tiny-moe-report.json" \
   medium="$out/medium-report.json" medium-2k="$out/medium-2k-report.json"
 python3 tools/adaptive_table.py "$out" tiny tiny-moe medium medium-2k > docs/results/adaptive_table.md
+machine=$("$bin" info | head -1)
+python3 - "$out" "$machine" > docs/results/raw/adaptive_rows.jsonl <<'PY'
+import glob, json, os, re, sys
+out, machine = sys.argv[1], sys.argv[2]
+for path in sorted(glob.glob(os.path.join(out, "*-r*.jsonl"))):
+    m = re.fullmatch(r"(.+)-(bf16|mxfp8|adaptive)-r(\d+)\.jsonl", os.path.basename(path))
+    if not m:
+        continue
+    for line in open(path):
+        row = {"case": m[1], "run": m[2], "round": int(m[3]), "machine": machine,
+               **json.loads(line)}
+        print(json.dumps(row, sort_keys=True))
+PY
 cat docs/results/adaptive_table.md
