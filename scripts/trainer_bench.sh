@@ -11,6 +11,8 @@
 # skipped (the script says so) and mxtrain's are still measured.
 # Usage: bash scripts/trainer_bench.sh   (ROUNDS=N, STEPS=N (default 10), SIZES="128 256 ...")
 # Output: runs/trainer/rows.jsonl, docs/results/trainer_table.md, docs/results/trainer_tokens.svg
+#         (with SIZES set, a partial sweep: the table and plot go to runs/trainer/ instead, and
+#         the committed full-sweep ones stay)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MXTRAIN_BIN:-build/mxtrain}
@@ -19,6 +21,8 @@ rounds=${ROUNDS:-3}
 steps=${STEPS:-10}
 sizes=${SIZES:-"128 256 512 768 1024"}
 out=runs/trainer
+table=docs/results/trainer_table.md plot=docs/results/trainer_tokens.svg
+[ -n "${SIZES:-}" ] && table=$out/trainer_table.md plot=$out/trainer_tokens.svg
 rm -rf "$out"
 mkdir -p "$out"
 have_torch=1
@@ -76,6 +80,5 @@ for d in $sizes; do
   for tool in pytorch bf16 mxfp8; do run_one "$tool" "$d" "$h" "$f" 1; done
 done
 "$bin" info | head -2 > "$out/machine.txt"
-python3 tools/trainer_report.py "$out/rows.jsonl" "$out/machine.txt" \
-  docs/results/trainer_table.md docs/results/trainer_tokens.svg
-cat docs/results/trainer_table.md
+python3 tools/trainer_report.py "$out/rows.jsonl" "$out/machine.txt" "$table" "$plot"
+cat "$table"
