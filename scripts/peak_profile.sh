@@ -8,7 +8,7 @@
 # Raw JSON in runs/peak/ (peak_rN.json, profile_<recipe>_rN.json, metrics_<recipe>_rN.jsonl);
 # the tables (tools/peak_table.py: medians over the runs with their range) in
 # docs/results/peak_table.md.
-# Usage: bash scripts/peak_profile.sh   (RUNS=N)
+# Usage: bash scripts/peak_profile.sh   (RUNS=N; PEAK_TABLE=path writes the tables elsewhere)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MXTRAIN_BIN:-build/mxtrain}
@@ -28,4 +28,4 @@ for r in $(seq 1 "$runs"); do
 done
 "$bin" info | head -2 > "$out/machine.txt"
 uptime >> "$out/machine.txt"
-python3 tools/peak_table.py "$out" docs/results/peak_table.md
+python3 tools/peak_table.py "$out" "${PEAK_TABLE:-docs/results/peak_table.md}"
