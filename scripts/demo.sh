@@ -12,13 +12,7 @@ bash scripts/build.sh
 mkdir -p runs/demo runs/cache
 # Every output is checked writable before training starts (the trainer checks its own).
 python3 tools/plot_losses.py --check --out runs/demo/loss.svg
-# configs/demo.yaml reads these two paths (model.tokenizer, data.path).
-tok=runs/cache/fortunes-sp4096.model
-shards=runs/cache/fortunes-sp4096
-if [ ! -s "$tok" ] || [ ! -s "$shards/shards.json" ] || ! cmp -s "$tok" "$shards/tokenizer.model"; then
-  ./build/mxtrain tokenizer train --input fortunes --vocab-size 4096 --out "$tok"
-  ./build/mxtrain prepare-data --input fortunes --tokenizer "$tok" --out "$shards"
-fi
+bash scripts/demo_data.sh ./build/mxtrain
 # A fresh run starts from no checkpoints (old ones would be taken as this run's latest).
 case " $* " in *" --resume "*) ;; *) rm -rf runs/demo/ckpt ;; esac
 ./build/mxtrain train --config configs/demo.yaml --recipe mxfp8 \

@@ -2,7 +2,7 @@
 # The main job's weight-decay sweep (docs/results/data.md, "The main job"): configs/demo.yaml
 # in mxfp8 with its weight_decay set to each of WDS, plus one longer run (LONG_STEPS at the
 # first decay of WDS), each trained once (the loss is deterministic on a kernel path). Needs
-# the tokenizer and shards scripts/demo.sh caches under runs/cache/ (it makes them when absent).
+# the tokenizer and shards under runs/cache/ (scripts/demo_data.sh, which makes them when absent).
 # Usage: bash scripts/demo_sweep.sh   (WDS="0.1 0.3 0.5 1.0", LONG_STEPS=4000, MXTRAIN_BIN;
 #        TABLE_ONLY=1 remakes the rows and the table from runs/demo_sweep/ without training)
 # Output: runs/demo_sweep/<run>.jsonl, docs/results/raw/main_job_sweep.jsonl (every 50th step,
@@ -17,11 +17,7 @@ out=runs/demo_sweep
 mkdir -p "$out" docs/results/raw
 
 if [ "${TABLE_ONLY:-0}" != 1 ]; then
-  tok=runs/cache/fortunes-sp4096.model
-  if [ ! -s "$tok" ] || [ ! -s runs/cache/fortunes-sp4096/shards.json ]; then
-    "$bin" tokenizer train --input fortunes --vocab-size 4096 --out "$tok"
-    "$bin" prepare-data --input fortunes --tokenizer "$tok" --out runs/cache/fortunes-sp4096
-  fi
+  bash scripts/demo_data.sh "$bin"
   first=${wds%% *}
   runs=()
   for wd in $wds; do runs+=("wd$wd 3000 $wd"); done
