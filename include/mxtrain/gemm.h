@@ -19,6 +19,34 @@
 
 namespace mxtrain {
 
+// How oneDNN's primitives for gemm_bf16 / gemm_f32 are shaped (gemm/gemm_onednn.cc):
+//   exact    one primitive per exact (M, N, K): oneDNN's brgemm where it takes the shape;
+//   runtime  M and K given at execution: one primitive (oneDNN's JIT GEMM driver) serves
+//            every row count.
+// Products run with exact shapes, except inside a VaryingRowsScope: the MoE expert products,
+// whose row counts change every step, would otherwise build a primitive per count (0.3-0.8 ms
+// each, several times the product). MXTRAIN_GEMM_SHAPES=exact|runtime (read once) or
+// set_gemm_shapes() puts every product on one shaping, for measurements and tests. Either
+// shaping is exact to FP32 accumulation; their sums may run in different orders.
+enum class GemmShapes { exact, runtime };
+GemmShapes gemm_shapes();  // the shaping of a product this thread issues now
+void set_gemm_shapes(GemmShapes s);
+void clear_gemm_shapes_override();
+const char* gemm_shapes_name(GemmShapes s);
+
+// While one is alive, this thread's products take their row counts at run time (unless an
+// override says otherwise). Scopes nest.
+class VaryingRowsScope {
+ public:
+  VaryingRowsScope();
+  ~VaryingRowsScope();
+  VaryingRowsScope(const VaryingRowsScope&) = delete;
+  VaryingRowsScope& operator=(const VaryingRowsScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 // BF16 x BF16 -> FP32 through oneDNN. lda/ldb/ldc are row strides of the stored matrices.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,

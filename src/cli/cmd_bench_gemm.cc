@@ -12,6 +12,9 @@
 // hits all alike; the median over --iters is reported next to the BF16 median of that op.
 // The activation's converted or quantized copy is written into storage made once, as the
 // layers reuse theirs across steps.
+// --bf16-shapes exact,runtime times the BF16 product under both of oneDNN's primitive shapings
+// (mxtrain/gemm.h, GemmShapes) in the same rounds: the baseline `bf16` row uses this
+// machine's default, and `bf16@<other>` the other, with its time against the baseline.
 // Every row also gives its rate, 2·m·k·n FLOPs over the op's median time (quantization
 // included), as a percentage of the machine's reference peak (mxtrain/peak.h): measured at the
 // start of the run at the OpenMP thread count, or the figure given with --peak.
@@ -22,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -48,6 +52,7 @@ struct BenchGemmOptions {
   std::vector<std::string> ops{"fwd", "dgrad", "wgrad"};
   bool fp32_scales = false;  // also time each pow2 FP32-scaled recipe with fp32 scales
   double peak_gflops = 0;    // 0: measure the reference peak in this run
+  std::vector<std::string> bf16_shapes;  // empty: the default shaping only
 };
 
 double now_ms() {
@@ -73,6 +78,7 @@ struct Case {
   QTensor a_fwd, a_dgrad, a_wgrad;  // the activation's copies per op, reused as in a step
   GroupList one;              // the whole batch as one row group
   std::vector<float> out;
+  std::optional<GemmShapes> shapes;  // oneDNN's shaping for this case; none: the default
 
   Case(const Recipe& rc, int64_t m, int64_t k, int64_t n, const std::vector<float>& wv,
        const std::vector<float>& xv, const std::vector<float>& dyv)
@@ -85,6 +91,12 @@ struct Case {
   }
 
   void run(const std::string& op) {
+    if (shapes) set_gemm_shapes(*shapes);
+    run_op(op);
+    if (shapes) clear_gemm_shapes_override();
+  }
+
+  void run_op(const std::string& op) {
     const QTensor* wp = &w;
     if (op == "fwd") {
       make_copies(x->data(), M, K, r.role(Role::input), a_fwd,
@@ -124,6 +136,18 @@ int run_bench_gemm(const BenchGemmOptions& o) {
       }
     }
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
+  // The BF16 product again under the shaping that is not this machine's default.
+  std::optional<GemmShapes> other_shapes;
+  for (const std::string& s : o.bf16_shapes) {
+    MXT_CHECK(s == "exact" || s == "runtime", "--bf16-shapes: unknown shaping '", s,
+              "'; valid: exact, runtime");
+    const GemmShapes g = s == "exact" ? GemmShapes::exact : GemmShapes::runtime;
+    if (g != gemm_shapes()) other_shapes = g;
+  }
+  if (other_shapes) {
+    recipes.push_back(Recipe{});
+    labels.push_back(std::string("bf16@") + gemm_shapes_name(*other_shapes));
+  }
   const ReferencePeak peak = reference_peak(o.peak_gflops);
   const std::vector<float> w = randn(o.n * o.k, 1, 0.02f);
   nlohmann::json rows = nlohmann::json::array();
@@ -136,6 +160,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     std::vector<std::unique_ptr<Case>> cases;
     for (const Recipe& rc : recipes)
       cases.push_back(std::make_unique<Case>(rc, M, o.k, o.n, w, x, dy));
+    if (other_shapes) cases.back()->shapes = other_shapes;
     std::map<std::pair<size_t, std::string>, std::vector<double>> times;
     for (int it = 0; it < o.warmup + o.iters; ++it)
       for (const std::string& op : o.ops)
@@ -148,7 +173,10 @@ int run_bench_gemm(const BenchGemmOptions& o) {
       for (size_t c = show_bf16 ? 0 : 1; c < cases.size(); ++c) {
         const double ms = median_of(times[{c, op}]), base = median_of(times[{0, op}]);
         const double gflops = 2.0 * double(M) * double(o.k) * double(o.n) / (ms * 1e6);
-        nlohmann::json row = {{"recipe", recipes[c].name}, {"op", op},  {"m", M},
+        const GemmShapes shaping = cases[c]->shapes.value_or(gemm_shapes());
+        const std::string name = cases[c]->shapes ? labels[c] : recipes[c].name;
+        nlohmann::json row = {{"recipe", name}, {"op", op},  {"m", M},
+                              {"bf16_shapes", gemm_shapes_name(shaping)},
                               {"scales", recipes[c].quantized()
                                              ? scale_type_name(recipes[c].role(Role::input).scale)
                                              : "none"},
@@ -180,7 +208,8 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       "against BF16 in the same run, and as a percentage of the machine's peak. JSON rows: "
       "recipe, op, m, k, n, ms (median), bf16_ms, vs_bf16, gemm_path, iters, gflops (2mkn / "
       "ms), pct_of_peak, peak_gflops, peak_source (measured | given), peak_kind and "
-      "peak_threads when measured, scales (the input role's scale type: none, e8m0, fp32_pow2, "
+      "peak_threads when measured, bf16_shapes (oneDNN's shaping of BF16 products: exact | "
+      "runtime), scales (the input role's scale type: none, e8m0, fp32_pow2, "
       "fp32)");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
@@ -200,6 +229,11 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
                 "Also time every recipe with power-of-two FP32 scales (blockwise) with its "
                 "scales kept unrounded (fp32_scales: true), as recipe '<name>+fp32' (JSON: the "
                 "recipe's name and scales \"fp32\")");
+  sub->add_option("--bf16-shapes", opts->bf16_shapes,
+                  "exact,runtime: also time the BF16 product under the oneDNN primitive shaping "
+                  "that is not this machine's default, as recipe 'bf16@<shaping>' (default: the "
+                  "machine's shaping only; see MXTRAIN_GEMM_SHAPES)")
+      ->delimiter(',');
   add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
 });

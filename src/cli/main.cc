@@ -16,6 +16,7 @@
 #include "cli/values.h"
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
+#include "mxtrain/gemm.h"
 #include "mxtrain/isa.h"
 
 namespace mxtrain::cli {
@@ -52,6 +53,7 @@ int main(int argc, char** argv) {
                                "the best the CPU supports; also MXTRAIN_ISA)");
   app.parse_complete_callback([&] {
     if (!isa.empty()) set_isa(parse_isa(isa));
+    gemm_shapes();  // a bad MXTRAIN_GEMM_SHAPES is refused before any work starts
   });
   auto& cmds = cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });

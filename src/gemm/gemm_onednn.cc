@@ -3,17 +3,30 @@
 // This is the only file that talks to oneDNN. gemm_bf16 / gemm_f32 (mxtrain/gemm.h) check
 // their arguments, describe the operands with memory descriptors whose strides express the
 // transposes and leading dimensions, and run a cached matmul primitive. Accumulation into C
-// uses a sum post-op (oneDNN 2.6 has no beta on matmul). Creating a primitive costs far more
-// than running a small one, so primitives are cached in a mutex-guarded map keyed by
-// (data type, shape, transposes, leading dimensions, accumulate). One global CPU engine and
-// one stream per calling thread serve every call; oneDNN's CPU runtime in this build is
-// OpenMP-threaded, so a single call already uses all threads.
+// uses a sum post-op (oneDNN 2.6 has no beta on matmul). One global CPU engine and one stream
+// per calling thread serve every call; oneDNN's CPU runtime in this build is OpenMP-threaded,
+// so a single call already uses all threads.
+//
+// Which primitive (gemm_shapes(), mxtrain/gemm.h). oneDNN 2.6 has two x86 matmuls for these
+// products: brgemm ("brg:..."), generated for one exact shape, and its JIT GEMM driver
+// ("gemm:jit"), which takes M and K when it runs (DNNL_RUNTIME_DIM_VAL). Creating a primitive
+// costs 0.3-0.8 ms, several times a small product, so primitives are cached; but an MoE
+// expert's row count changes every step, and with exact shapes each new count built a new
+// primitive. Inside a VaryingRowsScope one primitive per (transposes, N, strides) serves every
+// M and K: M is the row count of the forward and dgrad products, K that of the wgrad. Dense
+// products keep exact shapes: the GEMM driver allocates its packing buffers on every call,
+// and with this process's allocator settings (cli/main.cc) those come back as fresh pages, so
+// at fixed shapes brgemm, which works in the scratchpad given here, is faster
+// (docs/results/gemm.md, "Primitive shapes"). The cache's key is the primitive's shape:
+// (data type, transposes, M or -1, N, K or -1, leading dimensions, accumulate).
 #include <dnnl.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <mutex>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +39,7 @@ namespace mxtrain {
 namespace {
 
 thread_local int onednn_depth = 0;  // > 0 inside dnnl_primitive_execute (onednn_call.h)
+std::atomic<long> primitives_created{0};
 
 dnnl::engine& engine() {
   static dnnl::engine e(dnnl::engine::kind::cpu, 0);
@@ -60,9 +74,34 @@ dnnl::memory::desc md(dnnl::memory::data_type dt, int64_t rows, int64_t cols, bo
   return dnnl::memory::desc(dims, dt, strides);
 }
 
+// -1: no override; otherwise the GemmShapes value set by set_gemm_shapes().
+std::atomic<int>& shapes_override() {
+  static std::atomic<int> slot{-1};
+  return slot;
+}
+
+// The shaping MXTRAIN_GEMM_SHAPES names (read once), or -1 when unset.
+int env_shapes() {
+  static const int v = [] {
+    const char* e = std::getenv("MXTRAIN_GEMM_SHAPES");
+    if (e && *e) {
+      const std::string s = e;
+      MXT_CHECK(s == "exact" || s == "runtime", "MXTRAIN_GEMM_SHAPES=", s,
+                " is not a choice: use exact or runtime");
+      return int(s == "exact" ? GemmShapes::exact : GemmShapes::runtime);
+    }
+    return -1;
+  }();
+  return v;
+}
+
+thread_local bool varying_rows = false;  // inside a VaryingRowsScope
+
+// runtime: M and K are DNNL_RUNTIME_DIM_VAL in the primitive, given at each execution.
 dnnl::matmul get_primitive(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M,
                            int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                           bool accumulate) {
+                           bool accumulate, bool runtime) {
+  if (runtime) M = K = DNNL_RUNTIME_DIM_VAL;
   Key key{int(in_dt), ta, tb, M, N, K, lda, ldb, ldc, accumulate};
   Cache& c = cache();
   {
@@ -86,6 +125,7 @@ dnnl::matmul get_primitive(dnnl::memory::data_type in_dt, bool ta, bool tb, int6
   }
   dnnl::matmul::primitive_desc pd(desc, attr, engine());
   dnnl::matmul prim(pd);
+  primitives_created.fetch_add(1, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(c.mu);
   // Bound the cache: shapes in training are few, but a benchmark sweep may create many.
   if (c.prims.size() > 4096) c.prims.clear();
@@ -133,16 +173,19 @@ struct CallMemories {
 void run(dnnl::memory::data_type in_dt, bool ta, bool tb, int64_t M, int64_t N, int64_t K,
          const void* A, int64_t lda, const void* B, int64_t ldb, float* C, int64_t ldc,
          bool accumulate, bool rethrow_unimplemented = false) {
+  const bool runtime = gemm_shapes() == GemmShapes::runtime;
   dnnl::matmul prim;
   try {
-    prim = get_primitive(in_dt, ta, tb, M, N, K, lda, ldb, ldc, accumulate);
+    prim = get_primitive(in_dt, ta, tb, M, N, K, lda, ldb, ldc, accumulate, runtime);
   } catch (const dnnl::error& e) {
     if (rethrow_unimplemented && e.status == dnnl_unimplemented) throw;  // caller falls back
     MXT_FAIL("oneDNN could not create a matmul for M=", M, " N=", N, " K=", K, ": ", e.what());
   }
   using dt = dnnl::memory::data_type;
-  thread_local std::map<Key, CallMemories> mems;
-  const Key key{int(in_dt), ta, tb, M, N, K, lda, ldb, ldc, accumulate};
+  // Keyed by the call's shape and the primitive's shaping: the scratchpad is that primitive's.
+  thread_local std::map<std::pair<Key, bool>, CallMemories> mems;
+  const std::pair<Key, bool> key{{int(in_dt), ta, tb, M, N, K, lda, ldb, ldc, accumulate},
+                                 runtime};
   auto it = mems.find(key);
   if (it == mems.end()) {
     if (mems.size() > 4096) mems.clear();
@@ -189,6 +232,20 @@ std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t width, int64_t
 
 }  // namespace
 
+GemmShapes gemm_shapes() {
+  const int o = shapes_override().load(std::memory_order_relaxed);
+  if (o >= 0) return GemmShapes(o);
+  if (const int e = env_shapes(); e >= 0) return GemmShapes(e);
+  return varying_rows ? GemmShapes::runtime : GemmShapes::exact;
+}
+VaryingRowsScope::VaryingRowsScope() : prev_(varying_rows) { varying_rows = true; }
+VaryingRowsScope::~VaryingRowsScope() { varying_rows = prev_; }
+void set_gemm_shapes(GemmShapes s) { shapes_override().store(int(s)); }
+void clear_gemm_shapes_override() { shapes_override().store(-1); }
+const char* gemm_shapes_name(GemmShapes s) {
+  return s == GemmShapes::exact ? "exact" : "runtime";
+}
+
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,
                int64_t lda, const uint16_t* B, int64_t ldb, float* C, int64_t ldc,
                bool accumulate) {
@@ -222,6 +279,7 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
 
 namespace detail {
 bool in_onednn_call() { return onednn_depth > 0; }
+long onednn_primitives_created() { return primitives_created.load(); }
 }  // namespace detail
 
 }  // namespace mxtrain

@@ -158,6 +158,7 @@ void InferenceModel::mlp(Layer& L, int64_t n, const float* x, float* y) {
   const GroupList g = L.routing.groups();
   float* a = grown(moe_a_, rows * 2 * F);
   float* yp = grown(moe_yp_, rows * D);
+  const VaryingRowsScope varying;  // the experts' row counts change with every token
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = g.offsets[e], cnt = g.count(e);
     if (cnt == 0) continue;

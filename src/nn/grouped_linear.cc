@@ -4,7 +4,10 @@
 // Expert g owns rows offsets[g]..offsets[g+1] of the permuted tokens and computes
 // y[rows g] = x[rows g] · W[g]^T with exactly the quantizations and products a Linear of the
 // same precision runs on those rows, so every expert is byte-identical to running it as its
-// own Linear. Experts with 0 rows run no product and their dW receives nothing.
+// own Linear with the same oneDNN shaping. The layer's products run in a VaryingRowsScope
+// (mxtrain/gemm.h): a BF16 expert product takes its row count at run time, so a count not
+// seen before builds no new oneDNN primitive. Experts with 0 rows run no product and their dW
+// receives nothing.
 //
 // Weights: one QuantizedWeight per expert, all tagged with weight.version. A forward (or
 // backward) that finds the copies of the current version missing builds them for every
@@ -92,6 +95,7 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
     ++weight_quantizations_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
+  const VaryingRowsScope varying;  // routing changes each expert's row count every step
   core_forward(prec_, in_, out_, x, groups, cache_ptrs_.data(), y, saved, scales_);
   for (const QuantizedWeight& c : wcache_)
     saved.weight_bytes_for_backward += backward_only_weight_bytes(c, r);
@@ -115,6 +119,7 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   for (int64_t g = 0; g < experts_; ++g) grad_ptrs_[size_t(g)] = weight.grad.data() + g * out_ * in_;
   cache_ptrs_.resize(size_t(experts_));
   for (int64_t g = 0; g < experts_; ++g) cache_ptrs_[size_t(g)] = &wcache_[size_t(g)];
+  const VaryingRowsScope varying;
   core_backward(prec_, in_, out_, saved, cache_ptrs_.data(), dy, dx, grad_ptrs_.data(),
                 weight.take_grad_accumulate(), name_, scales_);
 }

@@ -32,7 +32,12 @@ std::vector<KernelPath> op_paths() {
   std::vector<KernelPath> out;
   for (const PathChoice& c : all) out.push_back({c.op, path_name(c.path), c.kernel});
   out.push_back({"GEMM bf16 (bf16 recipe)", "oneDNN",
-                 "oneDNN matmul; oneDNN picks its own ISA (see ONEDNN_VERBOSE=1)"});
+                 std::string("oneDNN matmul, ") + gemm_shapes_name(gemm_shapes()) +
+                     " shapes" + (gemm_shapes() == GemmShapes::exact
+                                      ? std::string("; MoE experts' products: runtime")
+                                      : std::string()) +
+                     " (MXTRAIN_GEMM_SHAPES=exact|runtime sets all); oneDNN picks its own "
+                     "ISA (see ONEDNN_VERBOSE=1)"});
   return out;
 }
 

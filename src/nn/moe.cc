@@ -30,6 +30,7 @@ void grouped_forward_f32(const GroupedLinear& l, const float* x, const GroupList
   const int64_t in = l.in_features(), out = l.out_features();
   MXT_CHECK(int64_t(l.weight.value.size()) == l.num_experts() * out * in, "'", l.name(),
             "': the FP32 reference needs the full weight in weight.value");
+  const VaryingRowsScope varying;  // routing changes the row counts every step
   for (int64_t e = 0; e < g.num_groups(); ++e) {
     const int64_t r0 = g.offsets[e], n = g.count(e);
     if (n == 0) continue;
@@ -43,6 +44,7 @@ void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, 
                           float* dx) {
   const int64_t in = l.in_features(), out = l.out_features();
   const bool acc = l.weight.take_grad_accumulate();
+  const VaryingRowsScope varying;  // routing changes the row counts every step
   for (int64_t e = 0; e < g.num_groups(); ++e) {
     const int64_t r0 = g.offsets[e], n = g.count(e);
     if (n == 0) {

@@ -29,6 +29,26 @@ out=$("$MXTRAIN" bench gemm --m 3 --k 70 --n 33 --iters 1 --warmup 0 --json) ||
 for key in '"recipe"' '"op"' '"m"' '"k"' '"n"' '"ms"' '"bf16_ms"' '"wgrad"'; do
   has "$out" "$key" "bench gemm --json"
 done
+# --bf16-shapes: the BF16 product under both of oneDNN's shapings in one run; a bad shaping
+# (flag or MXTRAIN_GEMM_SHAPES) is refused before any work.
+"$MXTRAIN" bench gemm --m 3,40 --k 70 --n 33 --iters 1 --warmup 0 --recipes bf16 \
+  --bf16-shapes exact,runtime --json > shapes.json || fail "bench gemm --bf16-shapes exited $?"
+python3 - shapes.json <<'PY' || fail "bench gemm --bf16-shapes: $(head -c 600 shapes.json)"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 12, len(rows)  # 2 m x 3 ops x (bf16, bf16@other)
+shapings = {(r["m"], r["op"]): set() for r in rows}
+for r in rows:
+    shapings[(r["m"], r["op"])].add(r["bf16_shapes"])
+    assert r["recipe"] in ("bf16", "bf16@exact", "bf16@runtime"), r
+    assert r["recipe"] == "bf16" or r["recipe"] == "bf16@" + r["bf16_shapes"], r
+    assert abs(r["vs_bf16"] - r["ms"] / r["bf16_ms"]) <= 1e-9 * r["vs_bf16"], r
+assert all(s == {"exact", "runtime"} for s in shapings.values()), shapings
+PY
+expect_error "bench gemm --bf16-shapes bogus" "--bf16-shapes: unknown shaping 'bogus'" \
+  "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json --bf16-shapes bogus
+expect_error "MXTRAIN_GEMM_SHAPES=bogus" "MXTRAIN_GEMM_SHAPES=bogus is not a choice" \
+  env MXTRAIN_GEMM_SHAPES=bogus "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
 # bench gemm reports each row against the peak: measured in the run, or the one given.
 "$MXTRAIN" bench gemm --m 5 --k 64 --n 40 --iters 1 --warmup 0 --json > measured.json ||
   fail "bench gemm (peak measured) exited $?"

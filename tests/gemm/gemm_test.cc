@@ -9,18 +9,23 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "mxtrain/common.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/quantize.h"
+#include "gemm/onednn_call.h"
 
 namespace mxtrain {
+// gtest prints a GemmShapes parameter by name (found by argument-dependent lookup).
+void PrintTo(GemmShapes s, std::ostream* os) { *os << gemm_shapes_name(s); }
 namespace {
 
 constexpr double kU32 = 1.0 / (1 << 24);  // FP32 unit roundoff
@@ -106,8 +111,71 @@ void run_all(Kind kind) {
           for (int64_t pad : {0, 3}) check_case(kind, sh, ta, tb, acc, pad);
 }
 
-TEST(GemmBf16, MatchesFp64ReferenceAllTransposesAwkwardShapes) { run_all(Kind::bf16); }
-TEST(GemmF32, MatchesFp64ReferenceAllTransposesAwkwardShapes) { run_all(Kind::f32); }
+// Both of oneDNN's primitive shapings (mxtrain/gemm.h, GemmShapes) meet the same bound.
+class GemmShaping : public ::testing::TestWithParam<GemmShapes> {
+ protected:
+  void SetUp() override { set_gemm_shapes(GetParam()); }
+  void TearDown() override { clear_gemm_shapes_override(); }
+};
+TEST_P(GemmShaping, Bf16MatchesFp64ReferenceAllTransposesAwkwardShapes) { run_all(Kind::bf16); }
+TEST_P(GemmShaping, F32MatchesFp64ReferenceAllTransposesAwkwardShapes) { run_all(Kind::f32); }
+
+// The point of runtime shapes: products whose row count changes (an MoE expert's forward and
+// dgrad: M; its wgrad: K) reuse one primitive, where exact shapes build one per row count.
+TEST_P(GemmShaping, RowCountsBuildOnePrimitiveOnlyWithRuntimeShapes) {
+  std::mt19937 rng(11);
+  const int64_t N = 24, D = 40;
+  Stored W = make_stored(N, D, 0, rng);
+  auto w16 = to_bf16(W);
+  const int64_t counts[] = {1, 31, 33, 63, 65, 129};
+  for (int pass = 0; pass < 2; ++pass) {  // the second pass finds every primitive cached
+    const long before = detail::onednn_primitives_created();
+    for (int64_t n : counts) {
+      Stored X = make_stored(n, D, 0, rng), G = make_stored(n, N, 0, rng);
+      auto x16 = to_bf16(X), g16 = to_bf16(G);
+      std::vector<float> y(size_t(n * N)), dw(size_t(N * D));
+      gemm_bf16(false, true, n, N, D, x16.data(), D, w16.data(), D, y.data(), N, false);  // fwd
+      gemm_bf16(true, false, N, D, n, g16.data(), N, x16.data(), D, dw.data(), D, false);  // wgrad
+    }
+    const long built = detail::onednn_primitives_created() - before;
+    if (pass == 1)
+      EXPECT_EQ(built, 0);
+    else if (GetParam() == GemmShapes::runtime)
+      EXPECT_LE(built, 2);  // one per (transposes, N, strides); 0 if an earlier test made them
+    else
+      EXPECT_EQ(built, 2 * long(std::size(counts)));
+  }
+}
+
+// Which shaping a product gets: exact by default, runtime inside a VaryingRowsScope (nested
+// scopes too, and only on the thread that holds it), and an override over both.
+TEST(GemmShapesPolicy, ExactByDefaultRuntimeInsideVaryingRowsScopeOverrideWins) {
+  if (std::getenv("MXTRAIN_GEMM_SHAPES")) GTEST_SKIP() << "MXTRAIN_GEMM_SHAPES is set";
+  EXPECT_EQ(gemm_shapes(), GemmShapes::exact);
+  {
+    const VaryingRowsScope outer;
+    EXPECT_EQ(gemm_shapes(), GemmShapes::runtime);
+    {
+      const VaryingRowsScope inner;
+      EXPECT_EQ(gemm_shapes(), GemmShapes::runtime);
+    }
+    EXPECT_EQ(gemm_shapes(), GemmShapes::runtime);
+    GemmShapes other_thread = GemmShapes::runtime;
+    std::thread([&] { other_thread = gemm_shapes(); }).join();
+    EXPECT_EQ(other_thread, GemmShapes::exact);
+    set_gemm_shapes(GemmShapes::exact);
+    EXPECT_EQ(gemm_shapes(), GemmShapes::exact);
+    clear_gemm_shapes_override();
+  }
+  EXPECT_EQ(gemm_shapes(), GemmShapes::exact);
+  set_gemm_shapes(GemmShapes::runtime);
+  EXPECT_EQ(gemm_shapes(), GemmShapes::runtime);
+  clear_gemm_shapes_override();
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapings, GemmShaping,
+                         ::testing::Values(GemmShapes::exact, GemmShapes::runtime),
+                         [](const auto& info) { return std::string(gemm_shapes_name(info.param)); });
 
 TEST(GemmBf16, RepeatedCallsUseCachedPrimitiveAndGiveSameBytes) {
   std::mt19937 rng(5);

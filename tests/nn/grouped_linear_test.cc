@@ -3,7 +3,7 @@
 //
 // The central property: each expert of a GroupedLinear is byte-identical to a Linear of the
 // same precision run on that expert's rows alone (same quantization per group, same GEMM
-// calls). That covers "wgrad blocks never straddle experts": a Linear on the expert's rows
+// calls: the Linear runs in a VaryingRowsScope, as the experts' products do). That covers "wgrad blocks never straddle experts": a Linear on the expert's rows
 // cannot see another expert's values, so any straddling block would change the bytes.
 // Tolerances as in linear_test.cc: kU32 = 2^-24 FP32 accumulation bound against FP64 on
 // BF16-rounded operands; kCosine = 0.99 for MX against the BF16 layer on random normal data.
@@ -114,8 +114,11 @@ TEST(GroupedLinear, EachExpertEqualsItsOwnLinearByteForByte) {
         std::vector<float> dyg(dy.begin() + r0 * out, dy.begin() + (r0 + n) * out);
         std::vector<float> y(size_t(n * out)), dx(size_t(n * in));
         LinearSaved s;
-        l.forward(xg.data(), n, y.data(), s);
-        l.backward(s, dyg.data(), dx.data());
+        {
+          const VaryingRowsScope varying;  // the oneDNN primitives the experts' products use
+          l.forward(xg.data(), n, y.data(), s);
+          l.backward(s, dyg.data(), dx.data());
+        }
         EXPECT_TRUE(same_bytes(y, std::vector<float>(r.y.begin() + r0 * out,
                                                      r.y.begin() + (r0 + n) * out)))
             << "y of expert " << g;
