@@ -6,10 +6,11 @@
 #   d_model 1024 (d_ff 2752, 2048 tokens): qkv, fc1, fc2
 #   MoE experts: tiny-moe's (128 -> 384, about 512 rows) and the grouped layer's (2048 -> 1408,
 #   128 rows)
-# Then whole training steps of configs/tiny-moe.yaml (bf16 and mxfp8, STEPS steps, the first
-# untimed) with the default shaping (exact; runtime for the experts' products) against every
-# product exact (MXTRAIN_GEMM_SHAPES=exact, how every product ran before), back to back in
-# each round.
+# Then whole training steps (STEPS steps, the first untimed), back to back in each round:
+#   configs/tiny-moe.yaml, bf16 and mxfp8: the default shaping (runtime for the experts'
+#     products) against every product exact (MXTRAIN_GEMM_SHAPES=exact, as before);
+#   the peer shape (configs/tiny.yaml at d_model 256, d_ff 672, seq 256, micro-batch 8), bf16:
+#     the default (every product exact) against every product at run time.
 # Usage: bash scripts/gemm_shapes.sh   (ROUNDS=3, ITERS=9, STEPS=30, MXTRAIN_BIN)
 # Output: docs/results/raw/gemm_shapes_rows.jsonl (every product row, tagged with round, layer
 #         and machine class), docs/results/raw/gemm_shapes_train_rows.jsonl (every training
@@ -26,12 +27,18 @@ train_raw=docs/results/raw/gemm_shapes_train_rows.jsonl
 mkdir -p docs/results/raw
 machine=$("$bin" info | head -1)
 tmp=$(mktemp)
-cfg=$(mktemp --suffix=.yaml)
-trap 'rm -f "$tmp" "$cfg"' EXIT
+moe_cfg=$(mktemp --suffix=.yaml)
+peer_cfg=$(mktemp --suffix=.yaml)
+trap 'rm -f "$tmp" "$moe_cfg" "$peer_cfg"' EXIT
 : > "$raw"
 : > "$train_raw"
 sed -e "s/^  steps: .*/  steps: $steps/; s/^  eval_every: .*/  eval_every: 100000/" \
-    -e "s/^  eval_batches: .*/  eval_batches: 1/" configs/tiny-moe.yaml > "$cfg"
+    -e "s/^  eval_batches: .*/  eval_batches: 1/" configs/tiny-moe.yaml > "$moe_cfg"
+sed -e "s/^  d_model: .*/  d_model: 256/; s/^  n_heads: .*/  n_heads: 4/; s/^  d_ff: .*/  d_ff: 672/" \
+    -e "s/^  max_seq_len: .*/  max_seq_len: 256/; s/^  seq_len: .*/  seq_len: 256/" \
+    -e "s/^  micro_batch_size: .*/  micro_batch_size: 8/; s/^  steps: .*/  steps: $steps/" \
+    -e "s/^  eval_every: .*/  eval_every: 100000/; s/^  eval_batches: .*/  eval_batches: 1/" \
+    configs/tiny.yaml > "$peer_cfg"
 # layer m k n
 shapes="peer.qkv 2048 256 768
 peer.proj 2048 256 256
@@ -57,23 +64,27 @@ for r in json.load(open(sys.argv[1])):
 PY
   done <<< "$shapes"
 done
+# config name | config file | recipe | the shaping compared with the default
+train_cases="tiny-moe $moe_cfg bf16 exact
+tiny-moe $moe_cfg mxfp8 exact
+peer $peer_cfg bf16 runtime"
 for round in $(seq "$rounds"); do
-  for recipe in bf16 mxfp8; do
-    for shaping in default exact; do
-      echo "== round $round / $rounds: tiny-moe $recipe, shapes $shaping" >&2
+  while read -r name file recipe other; do
+    for shaping in default "$other"; do
+      echo "== round $round / $rounds: $name $recipe, shapes $shaping" >&2
       env_shapes=()
-      [ "$shaping" = exact ] && env_shapes=(MXTRAIN_GEMM_SHAPES=exact)
-      env "${env_shapes[@]}" "$bin" train --config "$cfg" --recipe "$recipe" --quiet \
+      [ "$shaping" = default ] || env_shapes=("MXTRAIN_GEMM_SHAPES=$shaping")
+      env "${env_shapes[@]}" "$bin" train --config "$file" --recipe "$recipe" --quiet \
         --metrics-out "$tmp" > /dev/null
-      python3 - "$tmp" "$round" "$recipe" "$shaping" "$machine" <<'PY' >> "$train_raw"
+      python3 - "$tmp" "$round" "$name" "$recipe" "$shaping" "$machine" <<'PY' >> "$train_raw"
 import json, sys
 s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
-print(json.dumps({"config": "tiny-moe", "round": int(sys.argv[2]), "recipe": sys.argv[3],
-                  "shapes": sys.argv[4], "machine": sys.argv[5],
+print(json.dumps({"config": sys.argv[3], "round": int(sys.argv[2]), "recipe": sys.argv[4],
+                  "shapes": sys.argv[5], "machine": sys.argv[6],
                   "median_step_ms": s["median_step_ms"], "steps": s["steps"],
                   "final_loss": s.get("final_loss")}))
 PY
     done
-  done
+  done <<< "$train_cases"
 done
 python3 tools/gemm_shapes_table.py "$raw" "$train_raw"

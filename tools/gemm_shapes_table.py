@@ -4,8 +4,8 @@
 1. Per layer and product: the median over rounds of the exact-shape and runtime-shape BF16
    times (each round's own median over its iterations), their range, and the ratio
    runtime / exact per round (median and range).
-2. With the training rows: per recipe, the median step with the default shaping against every
-   product exact, and their ratio per round, and the final losses of both.
+2. With the training rows: per config and recipe, the median step with the default shaping
+   against every product on the other shaping, their ratio per round, and the final losses.
 
 Usage: python3 tools/gemm_shapes_table.py docs/results/raw/gemm_shapes_rows.jsonl \
            [docs/results/raw/gemm_shapes_train_rows.jsonl]
@@ -57,20 +57,21 @@ def main():
 
 
 def train_table(rows):
-    by = defaultdict(lambda: defaultdict(dict))  # recipe -> round -> shapes -> row
+    by = defaultdict(lambda: defaultdict(dict))  # (config, recipe) -> round -> shapes -> row
     for r in rows:
-        by[r["recipe"]][r["round"]][r["shapes"]] = r
-    print("\n| config | recipe | step ms, default shapes | step ms, all exact | default / exact "
-          "| final loss default / exact |")
-    print("|---|---|---:|---:|---:|---|")
-    for recipe, per in by.items():
-        both = [x for x in per.values() if "default" in x and "exact" in x]
+        by[(r["config"], r["recipe"])][r["round"]][r["shapes"]] = r
+    print("\n| config | recipe | step ms, default shapes | other shaping | step ms, other "
+          "| default / other | final loss default / other |")
+    print("|---|---|---:|---|---:|---:|---|")
+    for (config, recipe), per in by.items():
+        other = next(s for x in per.values() for s in x if s != "default")
+        both = [x for x in per.values() if "default" in x and other in x]
         d = [x["default"]["median_step_ms"] for x in both]
-        e = [x["exact"]["median_step_ms"] for x in both]
+        e = [x[other]["median_step_ms"] for x in both]
         ratio = [a / b for a, b in zip(d, e)]
-        losses = sorted({(x["default"]["final_loss"], x["exact"]["final_loss"]) for x in both})
+        losses = sorted({(x["default"]["final_loss"], x[other]["final_loss"]) for x in both})
         loss = "; ".join(f"{a:.6f} / {b:.6f}" for a, b in losses)
-        print(f"| {both[0]['default']['config']} | {recipe} | {median(d):.1f} ({min(d):.1f}-{max(d):.1f}) "
+        print(f"| {config} | {recipe} | {median(d):.1f} ({min(d):.1f}-{max(d):.1f}) | all {other} "
               f"| {median(e):.1f} ({min(e):.1f}-{max(e):.1f}) "
               f"| {median(ratio):.3f}x ({min(ratio):.3f}-{max(ratio):.3f}) | {loss} |")
 

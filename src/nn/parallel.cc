@@ -106,16 +106,17 @@ void place_slice(const ParamSplit& s, const float* local, float* full) {
 
 // ---- sequence-parallel gathers ----------------------------------------------------------
 
-void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch) {
+void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch) {
   want = want - q.present;
   if (want.empty()) return;
   MXT_CHECK(q.has(Copy::rowwise) || q.has(Copy::bf16), "derive_copies: the gathered copy has "
             "neither a rowwise nor a BF16 copy to make the others from");
+  if (scratch.size() < size_t(q.rows * q.cols)) scratch.resize(size_t(q.rows * q.cols));
   if (q.has(Copy::rowwise))
-    dequantize(q.rowwise, scratch);
+    dequantize(q.rowwise, scratch.data());
   else
-    bf16_to_f32_array(q.bf16.data(), scratch, q.rows * q.cols);
-  make_copies(scratch, q.rows, q.cols, f, q, want);
+    bf16_to_f32_array(q.bf16.data(), scratch.data(), q.rows * q.cols);
+  make_copies(scratch.data(), q.rows, q.cols, f, q, want);
 }
 
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out) {
@@ -231,10 +232,7 @@ GatherCost gather_grad_copies(Collectives& group, const float* dy_shard, int64_t
                               SequenceWire wire, QTensor& q, FloatBuffer& scratch) {
   const bool rowwise = wire == SequenceWire::rowwise;
   const GatherCost c = timed_gather(group, dy_shard, Ns, O, f, rowwise ? dgrad : dgrad | wgrad, q);
-  if (rowwise) {
-    scratch.resize(size_t(q.rows * q.cols));
-    derive_copies(q, f, wgrad, scratch.data());
-  }
+  if (rowwise) derive_copies(q, f, wgrad, scratch);
   return c;
 }
 
@@ -243,8 +241,7 @@ QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, 
                             QTensor& kept, QTensor& regathered, FloatBuffer& scratch,
                             GatherCost& cost) {
   if (wire == SequenceWire::rowwise) {
-    scratch.resize(size_t(kept.rows * kept.cols));
-    derive_copies(kept, f, wgrad, scratch.data());
+    derive_copies(kept, f, wgrad, scratch);
     cost = {};
     return kept;
   }

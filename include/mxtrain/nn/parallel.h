@@ -104,8 +104,9 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
                        const TensorFormat& f, CopySet copies, QTensor& out,
                        bool* fp32_route = nullptr);
 // SequenceWire::rowwise: adds to `q` (a gathered rowwise or BF16 copy of an [M, K] matrix)
-// the copies `want` (format f) quantized from the values it holds; scratch: [M·K] floats.
-void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, float* scratch);
+// the copies `want` (format f) quantized from the values it holds; scratch grows to [M·K]
+// floats only when there is a copy to make (under bf16 the gathered copy is all wgrad reads).
+void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch);
 // The whole FP32 matrix: out [size·Ns, K].
 uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out);
 
