@@ -13,8 +13,9 @@
 // The activation's converted or quantized copy is written into storage made once, as the
 // layers reuse theirs across steps.
 // --bf16-shapes exact,runtime times the BF16 product under both of oneDNN's primitive shapings
-// (mxtrain/gemm.h, GemmShapes) in the same rounds: the baseline `bf16` row uses this
-// machine's default, and `bf16@<other>` the other, with its time against the baseline.
+// (mxtrain/gemm.h, GemmShapes) in the same rounds: the baseline `bf16` row uses the shaping a
+// dense product gets (exact, unless MXTRAIN_GEMM_SHAPES says otherwise), and `bf16@<other>`
+// the other, with its time against the baseline.
 // Every row also gives its rate, 2·m·k·n FLOPs over the op's median time (quantization
 // included), as a percentage of the machine's reference peak (mxtrain/peak.h): measured at the
 // start of the run at the OpenMP thread count, or the figure given with --peak.
@@ -136,7 +137,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
       }
     }
   const bool show_bf16 = std::find(o.recipes.begin(), o.recipes.end(), "bf16") != o.recipes.end();
-  // The BF16 product again under the shaping that is not this machine's default.
+  // The BF16 product again under the shaping a dense product does not get.
   std::optional<GemmShapes> other_shapes;
   for (const std::string& s : o.bf16_shapes) {
     MXT_CHECK(s == "exact" || s == "runtime", "--bf16-shapes: unknown shaping '", s,
@@ -231,8 +232,8 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
                 "recipe's name and scales \"fp32\")");
   sub->add_option("--bf16-shapes", opts->bf16_shapes,
                   "exact,runtime: also time the BF16 product under the oneDNN primitive shaping "
-                  "that is not this machine's default, as recipe 'bf16@<shaping>' (default: the "
-                  "machine's shaping only; see MXTRAIN_GEMM_SHAPES)")
+                  "a dense product does not get (exact by default; see MXTRAIN_GEMM_SHAPES), "
+                  "as recipe 'bf16@<shaping>' (default: the dense shaping only)")
       ->delimiter(',');
   add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
