@@ -9,7 +9,7 @@
 # Then whole training steps (STEPS steps, the first untimed), back to back in each round:
 #   configs/tiny-moe.yaml, bf16 and mxfp8: the default shaping (runtime for the experts'
 #     products) against every product exact (MXTRAIN_GEMM_SHAPES=exact, as before);
-#   the peer shape (configs/tiny.yaml at d_model 256, d_ff 672, seq 256, micro-batch 8), bf16:
+#   the peer shape (scripts/gpt_config.sh: d_model 256, d_ff 672, seq 256, micro-batch 8), bf16:
 #     the default (every product exact) against every product at run time.
 # Usage: bash scripts/gemm_shapes.sh   (ROUNDS=3, ITERS=9, STEPS=30, MXTRAIN_BIN)
 # Output: docs/results/raw/gemm_shapes_rows.jsonl (every product row, tagged with round, layer
@@ -34,11 +34,7 @@ trap 'rm -f "$tmp" "$moe_cfg" "$peer_cfg"' EXIT
 : > "$train_raw"
 sed -e "s/^  steps: .*/  steps: $steps/; s/^  eval_every: .*/  eval_every: 100000/" \
     -e "s/^  eval_batches: .*/  eval_batches: 1/" configs/tiny-moe.yaml > "$moe_cfg"
-sed -e "s/^  d_model: .*/  d_model: 256/; s/^  n_heads: .*/  n_heads: 4/; s/^  d_ff: .*/  d_ff: 672/" \
-    -e "s/^  max_seq_len: .*/  max_seq_len: 256/; s/^  seq_len: .*/  seq_len: 256/" \
-    -e "s/^  micro_batch_size: .*/  micro_batch_size: 8/; s/^  steps: .*/  steps: $steps/" \
-    -e "s/^  eval_every: .*/  eval_every: 100000/; s/^  eval_batches: .*/  eval_batches: 1/" \
-    configs/tiny.yaml > "$peer_cfg"
+bash scripts/gpt_config.sh 256 4 672 "$steps" > "$peer_cfg"
 # layer m k n
 shapes="peer.qkv 2048 256 768
 peer.proj 2048 256 256

@@ -28,14 +28,10 @@ mkdir -p "$out"
 have_torch=1
 /usr/bin/python3 -c "import torch" 2>/dev/null || { have_torch=0; echo "PyTorch not installed: its rows are skipped" >&2; }
 
-# mxtrain config for a model shape: configs/tiny.yaml with the shape and sizes replaced.
+# mxtrain config for a model shape (scripts/gpt_config.sh).
 config() {  # d_model heads d_ff -> path
   local f=$out/gpt-$1.yaml
-  sed -e "s/^  d_model: .*/  d_model: $1/; s/^  n_heads: .*/  n_heads: $2/; s/^  d_ff: .*/  d_ff: $3/" \
-      -e "s/^  max_seq_len: .*/  max_seq_len: 256/; s/^  seq_len: .*/  seq_len: 256/" \
-      -e "s/^  micro_batch_size: .*/  micro_batch_size: 8/; s/^  steps: .*/  steps: $steps/" \
-      -e "s/^  eval_every: .*/  eval_every: 100000/; s/^  eval_batches: .*/  eval_batches: 1/" \
-      configs/tiny.yaml > "$f"
+  bash scripts/gpt_config.sh "$1" "$2" "$3" "$steps" > "$f"
   echo "$f"
 }
 

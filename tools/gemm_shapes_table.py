@@ -13,12 +13,7 @@ Usage: python3 tools/gemm_shapes_table.py docs/results/raw/gemm_shapes_rows.json
 import json
 import sys
 from collections import defaultdict
-
-
-def median(v):
-    v = sorted(v)
-    n = len(v)
-    return v[n // 2] if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2
+from statistics import median  # the true median: the mean of the middle two for an even count
 
 
 def main():

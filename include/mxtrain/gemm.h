@@ -11,6 +11,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "mxtrain/isa.h"
@@ -33,6 +35,8 @@ GemmShapes gemm_shapes();  // the shaping of a product this thread issues now
 void set_gemm_shapes(GemmShapes s);
 void clear_gemm_shapes_override();
 const char* gemm_shapes_name(GemmShapes s);
+// "exact" or "runtime" (gemm_shapes_name's names); nothing for any other name.
+std::optional<GemmShapes> gemm_shapes_from_name(const std::string& name);
 
 // While one is alive, this thread's products take their row counts at run time (unless an
 // override says otherwise). Scopes nest.

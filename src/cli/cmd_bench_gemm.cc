@@ -140,10 +140,9 @@ int run_bench_gemm(const BenchGemmOptions& o) {
   // The BF16 product again under the shaping a dense product does not get.
   std::optional<GemmShapes> other_shapes;
   for (const std::string& s : o.bf16_shapes) {
-    MXT_CHECK(s == "exact" || s == "runtime", "--bf16-shapes: unknown shaping '", s,
-              "'; valid: exact, runtime");
-    const GemmShapes g = s == "exact" ? GemmShapes::exact : GemmShapes::runtime;
-    if (g != gemm_shapes()) other_shapes = g;
+    const std::optional<GemmShapes> g = gemm_shapes_from_name(s);
+    MXT_CHECK(g, "--bf16-shapes: unknown shaping '", s, "'; valid: exact, runtime");
+    if (*g != gemm_shapes()) other_shapes = g;
   }
   if (other_shapes) {
     recipes.push_back(Recipe{});

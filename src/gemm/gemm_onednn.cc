@@ -84,13 +84,10 @@ std::atomic<int>& shapes_override() {
 int env_shapes() {
   static const int v = [] {
     const char* e = std::getenv("MXTRAIN_GEMM_SHAPES");
-    if (e && *e) {
-      const std::string s = e;
-      MXT_CHECK(s == "exact" || s == "runtime", "MXTRAIN_GEMM_SHAPES=", s,
-                " is not a choice: use exact or runtime");
-      return int(s == "exact" ? GemmShapes::exact : GemmShapes::runtime);
-    }
-    return -1;
+    if (!e || !*e) return -1;
+    const std::optional<GemmShapes> s = gemm_shapes_from_name(e);
+    MXT_CHECK(s, "MXTRAIN_GEMM_SHAPES=", e, " is not a choice: use exact or runtime");
+    return int(*s);
   }();
   return v;
 }
@@ -244,6 +241,11 @@ void set_gemm_shapes(GemmShapes s) { shapes_override().store(int(s)); }
 void clear_gemm_shapes_override() { shapes_override().store(-1); }
 const char* gemm_shapes_name(GemmShapes s) {
   return s == GemmShapes::exact ? "exact" : "runtime";
+}
+std::optional<GemmShapes> gemm_shapes_from_name(const std::string& name) {
+  for (GemmShapes s : {GemmShapes::exact, GemmShapes::runtime})
+    if (name == gemm_shapes_name(s)) return s;
+  return std::nullopt;
 }
 
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const uint16_t* A,

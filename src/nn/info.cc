@@ -31,11 +31,10 @@ std::vector<KernelPath> op_paths() {
   all.push_back(attn_detail::attention_choice());
   std::vector<KernelPath> out;
   for (const PathChoice& c : all) out.push_back({c.op, path_name(c.path), c.kernel});
+  const GemmShapes dense = gemm_shapes();  // outside a VaryingRowsScope
   out.push_back({"GEMM bf16 (bf16 recipe)", "oneDNN",
-                 std::string("oneDNN matmul, ") + gemm_shapes_name(gemm_shapes()) +
-                     " shapes" + (gemm_shapes() == GemmShapes::exact
-                                      ? std::string("; MoE experts' products: runtime")
-                                      : std::string()) +
+                 std::string("oneDNN matmul, ") + gemm_shapes_name(dense) + " shapes" +
+                     (dense == GemmShapes::exact ? "; MoE experts' products: runtime" : "") +
                      " (MXTRAIN_GEMM_SHAPES=exact|runtime sets all); oneDNN picks its own "
                      "ISA (see ONEDNN_VERBOSE=1)"});
   return out;
