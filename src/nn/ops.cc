@@ -15,6 +15,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -45,6 +46,7 @@ constexpr int64_t kParCeFwd = 32 * 1024;
 constexpr int64_t kParCeBwd = 128 * 1024;
 constexpr int64_t kParFlat = 64 * 1024;  // residual, axpy
 constexpr int64_t kParAdamW = 32 * 1024;
+constexpr int64_t kParReduce = 64 * 1024;  // sum of squares, finite check
 
 // The dispatch table (core/dispatch.h): the scalar kernels, and the AVX-512 ones.
 const PathTable<const Kernels*>& ops_table() {
@@ -222,6 +224,35 @@ void adamw_k(const Kernels& k, float* w, const float* g, float* m, float* v, int
   });
 }
 
+// Blocks of kSumSquaresBlock, each summed by one kernel call, then added in block order.
+double sum_squares_k(const Kernels& k, const float* x, int64_t n) {
+  MXT_CHECK(n >= 0 && (x || n == 0), "sum_squares_elements: null pointer");
+  const int64_t nb = (n + kSumSquaresBlock - 1) / kSumSquaresBlock;
+  thread_local std::vector<double> part;
+  part.assign(size_t(nb), 0.0);
+  double* out = part.data();
+  run(n, kParReduce, [&](int T, int t) {
+    const auto [b0, b1] = share(nb, 1, T, t);
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t i0 = b * kSumSquaresBlock;
+      out[b] = k.sumsq_block(x + i0, std::min(kSumSquaresBlock, n - i0));
+    }
+  });
+  double s = 0.0;
+  for (int64_t b = 0; b < nb; ++b) s += out[b];
+  return s;
+}
+
+bool all_finite_k(const Kernels& k, const float* x, int64_t n) {
+  MXT_CHECK(n >= 0 && (x || n == 0), "all_finite_elements: null pointer");
+  std::atomic<bool> bad{false};
+  run(n, kParReduce, [&](int T, int t) {
+    const auto [i0, i1] = share(n, 16, T, t);
+    if (i0 < i1 && k.nonfinite(x + i0, i1 - i0)) bad.store(true, std::memory_order_relaxed);
+  });
+  return !bad.load();
+}
+
 }  // namespace
 
 // ---- public functions: the kernels of the dispatch table's choice --------------------------
@@ -283,6 +314,11 @@ void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n,
   adamw_k(active_kernels(), w, g, m, v, n, s);
 }
 
+double sum_squares_elements(const float* x, int64_t n) {
+  return sum_squares_k(active_kernels(), x, n);
+}
+bool all_finite_elements(const float* x, int64_t n) { return all_finite_k(active_kernels(), x, n); }
+
 PathChoice opk::ops_choice() { return ops_table().choice(); }
 
 // ---- the scalar reference (nn/ops_kernels.h) -----------------------------------------------
@@ -333,6 +369,12 @@ void axpy(float* y, const float* x, float alpha, int64_t n) {
 void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n,
                     const AdamWStep& s) {
   adamw_k(opk::kernels_ref(), w, g, m, v, n, s);
+}
+double sum_squares_elements(const float* x, int64_t n) {
+  return sum_squares_k(opk::kernels_ref(), x, n);
+}
+bool all_finite_elements(const float* x, int64_t n) {
+  return all_finite_k(opk::kernels_ref(), x, n);
 }
 }  // namespace ref
 

@@ -3,7 +3,8 @@
 // 16 FP32 lanes, a masked tail for widths that are not multiples of 16. Against the scalar
 // kernels (ops_ref.cc):
 //   bit for bit   embedding forward/backward, residual, axpy, AdamW, cross-entropy backward,
-//                 RMSNorm dgain (the same per-column sums in token order) — every FP32
+//                 RMSNorm dgain (the same per-column sums in token order), the sum of squares
+//                 (the reference's 32 accumulators, as lanes) and the finite check — every FP32
 //                 operation is the reference's, in its order, with mul_rn/add_rn where the
 //                 compiler could otherwise fuse a multiply and an add;
 //   within tolerance
@@ -241,9 +242,10 @@ void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int
   const __m512 c1 = _mm512_set1_ps(s.one_minus_beta1), c2 = _mm512_set1_ps(s.one_minus_beta2);
   const __m512 step = _mm512_set1_ps(s.step_size), ibc2 = _mm512_set1_ps(s.inv_sqrt_bc2);
   const __m512 eps = _mm512_set1_ps(s.eps), wd = _mm512_set1_ps(s.wd);
+  const __m512 gs = _mm512_set1_ps(s.grad_scale);
   for (int64_t i = i0; i < i1; i += 16) {
     const __mmask16 k = tail_mask(i1 - i);
-    const __m512 gv = _mm512_maskz_loadu_ps(k, g + i);
+    const __m512 gv = mul_rn(_mm512_maskz_loadu_ps(k, g + i), gs);
     const __m512 mv = add_rn(mul_rn(b1, _mm512_maskz_loadu_ps(k, m + i)), mul_rn(c1, gv));
     const __m512 vv =
         add_rn(mul_rn(b2, _mm512_maskz_loadu_ps(k, v + i)), mul_rn(mul_rn(c2, gv), gv));
@@ -257,12 +259,35 @@ void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int
   }
 }
 
+// Accumulator l of the reference's 32 is lane l % 8 of a[l / 8]; the squares are exact in
+// double, so each FMA is the reference's add. Masked lanes add +0, which changes no sum (the
+// accumulators start at +0 and only grow).
+double sumsq_block(const float* x, int64_t n) {
+  __m512d a[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+                  _mm512_setzero_pd()};
+  for (int64_t i = 0; i < n; i += 32) {
+    const __m512 v0 = ld(x + i, tail_mask(n - i)), v1 = ld(x + i + 16, tail_mask(n - i - 16));
+    const __m512d p[4] = {lo_pd(v0), hi_pd(v0), lo_pd(v1), hi_pd(v1)};
+    for (int j = 0; j < 4; ++j) a[j] = _mm512_fmadd_pd(p[j], p[j], a[j]);
+  }
+  const __m512d s8 = _mm512_add_pd(_mm512_add_pd(a[0], a[2]), _mm512_add_pd(a[1], a[3]));
+  const __m256d s4 = _mm256_add_pd(_mm512_castpd512_pd256(s8), _mm512_extractf64x4_pd(s8, 1));
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+}
+
+bool nonfinite(const float* x, int64_t n) {
+  __mmask16 bad = 0;  // fpclass 0x99: QNaN, SNaN, +Inf, -Inf
+  each16(n, [&](int64_t i, __mmask16 m) { bad |= _mm512_mask_fpclass_ps_mask(m, ld(x + i, m), 0x99); });
+  return bad != 0;
+}
+
 }  // namespace
 
 const Kernels& kernels_avx512() {
   static const Kernels k{embed_fwd,  embed_bwd,  rms_fwd, rms_bwd_dx, rms_bwd_dgain,
                          swiglu_fwd, swiglu_bwd, ce_fwd,  ce_bwd,     add,
-                         acc,        axpy,       adamw};
+                         acc,        axpy,       adamw,   sumsq_block, nonfinite};
   return k;
 }
 

@@ -56,6 +56,10 @@ struct Kernels {
   // AdamW over elements [i0, i1) of w, m, v from g (nn/ops.h adamw_elements).
   void (*adamw)(float* w, const float* g, float* m, float* v, const AdamWStep& s, int64_t i0,
                 int64_t i1);
+  // Σ x[i]² over x [n] (n <= kSumSquaresBlock) in the 32-accumulator order of nn/ops.h's
+  // sum_squares_elements; whether x [n] holds a NaN or Inf.
+  double (*sumsq_block)(const float* x, int64_t n);
+  bool (*nonfinite)(const float* x, int64_t n);
 };
 
 // What the dispatch table (ops.cc) chooses now (mxtrain info).
@@ -88,6 +92,8 @@ void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void residual_backward(float* da, float* db, const float* dout, int64_t n);
 void axpy(float* y, const float* x, float alpha, int64_t n);
 void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+double sum_squares_elements(const float* x, int64_t n);
+bool all_finite_elements(const float* x, int64_t n);
 }  // namespace ref
 
 }  // namespace mxtrain

@@ -147,12 +147,27 @@ void axpy(float* y, const float* x, float alpha, int64_t i0, int64_t i1) {
 void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int64_t i0,
            int64_t i1) {
   for (int64_t i = i0; i < i1; ++i) {
-    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * g[i];
-    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * g[i] * g[i];
+    const float gi = g[i] * s.grad_scale;
+    m[i] = s.beta1 * m[i] + s.one_minus_beta1 * gi;
+    v[i] = s.beta2 * v[i] + s.one_minus_beta2 * gi * gi;
     const float denom = std::sqrt(v[i]) * s.inv_sqrt_bc2 + s.eps;
     w[i] -= s.wd * w[i];
     w[i] -= s.step_size * m[i] / denom;
   }
+}
+
+double sumsq_block(const float* x, int64_t n) {
+  double acc[32] = {};
+  for (int64_t i = 0; i < n; ++i) acc[i % 32] += double(x[i]) * double(x[i]);
+  for (int h = 16; h >= 1; h /= 2)
+    for (int l = 0; l < h; ++l) acc[l] += acc[l + h];
+  return acc[0];
+}
+
+bool nonfinite(const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return true;
+  return false;
 }
 
 }  // namespace
@@ -160,7 +175,7 @@ void adamw(float* w, const float* g, float* m, float* v, const AdamWStep& s, int
 const Kernels& kernels_ref() {
   static const Kernels k{embed_fwd,  embed_bwd,  rms_fwd, rms_bwd_dx, rms_bwd_dgain,
                          swiglu_fwd, swiglu_bwd, ce_fwd,  ce_bwd,     add,
-                         acc,        axpy,       adamw};
+                         acc,        axpy,       adamw,   sumsq_block, nonfinite};
   return k;
 }
 

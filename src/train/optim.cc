@@ -3,12 +3,11 @@
 // adamw_update derives the step's constants and hands the element update to the elementwise
 // ops (nn/ops.h adamw_elements: their dispatch table's AVX-512 or scalar kernel, the same
 // bits, split into one contiguous range per thread above a size measured in
-// docs/results/trainer.md, "Elementwise kernels").
+// docs/results/trainer.md, "Elementwise kernels"); the gradient reductions are elementwise
+// ops too (sum_squares_elements, all_finite_elements).
 #include "mxtrain/train/optim.h"
 
-#include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "mxtrain/nn/ops.h"
 #include "nn/ops_kernels.h"
@@ -19,24 +18,24 @@ namespace mxtrain {
 namespace {
 
 // The step's constants (nn/ops.h AdamWStep).
-AdamWStep step_constants(const AdamWHyper& h, int64_t t, bool decay) {
+AdamWStep step_constants(const AdamWHyper& h, int64_t t, bool decay, float grad_scale) {
   const float bc1 = 1.0f - std::pow(h.beta1, float(t));
   const float bc2 = 1.0f - std::pow(h.beta2, float(t));
   return AdamWStep{h.beta1,    h.beta2, 1.0f - h.beta1,         1.0f - h.beta2,
                    h.lr / bc1, 1.0f / std::sqrt(bc2), h.eps,
-                   decay ? h.lr * h.weight_decay : 0.0f};
+                   decay ? h.lr * h.weight_decay : 0.0f, grad_scale};
 }
 
 }  // namespace
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
-                  int64_t t, bool decay) {
-  adamw_elements(w, g, m, v, n, step_constants(h, t, decay));
+                  int64_t t, bool decay, float grad_scale) {
+  adamw_elements(w, g, m, v, n, step_constants(h, t, decay, grad_scale));
 }
 
 void ref::adamw_update(float* w, const float* g, float* m, float* v, int64_t n,
-                       const AdamWHyper& h, int64_t t, bool decay) {
-  ref::adamw_elements(w, g, m, v, n, step_constants(h, t, decay));
+                       const AdamWHyper& h, int64_t t, bool decay, float grad_scale) {
+  ref::adamw_elements(w, g, m, v, n, step_constants(h, t, decay, grad_scale));
 }
 
 float lr_at(int64_t step, int64_t warmup_steps, int64_t total_steps, float lr, float min_lr) {
@@ -47,28 +46,8 @@ float lr_at(int64_t step, int64_t warmup_steps, int64_t total_steps, float lr, f
   return min_lr + 0.5f * (lr - min_lr) * float(1.0 + std::cos(M_PI * progress));
 }
 
-double sum_squares(const float* g, int64_t n) {
-  // Fixed blocking so the result does not depend on the thread count.
-  constexpr int64_t kBlock = 4096;
-  const int64_t nb = (n + kBlock - 1) / kBlock;
-  std::vector<double> part(nb, 0.0);
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (int64_t b = 0; b < nb; ++b) {
-    double s = 0;
-    const int64_t end = std::min(n, (b + 1) * kBlock);
-    for (int64_t i = b * kBlock; i < end; ++i) s += double(g[i]) * double(g[i]);
-    part[b] = s;
-  }
-  double s = 0;
-  for (double p : part) s += p;
-  return s;
-}
+double sum_squares(const float* g, int64_t n) { return sum_squares_elements(g, n); }
 
-bool all_finite(const float* g, int64_t n) {
-  bool ok = true;
-#pragma omp parallel for reduction(&& : ok) schedule(static) if (n > 65536)
-  for (int64_t i = 0; i < n; ++i) ok = ok && std::isfinite(g[i]);
-  return ok;
-}
+bool all_finite(const float* g, int64_t n) { return all_finite_elements(g, n); }
 
 }  // namespace mxtrain

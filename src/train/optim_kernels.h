@@ -10,6 +10,6 @@
 namespace mxtrain::ref {
 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, const AdamWHyper& h,
-                  int64_t t, bool decay);
+                  int64_t t, bool decay, float grad_scale = 1.f);
 
 }  // namespace mxtrain::ref

@@ -58,8 +58,12 @@ class MeshSync : public ParamSync {
     for (Reduce r : {Reduce::dp, Reduce::world, Reduce::edp}) reduce_group(r);
     const float inv = 1.f / float(mesh_.dp_size());
     if (mesh_.dp_size() > 1)
-      for (Parameter* p : params_)
-        for (float& g : p->grad) g *= inv;
+      for (Parameter* p : params_) {
+        float* g = p->grad.data();
+        const int64_t n = p->numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) g[i] *= inv;
+      }
     counters_.allreduce_bytes += reduce_bytes() - before;
     counters_.allreduce_ms +=
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();

@@ -391,9 +391,7 @@ void step_body(Run& r, int64_t step, StepResult& s) {
   s.lr = h.lr;
   ++r.st.opt_steps;
   for (const OptimView& ov : r.sync->views()) {
-    if (grad_mult != 1.f)
-      for (int64_t i = 0; i < ov.n; ++i) ov.grad[i] *= grad_mult;
-    adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, r.st.opt_steps, ov.decay);
+    adamw_update(ov.value, ov.grad, ov.m, ov.v, ov.n, h, r.st.opt_steps, ov.decay, grad_mult);
     ++*ov.version;
   }
   // Delayed scaling: the step's amaxes, max-reduced over the ranks, give the next scales.

@@ -4,8 +4,8 @@
 // the reference.
 //
 // Tolerances, per element, as a multiple of the size of the terms that make it up:
-//   exact (0)   embedding, residual, axpy, cross-entropy backward, RMSNorm dgain: the same
-//               FP32 operations in the same order (compared bit for bit).
+//   exact (0)   embedding, residual, axpy, cross-entropy backward, RMSNorm dgain, the sum of
+//               squares: the same FP32 (double) operations in the same order (bit for bit).
 //   kRowSumRel  RMSNorm forward and dx: the row sums (double) are reassociated, so the FP32
 //               row scale or mean may differ by an ulp, which moves each output by ~1 ulp of
 //               its terms; 4 ulp.
@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -237,6 +238,35 @@ TEST_F(OpsAvx512, ResidualAndAxpyAreExact) {
     }
 }
 
+// The gradient reductions: the sum of squares bit for bit on lengths around the 32-lane and
+// block edges (a sum reassociated anywhere would differ in the last bits on these values), the
+// finite check against a NaN or Inf at each edge position.
+TEST_F(OpsAvx512, SumOfSquaresAndFiniteCheckAreExact) {
+  const int64_t B = kSumSquaresBlock;
+  for (int64_t n : {int64_t(0), int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(31),
+                    int64_t(32), int64_t(33), int64_t(63), int64_t(65), int64_t(255),
+                    int64_t(257), B - 1, B, B + 1, 3 * B + 33, int64_t(65536 + 17),
+                    int64_t(200003)}) {
+    const Vec x = random_vector(std::max<int64_t>(n, 1), 40 + uint32_t(n % 97), -3.f, 3.f);
+    const double a = sum_squares_elements(x.data(), n), b = ref::sum_squares_elements(x.data(), n);
+    EXPECT_EQ(std::memcmp(&a, &b, sizeof a), 0) << "n=" << n << ": " << a << " vs " << b;
+    double exact = 0;  // a loose check of the value itself
+    for (int64_t i = 0; i < n; ++i) exact += double(x[i]) * x[i];
+    EXPECT_NEAR(a, exact, 1e-12 * std::max(1.0, exact)) << "n=" << n;
+    EXPECT_TRUE(all_finite_elements(x.data(), n)) << "n=" << n;
+    for (int64_t at : {int64_t(0), n / 2, n - 1}) {
+      if (n == 0) break;
+      for (float bad : {kNan, kInf, -kInf}) {
+        Vec y = x;
+        y[size_t(at)] = bad;
+        EXPECT_FALSE(all_finite_elements(y.data(), n)) << "n=" << n << " at " << at;
+        EXPECT_FALSE(ref::all_finite_elements(y.data(), n)) << "n=" << n << " at " << at;
+        EXPECT_FALSE(std::isfinite(sum_squares_elements(y.data(), n))) << "n=" << n;
+      }
+    }
+  }
+}
+
 // ---- non-finite inputs propagate as in the reference ----------------------------------------
 
 TEST_F(OpsAvx512, NonFiniteInputsPropagateLikeTheReference) {
@@ -327,12 +357,16 @@ void all_ops_thread_independent() {
       axpy(ax.data(), dout.data(), 0.7f, N * D);
       Vec dtw(V * Dw, 0.f);
       embedding_backward(dtw.data(), doutw.data(), tok.data(), N, V, Dw);
-      o = {e, dt, y, r, dx, dg, h, da, p, l, Vec{float(m)}, dl, s, ra, rb, ax, dtw};
+      const double ss = sum_squares_elements(doutw.data(), N * Dw);
+      Vec ssv(2);
+      std::memcpy(ssv.data(), &ss, sizeof ss);
+      o = {e, dt, y, r, dx, dg, h, da, p, l, Vec{float(m)}, dl, s, ra, rb, ax, dtw, ssv};
     });
   }
   const char* names[] = {"embed", "dtable", "rms out", "rstd", "dx", "dgain", "swiglu h",
                          "swiglu da", "probs", "losses", "mean loss", "dlogits", "residual",
-                         "residual da", "residual db", "axpy", "dtable (wide)"};
+                         "residual da", "residual db", "axpy", "dtable (wide)",
+                         "sum of squares"};
   for (size_t i = 0; i < out[0].size(); ++i)
     EXPECT_TRUE(same_bytes(out[0][i], out[1][i])) << names[i] << " on " << isa_name(active_isa());
 }

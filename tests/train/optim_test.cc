@@ -74,7 +74,7 @@ AdamWState run_adamw(Update update, int64_t n, bool decay, int steps, bool poiso
       g[n / 2] = std::numeric_limits<float>::infinity();
       g[n - 1] = -std::numeric_limits<float>::infinity();
     }
-    update(s.w.data(), g.data(), s.m.data(), s.v.data(), n, h, t, decay);
+    update(s.w.data(), g.data(), s.m.data(), s.v.data(), n, h, t, decay, 1.f);
   }
   return s;
 }
@@ -103,6 +103,35 @@ TEST_F(AdamWAvx512, MatchesReferenceBitForBit) {
           EXPECT_TRUE(std::isnan(a.w[0]) && std::isnan(a.w[n / 2])) << what;
         }
       }
+}
+
+// The clip factor passed as grad_scale gives the bits of the gradient scaled beforehand, on
+// every path (the trainer relies on it: it no longer scales the gradients in place).
+TEST(AdamW, GradScaleEqualsScalingTheGradientFirst) {
+  const AdamWHyper h{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  for (Isa isa : supported_isas()) {
+    set_isa(isa);
+    for (int64_t n : {1, 17, 65536 + 17}) {
+      for (float scale : {1.f, 0.37f, 1.f / 3.f}) {
+        std::mt19937 rng{uint32_t(n)};
+        std::normal_distribution<float> nd(0.f, 1.f);
+        std::vector<float> w(n), g(n), m1(n, 0.f), v1(n, 0.f), m2(n, 0.f), v2(n, 0.f);
+        for (float& x : w) x = nd(rng);
+        std::vector<float> w2 = w;
+        for (int t = 1; t <= 3; ++t) {
+          for (float& x : g) x = nd(rng);
+          const std::vector<float> g0 = g;
+          adamw_update(w.data(), g.data(), m1.data(), v1.data(), n, h, t, true, scale);
+          EXPECT_TRUE(same_values(g, g0)) << "the gradient was written";
+          for (float& x : g) x *= scale;
+          adamw_update(w2.data(), g.data(), m2.data(), v2.data(), n, h, t, true);
+        }
+        EXPECT_TRUE(same_values(w, w2) && same_values(m1, m2) && same_values(v1, v2))
+            << isa_name(isa) << " n=" << n << " scale=" << scale;
+      }
+    }
+  }
+  clear_isa_override();
 }
 
 TEST(AdamW, IndependentOfThreadCountOnEveryPath) {

@@ -144,10 +144,22 @@ struct AdamWStep {
   float inv_sqrt_bc2;  // 1 / sqrt(1 - beta2^t)
   float eps;
   float wd;            // lr * weight_decay, or 0 when the parameter is not decayed
+  float grad_scale = 1.f;  // the gradient's factor (clip and 1 / grad_accum), applied first
 };
-// Per element, in this order: m = b1 m + (1 - b1) g; v = b2 v + ((1 - b2) g) g;
-// denom = sqrt(v) / sqrt(bc2) + eps; w = w - wd w; w = w - (step_size m) / denom.
-// w, m, v updated in place from g, all [n]. Both paths give the same bits.
+// Per element, in this order: g = grad_scale g; m = b1 m + (1 - b1) g; v = b2 v + ((1 - b2)
+// g) g; denom = sqrt(v) / sqrt(bc2) + eps; w = w - wd w; w = w - (step_size m) / denom.
+// w, m, v updated in place from g (read only), all [n]. Both paths give the same bits, and a
+// grad_scale of 1 gives those of the update without it (g * 1 = g).
 void adamw_elements(float* w, const float* g, float* m, float* v, int64_t n, const AdamWStep& s);
+
+// Σ x[i]² in double over x [n], in blocks of kSumSquaresBlock elements added in block order;
+// inside a block element i goes to accumulator i mod 32 and the 32 are added pairwise (lanes
+// l and l + 16, then l + 8, ... l + 1). Each square is exact in double, so the order is all that
+// decides the bits: the same on every kernel path and for any thread count. A NaN or Inf
+// element makes the sum NaN or Inf.
+constexpr int64_t kSumSquaresBlock = 4096;
+double sum_squares_elements(const float* x, int64_t n);
+// Whether every x[i] of x [n] is finite (no NaN, no ±Inf).
+bool all_finite_elements(const float* x, int64_t n);
 
 }  // namespace mxtrain
