@@ -192,36 +192,49 @@ FwdScratch& fwd_scratch() {
 }
 
 // One query block [q0, q0 + nq) of head number `head`; base = its q columns of batch row 0.
+// The scratch is read through local pointers: its vectors' members would otherwise be
+// reloaded after every (may-alias) vector store, and the thread_local's address with them —
+// under -fPIC a __tls_get_addr call, with a vzeroupper and every live zmm spilled around it.
 void forward_block(float* out, float* lse, const float* base, int64_t head, int64_t q0,
                    int64_t T, int64_t D, int64_t hd, float scale, FwdScratch& w) {
   const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
   const int64_t nq = std::min(BL, T - q0), nqv = (nq + 15) / 16;
-  pack_rows_t(w.qt.data(), BL, w.tmp.data(), base + q0 * C3, C3, nq, hd);
+  uint32_t* const qt = w.qt.data();
+  uint32_t* const krs = w.kr.data();
+  uint32_t* const vps = w.vp.data();
+  uint32_t* const pp = w.pp.data();
+  float* const st = w.st.data();
+  float* const o = w.o.data();
+  float* const mm = w.m.data();
+  float* const ll = w.l.data();
+  float* const alpha = w.alpha.data();
+  pack_rows_t(qt, BL, w.tmp.data(), base + q0 * C3, C3, nq, hd);
   for (int64_t g = 0; g < nqv; ++g) {
-    _mm512_storeu_ps(w.m.data() + 16 * g, _mm512_set1_ps(-INFINITY));
-    _mm512_storeu_ps(w.l.data() + 16 * g, _mm512_setzero_ps());
+    _mm512_storeu_ps(mm + 16 * g, _mm512_set1_ps(-INFINITY));
+    _mm512_storeu_ps(ll + 16 * g, _mm512_setzero_ps());
   }
-  std::fill_n(w.o.data(), BL * hdp, 0.f);
+  std::fill_n(o, BL * hdp, 0.f);
   const __m512 vscale = _mm512_set1_ps(scale);
   if (w.head != head) w.head = head, w.packed = 0;
+  int64_t packed = w.packed;
   for (int64_t s0 = 0; s0 <= q0; s0 += BL) {
     const int64_t nk = std::min(BL, T - s0);
-    const uint32_t* kr = w.kr.data() + s0 * kq;
-    const uint32_t* vp = w.vp.data() + s0 / 2 * hdp;
-    if (s0 / BL >= w.packed) {
-      pack_rows(w.kr.data() + s0 * kq, kq, base + s0 * C3 + D, C3, nk, hd);
-      pack_pairs(w.vp.data() + s0 / 2 * hdp, hdp, base + s0 * C3 + 2 * D, C3, nk, hd);
-      w.packed = s0 / BL + 1;
+    const uint32_t* kr = krs + s0 * kq;
+    const uint32_t* vp = vps + s0 / 2 * hdp;
+    if (s0 / BL >= packed) {
+      pack_rows(krs + s0 * kq, kq, base + s0 * C3 + D, C3, nk, hd);
+      pack_pairs(vps + s0 / 2 * hdp, hdp, base + s0 * C3 + 2 * D, C3, nk, hd);
+      packed = s0 / BL + 1;
     }
-    gemm(nk, 16 * nqv, kp, kr, kq, 1, w.qt.data(), BL, w.st.data(), BL, false);
+    gemm(nk, 16 * nqv, kp, kr, kq, 1, qt, BL, st, BL, false);
     for (int64_t g = 0; g < nqv; ++g) {
       const __m512i qi = _mm512_add_epi32(_mm512_set1_epi32(int(q0 + 16 * g)),
                                           _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,
                                                             11, 12, 13, 14, 15));
-      const __m512 m_old = _mm512_loadu_ps(w.m.data() + 16 * g);
+      const __m512 m_old = _mm512_loadu_ps(mm + 16 * g);
       __m512 mb = m_old;
       for (int64_t s = 0; s < nk; ++s) {
-        float* x = w.st.data() + s * BL + 16 * g;
+        float* x = st + s * BL + 16 * g;
         const __mmask16 keep = _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s)), qi,
                                                      _MM_CMPINT_LE);
         const __m512 v = _mm512_mask_mul_ps(_mm512_set1_ps(-INFINITY), keep,
@@ -229,37 +242,36 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
         _mm512_storeu_ps(x, v);
         mb = _mm512_max_ps(mb, v);
       }
-      _mm512_storeu_ps(w.alpha.data() + 16 * g, exp16(_mm512_sub_ps(m_old, mb)));
-      _mm512_storeu_ps(w.m.data() + 16 * g, mb);
+      _mm512_storeu_ps(alpha + 16 * g, exp16(_mm512_sub_ps(m_old, mb)));
+      _mm512_storeu_ps(mm + 16 * g, mb);
       __m512 sum = _mm512_setzero_ps();
       for (int64_t s = 0; s < nk; ++s) {
-        float* x = w.st.data() + s * BL + 16 * g;
+        float* x = st + s * BL + 16 * g;
         const __mmask16 keep = _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s)), qi,
                                                      _MM_CMPINT_LE);
         const __m512 e = _mm512_maskz_mov_ps(keep, exp16(_mm512_sub_ps(_mm512_loadu_ps(x), mb)));
         _mm512_storeu_ps(x, e);
         sum = _mm512_add_ps(sum, e);
       }
-      const __m512 l = _mm512_loadu_ps(w.l.data() + 16 * g);
-      _mm512_storeu_ps(w.l.data() + 16 * g,
-                       _mm512_fmadd_ps(_mm512_loadu_ps(w.alpha.data() + 16 * g), l, sum));
+      const __m512 l = _mm512_loadu_ps(ll + 16 * g);
+      _mm512_storeu_ps(ll + 16 * g, _mm512_fmadd_ps(_mm512_loadu_ps(alpha + 16 * g), l, sum));
     }
     for (int64_t q = 0; q < nq; ++q) {
-      const __m512 a = _mm512_set1_ps(w.alpha[q]);
+      const __m512 a = _mm512_set1_ps(alpha[q]);
       for (int64_t n = 0; n < hdp; n += 16)
-        _mm512_storeu_ps(w.o.data() + q * hdp + n,
-                         _mm512_mul_ps(a, _mm512_loadu_ps(w.o.data() + q * hdp + n)));
+        _mm512_storeu_ps(o + q * hdp + n, _mm512_mul_ps(a, _mm512_loadu_ps(o + q * hdp + n)));
     }
-    pack_pairs(w.pp.data(), BL, w.st.data(), BL, nk, 16 * nqv);
-    gemm(nq, hdp, (nk + 1) / 2, w.pp.data(), 1, BL, vp, hdp, w.o.data(), hdp, true);
+    pack_pairs(pp, BL, st, BL, nk, 16 * nqv);
+    gemm(nq, hdp, (nk + 1) / 2, pp, 1, BL, vp, hdp, o, hdp, true);
   }
+  w.packed = packed;
   for (int64_t q = 0; q < nq; ++q) {
-    const __m512 inv = _mm512_set1_ps(1.f / w.l[q]);
+    const __m512 inv = _mm512_set1_ps(1.f / ll[q]);
     float* dst = out + (q0 + q) * D;
     for (int64_t n = 0; n < hd; n += 16)
       _mm512_mask_storeu_ps(dst + n, lanes(hd - n),
-                            _mm512_mul_ps(_mm512_loadu_ps(w.o.data() + q * hdp + n), inv));
-    lse[q0 + q] = w.m[q] + std::log(w.l[q]);
+                            _mm512_mul_ps(_mm512_loadu_ps(o + q * hdp + n), inv));
+    lse[q0 + q] = mm[q] + std::log(ll[q]);
   }
 }
 
@@ -311,14 +323,22 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
                    BwdScratch& w) {
   const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
   const int64_t Tp = round_up(T, BL);
-  pack_rows_t(w.qt.data(), Tp, w.tmp.data(), base, C3, T, hd);
-  pack_rows_t(w.gt.data(), Tp, w.tmp.data(), g, D, T, hd);
-  std::fill_n(w.qp.data(), Tp / 2 * hdp, 0u);
-  std::fill_n(w.gp.data(), Tp / 2 * hdp, 0u);
-  pack_pairs(w.qp.data(), hdp, base, C3, T, hd);
-  pack_pairs(w.gp.data(), hdp, g, D, T, hd);
-  std::fill_n(w.dd.data(), Tp, 0.f);
-  std::fill_n(w.ls.data(), Tp, 0.f);
+  // Local pointers, not the thread_local's members (see forward_block).
+  uint32_t *const qt_ = w.qt.data(), *const gt_ = w.gt.data(), *const qp_ = w.qp.data();
+  uint32_t *const gp_ = w.gp.data(), *const tmp_ = w.tmp.data(), *const kr_ = w.kr.data();
+  uint32_t *const vr_ = w.vr.data(), *const kpp_ = w.kpp.data(), *const ptb_ = w.ptb.data();
+  uint32_t *const dsb_ = w.dsb.data(), *const dsp_ = w.dsp.data();
+  float *const dq_ = w.dq.data(), *const dd_ = w.dd.data(), *const ls_ = w.ls.data();
+  float *const st_ = w.st.data(), *const dpt_ = w.dpt.data(), *const dk_ = w.dk.data();
+  float* const dv_ = w.dv.data();
+  pack_rows_t(qt_, Tp, tmp_, base, C3, T, hd);
+  pack_rows_t(gt_, Tp, tmp_, g, D, T, hd);
+  std::fill_n(qp_, Tp / 2 * hdp, 0u);
+  std::fill_n(gp_, Tp / 2 * hdp, 0u);
+  pack_pairs(qp_, hdp, base, C3, T, hd);
+  pack_pairs(gp_, hdp, g, D, T, hd);
+  std::fill_n(dd_, Tp, 0.f);
+  std::fill_n(ls_, Tp, 0.f);
   for (int64_t q = 0; q < T; ++q) {
     __m512 acc = _mm512_setzero_ps();
     for (int64_t n = 0; n < hd; n += 16) {
@@ -326,26 +346,26 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
       acc = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, g + q * D + n),
                             _mm512_maskz_loadu_ps(m, o + q * D + n), acc);
     }
-    w.dd[q] = _mm512_reduce_add_ps(acc);
-    w.ls[q] = lse[q];
+    dd_[q] = _mm512_reduce_add_ps(acc);
+    ls_[q] = lse[q];
   }
-  std::fill_n(w.dq.data(), T * hdp, 0.f);
+  std::fill_n(dq_, T * hdp, 0.f);
   const __m512 vscale = _mm512_set1_ps(scale);
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t s0 = 0; s0 < T; s0 += BL) {
     const int64_t nk = std::min(BL, T - s0);
-    pack_rows(w.kr.data(), kq, base + s0 * C3 + D, C3, nk, hd);
-    pack_rows(w.vr.data(), kq, base + s0 * C3 + 2 * D, C3, nk, hd);
-    pack_pairs(w.kpp.data(), hdp, base + s0 * C3 + D, C3, nk, hd);
-    std::fill_n(w.dk.data(), BL * hdp, 0.f);
-    std::fill_n(w.dv.data(), BL * hdp, 0.f);
+    pack_rows(kr_, kq, base + s0 * C3 + D, C3, nk, hd);
+    pack_rows(vr_, kq, base + s0 * C3 + 2 * D, C3, nk, hd);
+    pack_pairs(kpp_, hdp, base + s0 * C3 + D, C3, nk, hd);
+    std::fill_n(dk_, BL * hdp, 0.f);
+    std::fill_n(dv_, BL * hdp, 0.f);
     for (int64_t q0 = s0; q0 < T; q0 += BL) {
       const int64_t nq = std::min(BL, T - q0), nqv = (nq + 15) / 16;
-      gemm(nk, 16 * nqv, kp, w.kr.data(), kq, 1, w.qt.data() + q0, Tp, w.st.data(), BL, false);
-      gemm(nk, 16 * nqv, kp, w.vr.data(), kq, 1, w.gt.data() + q0, Tp, w.dpt.data(), BL, false);
+      gemm(nk, 16 * nqv, kp, kr_, kq, 1, qt_ + q0, Tp, st_, BL, false);
+      gemm(nk, 16 * nqv, kp, vr_, kq, 1, gt_ + q0, Tp, dpt_, BL, false);
       for (int64_t s = 0; s < nk; ++s) {
-        float* pr = w.st.data() + s * BL;
-        float* dr = w.dpt.data() + s * BL;
+        float* pr = st_ + s * BL;
+        float* dr = dpt_ + s * BL;
         for (int64_t gq = 0; gq < 4; ++gq) {
           __m512 p = _mm512_setzero_ps(), ds = _mm512_setzero_ps();
           if (gq < nqv) {
@@ -354,20 +374,20 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
                 _mm512_cmp_epi32_mask(_mm512_set1_epi32(int(s0 + s - q0)), qi, _MM_CMPINT_LE) &
                 lanes(nq - 16 * gq);
             const __m512 x = _mm512_fmsub_ps(_mm512_loadu_ps(pr + 16 * gq), vscale,
-                                             _mm512_loadu_ps(w.ls.data() + q0 + 16 * gq));
+                                             _mm512_loadu_ps(ls_ + q0 + 16 * gq));
             p = _mm512_maskz_mov_ps(keep, exp16(x));
             ds = _mm512_maskz_mul_ps(
                 keep, p,
                 _mm512_sub_ps(_mm512_loadu_ps(dr + 16 * gq),
-                              _mm512_loadu_ps(w.dd.data() + q0 + 16 * gq)));
+                              _mm512_loadu_ps(dd_ + q0 + 16 * gq)));
           }
           _mm512_storeu_ps(dr + 16 * gq, ds);
           if (gq % 2 == 1) {
             const __m512 p_lo = _mm512_loadu_ps(pr + 16 * (gq - 1));
             const __m512 d_lo = _mm512_loadu_ps(dr + 16 * (gq - 1));
-            _mm512_storeu_si512(w.ptb.data() + s * (BL / 2) + 8 * (gq - 1),
+            _mm512_storeu_si512(ptb_ + s * (BL / 2) + 8 * (gq - 1),
                                 (__m512i)_mm512_cvtne2ps_pbh(p, p_lo));
-            _mm512_storeu_si512(w.dsb.data() + s * (BL / 2) + 8 * (gq - 1),
+            _mm512_storeu_si512(dsb_ + s * (BL / 2) + 8 * (gq - 1),
                                 (__m512i)_mm512_cvtne2ps_pbh(ds, d_lo));
           } else {
             _mm512_storeu_ps(pr + 16 * gq, p);
@@ -375,28 +395,28 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
         }
       }
       const int64_t qpairs = 8 * nqv;  // query pairs, padded lanes zero
-      gemm(nk, hdp, qpairs, w.ptb.data(), BL / 2, 1, w.gp.data() + q0 / 2 * hdp, hdp,
-           w.dv.data(), hdp, true);
-      gemm(nk, hdp, qpairs, w.dsb.data(), BL / 2, 1, w.qp.data() + q0 / 2 * hdp, hdp,
-           w.dk.data(), hdp, true);
-      pack_pairs(w.dsp.data(), BL, w.dpt.data(), BL, nk, 16 * nqv);
-      gemm(nq, hdp, (nk + 1) / 2, w.dsp.data(), 1, BL, w.kpp.data(), hdp,
-           w.dq.data() + q0 * hdp, hdp, true);
+      gemm(nk, hdp, qpairs, ptb_, BL / 2, 1, gp_ + q0 / 2 * hdp, hdp,
+           dv_, hdp, true);
+      gemm(nk, hdp, qpairs, dsb_, BL / 2, 1, qp_ + q0 / 2 * hdp, hdp,
+           dk_, hdp, true);
+      pack_pairs(dsp_, BL, dpt_, BL, nk, 16 * nqv);
+      gemm(nq, hdp, (nk + 1) / 2, dsp_, 1, BL, kpp_, hdp,
+           dq_ + q0 * hdp, hdp, true);
     }
     for (int64_t s = 0; s < nk; ++s) {
       float* dkr = dbase + (s0 + s) * C3 + D;
       for (int64_t n = 0; n < hd; n += 16) {
         const __mmask16 m = lanes(hd - n);
         _mm512_mask_storeu_ps(dkr + n, m,
-                              _mm512_mul_ps(vscale, _mm512_loadu_ps(w.dk.data() + s * hdp + n)));
-        _mm512_mask_storeu_ps(dkr + D + n, m, _mm512_loadu_ps(w.dv.data() + s * hdp + n));
+                              _mm512_mul_ps(vscale, _mm512_loadu_ps(dk_ + s * hdp + n)));
+        _mm512_mask_storeu_ps(dkr + D + n, m, _mm512_loadu_ps(dv_ + s * hdp + n));
       }
     }
   }
   for (int64_t q = 0; q < T; ++q)
     for (int64_t n = 0; n < hd; n += 16)
       _mm512_mask_storeu_ps(dbase + q * C3 + n, lanes(hd - n),
-                            _mm512_mul_ps(vscale, _mm512_loadu_ps(w.dq.data() + q * hdp + n)));
+                            _mm512_mul_ps(vscale, _mm512_loadu_ps(dq_ + q * hdp + n)));
 }
 
 }  // namespace
