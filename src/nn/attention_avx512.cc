@@ -119,6 +119,37 @@ void pack_pairs(uint32_t* dst, int64_t ld, const float* x, int64_t lds, int64_t 
   }
 }
 
+// ---- rotary position embedding ---------------------------------------------------------------
+
+constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+// dst [2 half] = src's pairs (x_i, x_{i+half}) rotated by the angle of cos c, sin s [half]
+// (inverse: by minus it): u = a c - e sn, w = a sn + e c with sn = ±s, rope_forward's
+// operations (nn/ops_rope.cc) one by one — products rounded on their own, never fused into the
+// add — so the rotated values are its bits. dst may be src.
+inline void rotate_row(float* dst, const float* src, const float* c, const float* s,
+                       int64_t half, bool inverse) {
+  const __m512 flip = _mm512_castsi512_ps(_mm512_set1_epi32(inverse ? int(0x80000000u) : 0));
+  for (int64_t i = 0; i < half; i += 16) {
+    const __mmask16 m = lanes(half - i);
+    const __m512 a = _mm512_maskz_loadu_ps(m, src + i), e = _mm512_maskz_loadu_ps(m, src + half + i);
+    const __m512 cv = _mm512_maskz_loadu_ps(m, c + i);
+    const __m512 sn = _mm512_xor_ps(_mm512_maskz_loadu_ps(m, s + i), flip);  // exact ±s
+    const __m512 u = _mm512_sub_ps(_mm512_mul_round_ps(a, cv, kRn), _mm512_mul_round_ps(e, sn, kRn));
+    const __m512 w = _mm512_add_ps(_mm512_mul_round_ps(a, sn, kRn), _mm512_mul_round_ps(e, cv, kRn));
+    _mm512_mask_storeu_ps(dst + i, m, u);
+    _mm512_mask_storeu_ps(dst + half + i, m, w);
+  }
+}
+
+// dst [n][hd] = rows [pos0, pos0 + n) of x (stride lds) rotated forward (q and k as the
+// products read them).
+void rotate_rows(float* dst, const float* x, int64_t lds, int64_t n, int64_t hd, int64_t pos0,
+                 const RopeTable& rope) {
+  for (int64_t r = 0; r < n; ++r)
+    rotate_row(dst + r * hd, x + r * lds, rope.cos(pos0 + r), rope.sin(pos0 + r), hd / 2, false);
+}
+
 // ---- block products -------------------------------------------------------------------------
 
 // c[m][0, 16 NV) (+)= Σ_p A(m, p) · b[p][...] for m < MR_, A(m, p) = a[m * ars + p * aps].
@@ -175,13 +206,13 @@ void gemm(int64_t M, int64_t N, int64_t kp, const uint32_t* a, int64_t ars, int6
 // walks consecutive query blocks of a head (static schedule), so it packs each block once.
 struct FwdScratch {
   DwordBuf qt, tmp, kr, vp, pp;
-  FloatBuf st, o, m, l, alpha;
+  FloatBuf st, o, m, l, alpha, rot;  // rot: a block of rotated q or k rows [BL][hd]
   int64_t head = -1, packed = 0;
   void fit(int64_t T, int64_t kq, int64_t hdp) {
     const int64_t Tp = round_up(T, BL);
     qt.resize(kq * BL), tmp.resize(BL * kq), kr.resize(Tp * kq), vp.resize(Tp / 2 * hdp);
     pp.resize(BL / 2 * BL), st.resize(BL * BL), o.resize(BL * hdp), m.resize(BL);
-    l.resize(BL), alpha.resize(BL);
+    l.resize(BL), alpha.resize(BL), rot.resize(BL * hdp);
     head = -1;  // qkv is another tensor now
   }
 };
@@ -196,7 +227,8 @@ FwdScratch& fwd_scratch() {
 // reloaded after every (may-alias) vector store, and the thread_local's address with them —
 // under -fPIC a __tls_get_addr call, with a vzeroupper and every live zmm spilled around it.
 void forward_block(float* out, float* lse, const float* base, int64_t head, int64_t q0,
-                   int64_t T, int64_t D, int64_t hd, float scale, FwdScratch& w) {
+                   int64_t T, int64_t D, int64_t hd, float scale, const RopeTable* rope,
+                   FwdScratch& w) {
   const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
   const int64_t nq = std::min(BL, T - q0), nqv = (nq + 15) / 16;
   uint32_t* const qt = w.qt.data();
@@ -208,7 +240,13 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
   float* const mm = w.m.data();
   float* const ll = w.l.data();
   float* const alpha = w.alpha.data();
-  pack_rows_t(qt, BL, w.tmp.data(), base + q0 * C3, C3, nq, hd);
+  float* const rot = w.rot.data();
+  if (rope) {  // q rotated first, as rope_forward would have left it in qkv
+    rotate_rows(rot, base + q0 * C3, C3, nq, hd, q0, *rope);
+    pack_rows_t(qt, BL, w.tmp.data(), rot, hd, nq, hd);
+  } else {
+    pack_rows_t(qt, BL, w.tmp.data(), base + q0 * C3, C3, nq, hd);
+  }
   for (int64_t g = 0; g < nqv; ++g) {
     _mm512_storeu_ps(mm + 16 * g, _mm512_set1_ps(-INFINITY));
     _mm512_storeu_ps(ll + 16 * g, _mm512_setzero_ps());
@@ -222,7 +260,12 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
     const uint32_t* kr = krs + s0 * kq;
     const uint32_t* vp = vps + s0 / 2 * hdp;
     if (s0 / BL >= packed) {
-      pack_rows(krs + s0 * kq, kq, base + s0 * C3 + D, C3, nk, hd);
+      if (rope) {
+        rotate_rows(rot, base + s0 * C3 + D, C3, nk, hd, s0, *rope);
+        pack_rows(krs + s0 * kq, kq, rot, hd, nk, hd);
+      } else {
+        pack_rows(krs + s0 * kq, kq, base + s0 * C3 + D, C3, nk, hd);
+      }
       pack_pairs(vps + s0 / 2 * hdp, hdp, base + s0 * C3 + 2 * D, C3, nk, hd);
       packed = s0 / BL + 1;
     }
@@ -278,7 +321,7 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
 }  // namespace
 
 void attention_forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B,
-                                  int64_t T, int64_t D, int64_t H) {
+                                  int64_t T, int64_t D, int64_t H, const RopeTable* rope) {
   const int64_t hd = D / H, nqb = (T + BL - 1) / BL;
   const int64_t kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
   const float scale = float(1.0 / std::sqrt(double(hd)));
@@ -291,7 +334,8 @@ void attention_forward_avx512bf16(float* out, float* lse, const float* qkv, int6
       for (int64_t h = 0; h < H; ++h)
         for (int64_t qb = 0; qb < nqb; ++qb)
           forward_block(out + b * T * D + h * hd, lse + (b * H + h) * T,
-                        qkv + b * T * 3 * D + h * hd, b * H + h, qb * BL, T, D, hd, scale, w);
+                        qkv + b * T * 3 * D + h * hd, b * H + h, qb * BL, T, D, hd, scale,
+                        rope, w);
   }
 }
 
@@ -302,7 +346,9 @@ namespace {
 struct BwdScratch {
   DwordBuf qt, gt, qp, gp, tmp, kr, vr, kpp, ptb, dsb, dsp;
   FloatBuf dq, dd, ls, st, dpt, dk, dv;
-  void fit(int64_t T, int64_t kq, int64_t hdp) {
+  FloatBuf qrot, krot, row;  // rotated q [T][hd] and k [BL][hd], one output row [hdp]
+  void fit(int64_t T, int64_t kq, int64_t hdp, bool rope) {
+    if (rope) qrot.resize(T * hdp), krot.resize(BL * hdp), row.resize(hdp);
     const int64_t Tp = round_up(T, BL);
     qt.resize(kq * Tp), gt.resize(kq * Tp), qp.resize(Tp / 2 * hdp), gp.resize(Tp / 2 * hdp);
     tmp.resize(T * kq), kr.resize(BL * kq), vr.resize(BL * kq), kpp.resize(BL / 2 * hdp);
@@ -320,7 +366,7 @@ BwdScratch& bwd_scratch() {
 // One head: base = its q columns of batch row 0 in qkv (and dqkv), g/o its columns in dout/out.
 void backward_head(float* dbase, const float* g, const float* base, const float* o,
                    const float* lse, int64_t T, int64_t D, int64_t hd, float scale,
-                   BwdScratch& w) {
+                   const RopeTable* rope, BwdScratch& w) {
   const int64_t C3 = 3 * D, kp = (hd + 1) / 2, kq = round_up(kp, 16), hdp = round_up(hd, 16);
   const int64_t Tp = round_up(T, BL);
   // Local pointers, not the thread_local's members (see forward_block).
@@ -331,11 +377,20 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
   float *const dq_ = w.dq.data(), *const dd_ = w.dd.data(), *const ls_ = w.ls.data();
   float *const st_ = w.st.data(), *const dpt_ = w.dpt.data(), *const dk_ = w.dk.data();
   float* const dv_ = w.dv.data();
-  pack_rows_t(qt_, Tp, tmp_, base, C3, T, hd);
+  // With rope, q and k are read rotated (as rope_forward would have left them) and the q and
+  // k gradients are rotated back before they are stored (rope_backward's work).
+  const int64_t half = hd / 2;
+  const float* qsrc = base;
+  int64_t qlds = C3;
+  if (rope) {
+    rotate_rows(w.qrot.data(), base, C3, T, hd, 0, *rope);
+    qsrc = w.qrot.data(), qlds = hd;
+  }
+  pack_rows_t(qt_, Tp, tmp_, qsrc, qlds, T, hd);
   pack_rows_t(gt_, Tp, tmp_, g, D, T, hd);
   std::fill_n(qp_, Tp / 2 * hdp, 0u);
   std::fill_n(gp_, Tp / 2 * hdp, 0u);
-  pack_pairs(qp_, hdp, base, C3, T, hd);
+  pack_pairs(qp_, hdp, qsrc, qlds, T, hd);
   pack_pairs(gp_, hdp, g, D, T, hd);
   std::fill_n(dd_, Tp, 0.f);
   std::fill_n(ls_, Tp, 0.f);
@@ -354,9 +409,15 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
   const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   for (int64_t s0 = 0; s0 < T; s0 += BL) {
     const int64_t nk = std::min(BL, T - s0);
-    pack_rows(kr_, kq, base + s0 * C3 + D, C3, nk, hd);
+    const float* ksrc = base + s0 * C3 + D;
+    int64_t klds = C3;
+    if (rope) {
+      rotate_rows(w.krot.data(), ksrc, C3, nk, hd, s0, *rope);
+      ksrc = w.krot.data(), klds = hd;
+    }
+    pack_rows(kr_, kq, ksrc, klds, nk, hd);
     pack_rows(vr_, kq, base + s0 * C3 + 2 * D, C3, nk, hd);
-    pack_pairs(kpp_, hdp, base + s0 * C3 + D, C3, nk, hd);
+    pack_pairs(kpp_, hdp, ksrc, klds, nk, hd);
     std::fill_n(dk_, BL * hdp, 0.f);
     std::fill_n(dv_, BL * hdp, 0.f);
     for (int64_t q0 = s0; q0 < T; q0 += BL) {
@@ -405,37 +466,43 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
     }
     for (int64_t s = 0; s < nk; ++s) {
       float* dkr = dbase + (s0 + s) * C3 + D;
+      float* const dst = rope ? w.row.data() : dkr;
       for (int64_t n = 0; n < hd; n += 16) {
         const __mmask16 m = lanes(hd - n);
-        _mm512_mask_storeu_ps(dkr + n, m,
+        _mm512_mask_storeu_ps(dst + n, m,
                               _mm512_mul_ps(vscale, _mm512_loadu_ps(dk_ + s * hdp + n)));
         _mm512_mask_storeu_ps(dkr + D + n, m, _mm512_loadu_ps(dv_ + s * hdp + n));
       }
+      if (rope) rotate_row(dkr, dst, rope->cos(s0 + s), rope->sin(s0 + s), half, true);
     }
   }
-  for (int64_t q = 0; q < T; ++q)
+  for (int64_t q = 0; q < T; ++q) {
+    float* const dqr = dbase + q * C3;
+    float* const dst = rope ? w.row.data() : dqr;
     for (int64_t n = 0; n < hd; n += 16)
-      _mm512_mask_storeu_ps(dbase + q * C3 + n, lanes(hd - n),
+      _mm512_mask_storeu_ps(dst + n, lanes(hd - n),
                             _mm512_mul_ps(vscale, _mm512_loadu_ps(dq_ + q * hdp + n)));
+    if (rope) rotate_row(dqr, dst, rope->cos(q), rope->sin(q), half, true);
+  }
 }
 
 }  // namespace
 
 void attention_backward_avx512bf16(float* dqkv, const float* dout, const float* qkv,
                                    const float* out, const float* lse, int64_t B, int64_t T,
-                                   int64_t D, int64_t H) {
+                                   int64_t D, int64_t H, const RopeTable* rope) {
   const int64_t hd = D / H, kq = round_up((hd + 1) / 2, 16), hdp = round_up(hd, 16);
   const float scale = float(1.0 / std::sqrt(double(hd)));
 #pragma omp parallel
   {
     BwdScratch& w = bwd_scratch();
-    w.fit(T, kq, hdp);
+    w.fit(T, kq, hdp, rope != nullptr);
 #pragma omp for collapse(2) schedule(dynamic)
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h)
         backward_head(dqkv + b * T * 3 * D + h * hd, dout + b * T * D + h * hd,
                       qkv + b * T * 3 * D + h * hd, out + b * T * D + h * hd,
-                      lse + (b * H + h) * T, T, D, hd, scale, w);
+                      lse + (b * H + h) * T, T, D, hd, scale, rope, w);
   }
 }
 

@@ -44,23 +44,26 @@ inline float round_bf16(float x) {
 }
 
 // Shapes as in mxtrain/nn/ops.h: qkv [B*T, 3D], out [B*T, D], lse [B, H, T], dqkv [B*T, 3D].
+// rope: nullptr, or the table q and k are rotated by as they are read (mxtrain/nn/ops.h).
 using AttnForward = void (*)(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                             int64_t D, int64_t H, AttnPrecision p);
+                             int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope);
 using AttnBackward = void (*)(float* dqkv, const float* dout, const float* qkv, const float* out,
                               const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                              AttnPrecision p);
+                              AttnPrecision p, const RopeTable* rope);
 
+// The reference applies a rope by rope_forward on a copy of qkv (and rope_backward on dqkv):
+// that sequence is the definition the fused kernel reproduces bit for bit.
 void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                           int64_t D, int64_t H, AttnPrecision p);
+                           int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope);
 void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
                             const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                            AttnPrecision p);
+                            AttnPrecision p, const RopeTable* rope);
 
 void attention_forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B,
-                                  int64_t T, int64_t D, int64_t H);
+                                  int64_t T, int64_t D, int64_t H, const RopeTable* rope);
 void attention_backward_avx512bf16(float* dqkv, const float* dout, const float* qkv,
                                    const float* out, const float* lse, int64_t B, int64_t T,
-                                   int64_t D, int64_t H);
+                                   int64_t D, int64_t H, const RopeTable* rope);
 
 // y[i] = exp(x[i]) by the AVX-512 kernel's polynomial (for its accuracy test); n any.
 void exp_avx512(float* y, const float* x, int64_t n);

@@ -90,8 +90,10 @@ void accumulate(float* c, const float* w, int64_t wm, int64_t wj, const float* x
 //   m_new = max(m, max_s S^T[s][q]); alpha = exp(m - m_new); P^T = exp(S^T - m_new)
 //   l = alpha l + Σ_s P^T[s][q];  o_q = alpha o_q + Σ_s op(P^T[s][q]) op(v_s)
 // then out_q = o_q · (1 / l), lse_q = m + log l.
-void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                           int64_t D, int64_t H, AttnPrecision p) {
+namespace {
+
+void forward_ref_core(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t D,
+                      int64_t H, AttnPrecision p) {
   const int64_t hd = D / H, C3 = 3 * D, nqb = (T + BL - 1) / BL;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const bool bf16 = p == AttnPrecision::bf16;
@@ -155,9 +157,9 @@ void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, 
 //   dP^T[s][q] = op(v_s)·op(dO_q);  dS^T = P^T (dP^T - D_q)
 //   dv_s += Σ_q op(P^T) op(dO_q);  dk_s += Σ_q op(dS^T) op(q_q);  dq_q += Σ_s op(dS^T) op(k_s)
 // and dK = scale · dk, dV = dv, dQ = scale · dq are written.
-void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
-                            const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                            AttnPrecision p) {
+void backward_ref_core(float* dqkv, const float* dout, const float* qkv, const float* out,
+                       const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                       AttnPrecision p) {
   const int64_t hd = D / H, C3 = 3 * D, nb = (T + BL - 1) / BL;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const bool bf16 = p == AttnPrecision::bf16;
@@ -219,6 +221,30 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   }
 }
 
+// qkv with q and k rotated by rope, in a buffer kept across calls (grown, never shrunk).
+const float* rotated_copy(const float* qkv, int64_t B, int64_t T, int64_t D, int64_t H,
+                          const RopeTable& rope) {
+  thread_local std::vector<float> copy;
+  copy.assign(qkv, qkv + B * T * 3 * D);
+  rope_forward(copy.data(), rope, B, T, D, H);
+  return copy.data();
+}
+
+}  // namespace
+
+void attention_forward_ref(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
+                           int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope) {
+  forward_ref_core(out, lse, rope ? rotated_copy(qkv, B, T, D, H, *rope) : qkv, B, T, D, H, p);
+}
+
+void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, const float* out,
+                            const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
+                            AttnPrecision p, const RopeTable* rope) {
+  backward_ref_core(dqkv, dout, rope ? rotated_copy(qkv, B, T, D, H, *rope) : qkv, out, lse, B,
+                    T, D, H, p);
+  if (rope) rope_backward(dqkv, *rope, B, T, D, H);
+}
+
 }  // namespace attn_detail
 
 namespace {
@@ -227,13 +253,13 @@ using attn_detail::AttnForward;
 using attn_detail::AttnBackward;
 
 void forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                        int64_t D, int64_t H, AttnPrecision) {
-  attn_detail::attention_forward_avx512bf16(out, lse, qkv, B, T, D, H);
+                        int64_t D, int64_t H, AttnPrecision, const RopeTable* rope) {
+  attn_detail::attention_forward_avx512bf16(out, lse, qkv, B, T, D, H, rope);
 }
 void backward_avx512bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                          const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                         AttnPrecision) {
-  attn_detail::attention_backward_avx512bf16(dqkv, dout, qkv, out, lse, B, T, D, H);
+                         AttnPrecision, const RopeTable* rope) {
+  attn_detail::attention_backward_avx512bf16(dqkv, dout, qkv, out, lse, B, T, D, H, rope);
 }
 
 // One path's kernels per precision (index: AttnPrecision). The AVX-512 kernel computes the
@@ -256,10 +282,14 @@ const PathTable<AttnKernels>& attention_table() {
          {attention_backward_ref, backward_avx512bf16}}}});
   return t;
 }
-void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const char* fn) {
+void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const RopeTable* rope,
+                          const char* fn) {
   MXT_CHECK(B >= 1 && T >= 1 && D >= 1 && H >= 1, fn, ": B, T, D, H must be >= 1 (got ", B,
             ", ", T, ", ", D, ", ", H, ")");
   MXT_CHECK(D % H == 0, fn, ": d_model ", D, " is not divisible by n_heads ", H);
+  MXT_CHECK(!rope || (2 * rope->half() == D / H && T <= rope->max_positions()), fn,
+            ": the RoPE table is for head dimension ", rope ? 2 * rope->half() : 0, " and ",
+            rope ? rope->max_positions() : 0, " positions, got ", D / H, " and ", T);
 }
 
 }  // namespace
@@ -271,20 +301,20 @@ Path attn_detail::attention_path(AttnPrecision p) {
 PathChoice attn_detail::attention_choice() { return attention_table().choice(); }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                       int64_t D, int64_t H, AttnPrecision p) {
+                       int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope) {
   MXT_PROFILE(attention, fwd);
   MXT_CHECK(out && lse && qkv, "attention_forward: null pointer");
-  check_attention_args(B, T, D, H, "attention_forward");
-  attention_table().get().forward[int(p)](out, lse, qkv, B, T, D, H, p);
+  check_attention_args(B, T, D, H, rope, "attention_forward");
+  attention_table().get().forward[int(p)](out, lse, qkv, B, T, D, H, p, rope);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                        AttnPrecision p) {
+                        AttnPrecision p, const RopeTable* rope) {
   MXT_PROFILE(attention, bwd);
   MXT_CHECK(dqkv && dout && qkv && out && lse, "attention_backward: null pointer");
-  check_attention_args(B, T, D, H, "attention_backward");
-  attention_table().get().backward[int(p)](dqkv, dout, qkv, out, lse, B, T, D, H, p);
+  check_attention_args(B, T, D, H, rope, "attention_backward");
+  attention_table().get().backward[int(p)](dqkv, dout, qkv, out, lse, B, T, D, H, p, rope);
 }
 
 }  // namespace mxtrain

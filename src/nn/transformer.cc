@@ -145,8 +145,8 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
 }  // namespace
 
 // What a layer's attention block keeps for backward: the RMSNorm output (when qkv keeps no
-// copy of its own), rstd, the rotated qkv, the attention output and row log-sum-exp, and the
-// two Linears' saved copies.
+// copy of its own), rstd, the qkv projection (unrotated: attention rotates q and k as it
+// reads them), the attention output and row log-sum-exp, and the two Linears' saved copies.
 struct GPT::AttnActs {
   FloatBuffer ln1, rstd1, qkv_out, lse, atty;
   LinearSaved s_qkv, s_proj;
@@ -665,9 +665,9 @@ void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, in
   else
     linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
   if (p == Pass::forward) event(L.qkv.name(), ModuleEvent::forward_done);
-  if (cfg_.rope_theta > 0.f) rope_forward(v.qkv_out, rope_, B, T, Dl, H);
   attention_forward(v.atty, v.lse, v.qkv_out, B, T, Dl, H,
-                    fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16);
+                    fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16,
+                    cfg_.rope_theta > 0.f ? &rope_ : nullptr);  // q, k rotated as read
   if (p == Pass::recompute) {
     if (fp32_ref_)
       *v.s_proj = LinearSaved{};
@@ -873,9 +873,8 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     else
       linear_backward(fp32_ref_, L.proj, *av.s_proj, av.atty, N, dres_.data(), g.dbranch);
     event(L.proj.name(), ModuleEvent::backward_done);
-    attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, Dl, H,
-                       attn_prec);  // writes dqkv
-    if (cfg_.rope_theta > 0.f) rope_backward(g.dqkv, rope_, B, T, Dl, H);
+    attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, Dl, H, attn_prec,
+                       cfg_.rope_theta > 0.f ? &rope_ : nullptr);  // writes dqkv
     event(L.qkv.name(), ModuleEvent::backward_start);
     if (sp_)
       sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn, *av.sp_in);

@@ -1,8 +1,8 @@
 // tests/nn/attention_test.cc — causal attention (nn/ops.h, nn/attention_kernels.h): the FP32
 // reference against a textbook double-precision attention and finite differences, the AVX-512
 // BF16 kernel against the BF16 reference on shapes crossing every block edge, BF16 against
-// FP32, lse, causality, thread-count independence, the write (not accumulate) contract,
-// dispatch and argument errors.
+// FP32, lse, causality, thread-count independence, the write (not accumulate) contract, RoPE
+// fused into the reads (bit for bit the unfused sequence), dispatch and argument errors.
 //
 // Tolerances are relative to the largest magnitude of the reference tensor (kBlockOrder,
 // kFp32Ref, kBf16VsFp32 below, each with its reason). ATTN_TEST_VERBOSE=1 in the environment
@@ -158,7 +158,7 @@ struct Result {
 };
 
 Result run(Via path, AttnPrecision p, const std::vector<float>& qkv, const std::vector<float>& dout,
-        Shape s, float dqkv_fill = 0.f) {
+        Shape s, float dqkv_fill = 0.f, const RopeTable* rope = nullptr) {
   const int64_t B = s.B, T = s.T, D = s.D, H = s.H;
   Result r;
   r.out.assign(B * T * D, std::numeric_limits<float>::quiet_NaN());
@@ -166,19 +166,19 @@ Result run(Via path, AttnPrecision p, const std::vector<float>& qkv, const std::
   r.dqkv.assign(B * T * 3 * D, dqkv_fill);
   switch (path) {
     case Via::ref:
-      attention_forward_ref(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p);
+      attention_forward_ref(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p, rope);
       attention_backward_ref(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(),
-                             B, T, D, H, p);
+                             B, T, D, H, p, rope);
       break;
     case Via::fast:
-      attention_forward_avx512bf16(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H);
+      attention_forward_avx512bf16(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, rope);
       attention_backward_avx512bf16(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(),
-                                r.lse.data(), B, T, D, H);
+                                r.lse.data(), B, T, D, H, rope);
       break;
     case Via::api:
-      attention_forward(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p);
+      attention_forward(r.out.data(), r.lse.data(), qkv.data(), B, T, D, H, p, rope);
       attention_backward(r.dqkv.data(), dout.data(), qkv.data(), r.out.data(), r.lse.data(), B,
-                         T, D, H, p);
+                         T, D, H, p, rope);
       break;
   }
   return r;
@@ -370,6 +370,45 @@ TEST(Attention, DispatchFollowsIsaAndPrecision) {
     const Result api = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
     EXPECT_TRUE(same_bytes(api.out, fast.out) && same_bytes(api.dqkv, fast.dqkv));
   }
+}
+
+// RoPE taken as attention reads q and k: bit for bit rope_forward on a copy, attention without
+// it, then rope_backward on dqkv (the unfused sequence), on every path and precision, on head
+// dimensions whose halves are not whole vectors (2, 6, 18, 40) and lengths across the block
+// edges; qkv itself is left as it was.
+TEST(Attention, FusedRopeIsRopeThenAttentionBitForBit) {
+  for (Via path : paths())
+    for (AttnPrecision p : {AttnPrecision::fp32, AttnPrecision::bf16}) {
+      if (path == Via::fast && p == AttnPrecision::fp32) continue;
+      for (int64_t hd : {2, 6, 18, 40, 64})
+        for (int64_t T : {1, 31, 33, 65, 130}) {
+          const int64_t H = 2, B = 2;
+          const Shape s{B, T, hd * H, H};
+          const Inputs in = inputs(s, uint32_t(11 * T + hd));
+          const RopeTable rope(T + 3, hd, 10000.0);
+          const std::vector<float> before = in.qkv;
+          const Result fused = run(path, p, in.qkv, in.dout, s, 0.f, &rope);
+          EXPECT_TRUE(same_bytes(in.qkv, before)) << "qkv was written";
+          std::vector<float> rotated = in.qkv;
+          rope_forward(rotated.data(), rope, B, T, s.D, H);
+          Result seq = run(path, p, rotated, in.dout, s);
+          rope_backward(seq.dqkv.data(), rope, B, T, s.D, H);
+          const std::string what = "path " + std::to_string(int(path)) + " precision " +
+                                   std::to_string(int(p)) + " " + s.str();
+          EXPECT_TRUE(same_bytes(fused.out, seq.out)) << "out " << what;
+          EXPECT_TRUE(same_bytes(fused.lse, seq.lse)) << "lse " << what;
+          EXPECT_TRUE(same_bytes(fused.dqkv, seq.dqkv)) << "dqkv " << what;
+        }
+    }
+  // A table for another head dimension, or too few positions, is refused.
+  const Shape s{1, 8, 16, 2};
+  const Inputs in = inputs(s, 3);
+  std::vector<float> out(8 * 16), lse(2 * 8);
+  const RopeTable wrong_hd(8, 4, 10000.0), short_table(7, 8, 10000.0);
+  for (const RopeTable* t : {&wrong_hd, &short_table})
+    EXPECT_THROW(attention_forward(out.data(), lse.data(), in.qkv.data(), 1, 8, 16, 2,
+                                   AttnPrecision::bf16, t),
+                 Error);
 }
 
 TEST(Attention, ArgumentErrors) {

@@ -76,16 +76,21 @@ void rmsnorm_backward(float* dx, float* dgain, const float* dout, const float* x
 // on kernel path avx512bf16 (mxtrain/isa.h), the portable reference otherwise
 // (MXTRAIN_ISA=scalar selects it); fp32 always runs the reference.
 enum class AttnPrecision { fp32, bf16 };
+class RopeTable;
 
 // out: [B*T, D]; lse: [B, H, T], lse[b,h,t] = log Σ_{s<=t} exp(q_t·k_s / sqrt(hd)) — the only
 // statistic saved for backward (memory grows with T, not T^2).
+// rope (optional): q and k are taken rotated by it, row b*T + t at position t, exactly as
+// rope_forward (below) would have left them in qkv; qkv itself is not written, so the caller
+// keeps the unrotated projection for backward. Bit for bit rope_forward, then this without it.
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
-                       int64_t D, int64_t H, AttnPrecision p);
+                       int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope = nullptr);
 // dqkv: [B*T, 3*D] WRITTEN (every element, not accumulated); dout: [B*T, D]; qkv, and out and
-// lse as the forward wrote them (same precision p).
+// lse as the forward wrote them (same precision p and rope). With rope, dqkv is the gradient
+// w.r.t. the unrotated qkv: bit for bit this without it on the rotated qkv, then rope_backward.
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out,
                         const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
-                        AttnPrecision p);
+                        AttnPrecision p, const RopeTable* rope = nullptr);
 
 // ---- SwiGLU: h = silu(gate) * up, fc1 output a = [gate | up] ----------------------------
 // h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).
