@@ -61,7 +61,7 @@ constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32
 
 // ---- packing -------------------------------------------------------------------------------
 
-// A rows: Ap[m * KP + p] = pair (k0 + 2p, k0 + 2p + 1) of stored row r0 + m, for m < mc and
+// A rows: Ap[m * ld + p] = pair (k0 + 2p, k0 + 2p + 1) of stored row r0 + m, for m < mc and
 // pairs covering [k0, k0 + kc). A is stored [rows, K] with blocks along K (rowwise/tile32).
 void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t kc,
                  uint32_t* Ap, int64_t ld) {
@@ -354,14 +354,18 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     // A block by block, each reusing every panel.
     const int64_t nblk = ceil_div(r1 - r0, MC);
     const bool a_first = r1 - r0 <= kAFirstRows;
-    buf.b.resize(size_t((a_first ? 1 : std::max<int64_t>(p1 - p0, 1)) * KP * NR));
-    buf.a.resize(size_t((a_first ? std::max<int64_t>(nblk, 1) : 1) * MC * KP));
-    const int64_t sm = pk.a_pairs ? 1 : KP, sp = pk.a_pairs ? MC : 1;
+    // Packed pairs per row of a panel or block: a whole chunk's, or all of a shorter K's
+    // (rounded up to 32: the VBMI row packer writes 32 pairs per 64 codes), so a wgrad over
+    // few tokens does not hold buffers sized for 1024 of them.
+    const int64_t kps = std::min(KP, (ceil_div(K, 2) + 31) / 32 * 32);
+    buf.b.resize(size_t((a_first ? 1 : std::max<int64_t>(p1 - p0, 1)) * kps * NR));
+    buf.a.resize(size_t((a_first ? std::max<int64_t>(nblk, 1) : 1) * MC * kps));
+    const int64_t sm = pk.a_pairs ? 1 : kps, sp = pk.a_pairs ? MC : 1;
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs)
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
       else
-        packers.rows(A, i0, mc, k0, kc, Ap, KP);
+        packers.rows(A, i0, mc, k0, kc, Ap, kps);
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
@@ -391,21 +395,21 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
       chunk0 = k0 / kFp32ScaleBlock;
       if (a_first) {
         for (int64_t b = 0; b < nblk; ++b)
-          pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * KP);
+          pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * kps);
         for (int64_t p = p0; p < p1; ++p) {
           pack_b(p, k0, kc, buf.b.data());
           for (int64_t b = 0; b < nblk; ++b)
-            tiles(buf.a.data() + b * MC * KP, r0 + b * MC, std::min(MC, r1 - r0 - b * MC), p,
+            tiles(buf.a.data() + b * MC * kps, r0 + b * MC, std::min(MC, r1 - r0 - b * MC), p,
                   buf.b.data(), kp, load);
         }
         continue;
       }
-      for (int64_t p = p0; p < p1; ++p) pack_b(p, k0, kc, buf.b.data() + (p - p0) * KP * NR);
+      for (int64_t p = p0; p < p1; ++p) pack_b(p, k0, kc, buf.b.data() + (p - p0) * kps * NR);
       for (int64_t i0 = r0; i0 < r1; i0 += MC) {
         const int64_t mc = std::min(MC, r1 - i0);
         pack_a(i0, mc, k0, kc, buf.a.data());
         for (int64_t p = p0; p < p1; ++p)
-          tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * KP * NR, kp, load);
+          tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * kps * NR, kp, load);
       }
     }
     if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate);
