@@ -14,7 +14,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <iomanip>
+#include <memory>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -177,7 +179,10 @@ void abort_world_if_distributed(const std::string& message) {
 // ---- Request ------------------------------------------------------------------------------
 
 struct Request::State {
-  MPI_Request req = MPI_REQUEST_NULL;
+  // What completes the operation: one request for MPI's own collectives, one per message for
+  // the point-to-point reduce-scatter; `finish` then runs once (its sums).
+  std::vector<MPI_Request> reqs{MPI_REQUEST_NULL};
+  std::function<void()> finish;
   Comm* comm = nullptr;
   Coll kind = Coll::allgather;
   uint64_t bytes = 0;
@@ -221,12 +226,13 @@ bool Request::test() {
   if (!active()) return true;
   MXT_PROFILE(communication, none);
   const auto t0 = Clock::now();
-  int done = 1, rc = MPI_SUCCESS;
-  if (s_->req != MPI_REQUEST_NULL) rc = MPI_Test(&s_->req, &done, MPI_STATUS_IGNORE);
+  int done = 1;
+  const int rc = MPI_Testall(int(s_->reqs.size()), s_->reqs.data(), &done, MPI_STATUSES_IGNORE);
+  if (done && rc == MPI_SUCCESS && s_->finish) s_->finish();
   const double dt = ms_since(t0);  // the poll itself is time not spent computing
   s_->ms += dt;
   s_->comm->stats_[s_->kind].ms += dt;
-  mpi_ok(rc, "MPI_Test");
+  mpi_ok(rc, "MPI_Testall");
   if (done) {
     g_inflight.fetch_sub(1);
     s_->active = false;
@@ -240,15 +246,15 @@ void Request::wait() {
   if (!active()) return;
   MXT_PROFILE(wait, none);
   const auto t0 = Clock::now();
-  int rc = MPI_SUCCESS;
-  if (s_->req != MPI_REQUEST_NULL) rc = MPI_Wait(&s_->req, MPI_STATUS_IGNORE);
+  const int rc = MPI_Waitall(int(s_->reqs.size()), s_->reqs.data(), MPI_STATUSES_IGNORE);
+  if (rc == MPI_SUCCESS && s_->finish) s_->finish();
   const double dt = ms_since(t0);
   s_->ms += dt;
   s_->active = false;
   g_inflight.fetch_sub(1);
   s_->span_ms = ms_since(s_->started);
   s_->comm->stats_[s_->kind].ms += dt;
-  mpi_ok(rc, "MPI_Wait");
+  mpi_ok(rc, "MPI_Waitall");
 }
 
 // ---- Comm ---------------------------------------------------------------------------------
@@ -356,7 +362,7 @@ Request Comm::start_request(Coll kind, uint64_t bytes,
   r.s_->started = t0;
   stats_[kind].bytes += bytes;
   stats_[kind].calls += 1;
-  start(handle_ ? &r.s_->req : nullptr);
+  start(handle_ ? &r.s_->reqs : nullptr);  // a std::vector<MPI_Request> of one null request
   r.s_->active = handle_ != nullptr;
   if (r.s_->active) g_inflight.fetch_add(1);
   r.s_->ms = ms_since(t0);
@@ -401,7 +407,7 @@ Request Comm::iallgather(const void* send, void* recv, size_t n) {
     }
     const int cnt = to_count(n, "iallgather");
     mpi_ok(MPI_Iallgather(send, cnt, MPI_BYTE, recv, cnt, MPI_BYTE, *comm_of(handle_),
-                          static_cast<MPI_Request*>(req)),
+                          &static_cast<std::vector<MPI_Request>*>(req)->front()),
            "MPI_Iallgather");
   });
 }
@@ -417,18 +423,56 @@ void Comm::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
          "MPI_Reduce_scatter_block");
 }
 
+// Point to point, not MPI_Ireduce_scatter_block: Open MPI's non-blocking reduce-scatter
+// held a temporary of twice the send buffer's size for as long as it ran (heaptrack on an FSDP
+// rank: 46 MB for a 23 MB gradient, the largest single block of its peak; docs/results/
+// fsdp.md). Here every peer's chunk of `send` goes to it directly; of the
+// chunks of this rank the peers send, the lowest-ranked peer's lands in recv itself and the
+// others in a buffer of (W - 2) chunks (none at 2 ranks). Completion adds them in a fixed
+// order: recv = own + peer_1 (as received), then + peer_2, ... in rank order — at 2 ranks the
+// one sum MPI's reduction makes, so the same bits. send must stay untouched until then.
 Request Comm::ireduce_scatter_sum(const float* send, float* recv, size_t chunk) {
-  return start_request(
-      Coll::reduce_scatter, uint64_t(size_ - 1) * chunk * sizeof(float), [&](void* req) {
-        if (!req) {
+  constexpr int kTag = 7301;  // FIFO per peer and tag: successive calls match in order
+  const int W = size_, me = rank_;
+  auto tmp = std::make_shared<std::vector<float>>();
+  Request r = start_request(
+      Coll::reduce_scatter, uint64_t(W - 1) * chunk * sizeof(float), [&](void* req) {
+        if (!req || W == 1) {
           if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
           return;
         }
-        mpi_ok(MPI_Ireduce_scatter_block(send, recv, to_count(chunk, "ireduce_scatter"),
-                                         MPI_FLOAT, MPI_SUM, *comm_of(handle_),
-                                         static_cast<MPI_Request*>(req)),
-               "MPI_Ireduce_scatter_block");
+        const int cnt = to_count(chunk, "ireduce_scatter");
+        const MPI_Comm c = *comm_of(handle_);
+        tmp->resize(size_t(W - 2) * chunk);
+        std::vector<MPI_Request>& reqs = *static_cast<std::vector<MPI_Request>*>(req);
+        reqs.clear();
+        reqs.reserve(size_t(2 * (W - 1)));
+        int k = 0;  // peers so far, in rank order
+        for (int p = 0; p < W; ++p) {
+          if (p == me) continue;
+          float* into = k == 0 ? recv : tmp->data() + size_t(k - 1) * chunk;
+          reqs.emplace_back();
+          mpi_ok(MPI_Irecv(into, cnt, MPI_FLOAT, p, kTag, c, &reqs.back()), "MPI_Irecv");
+          ++k;
+        }
+        for (int p = 0; p < W; ++p) {
+          if (p == me) continue;
+          reqs.emplace_back();
+          mpi_ok(MPI_Isend(send + size_t(p) * chunk, cnt, MPI_FLOAT, p, kTag, c, &reqs.back()),
+                 "MPI_Isend");
+        }
       });
+  if (r.active() && W > 1) {
+    const float* own = send + size_t(me) * chunk;
+    r.s_->finish = [own, recv, chunk, W, tmp] {
+      for (size_t i = 0; i < chunk; ++i) recv[i] = own[i] + recv[i];
+      for (int k = 1; k < W - 1; ++k) {
+        const float* t = tmp->data() + size_t(k - 1) * chunk;
+        for (size_t i = 0; i < chunk; ++i) recv[i] += t[i];
+      }
+    };
+  }
+  return r;
 }
 
 namespace {

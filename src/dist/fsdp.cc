@@ -315,17 +315,33 @@ void Fsdp::post_forward(int i) {
   const bool reshard = !r.role(Role::weight).quantized() ? opt_.bf16_reshard_after_forward
                                                           : !serves_dgrad;
   drop(i, reshard);
+  Module& M = mod(i);
+  M.keep_caches = !reshard;
+  // The copies kept serve the backward and every later micro-batch of this version (they
+  // are not dropped after backward either), so this rank's packed shard will not be
+  // gathered again before the next optimizer step: it is freed rather than held through the
+  // backward. A resharded weight keeps it, so its next gathers in this version (dgrad, the
+  // next micro-batch's forward) do not quantize the shard again.
+  if (M.keep_caches) {
+    GatherSlot& s = M.slots[size_t(kind_for(i, Use::forward))];
+    if (!s.pending) std::vector<uint8_t>().swap(s.send);
+  }
 }
 
 void Fsdp::post_backward(int i) {
   for (int k = 0; k < kNumGatherSlots; ++k) wait_gather(i, k);
-  drop(i, true);
+  // Copies kept from forward stay for the next micro-batch of this version (a version bump
+  // invalidates them; the next fetch replaces them).
+  drop(i, !mod(i).keep_caches);
   Module& M = mod(i);
   if (M.lent < 0) return;
   Parameter& w = *M.weight;
-  start_reduce(i, w.grad.data());
-  std::swap(w.grad, gs_->pool[size_t(M.lent)]);  // back to the pool; the layer holds none
-  gs_->pool_busy[size_t(M.lent)] = 0;
+  const int k = M.lent;
+  start_reduce(i, w.grad.data(), k);
+  // Back to the pool (the layer holds none); free at once unless the reduce-scatter sends
+  // straight from it (then finish_reduce frees it). The swap keeps the storage where it is.
+  std::swap(w.grad, gs_->pool[size_t(k)]);
+  if (gs_->rs.pool_index != k) gs_->pool_busy[size_t(k)] = 0;
   M.lent = -1;
 }
 

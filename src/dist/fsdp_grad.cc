@@ -32,13 +32,30 @@ void Fsdp::pre_backward(int i) {
   Module& M = mod(i);
   MXT_CHECK(M.lent < 0, "FSDP: pre_backward(", i, ") twice without post_backward");
   GradState& g = *gs_;
-  size_t k = 0;
-  while (k < g.pool.size() && g.pool_busy[k]) ++k;
+  Parameter& w = *M.weight;
+  // The buffer this module had last time when it is free (consecutive modules then keep
+  // to different buffers, each sized for its own modules: e.g. fc1's while fc2's is in
+  // flight), else the free one with the least capacity that holds the gradient, else the
+  // largest free one (it grows), else a new one. A buffer stays busy while a reduce-scatter
+  // sends from it.
+  const size_t need = size_t(w.numel());
+  size_t k = g.pool.size();
+  if (M.home >= 0 && !g.pool_busy[size_t(M.home)]) k = size_t(M.home);
+  for (size_t j = 0; j < g.pool.size() && k != size_t(M.home); ++j) {
+    if (g.pool_busy[j]) continue;
+    const size_t cj = g.pool[j].capacity();
+    if (k == g.pool.size()) {
+      k = j;
+      continue;
+    }
+    const size_t ck = g.pool[k].capacity();
+    if ((cj >= need && (ck < need || cj < ck)) || (ck < need && cj > ck)) k = j;
+  }
   if (k == g.pool.size()) {
     g.pool.emplace_back();
     g.pool_busy.push_back(0);
   }
-  Parameter& w = *M.weight;
+  M.home = int(k);
   MXT_CHECK(w.grad.empty(), "FSDP: layer '", M.name, "' holds its own gradient (",
             w.grad.size(), " values); pre_backward lends one");
   g.pool[k].resize(size_t(w.numel()));  // within capacity after the first step
@@ -52,12 +69,20 @@ void Fsdp::pre_backward(int i) {
 // after completing the one in flight. The result is written into the shard grad when it is
 // the first since reduce_gradients(), else it lands in the slot's buffer and is added when
 // the slot is finished.
-void Fsdp::start_reduce(int i, const float* full) {
+void Fsdp::start_reduce(int i, const float* full, int pool_index) {
   Module& M = mod(i);
   finish_reduce();
   GradSlot& s = gs_->rs;
-  s.send.resize(size_t(M.layout.padded_numel()));
-  pad_full(M.layout, full, s.send.data());
+  // A layout without padding rows is its own reduce-scatter input: the lent buffer is sent
+  // as it is (kept busy until completion) instead of being copied.
+  const bool direct = pool_index >= 0 && M.layout.padded_numel() == M.layout.numel();
+  const float* send = full;
+  if (!direct) {
+    s.send.resize(size_t(M.layout.padded_numel()));
+    pad_full(M.layout, full, s.send.data());
+    send = s.send.data();
+  }
+  s.pool_index = direct ? pool_index : -1;
   s.add = M.shard_grad_live;
   float* dst = M.grad.data();
   if (s.add) {
@@ -65,7 +90,7 @@ void Fsdp::start_reduce(int i, const float* full) {
     dst = s.recv.data();
   }
   M.shard_grad_live = true;
-  s.req = comm_.ireduce_scatter_sum(s.send.data(), dst, size_t(M.layout.shard_numel()));
+  s.req = comm_.ireduce_scatter_sum(send, dst, size_t(M.layout.shard_numel()));
   s.module = i;
   stats_.reduce_scatter_bytes += s.req.bytes();
 }
@@ -76,6 +101,8 @@ void Fsdp::finish_reduce() {
   s.req.wait();
   stats_.reduce_scatter_ms += s.req.ms();
   stats_.reduce_scatter_span_ms += s.req.span_ms();
+  if (s.pool_index >= 0) gs_->pool_busy[size_t(s.pool_index)] = 0;  // sent: free again
+  s.pool_index = -1;
   Module& M = mod(s.module);
   if (s.add) {
     float* g = M.grad.data();
@@ -87,6 +114,13 @@ void Fsdp::finish_reduce() {
 
 void Fsdp::reduce_gradients() {
   const int W = opt_.grad_divisor > 0 ? opt_.grad_divisor : comm_.size();
+  // The step's micro-batches are done: copies kept for them are freed before the optimizer
+  // step makes them stale (and before a checkpoint gathers whole tensors).
+  for (int i = 0; i < num_modules(); ++i)
+    if (mod(i).keep_caches) {
+      drop(i, true);
+      mod(i).keep_caches = false;
+    }
   // Sharded: modules whose backward ran without pre_backward reduce-scatter their own
   // full-size grads now; then every reduce-scatter in flight completes.
   for (size_t i = 0; i < modules_.size(); ++i) {
@@ -96,7 +130,7 @@ void Fsdp::reduce_gradients() {
     if (w.grad.empty()) continue;
     MXT_CHECK(w.grad.size() == size_t(w.numel()), "FSDP: layer '", M.name, "' gradient holds ",
               w.grad.size(), " values, expected ", w.numel());
-    start_reduce(int(i), w.grad.data());
+    start_reduce(int(i), w.grad.data(), -1);
   }
   finish_reduce();
   for (auto& mp : modules_) {

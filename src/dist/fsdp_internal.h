@@ -40,6 +40,10 @@ struct Fsdp::Module {
   FloatBuffer value, grad, m, v;  // this rank's shard [rows_per_rank * in]
   std::array<GatherSlot, kNumGatherSlots> slots;  // by CopySet::bits() of what they carry
   bool input_grad_needed = true;
+  // The gathered copies serve the backward too and are kept from forward until a version
+  // bump (post_forward decides: not resharded).
+  bool keep_caches = false;
+  int home = -1;  // the pool buffer lent to this module last time (dist/fsdp_grad.cc)
   // Gradient path (dist/fsdp.h, "Gradients"): the pool buffer lent to the layer between
   // pre_backward and post_backward (-1: none), and whether `grad` holds a contribution since
   // the last reduce_gradients() (false: the next reduce-scatter result is written into it,
@@ -77,17 +81,18 @@ struct Fsdp::Module {
 // else into `recv`, added on completion). Declared before the request, so the request (whose
 // destructor completes it) goes first and the buffers outlive it.
 struct GradSlot {
-  FloatBuffer send;  // [padded_numel]
+  FloatBuffer send;  // [padded_numel], when the layout pads (else the pool buffer is sent)
   FloatBuffer recv;  // [shard_numel] when adding
   int module = -1;          // -1: free
+  int pool_index = -1;      // the pool buffer being sent from (busy until completion), or -1
   bool add = false;
   Request req;
 };
 
 struct Fsdp::GradState {
   GradSlot rs;  // the one reduce-scatter in flight at a time
-  std::vector<FloatBuffer> pool;  // full-size gradient buffers lent to layers
-  std::vector<char> pool_busy;
+  std::vector<FloatBuffer> pool;  // full-size gradient buffers lent to layers (capacity kept)
+  std::vector<char> pool_busy;    // lent, or being sent from
 };
 
 struct Fsdp::Replicated {

@@ -87,6 +87,11 @@ CopySet backward_kind(const GatherSetup& s) {
   return forward_kind(s);
 }
 
+// Whether the forward's copies serve dgrad and are kept (post_forward does not reshard).
+bool kept_from_forward(const GatherSetup& s) {
+  return s.mode == "keep" || s.mode == "all" || s.recipe == "mxfp8-32x32";
+}
+
 const std::vector<std::vector<int64_t>> kShapes = {{33, 65}, {100, 64}, {31, 7}, {257, 96}};
 
 TEST(FsdpGather, ProvidedWeightsAreByteIdenticalToOneProcessQuantization) {
@@ -116,8 +121,41 @@ TEST(FsdpGather, ProvidedWeightsAreByteIdenticalToOneProcessQuantization) {
       expect_cache_matches(layers[size_t(i)]->weight_cache(), full[size_t(i)], kShapes[size_t(i)],
                            0, backward_kind(s), cfg, what + " backward");
       fsdp.post_backward(i);
-      EXPECT_EQ(layers[size_t(i)]->weight_cache().bytes(), 0u) << "freed after backward";
+      // Copies the forward kept (they serve dgrad) stay for the step's next micro-batch;
+      // the others are freed after backward.
+      if (kept_from_forward(s))
+        EXPECT_GT(layers[size_t(i)]->weight_cache().bytes(), 0u) << "kept after backward";
+      else
+        EXPECT_EQ(layers[size_t(i)]->weight_cache().bytes(), 0u) << "freed after backward";
     }
+    fsdp.reduce_gradients();  // the step's end frees every kept copy
+    for (auto& l : layers)
+      EXPECT_EQ(l->weight_cache().bytes(), 0u) << s.label() << ": freed at the step's end";
+  }
+}
+
+// Gradient accumulation with copies kept from forward (they serve dgrad): the micro-batches
+// of one step gather and quantize the shard once; the next version gathers again.
+TEST(FsdpGather, KeptCopiesServeEveryMicroBatchOfTheStep) {
+  for (const GatherSetup& s : kSetups) {
+    if (!kept_from_forward(s)) continue;
+    Linear l("l", 64, 96, false, s.precision());
+    fill(l.weight.value, 64, 5);
+    Fsdp fsdp(world(), s.options());
+    fsdp.add(l);
+    for (int step = 0; step < 2; ++step) {
+      for (int micro = 0; micro < 3; ++micro) {
+        fsdp.fetch(0, Use::forward);
+        fsdp.post_forward(0);
+        fsdp.fetch(0, Use::dgrad);
+        fsdp.post_backward(0);
+      }
+      fsdp.reduce_gradients();
+      EXPECT_EQ(l.weight_cache().bytes(), 0u) << s.label();
+      fsdp.bump_versions();
+    }
+    EXPECT_EQ(fsdp.stats().allgather_calls, 2) << s.label() << ": one gather per step";
+    EXPECT_EQ(fsdp.stats().shard_quantizations, 2) << s.label();
   }
 }
 

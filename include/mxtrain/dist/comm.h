@@ -148,7 +148,9 @@ class Comm {
   void allgatherv(const void* send, size_t send_bytes, void* recv, const size_t* recv_bytes);
   Request iallgather(const void* send, void* recv, size_t bytes_per_rank);
 
-  // FP32 sum. send: [size() * chunk]; recv: [chunk] = Σ_ranks send[rank()*chunk ...].
+  // FP32 sum. send: [size() * chunk]; recv: [chunk] = Σ_ranks send[rank()*chunk ...]. The
+  // non-blocking form (point to point, no buffer of send's size; comm.cc) adds in a fixed
+  // order; send and recv must not overlap and send stays untouched until it completes.
   void reduce_scatter_sum(const float* send, float* recv, size_t chunk);
   Request ireduce_scatter_sum(const float* send, float* recv, size_t chunk);
 
@@ -208,8 +210,10 @@ class Comm {
   friend class Request;
   enum class ReduceType : uint8_t { f32, f64, i64 };
   enum class ReduceOp : uint8_t { sum, max };
-  // Starts a non-blocking collective: counts it, then calls start(&mpi_request), or
-  // start(nullptr) without MPI (the one-rank local copy).
+  // Starts a non-blocking collective: counts it, then calls start(&requests) — a
+  // std::vector<MPI_Request> holding one null request, which the call fills (or replaces by
+  // several: every one of them must complete) — or start(nullptr) without MPI (the one-rank
+  // local copy).
   Request start_request(Coll kind, uint64_t bytes, const std::function<void(void*)>& start);
   // The in-place all-reduce behind the typed public ones.
   void allreduce(void* data, size_t n, ReduceType type, ReduceOp op);

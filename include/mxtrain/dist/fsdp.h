@@ -35,15 +35,20 @@
 // on a machine without spare cores it measured slower, docs/results/fsdp.md).
 //
 // The caller (trainer or model) calls post_forward(i) after module i's forward and
-// post_backward(i) after its backward: they drop the gathered full weights as the mode says.
-// Without them everything stays cached (more memory, same numbers).
+// post_backward(i) after its backward: they drop the gathered full weights as the mode says
+// — after forward when resharded, else at reduce_gradients() (the copies serve the backward
+// and every micro-batch of the step). Without them everything stays cached (more memory,
+// same numbers).
 //
 // Gradients (ZeRO-3): a sharded module's full-size gradient exists only while its backward
 // runs. pre_backward(i) lends the layer a full-size buffer from a pool (Parameter::grad,
-// cleared, so the layer's wgrad writes it); post_backward(i) pads it, starts a non-blocking
-// reduce-scatter (FP32 sum) into this rank's shard grad and returns the buffer to the pool, so
-// the transfer overlaps the next module's backward. The pool holds as many buffers as are
-// lent at once (one; two inside an MoE block, whose two expert layers run back to back).
+// cleared, so the layer's wgrad writes it); post_backward(i) starts a non-blocking
+// reduce-scatter (FP32 sum) of it into this rank's shard grad, so the transfer overlaps the
+// next module's backward. A layout without padding rows is sent from the lent buffer itself,
+// which returns to the pool when the transfer completes; a padded one is copied into a send
+// buffer first and returns at once. The pool holds as many buffers as are lent or in flight
+// at once (two, of the sizes of consecutive modules: the smallest free one that fits is
+// lent).
 // Each micro-batch is reduce-scattered: the shard grad of a step is the sum over ranks and
 // micro-batches (the first result is written into it, later ones added).
 // reduce_gradients() completes the reduce-scatters in flight and divides by the world size,
@@ -196,7 +201,8 @@ class Fsdp {
   void release_all();
 
   // ---- gradients and optimizer ----------------------------------------------------------
-  // Collective: completes the modules' reduce-scatters (and reduce-scatters the grads of
+  // Collective, once per step after its last micro-batch: frees the gathered copies kept
+  // for the step, completes the modules' reduce-scatters (and reduce-scatters the grads of
   // modules whose backward ran without pre_backward), divides by the world size (mean), and
   // all-reduces (mean) the replicated grads. The next contribution starts a new sum.
   void reduce_gradients();
@@ -236,7 +242,7 @@ class Fsdp {
   int kind_for(int module, Use use) const;
   bool cache_has(int module, Use use) const;
   void drop(int module, bool caches);
-  void start_reduce(int module, const float* full);
+  void start_reduce(int module, const float* full, int pool_index);
   void finish_reduce();
   int add_module(std::unique_ptr<Module> m);
   Module& mod(int module);
