@@ -8,23 +8,16 @@
 
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
+#include "mxtrain/nn/ops.h"
 
 namespace mxtrain::dist {
 
 namespace {
 
-// Σ x² in double with a fixed order (thread-count independent: plain loop).
-double sum_sq(const float* x, size_t n) {
-  double s = 0;
-  for (size_t i = 0; i < n; ++i) s += double(x[i]) * double(x[i]);
-  return s;
-}
-
-bool finite(const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i])) return false;
-  return true;
-}
+// Σ x² in double in a fixed order (thread-count independent), and the finite check: the
+// elementwise kernels of nn/ops.h.
+double sum_sq(const float* x, size_t n) { return sum_squares_elements(x, int64_t(n)); }
+bool finite(const float* x, size_t n) { return all_finite_elements(x, int64_t(n)); }
 
 }  // namespace
 
