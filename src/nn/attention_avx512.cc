@@ -76,15 +76,25 @@ inline __m512 exp16(__m512 x) {
 
 // ---- packing --------------------------------------------------------------------------------
 
+// The packers and the rotation read strided rows of qkv, dO and O (3D or D floats apart):
+// nearly every row is on another page, where the hardware's stream prefetch stops, and these
+// are the rows' first reads. So each asks for the row kRowsAhead on while it converts this one.
+constexpr int64_t kRowsAhead = 6;
+inline void prefetch_row(const float* row, int64_t cols) {
+  for (int64_t c = 0; c < cols; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
+}
+
 // rows: dst[r][p] = (x[r][2p], x[r][2p+1]) in BF16 for r < n, p < ld (x: [n, cols], stride
 // lds; pairs past the columns are zero). ld is a multiple of 16.
 void pack_rows(uint32_t* dst, int64_t ld, const float* x, int64_t lds, int64_t n, int64_t cols) {
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < n; ++r) {
+    if (r + kRowsAhead < n) prefetch_row(x + (r + kRowsAhead) * lds, cols);
     for (int64_t c = 0; c < 2 * ld; c += 32) {
       const __m512 lo = _mm512_maskz_loadu_ps(lanes(cols - c), x + r * lds + c);
       const __m512 hi = _mm512_maskz_loadu_ps(lanes(cols - c - 16), x + r * lds + c + 16);
       _mm512_storeu_si512(dst + r * ld + c / 2, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
     }
+  }
 }
 
 // rows^T: dst[p][r] = pair p of row r for p < kp, r < ldt (rows r >= n zero). tmp: n * 16 *
@@ -109,6 +119,8 @@ void pack_pairs(uint32_t* dst, int64_t ld, const float* x, int64_t lds, int64_t 
   for (int64_t p = 0; 2 * p < n; ++p) {
     const float* x0 = x + 2 * p * lds;
     const bool odd = 2 * p + 1 < n;
+    for (int64_t r = 2 * p + kRowsAhead; r < std::min(n, 2 * p + kRowsAhead + 2); ++r)
+      prefetch_row(x + r * lds, cols);
     for (int64_t c = 0; c < ld; c += 16) {
       const __mmask16 m = lanes(cols - c);
       const __m512 a = _mm512_maskz_loadu_ps(m, x0 + c);
@@ -146,8 +158,10 @@ inline void rotate_row(float* dst, const float* src, const float* c, const float
 // products read them).
 void rotate_rows(float* dst, const float* x, int64_t lds, int64_t n, int64_t hd, int64_t pos0,
                  const RopeTable& rope) {
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t r = 0; r < n; ++r) {
+    if (r + kRowsAhead < n) prefetch_row(x + (r + kRowsAhead) * lds, hd);
     rotate_row(dst + r * hd, x + r * lds, rope.cos(pos0 + r), rope.sin(pos0 + r), hd / 2, false);
+  }
 }
 
 // ---- block products -------------------------------------------------------------------------
@@ -395,6 +409,7 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
   std::fill_n(dd_, Tp, 0.f);
   std::fill_n(ls_, Tp, 0.f);
   for (int64_t q = 0; q < T; ++q) {
+    if (q + kRowsAhead < T) prefetch_row(o + (q + kRowsAhead) * D, hd);  // dO's are in cache
     __m512 acc = _mm512_setzero_ps();
     for (int64_t n = 0; n < hd; n += 16) {
       const __mmask16 m = lanes(hd - n);
