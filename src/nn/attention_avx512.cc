@@ -83,6 +83,11 @@ constexpr int64_t kRowsAhead = 6;
 inline void prefetch_row(const float* row, int64_t cols) {
   for (int64_t c = 0; c < cols; c += 16) _mm_prefetch(reinterpret_cast<const char*>(row + c), _MM_HINT_T0);
 }
+// The same for a row about to be written: PREFETCHW (every CPU with AVX512-BF16 has it) takes
+// the lines in exclusive state, so the stores do not wait for their read-for-ownership.
+inline void prefetch_row_w(float* row, int64_t cols) {
+  for (int64_t c = 0; c < cols; c += 16) asm volatile("prefetchw %0" : : "m"(row[c]));
+}
 
 // rows: dst[r][p] = (x[r][2p], x[r][2p+1]) in BF16 for r < n, p < ld (x: [n, cols], stride
 // lds; pairs past the columns are zero). ld is a multiple of 16.
@@ -323,6 +328,7 @@ void forward_block(float* out, float* lse, const float* base, int64_t head, int6
   }
   w.packed = packed;
   for (int64_t q = 0; q < nq; ++q) {
+    if (q + kRowsAhead < nq) prefetch_row_w(out + (q0 + q + kRowsAhead) * D, hd);
     const __m512 inv = _mm512_set1_ps(1.f / ll[q]);
     float* dst = out + (q0 + q) * D;
     for (int64_t n = 0; n < hd; n += 16)
@@ -481,6 +487,10 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
     }
     for (int64_t s = 0; s < nk; ++s) {
       float* dkr = dbase + (s0 + s) * C3 + D;
+      if (s + kRowsAhead < nk) {
+        prefetch_row_w(dkr + kRowsAhead * C3, hd);
+        prefetch_row_w(dkr + kRowsAhead * C3 + D, hd);
+      }
       float* const dst = rope ? w.row.data() : dkr;
       for (int64_t n = 0; n < hd; n += 16) {
         const __mmask16 m = lanes(hd - n);
@@ -493,6 +503,7 @@ void backward_head(float* dbase, const float* g, const float* base, const float*
   }
   for (int64_t q = 0; q < T; ++q) {
     float* const dqr = dbase + q * C3;
+    if (q + kRowsAhead < T) prefetch_row_w(dqr + kRowsAhead * C3, hd);
     float* const dst = rope ? w.row.data() : dqr;
     for (int64_t n = 0; n < hd; n += 16)
       _mm512_mask_storeu_ps(dst + n, lanes(hd - n),
