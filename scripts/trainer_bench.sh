@@ -6,10 +6,13 @@
 #   1. the reference shape (d_model 256, 4 layers, 4 heads, d_ff 672, seq 256, micro-batch 8):
 #      PyTorch BF16 autocast, mxtrain bf16 and mxtrain mxfp8, ROUNDS rounds (default 3);
 #   2. a sweep of model width (d_model 128 .. 1024, heads = d_model/64, d_ff = 8/3 d_model
-#      rounded up to 32, 4 layers, same sequence and batch), one round.
+#      rounded up to 32, 4 layers, same sequence and batch), SWEEP_ROUNDS rounds (default 1),
+#      every width and tool once per round.
 # PyTorch is Debian's python3-torch run by /usr/bin/python3; without it the PyTorch rows are
 # skipped (the script says so) and mxtrain's are still measured.
-# Usage: bash scripts/trainer_bench.sh   (ROUNDS=N, STEPS=N (default 10), SIZES="128 256 ...")
+# Usage: bash scripts/trainer_bench.sh   (ROUNDS=N, SWEEP_ROUNDS=N, STEPS=N (default 10),
+#        SIZES="128 256 ...", PEAK=GFLOPS: the tables add mxtrain's MFU against it, e.g. the
+#        median of `mxtrain bench peak` runs)
 # Output: runs/trainer/rows.jsonl, docs/results/trainer_table.md, docs/results/trainer_tokens.svg
 #         (with SIZES set, a partial sweep: the table and plot go to runs/trainer/ instead, and
 #         the committed full-sweep ones stay)
@@ -18,6 +21,7 @@ cd "$(dirname "$0")/.."
 bin=${MXTRAIN_BIN:-build/mxtrain}
 [ -x "$bin" ] || bash scripts/build.sh
 rounds=${ROUNDS:-3}
+sweep_rounds=${SWEEP_ROUNDS:-1}
 steps=${STEPS:-10}
 sizes=${SIZES:-"128 256 512 768 1024"}
 out=runs/trainer
@@ -61,7 +65,7 @@ print(json.dumps({"tool": "mxtrain " + sys.argv[4], "d_model": int(sys.argv[5]),
                   "median_step_ms": s["median_step_ms"],
                   "tokens_per_s": 8 * 256 / (s["median_step_ms"] / 1e3),
                   "peak_rss_kib": int(open(sys.argv[2]).read().split()[-1]),
-                  "parameters": s["parameters"]}))
+                  "parameters": s["parameters"], "flops_per_token": s["flops_per_token"]}))
 PY
   fi
 }
@@ -69,12 +73,14 @@ PY
 for r in $(seq 1 "$rounds"); do
   for tool in pytorch bf16 mxfp8; do run_one "$tool" 256 4 672 "$r"; done
 done
-for d in $sizes; do
-  [ "$d" = 256 ] && continue  # measured above
-  h=$(( d / 64 > 0 ? d / 64 : 1 ))
-  f=$(( (d * 8 / 3 + 31) / 32 * 32 ))
-  for tool in pytorch bf16 mxfp8; do run_one "$tool" "$d" "$h" "$f" 1; done
+for r in $(seq 1 "$sweep_rounds"); do
+  for d in $sizes; do
+    [ "$d" = 256 ] && continue  # measured above
+    h=$(( d / 64 > 0 ? d / 64 : 1 ))
+    f=$(( (d * 8 / 3 + 31) / 32 * 32 ))
+    for tool in pytorch bf16 mxfp8; do run_one "$tool" "$d" "$h" "$f" "$r"; done
+  done
 done
 "$bin" info | head -2 > "$out/machine.txt"
-python3 tools/trainer_report.py "$out/rows.jsonl" "$out/machine.txt" "$table" "$plot"
+python3 tools/trainer_report.py "$out/rows.jsonl" "$out/machine.txt" "$table" "$plot" ${PEAK:+"$PEAK"}
 cat "$table"
