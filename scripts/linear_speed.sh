@@ -4,17 +4,18 @@
 # every recipe and defer_backward_quant state back to back on the same data:
 #   dense:   2048 tokens, 4096 -> 4096
 #   grouped: 8 experts, top-2, 512 tokens, 2048 -> 1408
-# Usage: bash scripts/linear_speed.sh   (ROUNDS=5, RECIPES=bf16,mxfp8,blockwise, MXTRAIN_BIN)
-# Output: docs/results/raw/linear_speed_rows.jsonl (every row, tagged with round and machine
-#         class) and the table of tools/linear_speed_table.py on stdout.
+# Usage: bash scripts/linear_speed.sh   (ROUNDS=5, RECIPES=bf16,mxfp8,blockwise, MXTRAIN_BIN,
+#        OUT=rows file)
+# Output: OUT (default docs/results/raw/linear_speed_rows.jsonl: every row, tagged with round
+#         and machine class) and the table of tools/linear_speed_table.py on stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${MXTRAIN_BIN:-build/mxtrain}
 [ -x "$bin" ] || bash scripts/build.sh
 rounds=${ROUNDS:-5}
 recipes=${RECIPES:-bf16,mxfp8,blockwise}
-raw=docs/results/raw/linear_speed_rows.jsonl
-mkdir -p docs/results/raw
+raw=${OUT:-docs/results/raw/linear_speed_rows.jsonl}
+mkdir -p "$(dirname "$raw")"
 machine=$("$bin" info | head -1)
 tmp=$(mktemp)
 trap 'rm -f "$tmp"' EXIT
