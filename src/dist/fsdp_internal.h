@@ -90,9 +90,11 @@ struct GradSlot {
 };
 
 struct Fsdp::GradState {
-  GradSlot rs;  // the one reduce-scatter in flight at a time
   std::vector<FloatBuffer> pool;  // full-size gradient buffers lent to layers (capacity kept)
   std::vector<char> pool_busy;    // lent, or being sent from
+  // Declared after the pool, so it is destroyed first: its request (whose destructor
+  // completes it) may be sending from a pool buffer.
+  GradSlot rs;  // the one reduce-scatter in flight at a time
 };
 
 struct Fsdp::Replicated {

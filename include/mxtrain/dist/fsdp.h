@@ -47,8 +47,9 @@
 // next module's backward. A layout without padding rows is sent from the lent buffer itself,
 // which returns to the pool when the transfer completes; a padded one is copied into a send
 // buffer first and returns at once. The pool holds as many buffers as are lent or in flight
-// at once (two, of the sizes of consecutive modules: the smallest free one that fits is
-// lent).
+// at once (two for a dense model): a module is lent the buffer it had last time when that is
+// free, else the smallest free one that fits, so consecutive modules settle on buffers of
+// their own sizes.
 // Each micro-batch is reduce-scattered: the shard grad of a step is the sum over ranks and
 // micro-batches (the first result is written into it, later ones added).
 // reduce_gradients() completes the reduce-scatters in flight and divides by the world size,
