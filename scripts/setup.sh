@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages mxtrain needs to build, test and train (idempotent).
-# MXTRAIN_WITH_TORCH=1 also installs PyTorch (python3-torch, about 520 MiB installed with its
-# 167 dependencies) for the mxtrain.torch bridge; without it those tests report "skipped".
+# Installs the Debian packages mxtrain needs to build, test and train (idempotent). The Python
+# packages of the cross-checks and peers (PyTorch 2, torchao, transformers, ml_dtypes) come from
+# PyPI into a virtual environment: scripts/pyenv.sh, which the test command runs.
 set -euo pipefail
 # ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake calls
 # find_package(OpenCL) and fails without it, so it is listed here by name.
@@ -13,10 +13,10 @@ PKGS=(build-essential cmake ninja-build pkg-config
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libsentencepiece-dev
       libgtest-dev libgmock-dev libbenchmark-dev
       fortunes python3
-      python3-dev pybind11-dev python3-numpy
+      python3-dev pybind11-dev python3-numpy python3-venv
       clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev llvm-14)
-# pybind11-dev does not depend on python3-dev (Python.h), so both are listed.
-if [ "${MXTRAIN_WITH_TORCH:-0}" = 1 ]; then PKGS+=(python3-torch); fi
+# pybind11-dev does not depend on python3-dev (Python.h), so both are listed; python3-venv
+# (ensurepip) makes the cross-check environment.
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,17 +1,15 @@
 """tests/python/test_example.py — runs examples/python/train_mxlinear.py for a few dozen steps
 with each MX recipe; the example itself exits non-zero unless the loss halves. Exits 77
-(CTest: skipped) when PyTorch is not installed. Run by CTest as python_test_example.
+(CTest: skipped) when PyTorch is not importable (checks_env.py). Run by CTest as python_test_example.
 """
 
 import os
 import subprocess
 import sys
 
-try:
-    import torch  # noqa: F401
-except ImportError:
-    print("SKIP: PyTorch is not installed (Debian package python3-torch)")
-    sys.exit(77)
+from checks_env import require
+
+torch = require("torch")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "python", "train_mxlinear.py")

@@ -1,6 +1,6 @@
 """tests/python/test_hf_export.py — `mxtrain export --format hf` checked by an independent
 loader: Hugging Face's LlamaForCausalLM / MixtralForCausalLM forward written out here in
-PyTorch (Debian python3-torch), following transformers' conventions, reading only the exported
+PyTorch, following transformers' conventions, reading only the exported
 directory (config.json + model.safetensors, parsed with json and numpy). Nothing of mxtrain's
 model code is used: mxtrain runs as a program ($MXTRAIN_BIN).
 
@@ -14,7 +14,7 @@ FP32 forwards of the same weights; they differ in summation order and in the rot
 which HF computes in FP32 and mxtrain in FP64 before rounding, ~1e-6 relative), and the 20-token
 greedy continuation must equal `mxtrain generate --temperature 0`'s token for token.
 
-Exits 77 (CTest: skipped) when PyTorch is not installed. Run by CTest as python_test_hf_export.
+Exits 77 (CTest: skipped) when PyTorch is not importable (checks_env.py). Run by CTest as python_test_hf_export.
 """
 
 import json
@@ -23,11 +23,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: PyTorch is not installed (Debian package python3-torch)")
-    sys.exit(77)
+from checks_env import require
+
+torch = require("torch")
 
 import numpy as np
 

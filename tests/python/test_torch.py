@@ -1,6 +1,6 @@
 """tests/python/test_torch.py — mxtrain.torch: mx_linear / MXLinear against the engine's
 quantized numerics and against exact FP32 gradients. Exits 77 (CTest: skipped) when PyTorch
-(Debian python3-torch) is not installed. Run by CTest as python_test_torch.
+is not importable (checks_env.py). Run by CTest as python_test_torch.
 
 Tolerances:
 - forward: y equals dequantize(x)·dequantize(W)ᵀ up to FP32 summation order. The MX values
@@ -16,11 +16,9 @@ Tolerances:
 import copy
 import sys
 
-try:
-    import torch
-except ImportError:
-    print("SKIP: PyTorch is not installed (Debian package python3-torch)")
-    sys.exit(77)
+from checks_env import require
+
+torch = require("torch")
 
 import numpy as np
 
