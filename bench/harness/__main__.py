@@ -53,7 +53,7 @@ ORDER = [s for s in SUITES if s != "parity"]  # `all`: every speed and memory su
 
 def renderers():
     out = {}
-    for mod in sorted({m for m, *_ in SUITES.values()}):
+    for mod in sorted({m for m, *_ in SUITES.values()} | {"suite_summary"}):
         out.update(importlib.import_module(mod).tables())
     return out
 

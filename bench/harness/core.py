@@ -86,6 +86,13 @@ def md_table(header, rows, align=None):
     return "\n".join(out)
 
 
+def load_note(rows):
+    """The 1-minute load average at the runs' starts and ends, from rows that recorded it."""
+    v = [float(r[k].split()[0]) for r in rows for k in ("loadavg_before", "loadavg_after")
+         if isinstance(r.get(k), str)]
+    return f"load average (1 min) at the runs' starts and ends: {min(v):.1f}-{max(v):.1f}" if v else ""
+
+
 def machines_line(rows):
     ms = sorted({r.get("machine", "?") for r in rows})
     return "Machine: " + "; ".join(f"`{m}`" for m in ms) + "."

@@ -90,9 +90,10 @@ def table_mainjob_speed(rows):
         body.append([run, len(rs), mrange([r["tokens_per_s"] for r in rs], "{:,.0f}"),
                      mrange([r["median_step_ms"] for r in rs], "{:.0f}")])
     ratios = per_round(rows, lambda r: r["run"], "mxfp8", "bf16", "tokens_per_s")
+    from core import load_note
     return (md_table(["recipe", "runs", "tokens/s: median (range)",
                       "median step ms: median (range)"], body, "lrrr") +
-            f"\n\nmxfp8 / bf16 tokens/s per round: {ratio_cell(ratios)}.")
+            f"\n\nmxfp8 / bf16 tokens/s per round: {ratio_cell(ratios)}; {load_note(rows)}.")
 
 
 def table_mainjob_ab(rows):
@@ -365,10 +366,40 @@ def run_fsdp(ctx, args):
                                   mpi=w if w > 1 else 0, recipe=recipe, mode=mode, world=w)
         row["step_ms"] = median(r["step_ms"] for r in steady(steps))
         append_row(path, row)
+    # The gathers alone: `mxtrain bench fsdp` (a synthetic model, no GEMMs between gathers)
+    # at 2 ranks, once per round.
+    for rnd in range(1, ctx.rounds + 1):
+        log(f"fsdp: round {rnd}, bench fsdp at 2 ranks")
+        argv = ["mpirun", "--oversubscribe", "-np", "2", ctx.binary, "bench", "fsdp", "--steps",
+                "11", "--json"]
+        out = os.path.join(ctx.work, f"fsdp-gather-r{rnd}.json")
+        env = {"OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
+               "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        t = ctx.timed(argv, f"fsdp-gather-r{rnd}", env=env, stdout_path=out)
+        text = open(out).read()
+        for r in json.loads(text[text.index("["):text.rindex("]") + 1]):
+            append_row(path, ctx.row("fsdp", "gather", rnd, argv, t,
+                                     env={"OMP_NUM_THREADS": "1"}, **r))
     return path
 
 
+def table_fsdp_gather(rows):
+    rows = [r for r in rows if r.get("case") == "gather"]
+    if not rows:
+        raise ValueError("no `bench fsdp` rows (case gather)")
+    body = []
+    for key in dict.fromkeys((r["recipe"], r["mode"]) for r in rows):
+        rs = [r for r in rows if (r["recipe"], r["mode"]) == key]
+        body.append([key[0], key[1], f"{rs[0]['payload_bytes_per_step']:,}",
+                     f"{rs[0]['bytes_vs_bf16']:.4f}", mrange([r["allgather_ms_per_step"] for r in rs], "{:.2f}"),
+                     ratio_cell([r["allgather_ms_vs_bf16"] for r in rs], "{:.3f}")])
+    return (md_table(["recipe", "mode", "payload bytes/step", "bytes vs bf16",
+                      "all-gather ms/step", "time vs bf16, per round"], body, "llrrrr") +
+            f"\n\n{len({r['round'] for r in rows})} rounds, 2 ranks.")
+
+
 def table_fsdp_memory(rows):
+    rows = [r for r in rows if r.get("case") != "gather"]
     body = []
     for tag in dict.fromkeys((r["recipe"], r["mode"]) for r in rows):
         rs = [r for r in rows if (r["recipe"], r["mode"]) == tag]
@@ -964,6 +995,7 @@ def tables():
         "gemm.train": lambda f, a: table_gemm_train(L(f)),
         "fsdp.memory": lambda f, a: table_fsdp_memory(L(f)),
         "fsdp.ab": lambda f, a: table_fsdp_ab(L(f)),
+        "fsdp.gather": lambda f, a: table_fsdp_gather(L(f)),
         "parallel.layouts": lambda f, a: table_parallel(L(f)),
         "parallel.ratios": lambda f, a: table_parallel_ratios(L(f)),
         "data.prepare": lambda f, a: table_data(L(f)),

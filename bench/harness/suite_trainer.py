@@ -16,8 +16,8 @@ import json
 import os
 import shutil
 
-from core import (ROOT, append_row, gpt_config, group, log, md_table, median, mrange,
-                  metrics_summary, per_round, ratio_cell, read_rows, rel)
+from core import (ROOT, append_row, fmt_int, gpt_config, group, log, md_table, median,
+                  mrange, metrics_summary, per_round, ratio_cell, read_rows, rel)
 
 WIDTHS = (128, 256, 512, 768, 1024)
 MX_TOOLS = ("mxtrain bf16", "mxtrain mxfp8")
@@ -216,9 +216,10 @@ def table_sweep(rows):
         ratio_cell(per_round([r for r in rows if r["d_model"] == d], lambda r: r["tool"],
                              "mxtrain mxfp8", "mxtrain bf16")) for d in widths])
     rounds = len({r["round"] for r in rows})
+    from core import load_note
     return (md_table(["4 layers, seq 256, micro-batch 8: median (range)"] +
                      [f"d_model {d}" for d in widths], body, "l" + "r" * len(widths)) +
-            f"\n\n{rounds} rounds; every tool at every width once per round.")
+            f"\n\n{rounds} rounds; every tool at every width once per round; {load_note(rows)}.")
 
 
 def table_rss(rows):
