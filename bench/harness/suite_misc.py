@@ -388,9 +388,14 @@ def table_fsdp_gather(rows):
     if not rows:
         raise ValueError("no `bench fsdp` rows (case gather)")
     body = []
-    for key in dict.fromkeys((r["recipe"], r["mode"]) for r in rows):
-        rs = [r for r in rows if (r["recipe"], r["mode"]) == key]
-        body.append([key[0], key[1], f"{rs[0]['payload_bytes_per_step']:,}",
+    # bf16 appears twice with no mode: gathered once (keep, 2N bytes) and again for backward
+    # (reshard, 4N); the payload tells them apart.
+    key = lambda r: (r["recipe"], r["mode"], r["payload_bytes_per_step"])
+    for k in dict.fromkeys(key(r) for r in rows):
+        rs = [r for r in rows if key(r) == k]
+        mode = k[1] or ("keep" if k[0] == "bf16" and rs[0]["bytes_vs_bf16"] == 1 else
+                        "reshard" if k[0] == "bf16" else "-")
+        body.append([k[0], mode, f"{rs[0]['payload_bytes_per_step']:,}",
                      f"{rs[0]['bytes_vs_bf16']:.4f}", mrange([r["allgather_ms_per_step"] for r in rs], "{:.2f}"),
                      ratio_cell([r["allgather_ms_vs_bf16"] for r in rs], "{:.3f}")])
     return (md_table(["recipe", "mode", "payload bytes/step", "bytes vs bf16",
@@ -509,6 +514,13 @@ def table_parallel_ratios(rows):
     for layout in ("dense-tp2-sp", "dense-tp2-sprow"):
         body.append([layout, "mxfp8 / bf16", "all-gather bytes per step",
                      ratio_cell(pr2(layout, "tp_allgather_bytes"), "{:.4f}")])
+    s1 = [r for r in rows if r["layout"] == "moe-ep2" and r.get("step1")]
+    if {r["recipe"] for r in s1} >= {"bf16", "mxfp8"}:
+        a = {r["round"]: r["step1"]["ep_dispatch_bytes"] for r in s1 if r["recipe"] == "mxfp8"}
+        b = {r["round"]: r["step1"]["ep_dispatch_bytes"] for r in s1 if r["recipe"] == "bf16"}
+        body.append(["moe-ep2", "mxfp8 / bf16", "expert dispatch bytes of step 1 (same weights "
+                     "and batch: nearly the same routing)",
+                     ratio_cell([a[x] / b[x] for x in a if x in b and b[x]], "{:.4f}")])
     body.append(["dense-tp2-sprow / dense-tp2-sp", "mxfp8", "step time",
                  ratio_cell(pr("dense-tp2-sprow", "dense-tp2-sp", "step_ms", "mxfp8"), "{:.3f}")])
     return md_table(["layouts", "recipe", "what", "ratio per round: median (range)"], body,
@@ -646,7 +658,8 @@ def run_peak(ctx, args):
     """`mxtrain bench peak`, and the peer shape (d_model 256) trained 6 steps with
     --profile-steps 5 in bf16 and mxfp8; ROUNDS rounds, written as a directory of raw JSON
     (raw/peak_<class>/: peak_rN.json, profile_<recipe>_rN.json, machine.txt)."""
-    d = ctx.out or os.path.join(RAW, f"peak_{ctx.tag}")
+    d = (os.path.join(ctx.work, "peak") if ctx.quick else
+         ctx.out or os.path.join(RAW, f"peak_{ctx.tag}"))
     os.makedirs(d, exist_ok=True)
     cfg = "configs/peer256.yaml"
     for rnd in range(1, ctx.rounds + 1):
@@ -939,7 +952,8 @@ def run_quantize(ctx, args):
     """`mxtrain bench quantize` (4096 x 4096, 30 iterations, no scalar path), one run per
     round with huge pages (the default) and one with MXTRAIN_HUGE_PAGES=0, alternating; written
     as one JSON of series (raw/quantize_<class>.json; quantize.md's runs took --rounds 8)."""
-    out = ctx.out or os.path.join(RAW, f"quantize_{ctx.tag}.json")
+    out = (os.path.join(ctx.work, "quantize.json") if ctx.quick else
+           ctx.out or os.path.join(RAW, f"quantize_{ctx.tag}.json"))
     argv = ["quantize", "--rows", "4096", "--cols", "4096", "--iters", "3" if ctx.quick else "30",
             "--no-scalar"]
     series = {"now": {"what": "huge pages (default)", "runs": []},
