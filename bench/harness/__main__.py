@@ -30,7 +30,7 @@ SUITES = {
     "peers": ("suite_peers", "run", "torchao emulated MXFP8 vs mxtrain mxfp8: the main job's "
               "first 300 steps, same weights and batches", 40),
     "profile": ("suite_trainer", "run_profile", "where a step's time goes: mxtrain "
-                "--profile-steps and torch.profiler, d_model 256 and 1024", 10),
+                "--profile-steps and torch.profiler, d_model 256, 768 and 1024", 15),
     "mainjob": ("suite_misc", "run_mainjob", "the main job's first 120 steps, mxfp8 vs bf16", 8),
     "linear": ("suite_misc", "run_linear", "quantized Linear and GroupedLinear vs BF16", 6),
     "gemm": ("suite_misc", "run_gemm", "oneDNN exact vs run-time shapes of the BF16 "

@@ -8,9 +8,9 @@ GPT, and where the time of each goes.
             (bench/torch_peer.py). Every tool starts from the same initial weights: mxtrain's,
             written once per width by `mxtrain export --format hf` and read back by both (mxtrain
             with --init-from). Rows: raw/trainer_<class>.jsonl.
-  profile   the same shapes profiled: `mxtrain train --profile-steps` (bf16, mxfp8) and
-            torch.profiler (eager, compile), 5 steps after a warm-up step. Rows:
-            raw/profile_<class>.jsonl.
+  profile   the same shapes profiled (d_model 256, 768 and 1024 unless profile:widths=...):
+            `mxtrain train --profile-steps` (bf16, mxfp8) and torch.profiler (eager, compile),
+            5 steps after a warm-up step. Rows: raw/profile_<class>.jsonl.
 """
 import json
 import os
@@ -110,7 +110,7 @@ def run(ctx, args):
 
 
 def run_profile(ctx, args):
-    widths = [int(w) for w in args.get("widths", "256,1024").split(",") if w]
+    widths = [int(w) for w in args.get("widths", "256,768,1024").split(",") if w]
     nprof = 5
     rows_path = ctx.rows_path("profile")
     for rnd in range(1, ctx.rounds + 1):
