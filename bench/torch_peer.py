@@ -38,7 +38,6 @@ import json
 import math
 import os
 import statistics
-import sys
 import time
 
 MASK64 = (1 << 64) - 1
@@ -166,7 +165,7 @@ def main():
     shards = None if a.data == "random" else Shards(a.data)
     gen = torch.Generator().manual_seed(a.seed)
     total = a.total_steps or a.steps
-    times, losses, rows = [], [], []
+    times, losses = [], []
     prof = None
     metrics = open(a.metrics_out, "w") if a.metrics_out else None
     t_start = time.perf_counter()
@@ -216,7 +215,6 @@ def main():
         "tokens_per_s": a.batch * a.seq / (med / 1e3),
         "wall_s": time.perf_counter() - t_start, "losses": losses, "final_loss": losses[-1]}
     if a.mode == "torchao-mxfp8":
-        import torchao
         out["torchao"] = torchao.__version__
     if metrics:
         metrics.write(json.dumps({"summary": True, "steps": a.steps, "median_step_ms": med,

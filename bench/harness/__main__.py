@@ -7,8 +7,8 @@
 
 Options: --rounds N (default 3), --quick (a smoke run: fewer widths, steps and rounds; its rows
 go to runs/bench/quick/, never to docs/results/raw), --out FILE (rows file), --work DIR
-(default runs/bench), --no-render. A suite takes options as SUITE:key=value,key=value (e.g.
-trainer:widths=256,1024). A suite appends its rows to docs/results/raw/<suite>_<class>.jsonl
+(default runs/bench), --no-render. A suite takes options as SUITE:key=value:key=value (e.g.
+trainer:widths=256,1024:steps=10). A suite appends its rows to docs/results/raw/<suite>_<class>.jsonl
 (class: zen4, zen5, ... from `mxtrain info`); start a new measurement of a class by moving
 the old file away, or pass --out.
 """
@@ -20,7 +20,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from core import RAW, ROOT, Context, log  # noqa: E402
+from core import ROOT, Context, log  # noqa: E402
 import render  # noqa: E402
 
 # name: (module, run function, what it measures, minutes on a quiet 2-core machine at 3 rounds)
@@ -100,7 +100,8 @@ def main():
         name, _, opts = w.partition(":")
         if name not in SUITES:
             ap.error(f"unknown suite `{name}`; suites: {', '.join(ORDER)}, all, list, render, check")
-        args = dict(kv.split("=", 1) for kv in opts.split(",") if "=" in kv) if opts else {}
+        # SUITE:key=value:key=value (a value may hold commas: trainer:widths=256,1024)
+        args = dict(kv.split("=", 1) for kv in opts.split(":") if "=" in kv) if opts else {}
         jobs.append((name, args))
     if not os.path.exists(a.binary):
         ap.error(f"--binary {a.binary}: not found (bash scripts/build.sh)")

@@ -17,8 +17,8 @@ import os
 import re
 import subprocess
 
-from core import (ROOT, append_row, group, log, md_table, median, mrange, per_round,
-                  ratio_cell, read_rows)
+from core import (ROOT, append_row, log, md_table, median, mrange, per_round, ratio_cell,
+                  read_rows)
 from suite_trainer import init_weights, run_mxtrain, run_torch
 
 TOOLS = ("mxtrain mxfp8", "pytorch torchao-mxfp8", "mxtrain bf16", "pytorch eager")

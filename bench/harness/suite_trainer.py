@@ -16,8 +16,8 @@ import json
 import os
 import shutil
 
-from core import (ROOT, append_row, fmt_int, gpt_config, group, log, md_table, median,
-                  mrange, metrics_summary, per_round, ratio_cell, read_rows, rel)
+from core import (ROOT, append_row, gpt_config, log, md_table, median, mrange,
+                  metrics_summary, per_round, ratio_cell, read_rows)
 
 WIDTHS = (128, 256, 512, 768, 1024)
 MX_TOOLS = ("mxtrain bf16", "mxtrain mxfp8")
@@ -251,22 +251,27 @@ def table_peer_shape_legacy(rows, d=256):
 
 
 def table_profile_mxtrain(rows, d):
+    """mxtrain's profile per region (each module's products forward and backward, attention,
+    each elementwise op, the optimizer): ms per step and share of the step, per recipe."""
     rs = [r for r in rows if r["d_model"] == d and r["tool"].startswith("mxtrain")]
     tools = [t for t in MX_TOOLS if any(r["tool"] == t for r in rs)]
-    groups = []
+    regions = []
     for r in rs:
         for x in r["profile"]:
-            if x["group"] not in groups:
-                groups.append(x["group"])
+            if x["region"] not in regions:
+                regions.append(x["region"])
     body = []
-    for g in groups:
-        cells = []
+    for reg in regions:
+        cells, top = [], 0.0
         for t in tools:
-            v = [sum(x["ms"] for x in r["profile"] if x["group"] == g) for r in rs if r["tool"] == t]
-            s = [100 * sum(x["share"] for x in r["profile"] if x["group"] == g)
+            v = [next((x["ms"] for x in r["profile"] if x["region"] == reg), 0.0)
                  for r in rs if r["tool"] == t]
-            cells.append(f"{mrange(v, '{:.1f}')}, {median(s):.0f}%")
-        body.append([g] + cells)
+            sh = [100 * next((x["share"] for x in r["profile"] if x["region"] == reg), 0.0)
+                  for r in rs if r["tool"] == t]
+            cells.append(f"{mrange(v)}, {median(sh):.1f}%")
+            top = max([top] + v)
+        if top >= 0.05:  # regions that took no time (communication on one process, ...)
+            body.append([reg] + cells)
     body.append(["step (profiled)"] + [mrange([r["profiled_step_ms"] for r in rs if r["tool"] == t])
                                        for t in tools])
     return md_table([f"mxtrain, d_model {d}: ms per step (range), share"] + tools, body)
@@ -298,8 +303,54 @@ def table_profile_torch(rows, d, top=12):
     return md_table([f"PyTorch, d_model {d}: self CPU ms per step (range)"] + tools, body)
 
 
+def torch_group(op):
+    """The mxtrain profile group a PyTorch operator's time belongs to."""
+    o = op.lower()
+    if op in ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear"):
+        return "products"
+    if "scaled_dot_product" in o:
+        return "attention"
+    if "adamw" in o or o.startswith("optimizer.") or op in ("aten::linalg_vector_norm",
+                                                            "aten::_foreach_norm"):
+        return "optimizer"
+    return None
+
+
+def table_profile_compare(rows, d):
+    """Both tools side by side in mxtrain's groups: PyTorch's products are its matrix products,
+    attention its SDPA kernels, the optimizer fused AdamW and the norm of the clip; the rest
+    (elementwise ops, copies, autograd and compiled-graph overhead) is the remainder of its
+    self time."""
+    rs = [r for r in rows if r["d_model"] == d]
+    tools = [t for t in TOOLS if any(r["tool"] == t for r in rs)]
+    groups = ("products", "attention", "elementwise and the rest", "optimizer")
+    cells = {g: [] for g in groups + ("step",)}
+    for t in tools:
+        per = {g: [] for g in groups}
+        steps = []
+        for r in (x for x in rs if x["tool"] == t):
+            if t in MX_TOOLS:
+                got = {g: sum(x["ms"] for x in r["profile"] if x["group"] == g)
+                       for g in ("products", "attention", "optimizer")}
+                got["elementwise and the rest"] = r["profiled_step_ms"] - sum(got.values())
+                steps.append(r["profiled_step_ms"])
+            else:
+                got = {g: sum(x["self_ms_per_step"] for x in r["profile"] if torch_group(x["op"]) == g)
+                       for g in ("products", "attention", "optimizer")}
+                got["elementwise and the rest"] = r["profiled_self_ms"] - sum(got.values())
+                steps.append(r["profiled_self_ms"])
+            for g in groups:
+                per[g].append(got[g])
+        for g in groups:
+            cells[g].append(mrange(per[g]))
+        cells["step"].append(mrange(steps))
+    body = [[g] + cells[g] for g in groups] + [["step (profiled)"] + cells["step"]]
+    return md_table([f"d_model {d}: ms per step, median (range)"] + tools, body)
+
+
 def tables():
     return {
+        "profile.compare": lambda files, a: table_profile_compare(load(files), int(a.get("d", 256))),
         "trainer.peer": lambda files, a: table_peer_shape(load(files), int(a.get("d", 256))),
         "trainer.sweep": lambda files, a: table_sweep(load(files)),
         "trainer.rss": lambda files, a: table_rss(load(files)),
