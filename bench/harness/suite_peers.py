@@ -108,8 +108,31 @@ def table_loss(rows):
     return "\n".join(lines)
 
 
+def table_curve(rows, width=20):
+    """The loss curve: the mean loss over windows of `width` steps, per tool (the median over
+    its runs; the runs of one tool agree to the printed digits when training is
+    deterministic), and each FP8 run's gap to its BF16 twin."""
+    tools = [t for t in TOOLS if any(r["tool"] == t for r in rows)]
+    n = min(len(r["losses"]) for r in rows)
+    starts = [s for s in (1, 21, 41, 61, 101, 141, 181, 221, 261, 281) if s + width - 1 <= n]
+    mean = lambda r, s: sum(r["losses"][s - 1:s - 1 + width]) / width
+    body = []
+    for t in tools:
+        rs = [r for r in rows if r["tool"] == t]
+        body.append([t] + [f"{median(mean(r, s) for r in rs):.4f}" for s in starts])
+    for a, b in (("mxtrain mxfp8", "pytorch torchao-mxfp8"), ("mxtrain bf16", "pytorch eager")):
+        if a in tools and b in tools:
+            ra = [r for r in rows if r["tool"] == a]
+            rb = [r for r in rows if r["tool"] == b]
+            body.append([f"{a} / {b} - 1"] + [
+                f"{(median(mean(r, s) for r in ra) / median(mean(r, s) for r in rb) - 1) * 100:+.2f}%"
+                for s in starts])
+    return md_table([f"mean loss over steps"] + [f"{s}-{s + width - 1}" for s in starts], body)
+
+
 def tables():
     return {
+        "peers.curve": lambda files, a: table_curve(load(files)),
         "peers.speed": lambda files, a: table_speed(load(files)),
         "peers.loss": lambda files, a: table_loss(load(files)),
     }
