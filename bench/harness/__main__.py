@@ -23,14 +23,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from core import ROOT, Context, log  # noqa: E402
 import render  # noqa: E402
 
-# name: (module, run function, what it measures, minutes on a quiet 2-core machine at 3 rounds)
+# name: (module, run function, what it measures, minutes at 3 rounds on 2 cores: trainer, peers
+# and profile as measured on a shared machine, the others from earlier runs of their drivers)
 SUITES = {
     "trainer": ("suite_trainer", "run", "mxtrain bf16/mxfp8 vs PyTorch 2 eager/compile, "
-                "d_model 128..1024", 45),
+                "d_model 128..1024", 30),
     "peers": ("suite_peers", "run", "torchao emulated MXFP8 vs mxtrain mxfp8: the main job's "
-              "first 300 steps, same weights and batches", 40),
+              "first 300 steps, same weights and batches", 60),
     "profile": ("suite_trainer", "run_profile", "where a step's time goes: mxtrain "
-                "--profile-steps and torch.profiler, d_model 256, 768 and 1024", 15),
+                "--profile-steps and torch.profiler, d_model 256, 768 and 1024", 25),
     "mainjob": ("suite_misc", "run_mainjob", "the main job's first 120 steps, mxfp8 vs bf16", 8),
     "linear": ("suite_misc", "run_linear", "quantized Linear and GroupedLinear vs BF16", 6),
     "gemm": ("suite_misc", "run_gemm", "oneDNN exact vs run-time shapes of the BF16 "

@@ -10,7 +10,8 @@ NAME is a renderer of a suite (`bash scripts/bench.sh list` names them all), the
 raw rows under docs/results/raw/, and key=value pairs are the renderer's options. `render`
 rewrites what lies between the markers; `check` renders the same and fails, naming the file
 and the table, when the committed text differs, so no figure can go stale. The files looked at
-are README.md and docs/results/*.md.
+are README.md and docs/results/*.md (docs/results/README.md describes the markers and holds
+no table).
 """
 import glob
 import os
@@ -22,8 +23,11 @@ MARK = re.compile(r"<!-- table:(\S+)((?: [^>]*?)?) -->\n(.*?)<!-- /table -->", r
 
 
 def documents():
+    """README.md and docs/results/*.md, less docs/results/README.md (which shows the markers
+    in its text)."""
     return [os.path.join(ROOT, "README.md")] + sorted(
-        glob.glob(os.path.join(ROOT, "docs", "results", "*.md")))
+        p for p in glob.glob(os.path.join(ROOT, "docs", "results", "*.md"))
+        if os.path.basename(p) != "README.md")
 
 
 class TableError(Exception):

@@ -21,15 +21,19 @@ def row_trainer(f):
     rows = read_rows(f)
     widths = sorted({r["d_model"] for r in rows})
     at = lambda t, d: ratio_cell(trainer.peer_ratios(rows, t, d))
-    behind = [f"{t.split()[1]} at d_model {d}" for d in widths for t in trainer.MX_TOOLS
-              if trainer.peer_ratios(rows, t, d) and median(trainer.peer_ratios(rows, t, d)) < 1]
+    behind = [d for d in widths if any(trainer.peer_ratios(rows, t, d) and
+                                       median(trainer.peer_ratios(rows, t, d)) < 1
+                                       for t in trainer.MX_TOOLS)]
+    behind = [f"d_model {d} (bf16 {at('mxtrain bf16', d)}, mxfp8 {at('mxtrain mxfp8', d)})"
+              for d in behind]
     rounds = len({r["round"] for r in rows})
     return ("training vs PyTorch 2", cls(rows),
             f"same GPT (4 layers, seq 256, micro-batch 8), against the faster of PyTorch 2 eager "
             f"and torch.compile (bf16 autocast, SDPA, transformers' Llama from the same initial "
             f"weights): at d_model 256 mxtrain bf16 {at('mxtrain bf16', 256)} its speed, mxfp8 "
             f"{at('mxtrain mxfp8', 256)} (per-round ratios, {rounds} rounds); "
-            + (f"behind it: {', '.join(behind)}" if behind else
+            + (f"behind it at the median at {', '.join(behind)}, ahead at every other width "
+               f"from d_model {widths[0]} to {widths[-1]}" if behind else
                f"ahead at every width from d_model {widths[0]} to {widths[-1]}")
             + "; measured on a shared machine (noisy)", "`docs/results/trainer.md`")
 
@@ -41,8 +45,10 @@ def row_peers(f):
     m = {t: [x for x in (peers.window_mean(r) for r in rows if r["tool"] == t) if x is not None]
          for t in ("mxtrain mxfp8", "pytorch torchao-mxfp8")}
     lo, hi = peers.WINDOW
-    loss = (f"; mean loss over steps {lo}-{hi} {(median(m['mxtrain mxfp8']) / median(m['pytorch torchao-mxfp8']) - 1) * 100:+.2f}% of torchao's"
-            if all(m.values()) else "")
+    gap = (median(m["mxtrain mxfp8"]) / median(m["pytorch torchao-mxfp8"]) - 1) * 100 \
+        if all(m.values()) else None
+    loss = (f"; mean loss over steps {lo}-{hi} {abs(gap):.2f}% {'below' if gap < 0 else 'above'} "
+            "torchao's (the same in every run)" if gap is not None else "")
     rss = per_round(rows, lambda r: r["tool"], "mxtrain mxfp8", "pytorch torchao-mxfp8",
                     "peak_rss_kib")
     return ("same-recipe peer", cls(rows),
