@@ -27,8 +27,16 @@ struct TokTrainArgs {
   bool quiet = false;
 };
 
+// Each --input against the output.
+std::vector<io::NamedPath> inputs_of(const std::vector<std::string>& inputs) {
+  std::vector<io::NamedPath> v;
+  for (const std::string& in : inputs) v.push_back({"--input", in});
+  return v;
+}
+
 int run_tokenizer_train(const TokTrainArgs& a) {
   io::check_output_file(a.out, "--out");
+  io::check_outputs_apart({{"--out", a.out}}, inputs_of(a.inputs));
   if (!a.quiet)
     std::fprintf(stderr, "training a %d-piece BPE SentencePiece tokenizer...\n", a.vocab_size);
   corpus::TokenizerTrainOptions o;
@@ -67,6 +75,9 @@ int run_prepare(const PrepareArgs& a) {
             "got ", a.val_fraction);
   MXT_CHECK(a.shard_tokens >= 1, "--shard-tokens must be >= 1, got ", a.shard_tokens);
   io::check_output_dir(a.out, "--out");
+  std::vector<io::NamedPath> inputs = inputs_of(a.inputs);
+  if (a.tokenizer != "bytes") inputs.push_back({"--tokenizer", a.tokenizer});
+  io::check_outputs_apart({{"--out", a.out, /*replaced=*/true}}, inputs);
   const corpus::Tokenizer tok = corpus::Tokenizer::open(a.tokenizer);
   ProgressBar bar("prepare-data", "MB", !a.quiet);
   const corpus::PrepareStats st =
@@ -117,8 +128,9 @@ MXT_REGISTER_COMMAND("prepare-data", [](CLI::App& app) {
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece model (from `mxtrain tokenizer train`), or `bytes` for "
                   "byte-level tokens")->required();
-  sub->add_option("--out", a->out, "Directory to write (a new path, or an earlier shard "
-                  "directory, which is replaced)")->required();
+  sub->add_option("--out", a->out, "Directory to write (a new path, or an earlier output "
+                  "of prepare-data, which is replaced; files mxtrain did not write there are "
+                  "kept)")->required();
   sub->add_option("--val-fraction", a->val_fraction,
                   "Fraction of the input held out as the validation shard: its end (default "
                   "0.05)");

@@ -6,6 +6,7 @@
 #include "mxtrain/train/hf_llama.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,6 +17,7 @@
 #include "mxtrain/corpus/tokenizer.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/output_dir.h"
 #include "mxtrain/io/json_input.h"
 #include "mxtrain/io/npy.h"
 #include "mxtrain/io/safetensors.h"
@@ -155,14 +157,7 @@ int whole(const nlohmann::json& j, const char* k, const std::string& path) {
 }
 
 ModelConfig read_config(const std::string& path, std::string* arch, bool* tied) {
-  const std::string text = io::read_text_file(path);
-  io::check_json_depth(text, path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    MXT_FAIL(path, ": not valid JSON: ", e.what());
-  }
+  const nlohmann::json j = io::parse_json_strict(io::read_text_file(path), path);
   MXT_CHECK(j.is_object(), path, ": not a JSON object");
   std::string a;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
@@ -343,11 +338,11 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      {"clean_up_tokenization_spaces", false}};
     dir.write("tokenizer_config.json", tc.dump(2) + "\n");
   }
-  dir.commit();
+  io::commit_output_dir(dir, "--out", "mxtrain export");
   return {m.moe_num_experts > 0 ? kMixtral : kLlama, hf.size(), st.total_size, tok.id().str()};
 }
 
-HfModel import_dir(const std::string& dir, bool weights) {
+HfModel import_dir(const std::string& dir, bool weights, bool allow_nonfinite) {
   MXT_CHECK(io::is_directory(dir), "Hugging Face model directory `", dir, "` does not exist");
   HfModel h;
   h.dir = dir;
@@ -391,7 +386,16 @@ HfModel import_dir(const std::string& dir, bool weights) {
     const io::StTensor& t = it->second;
     MXT_CHECK(t.shape == p.shape, dir, ": tensor `", t.name, "` has shape ",
               io::shape_str(t.shape), ", the config implies ", io::shape_str(p.shape));
-    to_f32(t, mx.at(p.mx)->data.data() + p.offset, dir);
+    float* x = mx.at(p.mx)->data.data() + p.offset;
+    to_f32(t, x, dir);
+    const int64_t n = numel(p.shape);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i]) && bad++ == 0) first = i;
+    MXT_CHECK(bad == 0 || allow_nonfinite, dir, ": tensor `", t.name, "` holds ", bad,
+              " non-finite value(s) (NaN or Inf) of ", n, ", the first at element ", first,
+              " (", x[first >= 0 ? first : 0], "); a model with them cannot train or generate: "
+              "fix the weights (or pass --allow-nonfinite to `mxtrain import` to keep them)");
     used.insert(t.name);
   }
   for (const auto& [name, t] : hf)
@@ -457,8 +461,8 @@ void load_weights(const HfModel& h, const std::vector<Parameter*>& params) {
 }
 
 std::string import_to_checkpoint(const std::string& dir, const std::string& out,
-                                 TrainConfig base) {
-  const HfModel h = import_dir(dir);
+                                 TrainConfig base, bool allow_nonfinite) {
+  const HfModel h = import_dir(dir, true, allow_nonfinite);
   apply_model(base, h);
   base.training.seq_len = std::min(base.training.seq_len, base.model.max_seq_len);
   base = parse_config(config_to_yaml(base), dir + "/config.json (imported)");

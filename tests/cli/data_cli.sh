@@ -138,7 +138,7 @@ expect_error "empty corpus for a tokenizer" "is empty: there is nothing to train
   "$MXT" tokenizer train --input empty.txt --out e.model --quiet
 expect_error "bad --val-fraction" "--val-fraction must be in (0, 0.5)" \
   "$MXT" prepare-data --input "$TEXT" --tokenizer bytes --out x --val-fraction 0.7 --quiet
-expect_error "out is not a shard directory" "exists and is not a token-shard directory" \
+expect_error "out holds files mxtrain did not write" "holds files mxtrain did not write (latest, step_6, step_8)" \
   "$MXT" prepare-data --input "$TEXT" --tokenizer bytes --out ck --quiet
 
 # ---- byte-level: shards and text give nats per byte = loss --------------------------------

@@ -48,9 +48,9 @@ struct ExportResult {
   std::string tokenizer;     // TokenizerId::str()
 };
 
-// Writes the directory `out` (atomically; an existing directory is replaced only when it holds
-// a config.json, i.e. an earlier export) from the latest checkpoint under `checkpoint` (or a
-// step directory).
+// Writes the directory `out` (atomically, io/output_dir.h: an earlier export there is replaced,
+// files mxtrain did not write are kept, a directory of other files is refused) from the latest
+// checkpoint under `checkpoint` (or a step directory).
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out);
 
 // An HF directory read back.
@@ -63,8 +63,9 @@ struct HfModel {
 };
 
 // Reads dir/config.json (and with `weights` the safetensors). Throws naming the file and what
-// is unsupported.
-HfModel import_dir(const std::string& dir, bool weights = true);
+// is unsupported, and naming the tensor when a weight is NaN or infinite (unless
+// `allow_nonfinite`: `mxtrain import --allow-nonfinite`, to inspect such a model).
+HfModel import_dir(const std::string& dir, bool weights = true, bool allow_nonfinite = false);
 
 // `train --init-from DIR`: the config's model section becomes the HF model's and
 // model.tokenizer its tokenizer. Returns one "model.key: old -> new" line per change. Throws
@@ -76,6 +77,6 @@ void load_weights(const HfModel& h, const std::vector<Parameter*>& params);
 // `mxtrain import`: an mxtrain checkpoint (step 0, AdamW moments zero, config = `base` with the
 // imported model and tokenizer) of an HF directory, under `out`. Returns the step directory.
 std::string import_to_checkpoint(const std::string& dir, const std::string& out,
-                                 TrainConfig base);
+                                 TrainConfig base, bool allow_nonfinite = false);
 
 }  // namespace mxtrain::hf
