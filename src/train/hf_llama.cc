@@ -376,6 +376,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      {"add_bos_token", false},
                      {"add_eos_token", false},
                      {"legacy", true},
+                     // The model has no dummy prefix; transformers' converted (fast) Llama
+                     // tokenizer would otherwise put U+2581 before the text (another first id).
+                     {"add_prefix_space", false},
                      {"bos_token", "<s>"},
                      {"eos_token", "</s>"},
                      {"unk_token", "<unk>"},

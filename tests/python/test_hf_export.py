@@ -20,7 +20,10 @@ greedy decoding visits many tokens; the test requires at least 10 distinct ones 
 - the exported tokenizer.model is the training tokenizer byte for byte, loads in sentencepiece
   and encodes a test text (several lines, runs of spaces, a tab, digits, accents, typographic
   quotes) to the ids of `mxtrain tokenizer encode`; the prompt's ids from generate equal
-  sentencepiece's. Named difference: text holding U+2581 ("▁", SentencePiece's own space mark):
+  sentencepiece's; tokenizer_config.json asks transformers for no dummy prefix and no BOS/EOS
+  (and where protobuf is importable, AutoTokenizer.from_pretrained must give the same ids and
+  decode the text back; the pinned environment has no protobuf). Named difference: text
+  holding U+2581 ("▁", SentencePiece's own space mark):
   sentencepiece reads it as a space, mxtrain encodes its three UTF-8 bytes as byte pieces so
   that decoding gives the text back (docs/data.md, "Tokenizer"); asserted.
 - a model whose head is tied (a transformers Llama with tie_word_embeddings, imported): export
@@ -199,6 +202,22 @@ precision: {{recipe: mxfp8}}
           f"read the mark as a space)")
     print(f"tokenizer: sentencepiece encodes the {len(TEXT)}-character test text to mxtrain's "
           f"{len(mine)} ids; U+2581 differs as named (mxtrain byte pieces, sentencepiece a space)")
+    # transformers' tokenizer: the settings that make its conversion encode as SentencePiece
+    # does (no dummy prefix, no BOS/EOS added); its conversion needs protobuf, which the
+    # pinned environment lacks, so the ids are compared only where protobuf is importable.
+    with open(p("dense_hf", "tokenizer_config.json")) as f:
+        tc = json.load(f)
+    check(tc["add_prefix_space"] is False and tc["legacy"] is True and
+          tc["add_bos_token"] is False and tc["add_eos_token"] is False, f"tokenizer_config {tc}")
+    try:
+        import google.protobuf  # noqa: F401
+    except ImportError:
+        print("AutoTokenizer: not compared (protobuf is not in the environment)")
+    else:
+        tk = transformers.AutoTokenizer.from_pretrained(p("dense_hf"))
+        ids = tk(TEXT, add_special_tokens=False)["input_ids"]
+        check(ids == theirs and tk.decode(ids) == TEXT, f"AutoTokenizer: {ids[:8]} vs {theirs[:8]}")
+        print(f"AutoTokenizer ({type(tk).__name__}): the same ids, decodes the text back")
 
 
 def test_export_moe_bytes(work):
