@@ -31,12 +31,13 @@ int run_export(const ExportArgs& a) {
   if (a.json) {
     const nlohmann::json j = {{"out", a.out}, {"architecture", r.architecture},
                               {"tensors", r.tensors}, {"bytes", r.bytes},
-                              {"tokenizer", r.tokenizer}};
+                              {"tokenizer", r.tokenizer}, {"tied", r.tied}};
     std::printf("%s\n", j.dump().c_str());
   }
   if (!a.quiet)
-    std::fprintf(stderr, "wrote %s: %s, %zu tensors (%.1f MB), tokenizer %s\n", a.out.c_str(),
-                 r.architecture.c_str(), r.tensors, r.bytes * 1e-6, r.tokenizer.c_str());
+    std::fprintf(stderr, "wrote %s: %s, %zu tensors (%.1f MB), tokenizer %s%s\n", a.out.c_str(),
+                 r.architecture.c_str(), r.tensors, r.bytes * 1e-6, r.tokenizer.c_str(),
+                 r.tied ? ", head tied to the embedding" : "");
   return 0;
 }
 
