@@ -54,7 +54,8 @@ def row_peers(f):
     return ("same-recipe peer", cls(rows),
             f"the main job's first steps in MXFP8 from the same weights and batches: mxtrain "
             f"{ratio_cell(sp)} the speed of torchao's emulated MXFP8 training, in "
-            f"{ratio_cell(rss)} its peak RSS{loss}", "`docs/results/peers.md`")
+            f"{ratio_cell(rss)} its peak RSS{loss}; speed measured on a shared machine",
+            "`docs/results/peers.md`")
 
 
 def row_history(f4, f5):
@@ -158,7 +159,8 @@ def row_gemm(f):
         text = (f"4096x4096 products, mxfp8 time as x BF16's: forward at 4 tokens "
                 f"{ratio_cell(fwd4)}, 2048 tokens {min(big):.2f}-{max(big):.2f}x over the ops and "
                 f"rounds; " + text)
-    return ("MX products, BF16 shapes", cls(rows), text + " (3 rounds)", "`docs/results/gemm.md`")
+    return ("MX products, BF16 shapes", cls(rows), text + " (3 rounds, a shared machine: noisy)",
+            "`docs/results/gemm.md`")
 
 
 def row_fsdp(f, fab):
