@@ -6,7 +6,8 @@ once, and the order of the cases is reversed in every other round, so a change i
 machine's load hits all of them alike. Each measurement is its own process; peak RSS is the
 OS's (/usr/bin/time -f %M, KiB). Each measured process gives one raw row (JSON, one line),
 carrying the suite, the case, the round, the machine class (`mxtrain info`'s first line), the
-exact command, its start time and the load average before and after. Tables are rendered from
+exact command, its start time, the load average before and after, and the commit of the work
+tree (`git describe --dirty`). Tables are rendered from
 the committed rows (bench/harness/render.py), never typed. Standard library only.
 """
 import datetime
@@ -154,6 +155,11 @@ class Context:
         self.out = out        # rows file override (default: docs/results/raw/<suite>_<class>.jsonl)
         self.machine = machine_class(binary)
         self.tag = class_tag(self.machine)
+        # The source the binary was built from, as far as the work tree says (rows of earlier
+        # runs have none).
+        r = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                           capture_output=True, text=True)
+        self.commit = r.stdout.strip() if r.returncode == 0 else ""
 
     def pinned_python(self):
         """The interpreter of scripts/pyenv.sh's environment (made there on first use)."""
@@ -201,7 +207,8 @@ class Context:
                                                     for a in argv)) if x)
         r = {"suite": suite, "case": case, "round": rnd, "machine": self.machine,
              "command": cmd, "peak_rss_kib": kib, "wall_s": round(secs, 2),
-             "started_utc": started, "loadavg_before": before, "loadavg_after": after}
+             "started_utc": started, "loadavg_before": before, "loadavg_after": after,
+             "commit": self.commit}
         r.update(fields)
         return r
 
