@@ -102,6 +102,10 @@ HOSTS_MPI_FLAGS=(--hostfile "$TMP/hosts" --mca plm_rsh_agent "$TMP/agent"
                  --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24"
                  --mca oob_tcp_if_include "$NET.0/24" --mca orte_tmpdir_base "$TMP/ompi"
                  -x OMP_NUM_THREADS -x OMP_WAIT_POLICY)
+# The sanitizer build's settings (scripts/sanitize.sh) reach the remote ranks only this way.
+for v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS; do
+  [ -z "${!v:-}" ] || HOSTS_MPI_FLAGS+=(-x "$v")
+done
 
 # hosts_mpirun ARGS...: mpirun ARGS on host0 (working directory $TMP), at most 300 s.
 hosts_mpirun() {
