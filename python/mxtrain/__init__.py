@@ -4,6 +4,9 @@ the mxtrain engine, on NumPy arrays.
     quantize(x, recipe="mxfp8", elem=None, scale_rounding=None) -> dict of uint8 arrays
     dequantize(q, recipe="mxfp8", elem=None, layout=None)        -> float32 array
     matmul(x, w, recipe="mxfp8", elem=None, scale_rounding=None) -> float32 x·wᵀ
+    quantize_fp4(x, kind="nvfp4", layout="rowwise", ...)          -> dict (4-bit codes, scales)
+    dequantize_fp4(q, cols, kind="nvfp4", layout="rowwise")       -> float32 array
+    e2m1_encode(x), e2m1_decode(codes), rht_rows(x)
     Linear(in_features, out_features, bias=False, recipe="mxfp8", defer_backward_quant=False)
     recipes() -> list of dicts (as `mxtrain recipes --json`)
     info()    -> dict (as `mxtrain info --json`)
@@ -16,12 +19,14 @@ See docs/python.md.
 
 import json as _json
 
-from ._mxtrain import (Error, Linear, LinearState, active_isa, dequantize, matmul, quantize,
+from ._mxtrain import (Error, Linear, LinearState, active_isa, dequantize, dequantize_fp4,
+                       e2m1_decode, e2m1_encode, matmul, quantize, quantize_fp4, rht_rows,
                        set_isa)
 from . import _mxtrain
 
-__all__ = ["Error", "Linear", "LinearState", "active_isa", "dequantize", "info", "matmul",
-           "quantize", "recipes", "set_isa"]
+__all__ = ["Error", "Linear", "LinearState", "active_isa", "dequantize", "dequantize_fp4",
+           "e2m1_decode", "e2m1_encode", "info", "matmul", "quantize", "quantize_fp4", "recipes",
+           "rht_rows", "set_isa"]
 
 
 def info():

@@ -28,6 +28,7 @@ ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world,
   L.groups = shape.size() == 3 ? shape[0] : 1;
   L.rows = shape[shape.size() - 2];
   L.cols = shape[shape.size() - 1];
+  L.row_bytes = weight.quantized() ? elem_row_bytes(weight.elem, L.cols) : L.cols;
   L.group_rows_padded = ceil_div(L.rows, L.block) * L.block;
   L.world = world;
   const int64_t blocks = L.virtual_rows() / L.block;
@@ -96,7 +97,7 @@ MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
   const int64_t R = L.rows_per_rank, K = L.cols, B = L.block, Kb = ceil_div(K, B);
   MxPart p;
   p.data = base;
-  p.scales = base + size_t(R * K);
+  p.scales = base + size_t(R * L.row_bytes);
   int64_t s = 0;
   switch (layout) {
     case MXLayout::rowwise: s = R * Kb; break;
@@ -123,8 +124,7 @@ size_t scale_row_bytes(const MXTensor& q) {
 
 // Copies a quantized piece (q: [rows, K]) into a pack part at shard row local_row.
 void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t* out) {
-  const int64_t K = q.cols;
-  std::memcpy(out + part.data + size_t(local_row * K), q.data.data(), q.data.size());
+  std::memcpy(out + part.data + size_t(local_row * q.row_bytes()), q.data.data(), q.data.size());
   std::memcpy(out + part.scales + size_t(scale_row0(q.layout, local_row, q.block)) *
                                       scale_row_bytes(q),
               q.scales.data(), q.scales.size());
@@ -133,10 +133,10 @@ void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t
 // Copies one piece of a gathered pack part into the full group tensor `dst`.
 void get_piece(const uint8_t* pack, const MxPart& part, int64_t local_row, int64_t group_row,
                int64_t rows, MXTensor& dst) {
-  const int64_t K = dst.cols, B = dst.block;
+  const int64_t Kb = dst.row_bytes(), B = dst.block;
   const size_t sr = scale_row_bytes(dst);
-  std::memcpy(dst.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
-              size_t(rows * K));
+  std::memcpy(dst.data.data() + size_t(group_row * Kb),
+              pack + part.data + size_t(local_row * Kb), size_t(rows * Kb));
   std::memcpy(dst.scales.data() + size_t(scale_row0(dst.layout, group_row, B)) * sr,
               pack + part.scales + size_t(scale_row0(dst.layout, local_row, B)) * sr,
               size_t(scale_rows_of(dst.layout, rows, B)) * sr);
@@ -202,7 +202,7 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
           quantize_tensor_given_scale(x, p.rows, K, f.elem, group_scales[p.group], q.tile);
       if (group_amax) group_amax[p.group] = std::max(group_amax[p.group], amax);
       const MxPart& part = pp.part[int(Copy::tile)];
-      std::memcpy(out + part.data + size_t(p.local_row * K), q.tile.data.data(),
+      std::memcpy(out + part.data + size_t(p.local_row * L.row_bytes), q.tile.data.data(),
                   q.tile.data.size());
       std::memcpy(out + part.scales + sizeof(float) * size_t(p.group), q.tile.scales.data(),
                   sizeof(float));
@@ -237,7 +237,7 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
     t.elem = f.elem;
     t.scale_type = f.scale;
     t.block = tensor ? 0 : L.block;
-    t.data.resize(size_t(L.rows * K));
+    t.data.resize(t.data_bytes());
     t.scales.resize(t.scale_bytes());
   }
 
@@ -256,8 +256,9 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
       if (L.tensor_scale) {  // codes in place; the group's one scale_inv (every rank's alike)
         MXTensor& t = out.scaled(c);
         const MxPart& part = pp.part[int(c)];
-        std::memcpy(t.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
-                    size_t(rows * K));
+        std::memcpy(t.data.data() + size_t(group_row * L.row_bytes),
+                    pack + part.data + size_t(local_row * L.row_bytes),
+                    size_t(rows * L.row_bytes));
         std::memcpy(t.scales.data(), pack + part.scales + sizeof(float) * size_t(group),
                     sizeof(float));
         continue;

@@ -18,9 +18,11 @@ void check_copy(const QuantizedWeight& c, Copy k, int64_t out, int64_t in,
   const int64_t rows = k == Copy::bf16 ? c.rows : c.scaled(k).rows;
   const int64_t cols = k == Copy::bf16 ? c.cols : c.scaled(k).cols;
   const size_t n = k == Copy::bf16 ? c.bf16.size() : c.scaled(k).data.size();
-  MXT_CHECK(rows == out && cols == in && n == size_t(out * in), "layer '", layer,
+  const size_t want = k == Copy::bf16 ? size_t(out * in)
+                                      : size_t(elem_bytes(c.scaled(k).elem, out, in));
+  MXT_CHECK(rows == out && cols == in && n == want, "layer '", layer,
             "': the weight provider's ", copy_name(k), " copy is ", rows, "x", cols, " (", n,
-            " values), expected ", out, "x", in);
+            " elements/bytes), expected ", out, "x", in, " (", want, ")");
 }
 
 }  // namespace

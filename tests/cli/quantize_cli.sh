@@ -129,8 +129,8 @@ expect_error "3-D input" "expected a 2-D array, got shape (2, 3, 4)" \
   "$MXTRAIN" quantize --input cube.npy --recipe mxfp8 --out-dir e1
 expect_error "float64 input" "expected dtype float32" \
   "$MXTRAIN" quantize --input f64.npy --recipe mxfp8 --out-dir e1
-expect_error "unknown recipe" "unknown recipe 'mxfp4'; registered recipes:" \
-  "$MXTRAIN" quantize --input x.npy --recipe mxfp4 --out-dir e1
+expect_error "unknown recipe" "unknown recipe 'mxfp6'; registered recipes:" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp6 --out-dir e1
 expect_error "bf16 recipe" "recipe 'bf16' does not quantize" \
   "$MXTRAIN" quantize --input x.npy --recipe bf16 --out-dir e1
 expect_error "bad elem" "unknown element format 'e3m4'" \

@@ -66,6 +66,7 @@ struct ShardLayout {
   int64_t rows_per_rank = 0;      // multiple of block
   int64_t block = kMXBlock;       // B: the edge of the weight format's blocks (32 or 128)
   int scale_bytes = 1;            // bytes per scale of the weight format (1 or 4)
+  int64_t row_bytes = 0;          // bytes of one row of codes: cols, or ceil(cols/2) for 4-bit
   bool tensor_scale = false;      // one FP32 scale per group (block edge 32: row alignment)
 
   // shape: [out, in] or [E, out, in]; world >= 1; weight: the format the weight is gathered
