@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -148,6 +149,24 @@ void check_no_amax_history(const Recipe& r, const std::string& what);
 void check_amax_history_setting(const Recipe& r, const std::string& setting);
 // Sets every amax_history role's spec: length >= 1, margin >= 0 (each refused in one line).
 void set_amax_history(Recipe& r, const AmaxHistorySpec& spec);
+
+// ---- the switches of the 4-bit recipes (precision.fp4_*, precision.nvfp4_order;
+// docs/config.md), TransformerEngine's NVFP4BlockScaling switches -----------------------------
+
+// Whether some scaled role of r has 4-bit codes (nvfp4, mxfp4).
+bool is_4bit(const Recipe& r);
+// Throws "<setting> applies to 4-bit recipes (nvfp4, mxfp4); recipe '<name>' ..." unless
+// is_4bit(r).
+void check_fp4_setting(const Recipe& r, const std::string& setting);
+struct Fp4Switches {
+  std::optional<bool> stochastic_rounding;  // the grad role's (both of its copies)
+  std::optional<bool> rht;                  // the input's and grad's wgrad (colwise) copies
+  std::optional<bool> weight_2d;            // weight tiles (16x16 / 32x32) or 1-D blocks
+  std::optional<Nvfp4Order> order;          // NVFP4's two levels (recipes with tensor scales)
+};
+// Applies the given switches to r's 4-bit roles; check_fp4_setting first, and an order only on
+// a recipe with tensor scales (nvfp4).
+void set_fp4_switches(Recipe& r, const Fp4Switches& s);
 
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();

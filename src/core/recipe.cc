@@ -325,3 +325,38 @@ void set_amax_history(Recipe& r, const AmaxHistorySpec& spec) {
 }
 
 }  // namespace mxtrain
+
+namespace mxtrain {
+
+bool is_4bit(const Recipe& r) {
+  for (const TensorFormat& f : r.roles)
+    if (f.is_4bit()) return true;
+  return false;
+}
+
+void check_fp4_setting(const Recipe& r, const std::string& setting) {
+  MXT_CHECK(is_4bit(r), setting, " applies to 4-bit recipes (nvfp4, mxfp4); recipe '", r.name,
+            "' has ", r.quantized() ? "8-bit elements" : "no quantized elements");
+}
+
+void set_fp4_switches(Recipe& r, const Fp4Switches& s) {
+  for (int i = 0; i < kNumRoles; ++i) {
+    TensorFormat& f = r.roles[size_t(i)];
+    if (!f.is_4bit()) continue;
+    const Role role = Role(i);
+    if (s.stochastic_rounding && role == Role::grad) f.stochastic = *s.stochastic_rounding;
+    if (s.rht && role != Role::weight) f.rht = *s.rht;
+    if (s.weight_2d && role == Role::weight) {
+      const bool nv = f.scale == ScaleType::e4m3;
+      f.block = *s.weight_2d ? (nv ? BlockShape::b16x16 : BlockShape::b32x32)
+                             : (nv ? BlockShape::b1x16 : BlockShape::b1x32);
+    }
+    if (s.order) {
+      MXT_CHECK(f.tensor_scale, "nvfp4_order applies to recipes with per-tensor scales "
+                "(nvfp4); recipe '", r.name, "' has none");
+      f.order = *s.order;
+    }
+  }
+}
+
+}  // namespace mxtrain

@@ -4,6 +4,7 @@
 #include "mxtrain/dist/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -29,6 +30,7 @@ ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world,
   L.rows = shape[shape.size() - 2];
   L.cols = shape[shape.size() - 1];
   L.row_bytes = weight.quantized() ? elem_row_bytes(weight.elem, L.cols) : L.cols;
+  L.second_scale = weight.is_4bit() && weight.tensor_scale;
   L.group_rows_padded = ceil_div(L.rows, L.block) * L.block;
   L.world = world;
   const int64_t blocks = L.virtual_rows() / L.block;
@@ -88,9 +90,10 @@ void pad_full(const ShardLayout& L, const float* full, float* padded) {
 
 namespace {
 
-// Offsets inside one rank's pack of one scaled copy: data first, then the scale grid.
+// Offsets inside one rank's pack of one scaled copy: data first, then the scale grid, then
+// (4-bit with a per-tensor scale) one FP32 tensor scale per group.
 struct MxPart {
-  size_t data = 0, scales = 0, end = 0;
+  size_t data = 0, scales = 0, tensor_scales = 0, end = 0;
 };
 
 MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
@@ -104,7 +107,8 @@ MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
     case MXLayout::colwise: s = (R / B) * K; break;
     case MXLayout::tile: s = L.tensor_scale ? L.groups : (R / B) * Kb; break;
   }
-  p.end = p.scales + size_t(s) * size_t(L.scale_bytes);
+  p.tensor_scales = p.scales + size_t(s) * size_t(L.scale_bytes);
+  p.end = p.tensor_scales + (L.second_scale ? sizeof(float) * size_t(L.groups) : 0);
   return p;
 }
 
@@ -173,10 +177,15 @@ PackPlan plan(const ShardLayout& L, CopySet copies) {
 
 size_t packed_bytes(const ShardLayout& L, CopySet copies) { return plan(L, copies).end; }
 
-void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out) {
+void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out,
+                      bool four_bit) {
   std::fill_n(out, L.groups, 0.f);
-  for (const auto& p : L.pieces(rank))
-    out[p.group] = std::max(out[p.group], tensor_amax(shard + p.local_row * L.cols, p.rows * L.cols));
+  for (const auto& p : L.pieces(rank)) {
+    const float* x = shard + p.local_row * L.cols;
+    const float a = four_bit ? fp4_amax(x, p.rows * L.cols) : tensor_amax(x, p.rows * L.cols);
+    // NaN (four_bit) wins, as in fp4_amax.
+    out[p.group] = std::isnan(a) || std::isnan(out[p.group]) ? NAN : std::max(out[p.group], a);
+  }
 }
 
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
@@ -186,6 +195,8 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
             L.world);
   MXT_CHECK(!L.tensor_scale || group_scales != nullptr, "pack_shard: a weight with one scale "
             "per tensor (", f.describe(), ") needs the agreed scale of each group");
+  MXT_CHECK(!L.second_scale || group_scales != nullptr, "pack_shard: a 4-bit weight with a "
+            "per-tensor scale (", f.describe(), ") needs the agreed amax of each group");
   const PackPlan pp = plan(L, copies);
   std::memset(out, 0, pp.end);
   if (group_amax) std::fill_n(group_amax, L.groups, 0.f);
@@ -206,6 +217,18 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
                   q.tile.data.size());
       std::memcpy(out + part.scales + sizeof(float) * size_t(p.group), q.tile.scales.data(),
                   sizeof(float));
+      continue;
+    }
+    if (L.second_scale) {  // each copy with the group's agreed amax, and its tensor scale
+      for (Copy c : kScaled) {
+        if (!scaled.has(c)) continue;
+        const MXLayout l = layout_of(c);
+        MXTensor& t = q.scaled(c);
+        quantize_fp4(x, p.rows, K, l, f.fp4_config(l), t, group_scales[p.group]);
+        put_piece(t, pp.part[int(c)], p.local_row, out);
+        std::memcpy(out + pp.part[int(c)].tensor_scales + sizeof(float) * size_t(p.group),
+                    &t.tensor_scale, sizeof(float));
+      }
       continue;
     }
     make_copies(x, p.rows, K, f, q, scaled);
@@ -237,6 +260,9 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
     t.elem = f.elem;
     t.scale_type = f.scale;
     t.block = tensor ? 0 : L.block;
+    t.has_tensor_scale = L.second_scale;
+    t.tensor_scale = 1.f;
+    t.rht = false;
     t.data.resize(t.data_bytes());
     t.scales.resize(t.scale_bytes());
   }
@@ -264,6 +290,10 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
         continue;
       }
       get_piece(pack, pp.part[int(c)], local_row, group_row, rows, out.scaled(c));
+      if (L.second_scale)  // every rank holding rows of the group wrote the same scale
+        std::memcpy(&out.scaled(c).tensor_scale,
+                    pack + pp.part[int(c)].tensor_scales + sizeof(float) * size_t(group),
+                    sizeof(float));
     }
   }
   out.rows = L.rows;
