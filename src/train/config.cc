@@ -522,6 +522,16 @@ void TrainConfig::validate() const {
               r->name, ": one scale per tensor is not built for tensor or expert parallelism "
               "(each rank's slice would need an amax agreed over its group); use an MX or "
               "blockwise recipe, or --fsdp");
+  for (const Recipe* r : [&] {
+         std::vector<const Recipe*> v{&precision.recipe, &precision.lm_head};
+         for (const auto& [pat, rec] : precision.overrides) v.push_back(&rec);
+         return v;
+       }())
+    for (const TensorFormat& f : r->roles)
+      MXT_CHECK(!p.used() || !(f.is_4bit() && f.tensor_scale), "recipe ", r->name,
+                ": NVFP4's per-tensor scale is not built for tensor or expert parallelism "
+                "(each rank's slice would need an amax agreed over its group); use mxfp4, or "
+                "--fsdp (which gathers NVFP4 weights with their agreed tensor scale)");
   MXT_CHECK(!p.sequence_parallel ||
                 (int64_t(training.micro_batch_size) * training.seq_len) % p.tp == 0,
             "parallel.sequence_parallel: the micro-batch's tokens (micro_batch_size ",
