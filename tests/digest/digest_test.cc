@@ -331,6 +331,11 @@ std::vector<TrainRun> runs() {
   }
   out.push_back({"", false, "mxfp8-e5m2grad", "rceil", false});
   out.push_back({"", false, "mxfp8", "floor", false});
+  // 4-bit: nvfp4 with every switch on (stochastic rounding keyed by the trainer's clock) and
+  // mxfp4, dense, and nvfp4 on the MoE model with defer on.
+  out.push_back({"", false, "nvfp4", "rceil", false});
+  out.push_back({"", true, "nvfp4", "rceil", true});
+  out.push_back({"", false, "mxfp4", "rceil", false});
   for (TrainRun& r : out)
     r.name = std::string(r.moe ? "moe" : "dense") + "/" + r.recipe + "/" + r.rounding +
              (r.defer ? "/defer-on" : "/defer-off");
