@@ -1,7 +1,6 @@
-// python/py_fp4.cc — mxtrain.quantize_fp4 / dequantize_fp4 / e2m1_encode / e2m1_decode /
-// rht_rows: the 4-bit quantizers (NVFP4, MXFP4; docs/numerics.md, "4-bit formats") with each
-// of their settings on NumPy arrays, for cross-checks against torchao, TransformerEngine's
-// formulas and ml_dtypes.
+// python/py_fp4.cc — mxtrain.quantize_fp4 / dequantize_fp4 / rht_rows: the 4-bit quantizers (NVFP4, MXFP4; docs/numerics.md, "4-bit formats") with each
+// of their settings on NumPy arrays, for cross-checks against torchao and TransformerEngine's
+// formulas (E2M1 alone: mxtrain.encode / decode with "e2m1", py_formats.cc).
 //
 // quantize_fp4 returns {"data": uint8 [M, ceil(K/2)] (two E2M1 codes per byte, torchao's
 // pack_uint4 order), "scale": uint8 scale grid (E4M3 bytes for NVFP4, E8M0 for MXFP4),
@@ -132,22 +131,6 @@ py::array dequantize_fp4_py(const py::dict& q, int64_t cols, const std::string& 
   return owning_array(std::move(y), t.rows, cols);
 }
 
-py::array_t<uint8_t> e2m1_encode_py(const py::array_t<float, py::array::c_style>& x) {
-  py::array_t<uint8_t> out(x.request().shape);
-  const float* in = x.data();
-  uint8_t* o = out.mutable_data();
-  for (py::ssize_t i = 0; i < x.size(); ++i) o[i] = f32_to_e2m1(in[i]);
-  return out;
-}
-
-py::array_t<float> e2m1_decode_py(const py::array_t<uint8_t, py::array::c_style>& c) {
-  py::array_t<float> out(c.request().shape);
-  const uint8_t* in = c.data();
-  float* o = out.mutable_data();
-  for (py::ssize_t i = 0; i < c.size(); ++i) o[i] = e2m1_to_f32(in[i]);
-  return out;
-}
-
 py::array rht_rows_py(const py::handle& x_obj) {
   const py::array_t<float> x = f32_matrix_arg(x_obj, "x");
   const int64_t M = x.shape(0), K = x.shape(1);
@@ -179,9 +162,6 @@ void bind_fp4(py::module_& m) {
         py::arg("kind") = "nvfp4", py::arg("layout") = "rowwise",
         "float32 [M, cols] from quantize_fp4's dict: code * e4m3(scale) * tensor_scale "
         "(NVFP4) or code * 2^(scale - 127) (MXFP4).");
-  m.def("e2m1_encode", &e2m1_encode_py, py::arg("x"),
-        "E2M1 codes (uint8, low nibble) of float32 values: nearest even, saturating at 6.");
-  m.def("e2m1_decode", &e2m1_decode_py, py::arg("codes"), "float32 values of E2M1 codes.");
   m.def("rht_rows", &rht_rows_py, py::arg("x"),
         "The random Hadamard transform of float32 x [M, K] along its rows (groups of 16).");
 }

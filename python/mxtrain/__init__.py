@@ -6,10 +6,11 @@ the mxtrain engine, on NumPy arrays.
     matmul(x, w, recipe="mxfp8", elem=None, scale_rounding=None) -> float32 x·wᵀ
     quantize_fp4(x, kind="nvfp4", layout="rowwise", ...)          -> dict (4-bit codes, scales)
     dequantize_fp4(q, cols, kind="nvfp4", layout="rowwise")       -> float32 array
-    e2m1_encode(x), e2m1_decode(codes), rht_rows(x)
+    rht_rows(x)                                                   -> the random Hadamard transform
     Linear(in_features, out_features, bias=False, recipe="mxfp8", defer_backward_quant=False)
     recipes() -> list of dicts (as `mxtrain recipes --json`)
     info()    -> dict (as `mxtrain info --json`)
+    encode(x, format) / decode(codes, format) -> one value at a time: e4m3, e5m2, e8m0, bf16, e2m1
     set_isa(name or None), active_isa()
     Error     -> raised for errors the engine reports (a RuntimeError)
 
@@ -19,13 +20,13 @@ See docs/python.md.
 
 import json as _json
 
-from ._mxtrain import (Error, Linear, LinearState, active_isa, dequantize, dequantize_fp4,
-                       e2m1_decode, e2m1_encode, matmul, quantize, quantize_fp4, rht_rows,
+from ._mxtrain import (Error, Linear, LinearState, active_isa, decode, dequantize,
+                       dequantize_fp4, encode, matmul, quantize, quantize_fp4, rht_rows,
                        set_isa)
 from . import _mxtrain
 
-__all__ = ["Error", "Linear", "LinearState", "active_isa", "dequantize", "dequantize_fp4",
-           "e2m1_decode", "e2m1_encode", "info", "matmul", "quantize", "quantize_fp4", "recipes",
+__all__ = ["Error", "Linear", "LinearState", "active_isa", "decode", "dequantize",
+           "dequantize_fp4", "encode", "info", "matmul", "quantize", "quantize_fp4", "recipes",
            "rht_rows", "set_isa"]
 
 

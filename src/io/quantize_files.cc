@@ -7,11 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/npy.h"
+#include "mxtrain/io/output_check.h"
+#include "mxtrain/io/output_dir.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
@@ -89,32 +92,6 @@ std::string layout_label(const Recipe& r, Role role) {
   return "tile" + std::to_string(block_edge(r.role(role).block));
 }
 
-// An existing output directory may be replaced only if it is empty or holds a previous
-// quantize output, so a mistyped --out-dir never deletes unrelated files.
-void check_replaceable(const std::string& dir) {
-  if (!path_exists(dir)) return;
-  MXT_CHECK(is_directory(dir), "--out-dir ", dir, " exists and is not a directory");
-  const std::string meta = dir + "/" + kMetaFile;
-  bool ours = false;
-  if (path_exists(meta)) {
-    try {
-      const std::string text = read_text_file(meta);
-      check_json_depth(text, meta);
-      ours = json::parse(text).value("format", "") == kFormat;
-    } catch (const std::exception&) {
-      ours = false;
-    }
-  }
-  bool empty = true;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); ++it)
-    empty = false;
-  MXT_CHECK(ours || empty, "--out-dir ", dir,
-            " already exists and was not written by `mxtrain quantize`; choose a new "
-            "directory or remove it");
-}
-
 NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
   return npy_from_u8(bytes.data(), {rows, cols});
 }
@@ -135,6 +112,12 @@ NpyArray scale_array(const MXTensor& t) {
 
 // The options that apply to the recipe's kind, checked before anything is read.
 void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
+  if (!four_bit(r)) {
+    MXT_CHECK(!opt.role || *opt.role != Role::grad, "--role grad applies to 4-bit recipes "
+              "(nvfp4, mxfp4); valid choices: input (default), weight");
+    MXT_CHECK(!opt.elem || *opt.elem != Elem::e2m1, "--elem e2m1 applies to 4-bit recipes "
+              "(nvfp4, mxfp4); recipe '", r.name, "' has 8-bit elements (e4m3, e5m2)");
+  }
   MXT_CHECK(r.role(Role::weight).source == ScaleSource::current, "recipe '", r.name,
             "' scales by an amax history of earlier steps: delayed scaling needs an amax "
             "history (a training state), which one quantize call does not have; use "
@@ -159,11 +142,6 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
               "' has E4M3 block scales");
     MXT_CHECK(!opt.elem || *opt.elem == Elem::e2m1, "--elem: recipe '", r.name,
               "' stores E2M1 codes, not ", elem_name(*opt.elem));
-  } else {
-    MXT_CHECK(!opt.role || *opt.role != Role::grad, "--role grad applies to 4-bit recipes "
-              "(nvfp4, mxfp4); valid choices: input (default), weight");
-    MXT_CHECK(!opt.elem || *opt.elem != Elem::e2m1, "--elem e2m1 applies to 4-bit recipes "
-              "(nvfp4, mxfp4); recipe '", r.name, "' has 8-bit elements (e4m3, e5m2)");
   }
   for (const auto& [given, flag] :
        {std::pair{opt.role.has_value() && !four_bit(r), "--role"},
@@ -195,6 +173,7 @@ QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
 
 QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
                                         const QuantizeFilesOptions& opt) {
+  check_outputs_apart({{"--out-dir", out_dir, /*replaced=*/true}}, {{"--input", input_npy}});
   const QuantizeSetup setup = quantize_setup(opt);
   const Recipe& recipe = setup.recipe;
   const bool fp32 = setup.fp32_scaled();
@@ -213,7 +192,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   std::vector<float> values(size_t(x.numel()));
   std::memcpy(values.data(), x.data.data(), x.data.size());
 
-  check_replaceable(out_dir);
+  check_replaceable_dir(out_dir, "--out-dir");
   AtomicDir out(out_dir);
   const int64_t M = res.rows, K = res.cols;
   // The recipe's copies of X in the role, as the layers make them (1-D blocks: both axes
@@ -265,7 +244,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   }
   out.write(kMetaFile, meta.dump(2) + "\n");
   res.files.push_back(kMetaFile);
-  out.commit();
+  commit_output_dir(out, "--out-dir", "mxtrain quantize");
   return res;
 }
 
@@ -278,14 +257,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
   const std::string meta_path = in_dir + "/" + kMetaFile;
   MXT_CHECK(path_exists(meta_path), meta_path, ": file not found (", in_dir,
             " was not written by `mxtrain quantize`)");
-  json meta;
-  try {
-    const std::string text = read_text_file(meta_path);
-    check_json_depth(text, meta_path);
-    meta = json::parse(text);
-  } catch (const json::exception& e) {
-    MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
-  }
+  check_outputs_apart({{"--output", output_npy}}, {{"--in-dir", in_dir}});
+  const json meta = parse_json_strict(read_text_file(meta_path), meta_path);
   DequantizeFilesResult res;
   const bool fp32 = has_fp32_scales(recipe);
   Role role = Role::weight;
@@ -320,6 +293,48 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path,
               ": layout '",
               meta.at("layout").get<std::string>(), "' does not match recipe '", recipe.name, "'");
+    // Every other key is what `mxtrain quantize` writes, with a value it can write: checked
+    // like the command line's, not taken on trust.
+    MXT_CHECK(meta.at("block").is_number_integer() &&
+                  meta.at("block").get<int64_t>() == block_label(recipe, role),
+              meta_path, ": `block` must be ", block_label(recipe, role), " for recipe '",
+              recipe.name, "', got ", json_summary(meta.at("block")));
+    const TensorFormat& fmt = recipe.role(role);
+    if (!fp32 && fmt.scale == ScaleType::e8m0) {
+      try {
+        parse_rounding(meta.at("scale_rounding").get<std::string>().c_str());
+      } catch (const Error& e) {
+        rethrow_prefixed(meta_path + ": `scale_rounding`: ", e);
+      }
+    }
+    if (fmt.is_4bit()) {  // the keys of 4-bit copies, as quantize writes them
+      MXT_CHECK(meta.at("scale_type").get<std::string>() == scale_type_name(fmt.scale),
+                meta_path, ": `scale_type` must be ", scale_type_name(fmt.scale),
+                " for recipe '", recipe.name, "'");
+      MXT_CHECK(meta.at("codes_per_byte").is_number_integer() &&
+                    meta.at("codes_per_byte").get<int>() == 2,
+                meta_path, ": `codes_per_byte` must be 2 (E2M1 codes), got ",
+                json_summary(meta.at("codes_per_byte")));
+      MXT_CHECK(meta.at("tensor_scale").get<bool>() == fmt.tensor_scale, meta_path,
+                ": `tensor_scale` must be ", fmt.tensor_scale ? "true" : "false",
+                " for recipe '", recipe.name, "'");
+      if (fmt.tensor_scale) {
+        try {
+          parse_nvfp4_order(meta.at("order").get<std::string>());
+        } catch (const Error& e) {
+          rethrow_prefixed(meta_path + ": `order`: ", e);
+        }
+      }
+      meta.at("stochastic_rounding").get<bool>();
+      meta.at("colwise_rht").get<bool>();
+    }
+    static const std::set<std::string> known = {
+        "format",       "version",        "recipe", "elem",  "role",  "scale_type",
+        "amax_epsilon", "scale_rounding", "layout", "shape", "block", "files",
+        "codes_per_byte", "tensor_scale", "order", "stochastic_rounding", "colwise_rht"};
+    for (const auto& [k, v] : meta.items())
+      MXT_CHECK(known.count(k), meta_path, ": unknown key `", shown(k, 40),
+                "` (not one `mxtrain quantize` writes)");
     const json& shape = meta.at("shape");
     MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&
                   shape[1].is_number_integer() && shape[0].get<int64_t>() > 0 &&

@@ -2,7 +2,7 @@
 code (docs/numerics.md, "4-bit formats"). Run by CTest as python_test_fp4_torchao; needs torch,
 torchao and ml_dtypes from the cross-check environment (checks_env.require).
 
-- E2M1 encode/decode against ml_dtypes.float4_e2m1fn (every BF16 bit pattern, random FP32) and
+- E2M1 encode/decode (mxtrain.encode / decode, "e2m1") against ml_dtypes.float4_e2m1fn (every BF16 bit pattern, random FP32) and
   torchao's f32_to_f4_unpacked / f4_unpacked_to_f32.
 - NVFP4 against torchao's nvfp4_quantize and NVFP4Tensor.to_nvfp4 / dequantize: without a
   per-tensor scale, with a given one, and with the one mxtrain derives from the tensor's amax
@@ -126,19 +126,19 @@ def test_e2m1():
     x = np.concatenate([x, rng.integers(0, 2 ** 32, 1 << 20, dtype=np.uint64)
                         .astype(np.uint32).view(np.float32)])
     finite = ~np.isnan(x)
-    ours = mxtrain.e2m1_encode(x)
+    ours = mxtrain.encode(x, "e2m1")
     theirs = x.astype(f4).view(np.uint8)
     same(ours[finite], theirs[finite], "e2m1 encode vs ml_dtypes.float4_e2m1fn")
     ao = ao_k.f32_to_f4_unpacked(t(x[finite])).numpy()
     same(ours[finite], ao, "e2m1 encode vs torchao f32_to_f4_unpacked")
     codes = np.arange(16, dtype=np.uint8)
-    same(mxtrain.e2m1_decode(codes), codes.view(f4).astype(np.float32),
+    same(mxtrain.decode(codes, "e2m1"), codes.view(f4).astype(np.float32),
          "e2m1 decode vs ml_dtypes")
-    same(mxtrain.e2m1_decode(codes), ao_k.f4_unpacked_to_f32(t(codes)).numpy(),
+    same(mxtrain.decode(codes, "e2m1"), ao_k.f4_unpacked_to_f32(t(codes)).numpy(),
          "e2m1 decode vs torchao")
     # NaN: no E2M1 code; the references disagree (named in the module docstring).
     nan = np.array([np.nan, -np.nan], np.float32)
-    check(mxtrain.e2m1_encode(nan).tolist() == [0, 0], "mxtrain encodes NaN as 0")
+    check(mxtrain.encode(nan, "e2m1").tolist() == [0, 0], "mxtrain encodes NaN as 0")
     print("ml_dtypes NaN codes (+, -):", nan.astype(f4).view(np.uint8).tolist())
     # pack_uint4's nibble order.
     packed = ao_k.pack_uint4(t(np.array([[1, 2, 3, 4]], np.uint8))).numpy()
