@@ -108,10 +108,24 @@ uint16_t f32_to_bf16(float f) {
 uint8_t f32_to_e4m3(float f) { return encode_fp8(f, kSpecE4M3); }
 uint8_t f32_to_e5m2(float f) { return encode_fp8(f, kSpecE5M2); }
 
+namespace {
+
+// Every E4M3 value, from the definition once (NVFP4's block scales are decoded per block and
+// per lane, where ldexp would cost more than the rest of the work).
+struct E4M3Table {
+  float v[256];
+  E4M3Table() {
+    for (int b = 0; b < 256; ++b)
+      v[b] = (b & 0x7F) == 0x7F
+                 ? std::copysign(std::numeric_limits<float>::quiet_NaN(), (b & 0x80) ? -1.f : 1.f)
+                 : decode_fp8(uint8_t(b), 3, 7);
+  }
+};
+}  // namespace
+
 float e4m3_to_f32(uint8_t b) {
-  if ((b & 0x7F) == 0x7F) return std::copysign(std::numeric_limits<float>::quiet_NaN(),
-                                                (b & 0x80) ? -1.0f : 1.0f);
-  return decode_fp8(b, 3, 7);
+  static const E4M3Table t;  // made on first use: safe from any static initializer
+  return t.v[b];
 }
 
 float e5m2_to_f32(uint8_t b) {
