@@ -13,6 +13,7 @@ namespace mxtrain::py_detail {
 void bind_quantize(py::module_& m);
 void bind_linear(py::module_& m);
 void bind_formats(py::module_& m);
+void bind_fp4(py::module_& m);
 }  // namespace mxtrain::py_detail
 
 PYBIND11_MODULE(_mxtrain, m) {
@@ -53,4 +54,5 @@ PYBIND11_MODULE(_mxtrain, m) {
   bind_quantize(m);
   bind_linear(m);
   bind_formats(m);
+  bind_fp4(m);
 }

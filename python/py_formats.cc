@@ -6,9 +6,12 @@
 // (tests/python/test_xcheck_formats.py checks them against ml_dtypes):
 //   encode(x, "e4m3" | "e5m2")  f32_to_e4m3 / f32_to_e5m2, the scalar reference conversions
 //                               (RNE, satfinite; NaN keeps its sign) -> uint8 codes
+//   encode(x, "e2m1")           f32_to_e2m1 (RNE, saturating at 6; NaN -> 0) -> uint8 codes in
+//                               the low nibble (tests/python/test_fp4_torchao.py)
 //   encode(x, "bf16")           f32_to_bf16_array, the dispatched kernel (set_isa chooses the
 //                               path; "scalar" runs f32_to_bf16) -> uint16 BF16 bits
-//   decode(c, "e4m3" | "e5m2" | "e8m0")  e4m3_to_f32 / e5m2_to_f32 / e8m0_to_f32 -> float32
+//   decode(c, "e4m3" | "e5m2" | "e8m0" | "e2m1")  e4m3_to_f32 / e5m2_to_f32 / e8m0_to_f32 /
+//                               e2m1_to_f32 (the low nibble) -> float32
 //   decode(c, "bf16")           bf16_to_f32_array (dispatched) -> float32
 // E8M0 has no encode: a scale byte comes from a block's amax by the MX scale rule
 // (quantize), not by rounding one value. The output has the input's shape; the GIL is
@@ -22,14 +25,16 @@
 namespace mxtrain::py_detail {
 namespace {
 
-enum class Fmt { e4m3, e5m2, e8m0, bf16 };
+enum class Fmt { e4m3, e5m2, e8m0, bf16, e2m1 };
 
 Fmt fmt_arg(const std::string& name) {
   if (name == "e4m3") return Fmt::e4m3;
   if (name == "e5m2") return Fmt::e5m2;
   if (name == "e8m0") return Fmt::e8m0;
   if (name == "bf16") return Fmt::bf16;
-  throw py::value_error("unknown format '" + name + "'; valid choices: e4m3, e5m2, e8m0, bf16");
+  if (name == "e2m1") return Fmt::e2m1;
+  throw py::value_error("unknown format '" + name +
+                        "'; valid choices: e4m3, e5m2, e8m0, bf16, e2m1");
 }
 
 // A C-contiguous ndarray of dtype T (any shape, may be empty); TypeError / ValueError
@@ -78,8 +83,10 @@ py::array encode_py(const py::handle& x_obj, const std::string& format) {
     py::gil_scoped_release nogil;
     if (f == Fmt::e4m3)
       for (int64_t i = 0; i < n; ++i) o[i] = f32_to_e4m3(in[i]);
-    else
+    else if (f == Fmt::e5m2)
       for (int64_t i = 0; i < n; ++i) o[i] = f32_to_e5m2(in[i]);
+    else
+      for (int64_t i = 0; i < n; ++i) o[i] = f32_to_e2m1(in[i]);
   }
   return out;
 }
@@ -107,8 +114,10 @@ py::array decode_py(const py::handle& c_obj, const std::string& format) {
   {
     py::gil_scoped_release nogil;
     for (int64_t i = 0; i < n; ++i)
-      o[i] = f == Fmt::e4m3 ? e4m3_to_f32(in[i])
-                            : f == Fmt::e5m2 ? e5m2_to_f32(in[i]) : e8m0_to_f32(in[i]);
+      o[i] = f == Fmt::e4m3   ? e4m3_to_f32(in[i])
+             : f == Fmt::e5m2 ? e5m2_to_f32(in[i])
+             : f == Fmt::e2m1 ? e2m1_to_f32(in[i])
+                              : e8m0_to_f32(in[i]);
   }
   return out;
 }
@@ -119,11 +128,12 @@ void bind_formats(py::module_& m) {
   m.def("encode", &encode_py, py::arg("x"), py::arg("format"),
         "Convert each float32 value of x (any shape, C-contiguous) to a format's bits: 'e4m3' "
         "or 'e5m2' -> uint8 codes (round to nearest even, satfinite, NaN keeps its sign; the "
-        "scalar reference f32_to_e4m3 / f32_to_e5m2), 'bf16' -> uint16 BF16 bits (the "
+        "scalar reference f32_to_e4m3 / f32_to_e5m2), 'e2m1' -> uint8 codes in the low nibble "
+        "(round to nearest even, saturating at 6, NaN -> 0), 'bf16' -> uint16 BF16 bits (the "
         "dispatched f32_to_bf16_array). 'e8m0' has no encode (scales come from quantize).");
   m.def("decode", &decode_py, py::arg("codes"), py::arg("format"),
         "float32 values of codes (any shape, C-contiguous): uint8 for 'e4m3', 'e5m2', 'e8m0' "
-        "(2^(b-127), 0xFF NaN), uint16 for 'bf16'.");
+        "(2^(b-127), 0xFF NaN), 'e2m1' (the low nibble), uint16 for 'bf16'.");
 }
 
 }  // namespace mxtrain::py_detail

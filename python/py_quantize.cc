@@ -51,8 +51,37 @@ bool weight_tiled(const Recipe& r) { return copies_needed(r, Role::weight).has(C
 
 void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
   const int64_t sr = t.scale_rows(), sc = t.scale_cols();
-  d[data_key] = owning_array(std::move(t.data), t.rows, t.cols);
+  d[data_key] = owning_array(std::move(t.data), t.rows, t.row_bytes());
   d[scale_key] = owning_array(std::move(t.scales), sr, sc);
+}
+
+// 4-bit recipes: the role's copies as `mxtrain quantize` writes them (codes uint8
+// [M, ceil(K/2)], scale bytes, and per copy its float32 [1] tensor scale when it has one).
+py::dict quantize_fp4_recipe_py(const py::handle& x_obj, const io::QuantizeSetup& s) {
+  py::array_t<float> x = f32_matrix_arg(x_obj, "x");
+  QTensor q;
+  {
+    py::gil_scoped_release nogil;
+    q = quantize_qtensor(x.data(), x.shape(0), x.shape(1), s.recipe, s.role, s.cfg);
+  }
+  py::dict out;
+  struct Names {
+    Copy c;
+    const char *data, *scale, *ts;
+  };
+  for (const Names& n : {Names{Copy::rowwise, "rowwise", "rowwise_scale", "rowwise_tensor_scale"},
+                         Names{Copy::colwise, "colwise", "colwise_scale", "colwise_tensor_scale"},
+                         Names{Copy::tile, "data", "scale", "tensor_scale"}}) {
+    if (!q.has(n.c)) continue;
+    MXTensor& t = q.scaled(n.c);
+    if (t.has_tensor_scale) {
+      py::array_t<float> ts(1);
+      ts.mutable_data()[0] = t.tensor_scale;
+      out[n.ts] = ts;
+    }
+    put(out, n.data, n.scale, t);
+  }
+  return out;
 }
 
 // An FP32-scaled copy's codes (uint8, owned) and scale_inv grid (float32) into d.
@@ -122,6 +151,7 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
   opt.amax_epsilon = amax_epsilon;
   opt.fp32_scales = fp32_scales;
   const io::QuantizeSetup setup = as_value_error([&] { return io::quantize_setup(opt); });
+  if (setup.format().is_4bit()) return quantize_fp4_recipe_py(x_obj, setup);
   const Input x = input_arg(x_obj, "x");
   if (setup.per_tensor()) return quantize_tensor_py(x, setup);
   if (setup.fp32_scaled()) return quantize_blocks_py(x, setup);

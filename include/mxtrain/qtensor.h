@@ -102,13 +102,16 @@ struct QTensor {
 // QTensors they go to. Sets rows/cols of every QTensor it writes to and marks the copies
 // present. Only the copies asked for are touched. A format whose scale comes from an amax
 // history (fp8-delayed) needs `history`: x is quantized with its scale and its amax is
-// recorded there (scale_history.h); other formats ignore it.
+// recorded there (scale_history.h); other formats ignore it. A 4-bit format with stochastic
+// rounding draws its random bits from `sr` (SrKey{} when null): the same key and x give the
+// same bytes.
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
                  CopySet a_copies, QTensor& b, CopySet b_copies,
-                 ScaleHistory* history = nullptr);
+                 ScaleHistory* history = nullptr, const SrKey* sr = nullptr);
 inline void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f,
-                        QTensor& t, CopySet copies, ScaleHistory* history = nullptr) {
-  make_copies(x, M, K, f, t, copies, t, {}, history);
+                        QTensor& t, CopySet copies, ScaleHistory* history = nullptr,
+                        const SrKey* sr = nullptr) {
+  make_copies(x, M, K, f, t, copies, t, {}, history, sr);
 }
 
 // Every copy recipe r keeps of a matrix x [M, K] in role `role` (copies_needed(r, role)),

@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "mxtrain/aligned.h"
@@ -31,6 +33,7 @@ const char* layout_name(MXLayout l);  // "rowwise" | "colwise" | "tile"
 
 constexpr int64_t kMXBlock = 32;
 constexpr int64_t kFp32ScaleBlock = 128;  // the edge of an FP32-scaled block
+constexpr int64_t kNvfp4Block = 16;       // the edge of an NVFP4 block (1x16, 16x1, 16x16)
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 struct QuantConfig {
@@ -43,31 +46,60 @@ struct QuantConfig {
 //   colwise: scales [ceil(rows/B), cols]     (blocks along rows)
 //   tile   : scales [ceil(rows/B), ceil(cols/B)]
 // block 0 means one scale for the whole tensor (scale grid [1, 1]).
-// The scale type and block size travel with the copy. The MX kernels of this file make and
-// read E8M0 scales per 32-element block (MX); a copy with other ones (FP32 scales, 128-element
-// blocks) is the same struct, and the functions below refuse it with an error naming it.
+// The element format, scale type and block size travel with the copy. The codes are stored
+// row by row as the element format packs them (formats.h: a byte per 8-bit code, two E2M1
+// codes per byte), so data holds data_bytes() = rows * row_bytes() bytes. 4-bit copies
+// (NVFP4: E4M3 scales per 16; MXFP4: E8M0 per 32) may carry a second, per-tensor FP32 decode
+// scale (tensor_scale): an element's value is code * block scale * tensor scale. The MX
+// kernels of this file make and read 8-bit codes with E8M0 scales per 32-element block (MX);
+// a copy with other ones (FP32 scales, 128-element blocks, 4-bit codes) is the same struct,
+// and the functions below refuse it with an error naming it.
 struct MXTensor {
   int64_t rows = 0, cols = 0;
   MXLayout layout = MXLayout::rowwise;
   Elem elem = Elem::e4m3;
   ScaleType scale_type = ScaleType::e8m0;
   int64_t block = kMXBlock;
-  ByteBuffer data;    // [rows, cols] fp8 codes (64-byte aligned)
+  ByteBuffer data;    // [rows, row_bytes()] codes, packed per elem (64-byte aligned)
   ByteBuffer scales;  // [scale_rows(), scale_cols()] scales, scale_type_bytes() each
+  // 4-bit copies: the per-tensor FP32 decode scale, when the copy has one (NVFP4's second
+  // level). false/1 for every other copy.
+  bool has_tensor_scale = false;
+  float tensor_scale = 1.f;
+  // Whether the codes are of the random-Hadamard-transformed matrix (docs/numerics.md, "The
+  // random Hadamard transform"): a colwise wgrad operand; a product needs both or neither.
+  bool rht = false;
 
   int64_t scale_rows() const;
   int64_t scale_cols() const;
   size_t scale_bytes() const;  // scale_rows() * scale_cols() * bytes per scale
-  size_t bytes() const { return data.size() + scales.size(); }
-  // Whether the MX kernels read and write this copy (E8M0 scales, 32-element blocks).
-  bool is_mx() const { return scale_type == ScaleType::e8m0 && block == kMXBlock; }
+  // Bytes of one stored row of codes, and of all of them (what data must hold).
+  int64_t row_bytes() const { return elem_row_bytes(elem, cols); }
+  size_t data_bytes() const { return size_t(rows * row_bytes()); }
+  size_t bytes() const { return data.size() + scales.size() + (has_tensor_scale ? 4 : 0); }
+  // Whether the MX kernels read and write this copy (8-bit codes, E8M0 scales, 32-element
+  // blocks).
+  bool is_mx() const {
+    return scale_type == ScaleType::e8m0 && block == kMXBlock && !elem_is_4bit(elem);
+  }
+  // Whether the 4-bit kernels read and write it: NVFP4 (E2M1 codes, E4M3 scales per 16) or
+  // MXFP4 (E2M1 codes, E8M0 scales per 32); 1-D blocks or square tiles of that edge.
+  bool is_nvfp4() const {
+    return elem == Elem::e2m1 && scale_type == ScaleType::e4m3 && block == kNvfp4Block;
+  }
+  bool is_mxfp4() const {
+    return elem == Elem::e2m1 && scale_type == ScaleType::e8m0 && block == kMXBlock;
+  }
+  bool is_fp4() const { return is_nvfp4() || is_mxfp4(); }
   // Whether the blockwise kernels read and write it (FP32 scale_inv per 128-element block).
   bool is_fp32_blocks() const {
     return (scale_type == ScaleType::fp32 || scale_type == ScaleType::fp32_pow2) &&
-           block == kFp32ScaleBlock;
+           block == kFp32ScaleBlock && !elem_is_4bit(elem);
   }
   // Whether it holds one FP32 scale_inv for the whole tensor (block 0, scale grid [1, 1]).
-  bool is_fp32_tensor() const { return scale_type == ScaleType::fp32 && block == 0; }
+  bool is_fp32_tensor() const {
+    return scale_type == ScaleType::fp32 && block == 0 && !elem_is_4bit(elem);
+  }
   // E8M0 scale byte that applies to element (r, c) (an MX copy).
   uint8_t scale_at(int64_t r, int64_t c) const;
   // Allocate data and scales for the given shape and layout (contents unspecified), MX.
@@ -155,9 +187,94 @@ float quantize_tensor_given_scale(const float* x, int64_t M, int64_t K, Elem ele
 float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, Elem elem,
                                   float scale, MXTensor& out);
 
+// ---- 4-bit: NVFP4 and MXFP4 (docs/numerics.md, "4-bit formats") ----------------------------
+// E2M1 codes, two per byte (formats.h), in blocks along one axis or square tiles:
+//   NVFP4: blocks of 16 (rowwise 1x16, colwise 16x1, tile 16x16), one E4M3 decode scale per
+//          block, and (tensor_scale) one FP32 decode scale for the tensor from its amax, so
+//          that the block scales use E4M3's range: torchao's NVFP4Tensor.to_nvfp4 /
+//          nvfp4_quantize, or TransformerEngine's order of the same operations (Nvfp4Order);
+//   MXFP4: blocks of 32 (1x32, 32x1, 32x32), one E8M0 scale per block by rceil or floor, as
+//          torchao's to_mx(..., float4_e2m1fn_x2) computes them.
+// Elements round to nearest even, or stochastically (Fp4Config::stochastic) with random bits
+// from Philox4x32-10 keyed by (seed, step, tensor, element) (mxtrain/philox.h), so the bytes
+// are the same on every kernel path, thread count and after a resume.
+enum class Fp4Kind : uint8_t { nvfp4, mxfp4 };
+const char* fp4_kind_name(Fp4Kind k);  // "nvfp4" | "mxfp4"
+inline int64_t fp4_block(Fp4Kind k) { return k == Fp4Kind::nvfp4 ? kNvfp4Block : kMXBlock; }
+
+// NVFP4's order of operations (docs/numerics.md, "NVFP4: torchao's and TransformerEngine's
+// order"): torchao's (decode scale amax / (448*6), block scale (amax_b / 6) / p, element
+// multiplier (1 / p) / s) or TransformerEngine's (encode scale 448*6 / amax, block scale
+// amax_b * (S_enc * (1/6)), element multiplier 1 / (s * (1 / S_enc))).
+enum class Nvfp4Order : uint8_t { torchao, te };
+const char* nvfp4_order_name(Nvfp4Order o);        // "torchao" | "te"
+Nvfp4Order parse_nvfp4_order(const std::string&);  // throws listing the choices
+
+// The random bits of stochastic rounding: element i (row-major index r * cols + c of the
+// logical matrix) of the copy `copy` (0 rowwise, 1 colwise, 2 tile) draws word i % 4 of
+// Philox4x32-10 at counter {i / 4 (low, high 32 bits; copy in bits 16-17 of the high word),
+// tensor, step} with key {seed low, seed high 32 bits}.
+struct SrKey {
+  uint64_t seed = 0;
+  uint32_t step = 0;    // the training step (and micro-batch) it is drawn for
+  uint32_t tensor = 0;  // which tensor of the step (layer, role, group)
+  bool operator==(const SrKey&) const = default;
+};
+
+struct Fp4Config {
+  Fp4Kind kind = Fp4Kind::nvfp4;
+  ScaleRounding rounding = ScaleRounding::rceil;  // MXFP4's E8M0 exponent rule
+  bool tensor_scale = true;                       // NVFP4: the second-level FP32 scale
+  Nvfp4Order order = Nvfp4Order::torchao;         // NVFP4 with tensor_scale
+  bool stochastic = false;                        // stochastic element rounding, keyed by sr
+  SrKey sr;
+  // The copy's matrix is x after the random Hadamard transform along its rows (colwise copies
+  // only: the wgrad operands; docs/numerics.md, "The random Hadamard transform").
+  bool rht = false;
+};
+
+// max |x| over n elements (FP32 or BF16 bits), NaN if any is NaN (torch.amax's rule), 0 for
+// n == 0.
+float fp4_amax(const float* x, int64_t n);
+float fp4_amax(const uint16_t* x_bf16, int64_t n);
+// NVFP4's per-tensor decode scale from the tensor's amax, in torchao's order: amax / 2688
+// (448 * 6, exact) in FP32; NaN for a NaN amax; 1 where that is not a normal float (amax
+// zero, below 2688 * 2^-126, or Inf: TransformerEngine's rule for a zero or infinite amax,
+// where torchao's formulas divide by zero or overflow).
+float nvfp4_tensor_scale(float amax);
+
+// x [M, K] (FP32 or BF16 bits) into `out` (reshaped, storage reused) with the layout's blocks
+// (B = 16 NVFP4, 32 MXFP4; cfg.rht only with colwise). NVFP4 with tensor_scale takes the
+// tensor's amax from `amax` when given (e.g. the maximum over ranks of a sharded tensor; of
+// the transformed matrix for an RHT copy), else computes it (fp4_amax, after the transform).
+// Returns that amax (0 when the copy has no tensor scale). Never throws on NaN/Inf: special
+// blocks follow torchao's rules (docs/numerics.md, "4-bit formats").
+float quantize_fp4(const float* x, int64_t M, int64_t K, MXLayout layout, const Fp4Config& cfg,
+                   MXTensor& out, std::optional<float> amax = {});
+float quantize_fp4(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                   const Fp4Config& cfg, MXTensor& out, std::optional<float> amax = {});
+// NVFP4 with a given per-tensor decode scale (torchao's per_tensor_scale argument, taken as
+// it is: 0, Inf or NaN give what torchao's formulas give); torchao order only.
+void quantize_nvfp4_given_scale(const float* x, int64_t M, int64_t K, MXLayout layout,
+                                const Fp4Config& cfg, float tensor_scale, MXTensor& out);
+
+// The random Hadamard transform of x [M, K] along its rows (docs/numerics.md, "The random
+// Hadamard transform"): each group of 16 consecutive rows, per column, becomes
+// (1/4) · H16 · diag(signs) · v, with H16 the Sylvester Hadamard matrix (entries ±1, H·Hᵀ =
+// 16·I) and TransformerEngine's fixed signs; a last group of fewer than 16 rows is copied
+// unchanged. The transform is orthogonal, so (T·dy)ᵀ(T·x) = dyᵀx. out: [M, K] FP32.
+void rht_rows(const float* x, int64_t M, int64_t K, float* out);
+void rht_rows(const uint16_t* x_bf16, int64_t M, int64_t K, float* out);
+// TransformerEngine's signs (its wgrad sign vector), +1 or -1 each.
+const float* rht_signs();
+constexpr int64_t kRhtSize = 16;
+
 // ---- dequantize ---------------------------------------------------------------------------
 // out: [rows, cols]. MX: value = fp8(code) * 2^(scale-127); a 0xFF scale gives NaN.
 // FP32-scaled blocks and per-tensor copies: value = fp8(code) * scale_inv in FP32.
+// NVFP4: value = e2m1(code) * fl32(tensor_scale * e4m3(scale)) (torchao's dequantize; the
+// block scale alone without a tensor scale); MXFP4: e2m1(code) * 2^(scale-127). A NaN scale
+// gives NaN. RHT copies give the transformed matrix's values.
 void dequantize(const MXTensor& q, float* out);
 // BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e
 // stays inside BF16's range (which equals FP32's; below 2^-133 results are BF16

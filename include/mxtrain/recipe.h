@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,11 +30,12 @@ const char* role_name(Role r);  // "input" | "weight" | "grad"
 // inputs and grads, [out, in] for weights). 1-D blocks run along the axis a product reduces
 // over, so a matrix reduced along both axes (by different products) gets a copy per axis;
 // a 2-D block or one scale for the whole tensor serves both axes with one copy.
-enum class BlockShape : uint8_t { none, b1x32, b32x32, b1x128, b128x128, tensor };
-const char* block_name(BlockShape b);  // "none" | "1x32" | "32x32" | "1x128" | "128x128" | "tensor"
-// Elements along one edge of the block (1x32: 32, 32x32: 32, ...; tensor and none: 0).
+enum class BlockShape : uint8_t { none, b1x32, b32x32, b1x128, b128x128, tensor, b1x16, b16x16 };
+// "none" | "1x32" | "32x32" | "1x128" | "128x128" | "tensor" | "1x16" | "16x16"
+const char* block_name(BlockShape b);
+// Elements along one edge of the block (1x32: 32, 32x32: 32, 1x16: 16, ...; tensor and none: 0).
 int block_edge(BlockShape b);
-// Whether one block spans both axes (32x32, 128x128, tensor).
+// Whether one block spans both axes (16x16, 32x32, 128x128, tensor).
 bool block_is_2d(BlockShape b);
 
 // Where a block's amax comes from: the tensor being quantized, or a history of earlier amaxes
@@ -66,10 +68,19 @@ struct TensorFormat {
   float amax_epsilon = 0.f;                   // a block's amax below it counts as it (0: none)
   ScaleSource source = ScaleSource::current;
   AmaxHistorySpec history;  // source amax_history only
+  // 4-bit formats (E2M1 elements: NVFP4, MXFP4; docs/numerics.md, "4-bit formats"):
+  bool tensor_scale = false;               // NVFP4's second-level FP32 scale per tensor
+  Nvfp4Order order = Nvfp4Order::torchao;  // how NVFP4's two levels round
+  bool stochastic = false;                 // stochastic element rounding (Philox-keyed)
+  bool rht = false;  // the wgrad (colwise) copy is of the random-Hadamard-transformed matrix
 
   bool quantized() const { return scale != ScaleType::none; }
+  bool is_4bit() const { return quantized() && elem_is_4bit(elem); }
   // The settings of the MX quantize kernels (quantize.h) for this format.
   QuantConfig quant_config() const { return {elem, rule}; }
+  // The settings of the 4-bit kernels (quantize_fp4) for this format's copy `layout`, its
+  // stochastic rounding drawing from `sr` (RHT applies to the colwise copy only).
+  Fp4Config fp4_config(MXLayout layout, const SrKey& sr = {}) const;
   // e.g. "e4m3, e8m0 scales per 1x32 block, rceil, current amax"; "bf16 (no scale)".
   std::string describe() const;
   bool operator==(const TensorFormat&) const = default;
@@ -138,6 +149,24 @@ void check_no_amax_history(const Recipe& r, const std::string& what);
 void check_amax_history_setting(const Recipe& r, const std::string& setting);
 // Sets every amax_history role's spec: length >= 1, margin >= 0 (each refused in one line).
 void set_amax_history(Recipe& r, const AmaxHistorySpec& spec);
+
+// ---- the switches of the 4-bit recipes (precision.fp4_*, precision.nvfp4_order;
+// docs/config.md), TransformerEngine's NVFP4BlockScaling switches -----------------------------
+
+// Whether some scaled role of r has 4-bit codes (nvfp4, mxfp4).
+bool is_4bit(const Recipe& r);
+// Throws "<setting> applies to 4-bit recipes (nvfp4, mxfp4); recipe '<name>' ..." unless
+// is_4bit(r).
+void check_fp4_setting(const Recipe& r, const std::string& setting);
+struct Fp4Switches {
+  std::optional<bool> stochastic_rounding;  // the grad role's (both of its copies)
+  std::optional<bool> rht;                  // the input's and grad's wgrad (colwise) copies
+  std::optional<bool> weight_2d;            // weight tiles (16x16 / 32x32) or 1-D blocks
+  std::optional<Nvfp4Order> order;          // NVFP4's two levels (recipes with tensor scales)
+};
+// Applies the given switches to r's 4-bit roles; check_fp4_setting first, and an order only on
+// a recipe with tensor scales (nvfp4).
+void set_fp4_switches(Recipe& r, const Fp4Switches& s);
 
 // The registry, in a fixed order.
 const std::vector<Recipe>& registered_recipes();

@@ -4,10 +4,13 @@ the mxtrain engine, on NumPy arrays.
     quantize(x, recipe="mxfp8", elem=None, scale_rounding=None) -> dict of uint8 arrays
     dequantize(q, recipe="mxfp8", elem=None, layout=None)        -> float32 array
     matmul(x, w, recipe="mxfp8", elem=None, scale_rounding=None) -> float32 x·wᵀ
+    quantize_fp4(x, kind="nvfp4", layout="rowwise", ...)          -> dict (4-bit codes, scales)
+    dequantize_fp4(q, cols, kind="nvfp4", layout="rowwise")       -> float32 array
+    rht_rows(x)                                                   -> the random Hadamard transform
     Linear(in_features, out_features, bias=False, recipe="mxfp8", defer_backward_quant=False)
     recipes() -> list of dicts (as `mxtrain recipes --json`)
     info()    -> dict (as `mxtrain info --json`)
-    encode(x, format) / decode(codes, format) -> one value at a time: e4m3, e5m2, e8m0, bf16
+    encode(x, format) / decode(codes, format) -> one value at a time: e4m3, e5m2, e8m0, bf16, e2m1
     set_isa(name or None), active_isa()
     Error     -> raised for errors the engine reports (a RuntimeError)
 
@@ -17,12 +20,14 @@ See docs/python.md.
 
 import json as _json
 
-from ._mxtrain import (Error, Linear, LinearState, active_isa, decode, dequantize, encode,
-                       matmul, quantize, set_isa)
+from ._mxtrain import (Error, Linear, LinearState, active_isa, decode, dequantize,
+                       dequantize_fp4, encode, matmul, quantize, quantize_fp4, rht_rows,
+                       set_isa)
 from . import _mxtrain
 
-__all__ = ["Error", "Linear", "LinearState", "active_isa", "decode", "dequantize", "encode",
-           "info", "matmul", "quantize", "recipes", "set_isa"]
+__all__ = ["Error", "Linear", "LinearState", "active_isa", "decode", "dequantize",
+           "dequantize_fp4", "encode", "info", "matmul", "quantize", "quantize_fp4", "recipes",
+           "rht_rows", "set_isa"]
 
 
 def info():

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "mxtrain/common.h"
 #include "mxtrain/io/npy.h"
 #include "mxtrain/io/quantize_files.h"
 
@@ -20,7 +21,7 @@ namespace {
 using namespace mxtrain;
 
 struct QuantizeArgs {
-  std::string input, recipe, rounding, elem, out_dir, role;
+  std::string input, recipe, rounding, elem, out_dir, role, nvfp4_order;
   std::optional<float> amax_epsilon;
   bool fp32_scales = false;
 };
@@ -36,10 +37,20 @@ int run_quantize(const QuantizeArgs& a) {
   if (!a.role.empty()) opt.role = io::parse_quantize_role(a.role);
   opt.amax_epsilon = a.amax_epsilon;
   opt.fp32_scales = a.fp32_scales;
+  if (!a.nvfp4_order.empty()) {
+    MXT_CHECK(a.recipe == "nvfp4", "--nvfp4-order applies to recipe nvfp4, not '", a.recipe,
+              "'");
+    opt.nvfp4_order = parse_nvfp4_order(a.nvfp4_order);
+  }
   io::QuantizeFilesResult r = io::quantize_npy_to_dir(a.input, a.out_dir, opt);
   std::cout << "quantized " << a.input << " " << io::shape_str({r.rows, r.cols}) << " with "
             << a.recipe << " (" << elem_name(r.cfg.elem);
-  if (r.scale == ScaleType::e8m0)
+  if (elem_is_4bit(r.cfg.elem))
+    std::cout << ", " << role_name(r.role) << ", " << scale_type_name(r.scale) << " scales"
+              << (r.scale == ScaleType::e8m0
+                      ? std::string(", scale rounding ") + rounding_name(r.cfg.rounding)
+                      : std::string(", ") + nvfp4_order_name(opt.nvfp4_order) + " order");
+  else if (r.scale == ScaleType::e8m0)
     std::cout << ", scale rounding " << rounding_name(r.cfg.rounding);
   else
     std::cout << ", " << role_name(r.role) << ", " << scale_type_name(r.scale)
@@ -73,16 +84,24 @@ MXT_REGISTER_COMMAND("quantize", [](CLI::App& app) {
       "--role input: rowwise.npy, rowwise_scale_inv.npy [M,ceil(K/128)] float32, colwise.npy, "
       "colwise_scale_inv.npy [ceil(M/128),K]; --role weight: data.npy, scale_inv.npy "
       "[ceil(M/128),ceil(K/128)]; fp8-current (either role): data.npy, scale_inv.npy [1] "
-      "float32 (one scale for the tensor); plus meta.json. bf16 has nothing to quantize and "
-      "fp8-delayed needs an amax history (a training state): both are refused.");
+      "float32 (one scale for the tensor); nvfp4 / mxfp4 (--role weight (default), input or "
+      "grad): the role's copies with uint8 codes [M,ceil(K/2)] (two E2M1 codes per byte), "
+      "uint8 E4M3 / E8M0 scale grids and (nvfp4) *tensor_scale.npy [1] float32; plus "
+      "meta.json. bf16 has nothing to quantize and fp8-delayed needs an amax history (a "
+      "training state): both are refused.");
   sub->add_option("--input", a->input, "Input .npy: 2-D little-endian float32 [M,K]")->required();
   sub->add_option("--recipe", a->recipe, "Recipe name: mxfp8, mxfp8-32x32, ...")->required();
   sub->add_option("--scale-rounding", a->rounding,
                   "Scale exponent rule: rceil (default) or floor (OCP MX v1.0)");
-  sub->add_option("--elem", a->elem, "Element format: e4m3 (default) or e5m2");
+  sub->add_option("--elem", a->elem,
+                  "Element format: e4m3 (default) or e5m2; e2m1 for the 4-bit recipes");
   sub->add_option("--role", a->role,
                   "blockwise: input (default; 1x128 rowwise + colwise copies) or weight "
-                  "(128x128 tiles); fp8-current: input (default) or weight (one copy)");
+                  "(128x128 tiles); fp8-current: input (default) or weight (one copy); nvfp4, "
+                  "mxfp4: weight (default), input or grad");
+  sub->add_option("--nvfp4-order", a->nvfp4_order,
+                  "nvfp4: torchao (default) or te, the order of the two scale levels' "
+                  "operations (docs/numerics.md)");
   sub->add_option("--amax-epsilon", a->amax_epsilon,
                   "blockwise, fp8-current: a block's (tensor's) amax below this counts as it "
                   "(finite, >= 0; default 0)");

@@ -167,7 +167,7 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   add_override(sub, a, "--recipe", "precision.recipe",
                "Precision recipe: bf16, mxfp8, mxfp8-32x32, blockwise, fp8-current, fp8-delayed, "
-               "... (`mxtrain recipes` lists them)");
+               "nvfp4, mxfp4 (`mxtrain recipes` lists them)");
   add_override(sub, a, "--amax-history-len", "precision.amax_history_len",
                "fp8-delayed: steps of amax history a scale is computed from (default 1024)",
                Value::integer);
@@ -175,6 +175,21 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                "fp8-delayed: max (the history's largest amax, default) or most_recent");
   add_override(sub, a, "--margin", "precision.margin",
                "fp8-delayed: scale = fp8_max / amax / 2^margin (default 0)", Value::integer);
+  add_override(sub, a, "--fp4-stochastic-rounding", "precision.fp4_stochastic_rounding",
+               "4-bit recipes: round gradients stochastically (true, nvfp4's default), to "
+               "nearest even (false), or as the recipe registers it (recipe)");
+  add_override(sub, a, "--fp4-rht", "precision.fp4_rht",
+               "4-bit recipes: the random Hadamard transform on both wgrad operands (true, "
+               "nvfp4's default), off (false), or recipe");
+  add_override(sub, a, "--fp4-2d-weights", "precision.fp4_2d_weights",
+               "4-bit recipes: weights in 16x16 (nvfp4's default) / 32x32 tiles, one copy "
+               "(true), or 1-D blocks, a copy per axis (false), or recipe");
+  add_override(sub, a, "--nvfp4-order", "precision.nvfp4_order",
+               "nvfp4: the order of its two scale levels: torchao (default) or te");
+  add_override(sub, a, "--bf16-first-layers", "precision.bf16_first_layers",
+               "Keep the first N transformer layers in BF16", Value::integer);
+  add_override(sub, a, "--bf16-last-layers", "precision.bf16_last_layers",
+               "Keep the last N transformer layers in BF16", Value::integer);
   add_override(sub, a, "--swiglu-input", "precision.swiglu_input",
                "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an FP8 "
                "recipe), fp32 or fp8");

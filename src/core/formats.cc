@@ -1,5 +1,5 @@
-// core/formats.cc — exact scalar encode/decode of E4M3, E5M2, E8M0 and BF16
-// (docs/numerics.md, "Formats").
+// core/formats.cc — exact scalar encode/decode of E4M3, E5M2, E2M1, E8M0 and BF16
+// (docs/numerics.md, "Formats", "4-bit formats").
 //
 // These are the reference conversions: every vectorised quantize kernel is tested byte for
 // byte against them. Encoding works on the FP32 bit pattern with integer arithmetic only
@@ -17,8 +17,9 @@ namespace mxtrain {
 
 namespace {
 
-const ElemInfo kE4M3{"e4m3", 8, 448.0f};
-const ElemInfo kE5M2{"e5m2", 15, 57344.0f};
+const ElemInfo kE4M3{"e4m3", 8, 448.0f, 8};
+const ElemInfo kE5M2{"e5m2", 15, 57344.0f, 8};
+const ElemInfo kE2M1{"e2m1", 2, 6.0f, 4};
 
 // Parameters of one 8-bit float format as needed by the generic encoder.
 struct Fp8Spec {
@@ -32,6 +33,9 @@ struct Fp8Spec {
 
 constexpr Fp8Spec kSpecE4M3{3, 7, 0x7E, 0x7F, 0x7F, 0x43E00000u};  // 448
 constexpr Fp8Spec kSpecE5M2{2, 15, 0x7B, 0x7E, 0x7C, 0x47600000u};  // 57344
+// E2M1 through the same encoder: the sign goes to bit 3 instead of bit 7 (below), NaN has no
+// code (0), Inf saturates to 6 (code 7).
+constexpr Fp8Spec kSpecE2M1{1, 1, 0x07, 0x00, 0x07, 0x40C00000u};  // 6
 
 // Round-to-nearest-even right shift of a non-negative integer by `shift` (>= 1) bits.
 uint32_t shift_rne(uint32_t v, int shift) {
@@ -81,14 +85,17 @@ float decode_fp8(uint8_t b, int mbits, int bias) {
 
 }  // namespace
 
-const ElemInfo& elem_info(Elem e) { return e == Elem::e4m3 ? kE4M3 : kE5M2; }
+const ElemInfo& elem_info(Elem e) {
+  return e == Elem::e4m3 ? kE4M3 : e == Elem::e5m2 ? kE5M2 : kE2M1;
+}
 const char* elem_name(Elem e) { return elem_info(e).name; }
 
 Elem parse_elem(const char* name) {
   const std::string n = name ? name : "";
   if (n == "e4m3") return Elem::e4m3;
   if (n == "e5m2") return Elem::e5m2;
-  MXT_FAIL("unknown element format '", n, "'; valid choices: e4m3, e5m2");
+  if (n == "e2m1") return Elem::e2m1;
+  MXT_FAIL("unknown element format '", n, "'; valid choices: e4m3, e5m2, e2m1");
 }
 
 uint16_t f32_to_bf16(float f) {
@@ -101,10 +108,24 @@ uint16_t f32_to_bf16(float f) {
 uint8_t f32_to_e4m3(float f) { return encode_fp8(f, kSpecE4M3); }
 uint8_t f32_to_e5m2(float f) { return encode_fp8(f, kSpecE5M2); }
 
+namespace {
+
+// Every E4M3 value, from the definition once (NVFP4's block scales are decoded per block and
+// per lane, where ldexp would cost more than the rest of the work).
+struct E4M3Table {
+  float v[256];
+  E4M3Table() {
+    for (int b = 0; b < 256; ++b)
+      v[b] = (b & 0x7F) == 0x7F
+                 ? std::copysign(std::numeric_limits<float>::quiet_NaN(), (b & 0x80) ? -1.f : 1.f)
+                 : decode_fp8(uint8_t(b), 3, 7);
+  }
+};
+}  // namespace
+
 float e4m3_to_f32(uint8_t b) {
-  if ((b & 0x7F) == 0x7F) return std::copysign(std::numeric_limits<float>::quiet_NaN(),
-                                                (b & 0x80) ? -1.0f : 1.0f);
-  return decode_fp8(b, 3, 7);
+  static const E4M3Table t;  // made on first use: safe from any static initializer
+  return t.v[b];
 }
 
 float e5m2_to_f32(uint8_t b) {
@@ -117,8 +138,22 @@ float e5m2_to_f32(uint8_t b) {
 }
 
 bool fp8_is_nan(uint8_t b, Elem e) {
+  if (e == Elem::e2m1) return false;
   const uint8_t m = b & 0x7F;
   return e == Elem::e4m3 ? m == 0x7F : m > 0x7C;
+}
+
+uint8_t f32_to_e2m1(float f) {
+  if (f != f) return 0;
+  // The 8-bit encoder's code has the sign in bit 7 and the magnitude (0..7) below it.
+  const uint8_t c = encode_fp8(f, kSpecE2M1);
+  return uint8_t(((c & 0x80) >> 4) | (c & 0x07));
+}
+
+float e2m1_to_f32(uint8_t code) {
+  static constexpr float kValues[8] = {0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f};
+  const float v = kValues[code & 7];
+  return (code & 8) ? -v : v;
 }
 
 float e8m0_to_f32(uint8_t b) {
@@ -133,6 +168,7 @@ const char* scale_type_name(ScaleType t) {
     case ScaleType::e8m0: return "e8m0";
     case ScaleType::fp32: return "fp32";
     case ScaleType::fp32_pow2: return "fp32_pow2";
+    case ScaleType::e4m3: return "e4m3";
   }
   return "?";
 }
@@ -140,7 +176,8 @@ const char* scale_type_name(ScaleType t) {
 int scale_type_bytes(ScaleType t) {
   switch (t) {
     case ScaleType::none: return 0;
-    case ScaleType::e8m0: return 1;
+    case ScaleType::e8m0:
+    case ScaleType::e4m3: return 1;
     case ScaleType::fp32:
     case ScaleType::fp32_pow2: return 4;
   }

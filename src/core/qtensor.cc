@@ -107,17 +107,25 @@ void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
 }
 
 // Which kernels make the format's scaled copies: MX (E8M0 scales per 1x32 or 32x32 block),
-// FP32-scaled blocks (fp32 / fp32_pow2 scales per 1x128 or 128x128 block) or one FP32 scale
-// per tensor.
-enum class Kernels : uint8_t { mx, fp32_blocks, fp32_tensor };
+// FP32-scaled blocks (fp32 / fp32_pow2 scales per 1x128 or 128x128 block), one FP32 scale
+// per tensor, or 4-bit (E2M1 codes: NVFP4 E4M3 scales per 1x16 / 16x16, MXFP4 E8M0 per 1x32 /
+// 32x32).
+enum class Kernels : uint8_t { mx, fp32_blocks, fp32_tensor, fp4 };
 
 Kernels kernels_for(const TensorFormat& f) {
   const bool fp32 = f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2;
   const bool b128 = f.block == BlockShape::b1x128 || f.block == BlockShape::b128x128;
+  const bool b32 = f.block == BlockShape::b1x32 || f.block == BlockShape::b32x32;
+  const bool b16 = f.block == BlockShape::b1x16 || f.block == BlockShape::b16x16;
+  if (f.is_4bit()) {
+    MXT_CHECK((f.scale == ScaleType::e4m3 && b16) || (f.scale == ScaleType::e8m0 && b32),
+              "quantizing with ", f.describe(), " needs kernels this build does not have "
+              "(4-bit: E4M3 scales per 1x16 or 16x16 block (NVFP4), E8M0 per 1x32 or 32x32 "
+              "(MXFP4))");
+    return Kernels::fp4;
+  }
   if (f.scale == ScaleType::fp32 && f.block == BlockShape::tensor) return Kernels::fp32_tensor;
-  MXT_CHECK((f.scale == ScaleType::e8m0 &&
-             (f.block == BlockShape::b1x32 || f.block == BlockShape::b32x32)) ||
-                (fp32 && b128),
+  MXT_CHECK((f.scale == ScaleType::e8m0 && b32) || (fp32 && b128),
             "quantizing with ", f.describe(), " needs kernels this build does not have (MX: "
             "E8M0 scales per 1x32 or 32x32 block; FP32 scales per 1x128 or 128x128 block or "
             "per tensor)");
@@ -133,7 +141,8 @@ void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
 }  // namespace
 
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
-                 CopySet a_copies, QTensor& b, CopySet b_copies, ScaleHistory* history) {
+                 CopySet a_copies, QTensor& b, CopySet b_copies, ScaleHistory* history,
+                 const SrKey* sr) {
   MXT_CHECK((a_copies.bits() & b_copies.bits()) == 0, "internal: make_copies got one copy twice");
   for (QTensor* t : {&a, &b}) {
     t->rows = M;
@@ -155,6 +164,19 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
   QTensor* tile = owner[int(Copy::tile)];
   if (!row && !col && !tile) return;
   const Kernels kernels = kernels_for(f);
+  if (kernels == Kernels::fp4) {
+    // Each copy from the original values; the colwise one of an RHT format from the
+    // transformed matrix (with its own tensor amax).
+    const SrKey key = sr ? *sr : SrKey{};
+    if (row) quantize_fp4(x, M, K, MXLayout::rowwise, f.fp4_config(MXLayout::rowwise, key),
+                          row->rowwise);
+    if (col) quantize_fp4(x, M, K, MXLayout::colwise, f.fp4_config(MXLayout::colwise, key),
+                          col->colwise);
+    if (tile) quantize_fp4(x, M, K, MXLayout::tile, f.fp4_config(MXLayout::tile, key),
+                           tile->tile);
+    mark_present(row, col, tile);
+    return;
+  }
   if (kernels == Kernels::fp32_tensor) {
     // One scale serves both axes: copies_needed asks for the tile copy only.
     MXT_CHECK(!row && !col, "internal: a per-tensor format has only a tile copy");

@@ -16,6 +16,7 @@
 
 #include "core/dispatch.h"
 #include "core/quantize_block_kernels.h"
+#include "core/quantize_fp4_kernels.h"
 #include "core/quantize_kernels.h"
 #include "mxtrain/common.h"
 
@@ -118,8 +119,8 @@ const PathTable<TensorScaleKernels>& tensor_scale_table() {
 std::vector<PathChoice> kern::quantize_path_choices() {
   return {quantize_table().choice(),       dequantize_table().choice(),
           block_quantize_table().choice(), block_dequantize_table().choice(),
-          tensor_scale_table().choice(),   convert_table().choice(),
-          nonfinite_table().choice()};
+          tensor_scale_table().choice(),   fp4_quantize_choice(),
+          convert_table().choice(),        nonfinite_table().choice()};
 }
 
 const char* rounding_name(ScaleRounding r) { return r == ScaleRounding::rceil ? "rceil" : "floor"; }
@@ -176,7 +177,7 @@ MXTensor MXTensor::empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem)
   t.cols = cols;
   t.layout = layout;
   t.elem = elem;
-  t.data.resize(size_t(n));
+  t.data.resize(t.data_bytes());
   t.scales.resize(size_t(t.scale_rows() * t.scale_cols()));
   return t;
 }
@@ -222,8 +223,9 @@ void check_input(const void* x, int64_t M, int64_t K, const char* what) {
 
 // The kernels here make and read MX copies only (E8M0 scales per 32-element block).
 void check_is_mx(const MXTensor& t, const char* what) {
-  MXT_CHECK(t.is_mx(), what, ": the copy holds ", scale_type_name(t.scale_type), " scales per ",
-            t.block, "-element block; the MX kernels handle E8M0 scales per 32 only");
+  MXT_CHECK(t.is_mx(), what, ": the copy holds ", elem_name(t.elem), " codes with ",
+            scale_type_name(t.scale_type), " scales per ", t.block,
+            "-element block; the MX kernels handle 8-bit codes with E8M0 scales per 32 only");
 }
 
 void check_out(const MXTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
@@ -447,13 +449,14 @@ float quantize_tensor_given_scale_impl(const T* x, int64_t M, int64_t K, Elem el
   return amax;
 }
 
-// A copy either kind of dequantize reads: its buffers match its shape and layout.
+// A copy either kind of dequantize reads: its buffers match its shape, element format and
+// layout.
 void check_sizes(const MXTensor& q, const char* what) {
-  MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == size_t(q.rows * q.cols) &&
+  MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == q.data_bytes() &&
                 q.scales.size() == q.scale_bytes(),
-            what, ": malformed MXTensor (", q.rows, "x", q.cols, ", ", q.data.size(),
-            " data bytes, ", q.scales.size(), " scale bytes for layout ",
-            layout_name(q.layout), ")");
+            what, ": malformed MXTensor (", q.rows, "x", q.cols, " ", elem_name(q.elem), ", ",
+            q.data.size(), " data bytes for ", q.data_bytes(), ", ", q.scales.size(),
+            " scale bytes for layout ", layout_name(q.layout), ")");
 }
 
 void check_mx(const MXTensor& q, const char* what) {
@@ -574,6 +577,14 @@ float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, 
 }
 
 void dequantize(const MXTensor& q, float* out) {
+  if (q.is_fp4()) {
+    check_sizes(q, "dequantize");
+    MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
+    for_each_row_chunk(q.rows, q.cols, [&](int64_t r0, int64_t r1) {
+      kern::dequantize_fp4_f32_ref(q, r0, r1, out);
+    });
+    return;
+  }
   if (q.is_fp32_tensor()) {
     check_sizes(q, "dequantize");
     MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");

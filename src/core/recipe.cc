@@ -30,12 +30,16 @@ const char* block_name(BlockShape b) {
     case BlockShape::b1x128: return "1x128";
     case BlockShape::b128x128: return "128x128";
     case BlockShape::tensor: return "tensor";
+    case BlockShape::b1x16: return "1x16";
+    case BlockShape::b16x16: return "16x16";
   }
   return "?";
 }
 
 int block_edge(BlockShape b) {
   switch (b) {
+    case BlockShape::b1x16:
+    case BlockShape::b16x16: return 16;
     case BlockShape::b1x32:
     case BlockShape::b32x32: return 32;
     case BlockShape::b1x128:
@@ -47,7 +51,8 @@ int block_edge(BlockShape b) {
 }
 
 bool block_is_2d(BlockShape b) {
-  return b == BlockShape::b32x32 || b == BlockShape::b128x128 || b == BlockShape::tensor;
+  return b == BlockShape::b32x32 || b == BlockShape::b128x128 || b == BlockShape::tensor ||
+         b == BlockShape::b16x16;
 }
 
 const char* scale_source_name(ScaleSource s) {
@@ -68,6 +73,9 @@ std::string TensorFormat::describe() const {
   os << elem_name(elem) << ", " << scale_type_name(scale) << " scales per "
      << block_name(block) << (block == BlockShape::tensor ? "" : " block");
   if (scale == ScaleType::e8m0) os << ", " << rounding_name(rule);  // FP32 scales: no rule
+  if (tensor_scale) os << ", FP32 tensor scale (" << nvfp4_order_name(order) << " order)";
+  if (is_4bit()) os << (stochastic ? ", stochastic rounding" : ", round to nearest even");
+  if (rht) os << ", RHT on the wgrad copy";
   if (amax_epsilon > 0) os << ", amax epsilon " << amax_epsilon;
   os << ", " << scale_source_name(source) << " amax";
   if (source == ScaleSource::amax_history)
@@ -96,6 +104,18 @@ std::string Recipe::describe() const {
   return os.str();
 }
 
+Fp4Config TensorFormat::fp4_config(MXLayout layout, const SrKey& sr) const {
+  Fp4Config c;
+  c.kind = scale == ScaleType::e4m3 ? Fp4Kind::nvfp4 : Fp4Kind::mxfp4;
+  c.rounding = rule;
+  c.tensor_scale = tensor_scale;
+  c.order = order;
+  c.stochastic = stochastic;
+  c.sr = sr;
+  c.rht = rht && layout == MXLayout::colwise;
+  return c;
+}
+
 bool defer_backward_quant_applies(const Recipe& r) { return r.role(Role::input).quantized(); }
 
 bool products_built(const Recipe& r) {
@@ -107,14 +127,18 @@ bool products_built(const Recipe& r) {
     // One scale per tensor, from its current amax (fp8-current) or an amax history
     // (fp8-delayed): the same products.
     const bool per_tensor = f.scale == ScaleType::fp32 && f.block == BlockShape::tensor;
-    if (!mx && !fp32_blocks && !per_tensor) return false;
+    // 4-bit: NVFP4 (E4M3 scales per 1x16 / 16x16) or MXFP4 (E8M0 per 1x32 / 32x32).
+    const bool fp4 = f.is_4bit() && ((f.scale == ScaleType::e4m3 && block_edge(f.block) == 16) ||
+                                     (f.scale == ScaleType::e8m0 && block_edge(f.block) == 32));
+    if (f.is_4bit() ? !fp4 : (!mx && !fp32_blocks && !per_tensor)) return false;
   }
   return true;
 }
 
 void check_products_built(const Recipe& r) {
   MXT_CHECK(products_built(r), r.name, ": no quantized products read its formats (they read "
-            "E8M0 scales per 32, FP32 scales per 128-block or one FP32 scale per tensor)");
+            "E8M0 scales per 32, FP32 scales per 128-block, one FP32 scale per tensor, or 4-bit "
+            "E2M1 codes with E4M3 scales per 16 (NVFP4) or E8M0 per 32 (MXFP4))");
 }
 
 void check_no_amax_history(const Recipe& r, const std::string& what) {
@@ -157,6 +181,20 @@ TensorFormat fp32_tensor(Elem elem, ScaleSource source) {
   f.amax_epsilon = 0.f;
   f.source = source;
   if (source == ScaleSource::amax_history) f.history = {1024, 0, AmaxAlgo::max};
+  return f;
+}
+
+// An NVFP4 role (TransformerEngine's NVFP4BlockScaling): E2M1 codes, an E4M3 decode scale per
+// 1x16 block or 16x16 tile, and one FP32 scale per tensor from its current amax, in torchao's
+// order; stochastic rounding and the random Hadamard transform (on the wgrad copy) as given.
+TensorFormat nvfp4(BlockShape block, bool stochastic, bool rht) {
+  TensorFormat f;
+  f.scale = ScaleType::e4m3;
+  f.elem = Elem::e2m1;
+  f.block = block;
+  f.tensor_scale = true;
+  f.stochastic = stochastic;
+  f.rht = rht;
   return f;
 }
 
@@ -213,6 +251,16 @@ const std::vector<Recipe>& registered_recipes() {
            fp32_tensor(Elem::e5m2, ScaleSource::amax_history),
            "fp8-current with each scale from an amax history of earlier steps, updated "
            "after every optimizer step (TransformerEngine's DelayedScaling)"),
+      // NVIDIA's NVFP4 pre-training recipe, every switch on (precision.fp4_* turn them off).
+      make("nvfp4", nvfp4(B::b1x16, false, true), nvfp4(B::b16x16, false, false),
+           nvfp4(B::b1x16, true, true),
+           "NVFP4 as NVIDIA's pre-training recipe (TransformerEngine's NVFP4BlockScaling): "
+           "16x16 weight tiles, 1x16 inputs and grads, grads rounded stochastically, the "
+           "random Hadamard transform on both wgrad operands"),
+      make("mxfp4", mx(B::b1x32, Elem::e2m1), mx(B::b1x32, Elem::e2m1),
+           mx(B::b1x32, Elem::e2m1),
+           "MXFP4 (OCP MX v1.0): E2M1 with E8M0 scales per 1x32 block everywhere (the weight "
+           "has a copy per axis)"),
   };
   return r;
 }
@@ -274,6 +322,41 @@ void set_amax_history(Recipe& r, const AmaxHistorySpec& spec) {
   MXT_CHECK(spec.margin >= 0, "the amax margin must be >= 0, got ", spec.margin);
   for (TensorFormat& f : r.roles)
     if (f.quantized() && f.source == ScaleSource::amax_history) f.history = spec;
+}
+
+}  // namespace mxtrain
+
+namespace mxtrain {
+
+bool is_4bit(const Recipe& r) {
+  for (const TensorFormat& f : r.roles)
+    if (f.is_4bit()) return true;
+  return false;
+}
+
+void check_fp4_setting(const Recipe& r, const std::string& setting) {
+  MXT_CHECK(is_4bit(r), setting, " applies to 4-bit recipes (nvfp4, mxfp4); recipe '", r.name,
+            "' has ", r.quantized() ? "8-bit elements" : "no quantized elements");
+}
+
+void set_fp4_switches(Recipe& r, const Fp4Switches& s) {
+  for (int i = 0; i < kNumRoles; ++i) {
+    TensorFormat& f = r.roles[size_t(i)];
+    if (!f.is_4bit()) continue;
+    const Role role = Role(i);
+    if (s.stochastic_rounding && role == Role::grad) f.stochastic = *s.stochastic_rounding;
+    if (s.rht && role != Role::weight) f.rht = *s.rht;
+    if (s.weight_2d && role == Role::weight) {
+      const bool nv = f.scale == ScaleType::e4m3;
+      f.block = *s.weight_2d ? (nv ? BlockShape::b16x16 : BlockShape::b32x32)
+                             : (nv ? BlockShape::b1x16 : BlockShape::b1x32);
+    }
+    if (s.order) {
+      MXT_CHECK(f.tensor_scale, "nvfp4_order applies to recipes with per-tensor scales "
+                "(nvfp4); recipe '", r.name, "' has none");
+      f.order = *s.order;
+    }
+  }
 }
 
 }  // namespace mxtrain

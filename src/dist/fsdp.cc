@@ -180,10 +180,11 @@ void Fsdp::start_gather(int i, int k) {
   const size_t P = packed_bytes(M.layout, copies);
   if (s.send_version != ver || s.send.size() != P || !(s.send_format == f)) {
     s.send.resize(P);
-    const float* scales = M.layout.tensor_scale ? tensor_scales(M) : nullptr;
+    const float* scales =
+        M.layout.tensor_scale || M.layout.second_scale ? tensor_scales(M) : nullptr;
     pack_shard(M.layout, comm_.rank(), M.value.data(), copies, f, s.send.data(), scales,
                scales ? M.group_amax.data() : nullptr);
-    if (scales && f.source == ScaleSource::amax_history)  // the shard's amax, per group
+    if (scales && M.layout.tensor_scale && f.source == ScaleSource::amax_history)
       for (int64_t g = 0; g < M.layout.groups; ++g) M.weight_history(g)->record(M.group_amax[size_t(g)]);
     s.send_version = ver;
     s.send_format = f;
@@ -209,7 +210,11 @@ const float* Fsdp::tensor_scales(Module& M) {
   const int64_t G = M.layout.groups;
   M.group_scales.resize(size_t(G));
   M.group_amax.resize(size_t(G));
-  if (f.source == ScaleSource::amax_history) {
+  if (M.layout.second_scale) {  // 4-bit (NVFP4): the agreed amax, from which each rank's
+                                // quantizer derives the tensor scale
+    shard_group_amax(M.layout, comm_.rank(), M.value.data(), M.group_scales.data(), true);
+    comm_.allreduce_max(M.group_scales.data(), size_t(G));
+  } else if (f.source == ScaleSource::amax_history) {
     for (int64_t g = 0; g < G; ++g) M.group_scales[size_t(g)] = M.weight_history(g)->scale();
   } else {
     shard_group_amax(M.layout, comm_.rank(), M.value.data(), M.group_amax.data());

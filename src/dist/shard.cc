@@ -4,6 +4,7 @@
 #include "mxtrain/dist/shard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <sstream>
 
@@ -28,6 +29,8 @@ ShardLayout ShardLayout::make(const std::vector<int64_t>& shape, int world,
   L.groups = shape.size() == 3 ? shape[0] : 1;
   L.rows = shape[shape.size() - 2];
   L.cols = shape[shape.size() - 1];
+  L.row_bytes = weight.quantized() ? elem_row_bytes(weight.elem, L.cols) : L.cols;
+  L.second_scale = weight.is_4bit() && weight.tensor_scale;
   L.group_rows_padded = ceil_div(L.rows, L.block) * L.block;
   L.world = world;
   const int64_t blocks = L.virtual_rows() / L.block;
@@ -87,23 +90,25 @@ void pad_full(const ShardLayout& L, const float* full, float* padded) {
 
 namespace {
 
-// Offsets inside one rank's pack of one scaled copy: data first, then the scale grid.
+// Offsets inside one rank's pack of one scaled copy: data first, then the scale grid, then
+// (4-bit with a per-tensor scale) one FP32 tensor scale per group.
 struct MxPart {
-  size_t data = 0, scales = 0, end = 0;
+  size_t data = 0, scales = 0, tensor_scales = 0, end = 0;
 };
 
 MxPart mx_part(const ShardLayout& L, MXLayout layout, size_t base) {
   const int64_t R = L.rows_per_rank, K = L.cols, B = L.block, Kb = ceil_div(K, B);
   MxPart p;
   p.data = base;
-  p.scales = base + size_t(R * K);
+  p.scales = base + size_t(R * L.row_bytes);
   int64_t s = 0;
   switch (layout) {
     case MXLayout::rowwise: s = R * Kb; break;
     case MXLayout::colwise: s = (R / B) * K; break;
     case MXLayout::tile: s = L.tensor_scale ? L.groups : (R / B) * Kb; break;
   }
-  p.end = p.scales + size_t(s) * size_t(L.scale_bytes);
+  p.tensor_scales = p.scales + size_t(s) * size_t(L.scale_bytes);
+  p.end = p.tensor_scales + (L.second_scale ? sizeof(float) * size_t(L.groups) : 0);
   return p;
 }
 
@@ -123,8 +128,7 @@ size_t scale_row_bytes(const MXTensor& q) {
 
 // Copies a quantized piece (q: [rows, K]) into a pack part at shard row local_row.
 void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t* out) {
-  const int64_t K = q.cols;
-  std::memcpy(out + part.data + size_t(local_row * K), q.data.data(), q.data.size());
+  std::memcpy(out + part.data + size_t(local_row * q.row_bytes()), q.data.data(), q.data.size());
   std::memcpy(out + part.scales + size_t(scale_row0(q.layout, local_row, q.block)) *
                                       scale_row_bytes(q),
               q.scales.data(), q.scales.size());
@@ -133,10 +137,10 @@ void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t
 // Copies one piece of a gathered pack part into the full group tensor `dst`.
 void get_piece(const uint8_t* pack, const MxPart& part, int64_t local_row, int64_t group_row,
                int64_t rows, MXTensor& dst) {
-  const int64_t K = dst.cols, B = dst.block;
+  const int64_t Kb = dst.row_bytes(), B = dst.block;
   const size_t sr = scale_row_bytes(dst);
-  std::memcpy(dst.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
-              size_t(rows * K));
+  std::memcpy(dst.data.data() + size_t(group_row * Kb),
+              pack + part.data + size_t(local_row * Kb), size_t(rows * Kb));
   std::memcpy(dst.scales.data() + size_t(scale_row0(dst.layout, group_row, B)) * sr,
               pack + part.scales + size_t(scale_row0(dst.layout, local_row, B)) * sr,
               size_t(scale_rows_of(dst.layout, rows, B)) * sr);
@@ -173,10 +177,15 @@ PackPlan plan(const ShardLayout& L, CopySet copies) {
 
 size_t packed_bytes(const ShardLayout& L, CopySet copies) { return plan(L, copies).end; }
 
-void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out) {
+void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out,
+                      bool four_bit) {
   std::fill_n(out, L.groups, 0.f);
-  for (const auto& p : L.pieces(rank))
-    out[p.group] = std::max(out[p.group], tensor_amax(shard + p.local_row * L.cols, p.rows * L.cols));
+  for (const auto& p : L.pieces(rank)) {
+    const float* x = shard + p.local_row * L.cols;
+    const float a = four_bit ? fp4_amax(x, p.rows * L.cols) : tensor_amax(x, p.rows * L.cols);
+    // NaN (four_bit) wins, as in fp4_amax.
+    out[p.group] = std::isnan(a) || std::isnan(out[p.group]) ? NAN : std::max(out[p.group], a);
+  }
 }
 
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
@@ -186,6 +195,8 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
             L.world);
   MXT_CHECK(!L.tensor_scale || group_scales != nullptr, "pack_shard: a weight with one scale "
             "per tensor (", f.describe(), ") needs the agreed scale of each group");
+  MXT_CHECK(!L.second_scale || group_scales != nullptr, "pack_shard: a 4-bit weight with a "
+            "per-tensor scale (", f.describe(), ") needs the agreed amax of each group");
   const PackPlan pp = plan(L, copies);
   std::memset(out, 0, pp.end);
   if (group_amax) std::fill_n(group_amax, L.groups, 0.f);
@@ -202,10 +213,22 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
           quantize_tensor_given_scale(x, p.rows, K, f.elem, group_scales[p.group], q.tile);
       if (group_amax) group_amax[p.group] = std::max(group_amax[p.group], amax);
       const MxPart& part = pp.part[int(Copy::tile)];
-      std::memcpy(out + part.data + size_t(p.local_row * K), q.tile.data.data(),
+      std::memcpy(out + part.data + size_t(p.local_row * L.row_bytes), q.tile.data.data(),
                   q.tile.data.size());
       std::memcpy(out + part.scales + sizeof(float) * size_t(p.group), q.tile.scales.data(),
                   sizeof(float));
+      continue;
+    }
+    if (L.second_scale) {  // each copy with the group's agreed amax, and its tensor scale
+      for (Copy c : kScaled) {
+        if (!scaled.has(c)) continue;
+        const MXLayout l = layout_of(c);
+        MXTensor& t = q.scaled(c);
+        quantize_fp4(x, p.rows, K, l, f.fp4_config(l), t, group_scales[p.group]);
+        put_piece(t, pp.part[int(c)], p.local_row, out);
+        std::memcpy(out + pp.part[int(c)].tensor_scales + sizeof(float) * size_t(p.group),
+                    &t.tensor_scale, sizeof(float));
+      }
       continue;
     }
     make_copies(x, p.rows, K, f, q, scaled);
@@ -237,7 +260,10 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
     t.elem = f.elem;
     t.scale_type = f.scale;
     t.block = tensor ? 0 : L.block;
-    t.data.resize(size_t(L.rows * K));
+    t.has_tensor_scale = L.second_scale;
+    t.tensor_scale = 1.f;
+    t.rht = false;
+    t.data.resize(t.data_bytes());
     t.scales.resize(t.scale_bytes());
   }
 
@@ -256,13 +282,18 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
       if (L.tensor_scale) {  // codes in place; the group's one scale_inv (every rank's alike)
         MXTensor& t = out.scaled(c);
         const MxPart& part = pp.part[int(c)];
-        std::memcpy(t.data.data() + size_t(group_row * K), pack + part.data + size_t(local_row * K),
-                    size_t(rows * K));
+        std::memcpy(t.data.data() + size_t(group_row * L.row_bytes),
+                    pack + part.data + size_t(local_row * L.row_bytes),
+                    size_t(rows * L.row_bytes));
         std::memcpy(t.scales.data(), pack + part.scales + sizeof(float) * size_t(group),
                     sizeof(float));
         continue;
       }
       get_piece(pack, pp.part[int(c)], local_row, group_row, rows, out.scaled(c));
+      if (L.second_scale)  // every rank holding rows of the group wrote the same scale
+        std::memcpy(&out.scaled(c).tensor_scale,
+                    pack + pp.part[int(c)].tensor_scales + sizeof(float) * size_t(group),
+                    sizeof(float));
     }
   }
   out.rows = L.rows;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dispatch.h"
+#include "gemm/fp4_gemm.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
@@ -37,12 +38,14 @@ const char* wanted(bool k_along_cols) {
 
 void check_tensor(const char* what, const MXTensor& t) {
   MXT_CHECK(t.rows >= 0 && t.cols >= 0, "gemm_mx: ", what, " has a negative shape");
-  MXT_CHECK(t.data.size() == size_t(t.rows * t.cols), "gemm_mx: ", what, " holds ",
-            t.data.size(), " data bytes, expected rows*cols = ", t.rows * t.cols);
-  MXT_CHECK(t.is_mx() || t.is_fp32_blocks() || t.is_fp32_tensor(), "gemm_mx: ", what, " holds ",
-            scale_type_name(t.scale_type), " scales per ", t.block,
-            "-element block; the products read E8M0 per 32 (MX), FP32 per 128 or one FP32 "
-            "scale per tensor");
+  MXT_CHECK(t.is_mx() || t.is_fp32_blocks() || t.is_fp32_tensor() || t.is_fp4(), "gemm_mx: ",
+            what, " holds ", elem_name(t.elem), " codes with ", scale_type_name(t.scale_type),
+            " scales per ", t.block, "-element block; the products read E8M0 per 32 (MX), "
+            "FP32 per 128, one FP32 scale per tensor, or 4-bit codes with E4M3 scales per 16 "
+            "(NVFP4) or E8M0 per 32 (MXFP4)");
+  MXT_CHECK(t.data.size() == t.data_bytes(), "gemm_mx: ", what, " holds ", t.data.size(),
+            " data bytes, expected ", t.data_bytes(), " for ", t.rows, "x", t.cols, " ",
+            elem_name(t.elem), " codes");
   MXT_CHECK(t.scales.size() == t.scale_bytes(), "gemm_mx: ", what, " holds ", t.scales.size(),
             " scale bytes, expected ", t.scale_bytes(), " for layout ", layout_name(t.layout));
 }
@@ -177,9 +180,13 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
     return;
   }
-  MXT_CHECK(A.is_mx() == B.is_mx(), "gemm_mx: A is ", A.is_mx() ? "MX" : "FP32-scaled",
-            " and B is ", B.is_mx() ? "MX" : "FP32-scaled",
+  auto family = [](const MXTensor& t) {
+    return t.is_fp4() ? "4-bit" : t.is_mx() ? "MX" : "FP32-scaled";
+  };
+  MXT_CHECK(A.is_mx() == B.is_mx() && A.is_fp4() == B.is_fp4(), "gemm_mx: A is ", family(A),
+            " and B is ", family(B),
             "; both operands must be of one family (make both copies with one recipe)");
+  if (A.is_fp4()) return gemm_fp4(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
   if (!A.is_mx()) return gemm_fp32_scaled(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
   gemm_mx_run(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
 }

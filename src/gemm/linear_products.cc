@@ -14,10 +14,14 @@ Copy copy_read(const Recipe& r, Role role, Use use, const QTensor& t, int64_t ro
   const Copy c = copies_needed(r, role, use).only();
   MXT_CHECK(t.has(c), use_name(use), ": the ", what, "'s ", copy_name(c),
             " copy this product reads is missing");
+  // Its buffer holds what the copy's element format packs rows x cols into (bf16: a value
+  // each; scaled: MXTensor::data_bytes()).
   const size_t n = c == Copy::bf16 ? t.bf16.size() : t.scaled(c).data.size();
-  MXT_CHECK(t.rows == rows && t.cols == cols && n == size_t(rows * cols), use_name(use), ": the ",
-            what, "'s ", copy_name(c), " copy is ", t.rows, "x", t.cols, " (", n,
-            " values), expected ", rows, "x", cols);
+  const size_t want = c == Copy::bf16 ? size_t(rows * cols)
+                                      : size_t(elem_bytes(t.scaled(c).elem, rows, cols));
+  MXT_CHECK(t.rows == rows && t.cols == cols && n == want, use_name(use), ": the ", what, "'s ",
+            copy_name(c), " copy is ", t.rows, "x", t.cols, " (", n, " elements/bytes), "
+            "expected ", rows, "x", cols, " (", want, ")");
   return c;
 }
 

@@ -39,7 +39,9 @@ std::string quantized_recipe_list() {
 Role parse_quantize_role(const std::string& name) {
   if (name == "input") return Role::input;
   if (name == "weight") return Role::weight;
-  MXT_FAIL("unknown role '", name, "'; valid choices: input (default), weight");
+  if (name == "grad") return Role::grad;
+  MXT_FAIL("unknown role '", name, "'; valid choices: input (default), weight, grad (4-bit "
+           "recipes)");
 }
 
 namespace {
@@ -55,12 +57,15 @@ Recipe quantized_recipe(const std::string& name) {
 
 // Whether the recipe keeps one FP32 scale per tensor (fp8-current, fp8-delayed).
 bool per_tensor(const Recipe& r) { return r.role(Role::weight).block == BlockShape::tensor; }
+// Whether it stores 4-bit codes (nvfp4, mxfp4).
+bool four_bit(const Recipe& r) { return r.role(Role::weight).is_4bit(); }
 
-// One stored copy: its kind and file names.
+// One stored copy: its kind and file names (tensor_file: a 4-bit copy's FP32 tensor scale).
 struct CopyFiles {
   Copy copy;
   const char* data_file;
   const char* scale_file;
+  const char* tensor_file;
 };
 // The files of the copies a recipe keeps of a matrix in that role (copies_needed), in Copy
 // order; FP32 scale grids are named *scale_inv.npy.
@@ -69,21 +74,22 @@ std::vector<CopyFiles> copies_for(const Recipe& r, Role role) {
   const bool f = has_fp32_scales(r);
   std::vector<CopyFiles> out;
   if (c.has(Copy::rowwise))
-    out.push_back(
-        {Copy::rowwise, "rowwise.npy", f ? "rowwise_scale_inv.npy" : "rowwise_scale.npy"});
+    out.push_back({Copy::rowwise, "rowwise.npy",
+                   f ? "rowwise_scale_inv.npy" : "rowwise_scale.npy", "rowwise_tensor_scale.npy"});
   if (c.has(Copy::colwise))
-    out.push_back(
-        {Copy::colwise, "colwise.npy", f ? "colwise_scale_inv.npy" : "colwise_scale.npy"});
-  if (c.has(Copy::tile)) out.push_back({Copy::tile, "data.npy", f ? "scale_inv.npy" : "scale.npy"});
+    out.push_back({Copy::colwise, "colwise.npy",
+                   f ? "colwise_scale_inv.npy" : "colwise_scale.npy", "colwise_tensor_scale.npy"});
+  if (c.has(Copy::tile))
+    out.push_back({Copy::tile, "data.npy", f ? "scale_inv.npy" : "scale.npy", "tensor_scale.npy"});
   return out;
 }
-// meta.json's "layout": "rowwise+colwise", "tile32" / "tile128" (the tile's edge), or
-// "tensor" (one scale for the tensor).
+// meta.json's "layout": "rowwise+colwise", "tile16" / "tile32" / "tile128" (the tile's edge),
+// or "tensor" (one scale for the tensor).
 std::string layout_label(const Recipe& r, Role role) {
   const CopySet c = copies_needed(r, role);
   if (!c.has(Copy::tile)) return c.name();
   if (per_tensor(r)) return "tensor";
-  return has_fp32_scales(r) ? "tile128" : "tile32";
+  return "tile" + std::to_string(block_edge(r.role(role).block));
 }
 
 NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
@@ -91,14 +97,14 @@ NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
 }
 
 // meta.json's "block": the scale block's edge, 0 for one scale per tensor.
-int64_t block_label(const Recipe& r) {
-  return per_tensor(r) ? 0 : has_fp32_scales(r) ? kFp32ScaleBlock : kMXBlock;
+int64_t block_label(const Recipe& r, Role role = Role::weight) {
+  return per_tensor(r) ? 0 : block_edge(r.role(role).block);
 }
 
-// A copy's scale grid as .npy: uint8 E8M0 bytes, float32 scale_inv values, or one float32
-// scale_inv [1] for a per-tensor copy.
+// A copy's scale grid as .npy: uint8 E8M0 / E4M3 bytes, float32 scale_inv values, or one
+// float32 scale_inv [1] for a per-tensor copy.
 NpyArray scale_array(const MXTensor& t) {
-  if (t.is_mx()) return u8_array(t.scales, t.scale_rows(), t.scale_cols());
+  if (t.is_mx() || t.is_fp4()) return u8_array(t.scales, t.scale_rows(), t.scale_cols());
   if (t.is_fp32_tensor()) return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()), {1});
   return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
                       {t.scale_rows(), t.scale_cols()});
@@ -106,6 +112,12 @@ NpyArray scale_array(const MXTensor& t) {
 
 // The options that apply to the recipe's kind, checked before anything is read.
 void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
+  if (!four_bit(r)) {
+    MXT_CHECK(!opt.role || *opt.role != Role::grad, "--role grad applies to 4-bit recipes "
+              "(nvfp4, mxfp4); valid choices: input (default), weight");
+    MXT_CHECK(!opt.elem || *opt.elem != Elem::e2m1, "--elem e2m1 applies to 4-bit recipes "
+              "(nvfp4, mxfp4); recipe '", r.name, "' has 8-bit elements (e4m3, e5m2)");
+  }
   MXT_CHECK(r.role(Role::weight).source == ScaleSource::current, "recipe '", r.name,
             "' scales by an amax history of earlier steps: delayed scaling needs an amax "
             "history (a training state), which one quantize call does not have; use "
@@ -124,9 +136,17 @@ void check_options(const Recipe& r, const QuantizeFilesOptions& opt) {
               opt.amax_epsilon.value_or(0.f));
     return;
   }
-  for (const auto& [given, flag] : {std::pair{opt.role.has_value(), "--role"},
-                                    std::pair{opt.amax_epsilon.has_value(), "--amax-epsilon"},
-                                    std::pair{opt.fp32_scales, "--fp32-scales"}})
+  if (four_bit(r)) {
+    MXT_CHECK(!opt.rounding || r.role(Role::weight).scale == ScaleType::e8m0,
+              "--scale-rounding applies to E8M0 scales (MX, mxfp4); recipe '", r.name,
+              "' has E4M3 block scales");
+    MXT_CHECK(!opt.elem || *opt.elem == Elem::e2m1, "--elem: recipe '", r.name,
+              "' stores E2M1 codes, not ", elem_name(*opt.elem));
+  }
+  for (const auto& [given, flag] :
+       {std::pair{opt.role.has_value() && !four_bit(r), "--role"},
+        std::pair{opt.amax_epsilon.has_value(), "--amax-epsilon"},
+        std::pair{opt.fp32_scales, "--fp32-scales"}})
     MXT_CHECK(!given, flag, " applies to FP32-scaled recipes (blockwise); recipe '", r.name,
               "' is MX (E8M0 scales, the weight's copies)");
 }
@@ -141,6 +161,7 @@ QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
   s.recipe = quantized_recipe(opt.recipe);
   check_options(s.recipe, opt);
   s.role = opt.role.value_or(has_fp32_scales(s.recipe) ? Role::input : Role::weight);
+  if (four_bit(s.recipe)) s.recipe.role(s.role).order = opt.nvfp4_order;
   TensorFormat& f = s.recipe.role(s.role);
   if (opt.amax_epsilon) f.amax_epsilon = *opt.amax_epsilon;
   if (opt.fp32_scales) f.scale = ScaleType::fp32;
@@ -182,16 +203,26 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
                {"version", kVersion},
                {"recipe", recipe.name},
                {"elem", elem_name(res.cfg.elem)}};
+  const TensorFormat& fmt = setup.format();
   if (fp32) {
     meta["role"] = role_name(res.role);
     meta["scale_type"] = scale_type_name(res.scale);
     meta["amax_epsilon"] = res.amax_epsilon;
+  } else if (fmt.is_4bit()) {
+    meta["role"] = role_name(res.role);
+    meta["scale_type"] = scale_type_name(res.scale);
+    if (res.scale == ScaleType::e8m0) meta["scale_rounding"] = rounding_name(res.cfg.rounding);
+    meta["codes_per_byte"] = 2;  // element 2i in the low nibble (torchao's pack_uint4)
+    meta["tensor_scale"] = fmt.tensor_scale;
+    if (fmt.tensor_scale) meta["order"] = nvfp4_order_name(fmt.order);
+    meta["stochastic_rounding"] = fmt.stochastic;
+    meta["colwise_rht"] = fmt.rht && copies_needed(recipe, res.role).has(Copy::colwise);
   } else {
     meta["scale_rounding"] = rounding_name(res.cfg.rounding);
   }
   meta["layout"] = layout_label(recipe, res.role);
   meta["shape"] = {M, K};
-  meta["block"] = block_label(recipe);
+  meta["block"] = block_label(recipe, res.role);
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy c = copies[i].copy;
     MXT_CHECK(q.has(c), "internal error: the recipe made no ", copy_name(c), " copy");
@@ -199,12 +230,17 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
     MXT_CHECK(t.rows == M && t.cols == K,
               "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
               t.cols, " tensor");
-    out.write(copies[i].data_file, npy_encode(u8_array(t.data, M, K)));
+    out.write(copies[i].data_file, npy_encode(u8_array(t.data, M, t.row_bytes())));
     out.write(copies[i].scale_file, npy_encode(scale_array(t)));
     res.files.push_back(copies[i].data_file);
     res.files.push_back(copies[i].scale_file);
     meta["files"].push_back(copies[i].data_file);
     meta["files"].push_back(copies[i].scale_file);
+    if (t.has_tensor_scale) {
+      out.write(copies[i].tensor_file, npy_encode(npy_from_f32(&t.tensor_scale, {1})));
+      res.files.push_back(copies[i].tensor_file);
+      meta["files"].push_back(copies[i].tensor_file);
+    }
   }
   out.write(kMetaFile, meta.dump(2) + "\n");
   res.files.push_back(kMetaFile);
@@ -238,6 +274,11 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     res.elem = parse_elem(meta.at("elem").get<std::string>().c_str());
     MXT_CHECK(!opt.elem || *opt.elem == res.elem, in_dir, " holds ", elem_name(res.elem),
               " data, but --elem is ", elem_name(opt.elem.value_or(res.elem)));
+    if (four_bit(recipe)) {
+      role = parse_quantize_role(meta.at("role").get<std::string>());
+      MXT_CHECK(res.elem == Elem::e2m1, meta_path, ": elem '", elem_name(res.elem),
+                "' is not e2m1 (recipe '", recipe.name, "' stores 4-bit codes)");
+    }
     if (fp32) {
       const std::string rn = meta.at("role").get<std::string>();
       MXT_CHECK(rn == "input" || rn == "weight", meta_path, ": role '", rn,
@@ -255,20 +296,42 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     // Every other key is what `mxtrain quantize` writes, with a value it can write: checked
     // like the command line's, not taken on trust.
     MXT_CHECK(meta.at("block").is_number_integer() &&
-                  meta.at("block").get<int64_t>() == block_label(recipe),
-              meta_path, ": `block` must be ", block_label(recipe), " for recipe '", recipe.name,
-              "', got ", json_summary(meta.at("block")));
-    if (!fp32) {
+                  meta.at("block").get<int64_t>() == block_label(recipe, role),
+              meta_path, ": `block` must be ", block_label(recipe, role), " for recipe '",
+              recipe.name, "', got ", json_summary(meta.at("block")));
+    const TensorFormat& fmt = recipe.role(role);
+    if (!fp32 && fmt.scale == ScaleType::e8m0) {
       try {
         parse_rounding(meta.at("scale_rounding").get<std::string>().c_str());
       } catch (const Error& e) {
         rethrow_prefixed(meta_path + ": `scale_rounding`: ", e);
       }
     }
-    static const std::set<std::string> known = {"format", "version", "recipe", "elem",
-                                                "role", "scale_type", "amax_epsilon",
-                                                "scale_rounding", "layout", "shape", "block",
-                                                "files"};
+    if (fmt.is_4bit()) {  // the keys of 4-bit copies, as quantize writes them
+      MXT_CHECK(meta.at("scale_type").get<std::string>() == scale_type_name(fmt.scale),
+                meta_path, ": `scale_type` must be ", scale_type_name(fmt.scale),
+                " for recipe '", recipe.name, "'");
+      MXT_CHECK(meta.at("codes_per_byte").is_number_integer() &&
+                    meta.at("codes_per_byte").get<int>() == 2,
+                meta_path, ": `codes_per_byte` must be 2 (E2M1 codes), got ",
+                json_summary(meta.at("codes_per_byte")));
+      MXT_CHECK(meta.at("tensor_scale").get<bool>() == fmt.tensor_scale, meta_path,
+                ": `tensor_scale` must be ", fmt.tensor_scale ? "true" : "false",
+                " for recipe '", recipe.name, "'");
+      if (fmt.tensor_scale) {
+        try {
+          parse_nvfp4_order(meta.at("order").get<std::string>());
+        } catch (const Error& e) {
+          rethrow_prefixed(meta_path + ": `order`: ", e);
+        }
+      }
+      meta.at("stochastic_rounding").get<bool>();
+      meta.at("colwise_rht").get<bool>();
+    }
+    static const std::set<std::string> known = {
+        "format",       "version",        "recipe", "elem",  "role",  "scale_type",
+        "amax_epsilon", "scale_rounding", "layout", "shape", "block", "files",
+        "codes_per_byte", "tensor_scale", "order", "stochastic_rounding", "colwise_rht"};
     for (const auto& [k, v] : meta.items())
       MXT_CHECK(known.count(k), meta_path, ": unknown key `", shown(k, 40),
                 "` (not one `mxtrain quantize` writes)");
@@ -296,7 +359,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     const NpyArray s = read_npy(scale_path);
     npy_require(d, "|u1", 2, data_path);
     npy_require(s, scale_dtype, per_tensor(recipe) ? 1 : 2, scale_path);
-    const std::vector<int64_t> want_d = {res.rows, res.cols};
+    const std::vector<int64_t> want_d = {res.rows, elem_row_bytes(res.elem, res.cols)};
     MXT_CHECK(d.shape == want_d, data_path, ": shape ", shape_str(d.shape), " does not match ",
               shape_str(want_d), " recorded in ", kMetaFile);
     const MXLayout layout = c.copy == Copy::rowwise   ? MXLayout::rowwise
@@ -306,6 +369,21 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     if (fp32) {
       t.scale_type = scale;
       t.block = block_label(recipe);
+    }
+    const TensorFormat& fmt = recipe.role(role);
+    if (fmt.is_4bit()) {
+      t.scale_type = fmt.scale;
+      t.block = block_edge(fmt.block);
+      t.rht = c.copy == Copy::colwise && fmt.rht;
+      if (fmt.tensor_scale) {
+        const std::string ts_path = in_dir + "/" + c.tensor_file;
+        const NpyArray ts = read_npy(ts_path);
+        npy_require(ts, "<f4", 1, ts_path);
+        MXT_CHECK(ts.shape == std::vector<int64_t>{1}, ts_path, ": shape ", shape_str(ts.shape),
+                  " is not [1] (one FP32 tensor scale)");
+        t.has_tensor_scale = true;
+        std::memcpy(&t.tensor_scale, ts.data.data(), sizeof(float));
+      }
     }
     const std::vector<int64_t> want_s =
         t.is_fp32_tensor() ? std::vector<int64_t>{1}

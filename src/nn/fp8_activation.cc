@@ -44,7 +44,7 @@ void Fp8Activation::keep(const float* x, int64_t rows, int64_t cols, ScaleRoundi
     q_.cols = cols;
     q_.layout = MXLayout::rowwise;
     q_.elem = Elem::e4m3;
-    q_.data.resize(size_t(rows * cols));
+    q_.data.resize(q_.data_bytes());
     q_.scales.resize(size_t(q_.scale_rows() * q_.scale_cols()));
   }
   quantize_into(x, rows, cols, QuantConfig{Elem::e4m3, rounding}, q_);

@@ -33,6 +33,7 @@ GroupedLinear::GroupedLinear(std::string name, int64_t num_experts, int64_t in, 
             " out=", out);
   prec_.validate();
   scales_.reset(prec_.recipe, num_experts);
+  scales_.layer_id = layer_hash(name_);
   weight.init(name_ + ".weight", {num_experts, out, in});
   wcache_.resize(size_t(num_experts));
   for (int64_t g = 0; g < num_experts; ++g)

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/quantize_kernels.h"
+#include "gemm/fp4_gemm.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/isa.h"
@@ -27,6 +28,7 @@ namespace {
 std::vector<KernelPath> op_paths() {
   std::vector<PathChoice> all = kern::quantize_path_choices();
   all.push_back(gemm_detail::mx_product_choice());
+  all.push_back(gemm_detail::fp4_product_choice());
   all.push_back(opk::ops_choice());
   all.push_back(attn_detail::attention_choice());
   std::vector<KernelPath> out;
@@ -58,6 +60,12 @@ nlohmann::json recipe_json(const Recipe& r) {
       rj["scale_rule"] = rounding_name(f.rule);
       rj["amax_epsilon"] = f.amax_epsilon;
       rj["scale_source"] = scale_source_name(f.source);
+    }
+    if (f.is_4bit()) {
+      rj["tensor_scale"] = f.tensor_scale;
+      if (f.tensor_scale) rj["order"] = nvfp4_order_name(f.order);
+      rj["stochastic_rounding"] = f.stochastic;
+      rj["rht"] = f.rht;
     }
     for (Use u : {Use::forward, Use::dgrad, Use::wgrad})
       rj["copies"][use_name(u)] = copies_needed(r, role, u).name();

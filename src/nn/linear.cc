@@ -49,6 +49,22 @@ void LayerScaleHistories::reset(const Recipe& r, int64_t groups) {
   }
 }
 
+uint32_t layer_hash(const std::string& name) {
+  uint32_t h = 0x811C9DC5u;
+  for (unsigned char c : name) h = (h ^ c) * 0x01000193u;
+  return h;
+}
+
+SrKey LayerScaleHistories::sr_key(Role role, int64_t g) const {
+  const RoundingClock c = clock ? *clock : RoundingClock{};
+  // (layer, role, group) mixed into one 32-bit tensor id (a splitmix-style finalizer).
+  uint64_t t = (uint64_t(layer_id) << 32) ^ (uint64_t(role) << 24) ^ uint64_t(g);
+  t ^= t >> 33;
+  t *= 0xFF51AFD7ED558CCDull;
+  t ^= t >> 33;
+  return {c.seed, c.step, uint32_t(t)};
+}
+
 bool LayerScaleHistories::empty() const {
   for (const auto& v : roles)
     if (!v.empty()) return false;
@@ -67,6 +83,7 @@ Linear::Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearP
             " out=", out);
   prec_.validate();
   scales_.reset(prec_.recipe, 1);
+  scales_.layer_id = layer_hash(name_);
   weight.init(name_ + ".weight", {out, in});
   if (has_bias) bias.init(name_ + ".bias", {out});
 }

@@ -18,9 +18,11 @@ void check_copy(const QuantizedWeight& c, Copy k, int64_t out, int64_t in,
   const int64_t rows = k == Copy::bf16 ? c.rows : c.scaled(k).rows;
   const int64_t cols = k == Copy::bf16 ? c.cols : c.scaled(k).cols;
   const size_t n = k == Copy::bf16 ? c.bf16.size() : c.scaled(k).data.size();
-  MXT_CHECK(rows == out && cols == in && n == size_t(out * in), "layer '", layer,
+  const size_t want = k == Copy::bf16 ? size_t(out * in)
+                                      : size_t(elem_bytes(c.scaled(k).elem, out, in));
+  MXT_CHECK(rows == out && cols == in && n == want, "layer '", layer,
             "': the weight provider's ", copy_name(k), " copy is ", rows, "x", cols, " (", n,
-            " values), expected ", out, "x", in);
+            " elements/bytes), expected ", out, "x", in, " (", want, ")");
 }
 
 }  // namespace
@@ -107,8 +109,9 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
   for (int64_t g = 0; g < E; ++g) {
     const int64_t n = groups.count(g);
     if (n == 0) continue;
+    const SrKey key = scales.sr_key(Role::input, g);
     make_copies(x + groups.offsets[g] * in, n, in, r.role(Role::input), xq[size_t(g)], fwd,
-                saved.xs[size_t(g)], keep, scales.get(Role::input, g));
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key);
   }
   if (p.defer_backward_quant) saved.x = x;
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
@@ -135,8 +138,9 @@ void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
   for (int64_t g = 0; g < groups.num_groups(); ++g) {
     const int64_t n = groups.count(g);
     if (n == 0) continue;
+    const SrKey key = scales.sr_key(Role::input, g);
     make_copies(x + groups.offsets[g] * in, n, in, p.recipe.role(Role::input),
-                saved.xs[size_t(g)], keep, scales.get(Role::input, g));
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key);
   }
   if (p.defer_backward_quant) saved.x = x;
 }
@@ -172,12 +176,14 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
     MXT_CHECK(deferred || xw_given || saved.xs[size_t(g)].has_all(xw), "layer '", layer,
               "': the saved forward state does not match the layer's precision (was it changed "
               "between forward and backward?)");
+    // Stochastic rounding draws from the layer's keys (the model's clock: this micro-batch).
+    const SrKey gkey = scales.sr_key(Role::grad, g), ikey = scales.sr_key(Role::input, g);
     if (!dyq_given)
       make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc,
-                  scales.get(Role::grad, g));
+                  scales.get(Role::grad, g), &gkey);
     if (deferred)  // make this group's wgrad copies of x now (the same scale as forward's)
       make_copies(saved.x + r0 * in, n, in, r.role(Role::input), xd[size_t(g)], xw,
-                  scales.get(Role::input, g));
+                  scales.get(Role::input, g), &ikey);
   }
   const QTensor* dys = dyq_given ? dyq_given : dyq.data();
   const QTensor* xs = xw_given ? xw_given : xd.data();

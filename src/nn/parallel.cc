@@ -127,7 +127,10 @@ namespace {
 
 // Whether a shard of Ns rows quantizes to exactly its rows of the whole matrix's copy c.
 bool travels_exact(Copy c, const TensorFormat& f, int64_t Ns) {
-  if (c == Copy::bf16 || c == Copy::rowwise) return true;
+  if (c == Copy::bf16) return true;
+  // A second, per-tensor scale (NVFP4) comes from every rank's rows.
+  if (f.quantized() && f.tensor_scale) return false;
+  if (c == Copy::rowwise) return true;
   if (c == Copy::colwise) return Ns % block_edge(f.block) == 0;
   return false;  // a 2-D tile or a tensor scale spans every rank's rows
 }
@@ -181,7 +184,7 @@ uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64
         o.elem = l.elem;
         o.scale_type = l.scale_type;
         o.block = l.block;
-        o.data.resize(size_t(M * K));
+        o.data.resize(o.data_bytes());
         o.scales.resize(o.scale_bytes());
       }
     for (int r = 0; r < W; ++r) {
@@ -253,6 +256,7 @@ QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, 
 
 bool row_payload_quantizes(const TensorFormat& f) {
   if (!f.quantized()) return true;  // BF16 values
+  if (f.tensor_scale) return false;  // a per-tensor scale spans every row
   return (f.scale == ScaleType::e8m0 && f.block == BlockShape::b1x32) ||
          ((f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
           f.block == BlockShape::b1x128);
@@ -261,7 +265,8 @@ bool row_payload_quantizes(const TensorFormat& f) {
 size_t row_payload_bytes(const TensorFormat& f, int64_t D) {
   if (!row_payload_quantizes(f)) return sizeof(float) * size_t(D);
   if (!f.quantized()) return sizeof(uint16_t) * size_t(D);
-  return size_t(D) + size_t(ceil_div(D, block_edge(f.block))) * size_t(scale_type_bytes(f.scale));
+  return size_t(elem_row_bytes(f.elem, D)) +
+         size_t(ceil_div(D, block_edge(f.block))) * size_t(scale_type_bytes(f.scale));
 }
 
 void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out) {
@@ -283,10 +288,11 @@ void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, u
   make_copies(x, rows, D, f, q, {Copy::rowwise});
   const MXTensor& t = q.rowwise;
   const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));  // one row's scales
+  const size_t rb = size_t(t.row_bytes());                                  // one row's codes
 #pragma omp parallel for schedule(static) if (rows >= 256)
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(out + P * size_t(r), t.data.data() + size_t(r * D), size_t(D));
-    std::memcpy(out + P * size_t(r) + size_t(D), t.scales.data() + sb * size_t(r), sb);
+    std::memcpy(out + P * size_t(r), t.data.data() + rb * size_t(r), rb);
+    std::memcpy(out + P * size_t(r) + rb, t.scales.data() + sb * size_t(r), sb);
   }
 }
 
@@ -311,13 +317,14 @@ void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat&
   t.elem = f.elem;
   t.scale_type = f.scale;
   t.block = block_edge(f.block);
-  t.data.resize(size_t(rows * D));
+  t.data.resize(t.data_bytes());
   t.scales.resize(t.scale_bytes());
   const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));
+  const size_t rb = size_t(t.row_bytes());
 #pragma omp parallel for schedule(static) if (rows >= 256)
   for (int64_t r = 0; r < rows; ++r) {
-    std::memcpy(t.data.data() + size_t(r * D), in + P * size_t(r), size_t(D));
-    std::memcpy(t.scales.data() + sb * size_t(r), in + P * size_t(r) + size_t(D), sb);
+    std::memcpy(t.data.data() + rb * size_t(r), in + P * size_t(r), rb);
+    std::memcpy(t.scales.data() + sb * size_t(r), in + P * size_t(r) + rb, sb);
   }
   if (rows > 0) dequantize(t, x);
 }

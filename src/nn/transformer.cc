@@ -296,6 +296,8 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   lm_head_ = Linear("lm_head", D, V, false, prec("lm_head"));
   init_normal(lm_head_.weight, std0, seed);
   linears_["lm_head"] = &lm_head_;
+  for (auto& [name, l] : linears_) l->set_rounding_clock(&clock_);
+  for (auto& [name, g] : grouped_) g->set_rounding_clock(&clock_);
   params_ = collect_parameters();
   // Under sequence parallelism every replicated parameter sees this rank's tokens only: its
   // gradient is this rank's part of the group's sum.

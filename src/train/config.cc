@@ -57,6 +57,25 @@ void decode(const YAML::Node& v, AmaxEpsilon& out) {
   out.value = e;
 }
 
+void decode(const YAML::Node& v, Fp4Switch& out) {
+  if (v.IsScalar() && v.Scalar() == "recipe") {
+    out.value.reset();
+    return;
+  }
+  bool b;
+  MXT_CHECK(YAML::convert<bool>::decode(v, b), "must be true, false or `recipe`, got `",
+            v.IsScalar() ? v.Scalar() : std::string("(not a scalar)"), "`");
+  out.value = b;
+}
+void decode(const YAML::Node& v, Nvfp4OrderSetting& out) {
+  const std::string t = v.as<std::string>();
+  if (t == "recipe") {
+    out.value.reset();
+    return;
+  }
+  out.value = parse_nvfp4_order(t);
+}
+
 // The text a value is written as (config_to_yaml, config_changes).
 template <class T>
 const T& text(const T& v) {
@@ -67,6 +86,10 @@ const char* text(SwigluInput s) { return swiglu_input_name(s); }
 const char* text(ScaleRounding r) { return rounding_name(r); }
 const char* text(AmaxAlgo a) { return amax_algo_name(a); }
 const char* text(SequenceWire w) { return sequence_wire_name(w); }
+const char* text(const Fp4Switch& s) { return !s.value ? "recipe" : *s.value ? "true" : "false"; }
+const char* text(const Nvfp4OrderSetting& s) {
+  return s.value ? nvfp4_order_name(*s.value) : "recipe";
+}
 std::string text(const AmaxEpsilon& e) {
   if (!e.value) return "auto";
   char buf[32];
@@ -241,6 +264,10 @@ void precision_fields(PrecisionConfig& p, F&& f) {
   f("amax_history_len", p.amax_history.length);
   f("margin", p.amax_history.margin);
   f("amax_compute_algo", p.amax_history.algo);
+  f("fp4_stochastic_rounding", p.fp4_stochastic_rounding);
+  f("fp4_rht", p.fp4_rht);
+  f("fp4_2d_weights", p.fp4_2d_weights);
+  f("nvfp4_order", p.nvfp4_order);
 }
 
 template <class F>
@@ -375,6 +402,25 @@ void parse_precision(Section s, PrecisionConfig& p) {
       rethrow_prefixed(s.origin_of(key) + ": ", e);
     }
   }
+  // The 4-bit switches: the run's recipe must be a 4-bit one (nvfp4_order: one with tensor
+  // scales).
+  const std::pair<const char*, bool> fp4[] = {
+      {"fp4_stochastic_rounding", p.fp4_stochastic_rounding.value.has_value()},
+      {"fp4_rht", p.fp4_rht.value.has_value()},
+      {"fp4_2d_weights", p.fp4_2d_weights.value.has_value()},
+      {"nvfp4_order", p.nvfp4_order.value.has_value()}};
+  for (const auto& [key, given] : fp4) {
+    if (!given) continue;
+    try {
+      check_fp4_setting(p.recipe, "`" + s.full(key) + "`");
+      if (std::string(key) == "nvfp4_order")
+        MXT_CHECK(p.recipe.role(Role::weight).tensor_scale, "`", s.full(key),
+                  "` applies to nvfp4 (recipes with per-tensor scales); recipe '",
+                  p.recipe.name, "' has none");
+    } catch (const Error& e) {
+      rethrow_prefixed(s.origin_of(key) + ": ", e);
+    }
+  }
   // The amax history: its ranges, and (away from its default) a delayed-scaling recipe.
   require(p.amax_history.length >= 1 && p.amax_history.length <= (1 << 20), s,
           "amax_history_len", "must be between 1 and 1048576", p.amax_history.length);
@@ -485,6 +531,16 @@ void TrainConfig::validate() const {
               r->name, ": one scale per tensor is not built for tensor or expert parallelism "
               "(each rank's slice would need an amax agreed over its group); use an MX or "
               "blockwise recipe, or --fsdp");
+  for (const Recipe* r : [&] {
+         std::vector<const Recipe*> v{&precision.recipe, &precision.lm_head};
+         for (const auto& [pat, rec] : precision.overrides) v.push_back(&rec);
+         return v;
+       }())
+    for (const TensorFormat& f : r->roles)
+      MXT_CHECK(!p.used() || !(f.is_4bit() && f.tensor_scale), "recipe ", r->name,
+                ": NVFP4's per-tensor scale is not built for tensor or expert parallelism "
+                "(each rank's slice would need an amax agreed over its group); use mxfp4, or "
+                "--fsdp (which gathers NVFP4 weights with their agreed tensor scale)");
   MXT_CHECK(!p.sequence_parallel ||
                 (int64_t(training.micro_batch_size) * training.seq_len) % p.tp == 0,
             "parallel.sequence_parallel: the micro-batch's tokens (micro_batch_size ",

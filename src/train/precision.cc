@@ -42,6 +42,12 @@ int64_t PrecisionResolver::tokens_for(const ModuleInfo& m) const {
 
 void apply_scale_settings(const PrecisionConfig& p, Recipe& r) {
   if (uses_amax_history(r)) set_amax_history(r, p.amax_history);
+  if (is_4bit(r)) {
+    Fp4Switches sw{p.fp4_stochastic_rounding.value, p.fp4_rht.value, p.fp4_2d_weights.value,
+                   {}};
+    if (r.role(Role::weight).tensor_scale) sw.order = p.nvfp4_order.value;
+    set_fp4_switches(r, sw);
+  }
   if (!has_fp32_scales(r)) return;
   if (p.fp32_scales) set_fp32_scales(r);
   for (int i = 0; i < kNumRoles; ++i) {
@@ -51,6 +57,22 @@ void apply_scale_settings(const PrecisionConfig& p, Recipe& r) {
 }
 
 std::string describe_scale_settings(const PrecisionConfig& p) {
+  if (is_4bit(p.recipe)) {
+    Recipe r = p.recipe;
+    apply_scale_settings(p, r);
+    const TensorFormat &in = r.role(Role::input), &w = r.role(Role::weight),
+                       &g = r.role(Role::grad);
+    std::ostringstream os;
+    os << r.name << ": weights in " << block_name(w.block) << " blocks; gradients "
+       << (g.stochastic ? "rounded stochastically" : "rounded to nearest even")
+       << "; random Hadamard transform on the wgrad operands "
+       << (in.rht || g.rht ? "on" : "off");
+    if (w.tensor_scale) os << "; " << nvfp4_order_name(w.order) << " order";
+    if (p.bf16_first_layers || p.bf16_last_layers)
+      os << "; first " << p.bf16_first_layers << " and last " << p.bf16_last_layers
+         << " layer(s) in BF16";
+    return os.str();
+  }
   if (!has_fp32_scales(p.recipe)) return "";
   std::ostringstream os;
   const bool pow2 = !p.fp32_scales && p.recipe.role(Role::input).scale == ScaleType::fp32_pow2;

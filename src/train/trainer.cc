@@ -410,6 +410,10 @@ void step_body(Run& r, int64_t step, StepResult& s) {
   r.scales.begin_step();
   for (int a = 0; a < A; ++a) {
     const int64_t first = (int64_t(a) * r.W + r.rank) * B;
+    // Stochastic rounding's keys: the global micro-batch, as one process with grad_accum
+    // W * A counts it (a checkpoint's step gives it back on resume).
+    r.model->rounding_clock() = {uint64_t(tc.seed),
+                                 uint32_t(step * A * r.W + int64_t(a) * r.W + r.rank)};
     {
       MXT_PROFILE(data, none);
       for (int i = 0; i < B; ++i)

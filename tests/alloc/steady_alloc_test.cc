@@ -183,7 +183,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"mxfp8-32x32", true, true},
                       Case{"mxfp8", false, false, Recompute::layer},
                       Case{"bf16", false, true, Recompute::layer},
-                      Case{"mxfp8", true, true, Recompute::attention}),
+                      Case{"mxfp8", true, true, Recompute::attention},
+                      Case{"nvfp4", false, false}, Case{"nvfp4", true, true},
+                      Case{"mxfp4", false, true}),
     [](const ::testing::TestParamInfo<Case>& i) {
       std::string n = i.param.recipe + (i.param.defer ? "_defer" : "") + (i.param.moe ? "_moe" : "");
       if (i.param.recompute != Recompute::none)

@@ -57,6 +57,24 @@ grep -q "'descr': '|u1'" q/rowwise.npy || fail "rowwise.npy is not uint8"
 expect_ok "dequantize mxfp8" "$MXTRAIN" dequantize --in-dir q --recipe mxfp8 --output y.npy
 cmp -s <(tail -c $DATA_BYTES x.npy) <(tail -c $DATA_BYTES y.npy) || fail "mxfp8 round trip not exact"
 
+# nvfp4: the weight is one 16x16-tile copy of packed codes [M, ceil(K/2)] with its tensor scale;
+# the input's colwise copy is of the transformed matrix. Values 1, -2.5, 0.15625, 448, 896: not
+# all on one block's E2M1 grid, so the round trip is checked within E2M1's half step below.
+expect_ok "quantize nvfp4" "$MXTRAIN" quantize --input x.npy --recipe nvfp4 --out-dir n4
+[ "$(ls n4 | tr '\n' ' ')" = "data.npy meta.json scale.npy tensor_scale.npy " ] ||
+  fail "nvfp4 output files: $(ls -A n4 | tr '\n' ' ')"
+grep -q "'shape': (33, 20)" n4/data.npy || fail "nvfp4 data.npy is not [M, ceil(K/2)]"
+grep -q "'shape': (3, 3)" n4/scale.npy || fail "nvfp4 scale.npy is not [ceil(M/16), ceil(K/16)]"
+grep -q '"codes_per_byte": 2' n4/meta.json || fail "nvfp4 meta.json lacks codes_per_byte"
+expect_ok "dequantize nvfp4" "$MXTRAIN" dequantize --in-dir n4 --recipe nvfp4 --output n4y.npy
+expect_ok "quantize nvfp4 input" "$MXTRAIN" quantize --input x.npy --recipe nvfp4 --role input \
+  --nvfp4-order te --out-dir n4i
+grep -q '"colwise_rht": true' n4i/meta.json || fail "nvfp4 input: colwise copy not marked RHT"
+grep -q '"order": "te"' n4i/meta.json || fail "nvfp4 --nvfp4-order te not recorded"
+expect_ok "quantize mxfp4" "$MXTRAIN" quantize --input x.npy --recipe mxfp4 --out-dir m4
+grep -q "'shape': (33, 20)" m4/rowwise.npy || fail "mxfp4 rowwise.npy is not [M, ceil(K/2)]"
+expect_ok "dequantize mxfp4" "$MXTRAIN" dequantize --in-dir m4 --recipe mxfp4 --output m4y.npy
+
 expect_ok "quantize mxfp8-32x32" "$MXTRAIN" quantize --input x.npy --recipe mxfp8-32x32 \
   --scale-rounding floor --elem e4m3 --out-dir t
 [ "$(ls t | tr '\n' ' ')" = "data.npy meta.json scale.npy " ] || fail "tile output files: $(ls t)"
@@ -129,8 +147,8 @@ expect_error "3-D input" "expected a 2-D array, got shape (2, 3, 4)" \
   "$MXTRAIN" quantize --input cube.npy --recipe mxfp8 --out-dir e1
 expect_error "float64 input" "expected dtype float32" \
   "$MXTRAIN" quantize --input f64.npy --recipe mxfp8 --out-dir e1
-expect_error "unknown recipe" "unknown recipe 'mxfp4'; registered recipes:" \
-  "$MXTRAIN" quantize --input x.npy --recipe mxfp4 --out-dir e1
+expect_error "unknown recipe" "unknown recipe 'mxfp6'; registered recipes:" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp6 --out-dir e1
 expect_error "bf16 recipe" "recipe 'bf16' does not quantize" \
   "$MXTRAIN" quantize --input x.npy --recipe bf16 --out-dir e1
 expect_error "bad elem" "unknown element format 'e3m4'" \
@@ -171,6 +189,18 @@ expect_error "blockwise recipe mismatch" "was quantized with recipe 'blockwise',
 expect_error --within 20 "amax history on fp8-current" \
   "--amax-history-len: \`precision.amax_history_len\` applies to recipes with delayed scaling" \
   "$MXTRAIN" train --config "$CONFIGS/tiny.yaml" --recipe fp8-current --amax-history-len 16 --steps 1
+# 4-bit: the options that apply to other recipes are refused by name, and the reverse.
+expect_error "nvfp4 order on mxfp8" "--nvfp4-order applies to recipe nvfp4, not 'mxfp8'" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --nvfp4-order te --out-dir e1
+expect_error "grad role on blockwise" "--role grad applies to 4-bit recipes (nvfp4, mxfp4)" \
+  "$MXTRAIN" quantize --input x.npy --recipe blockwise --role grad --out-dir e1
+expect_error "e2m1 on mxfp8" "--elem e2m1 applies to 4-bit recipes (nvfp4, mxfp4)" \
+  "$MXTRAIN" quantize --input x.npy --recipe mxfp8 --elem e2m1 --out-dir e1
+expect_error "rounding on nvfp4" "--scale-rounding applies to E8M0 scales (MX, mxfp4)" \
+  "$MXTRAIN" quantize --input x.npy --recipe nvfp4 --scale-rounding floor --out-dir e1
+expect_error --within 20 "fp4 switch on mxfp8" \
+  "--fp4-rht: \`precision.fp4_rht\` applies to 4-bit recipes (nvfp4, mxfp4)" \
+  "$MXTRAIN" train --config "$CONFIGS/tiny.yaml" --recipe mxfp8 --fp4-rht false --steps 1
 AFTER=$(ls -A | grep -v -e '^out.txt$' -e '^err.txt$')
 [ "$BEFORE" = "$AFTER" ] || fail "failed commands left files behind: $(diff <(echo "$BEFORE") <(echo "$AFTER"))"
 [ ! -e e1 ] && [ ! -e e2.npy ] || fail "partial output exists"

@@ -27,7 +27,8 @@ TEST(Recipe, RegisteredNamesInOrder) {
   const std::vector<std::string> names = recipe_names();
   ASSERT_EQ(names, (std::vector<std::string>{"bf16", "mxfp8", "mxfp8-32x32", "mxfp8-e5m2grad",
                                              "blockwise", "blockwise-e5m2grad",
-                                             "fp8-current", "fp8-delayed"}));
+                                             "fp8-current", "fp8-delayed", "nvfp4",
+                                             "mxfp4"}));
   for (const std::string& n : names) EXPECT_EQ(get_recipe(n).name, n);
   ASSERT_EQ(registered_recipes().size(), names.size());
   for (size_t i = 0; i < names.size(); ++i) EXPECT_EQ(registered_recipes()[i], get_recipe(names[i]));
@@ -240,7 +241,8 @@ TEST(Recipe, ProductsBuilt) {
   EXPECT_FALSE(products_built(odd));
   EXPECT_EQ(error_of([&] { check_products_built(odd); })
                 .rfind("mx128: no quantized products read its formats (they read E8M0 scales "
-                       "per 32, FP32 scales per 128-block or one FP32 scale per tensor)", 0),
+                       "per 32, FP32 scales per 128-block, one FP32 scale per tensor, or 4-bit "
+                       "E2M1 codes with E4M3 scales per 16 (NVFP4) or E8M0 per 32 (MXFP4))", 0),
             0u);
 }
 

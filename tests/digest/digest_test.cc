@@ -11,6 +11,9 @@
 //     midpoints, the rceil/floor boundaries 1.75 * 2^k, NaN and +-Inf). Quantization is
 //     defined bit for bit whatever the kernel path, so every path this CPU supports must give
 //     the one committed value.
+//   quantize4 <layout> <setting> <input>   the same for the 4-bit quantizers (quantize_fp4):
+//     packed codes, scales, tensor scale and dequantize() output, per NVFP4 / MXFP4 setting,
+//     with stochastic rounding (a fixed key) and the random Hadamard transform.
 //   loss <path> <run>   the 20 training losses and the two validation losses of a small
 //     dense or MoE GPT (ragged sizes: d_model 48, d_ff 80, 72 tokens per micro-batch, 4
 //     experts of d_ff 40), per recipe and defer_backward_quant state.
@@ -183,6 +186,39 @@ uint32_t quantize_digest(const std::string& layout, const QuantConfig& cfg, bool
 
 std::string hex(uint32_t crc) { return io::crc32_hex(crc); }
 
+// A 4-bit copy: its packed codes, scales, tensor scale and its dequantize() output.
+void feed_fp4_copy(uint32_t& crc, const MXTensor& q) {
+  feed(crc, q.data.data(), q.data.size());
+  feed(crc, q.scales.data(), q.scales.size());
+  const uint32_t ts = f32_bits(q.has_tensor_scale ? q.tensor_scale : 0.f);
+  feed(crc, &ts, sizeof ts);
+  std::vector<float> f(size_t(q.rows * q.cols));
+  dequantize(q, f.data());
+  feed(crc, f.data(), f.size() * sizeof(float));
+}
+
+// setting: nvfp4 (one level) | nvfp4-torchao | nvfp4-te | mxfp4-rceil | mxfp4-floor, plus
+// "-sr" (stochastic rounding, a fixed key) and, colwise only, "-rht".
+uint32_t fp4_digest(const std::string& layout, const Fp4Config& cfg, bool bf16_input) {
+  uint32_t crc = 0;
+  uint64_t seed = 1;
+  const MXLayout l = layout == "rowwise"   ? MXLayout::rowwise
+                     : layout == "colwise" ? MXLayout::colwise
+                                           : MXLayout::tile;
+  for (auto [M, K] : kShapes) {
+    const std::vector<float> x = awkward(M, K, seed++);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+    MXTensor q;
+    if (bf16_input)
+      quantize_fp4(xb.data(), M, K, l, cfg, q);
+    else
+      quantize_fp4(x.data(), M, K, l, cfg, q);
+    feed_fp4_copy(crc, q);
+  }
+  return crc;
+}
+
 // ---- quantization ----------------------------------------------------------------------------
 
 TEST(Digest, QuantizeOutputsAreTheCommittedBitsOnEveryPath) {
@@ -204,6 +240,51 @@ TEST(Digest, QuantizeOutputsAreTheCommittedBitsOnEveryPath) {
             else
               EXPECT_EQ(got, it->second) << key << " on path " << isa_name(isa);
           }
+  }
+  clear_isa_override();
+  if (print_all() || HasFailure()) std::printf("%s", printed.str().c_str());
+}
+
+TEST(Digest, Fp4QuantizeOutputsAreTheCommittedBitsOnEveryPath) {
+  const Digests want = load_expected();
+  std::ostringstream printed;
+  struct Setting {
+    std::string name;
+    Fp4Config cfg;
+  };
+  std::vector<Setting> settings;
+  for (const char* base : {"nvfp4", "nvfp4-torchao", "nvfp4-te", "mxfp4-rceil", "mxfp4-floor"})
+    for (bool sr : {false, true}) {
+      Fp4Config c;
+      const std::string b = base;
+      c.kind = b.rfind("nvfp4", 0) == 0 ? Fp4Kind::nvfp4 : Fp4Kind::mxfp4;
+      c.tensor_scale = b != "nvfp4";
+      c.order = b == "nvfp4-te" ? Nvfp4Order::te : Nvfp4Order::torchao;
+      c.rounding = b == "mxfp4-floor" ? ScaleRounding::floor : ScaleRounding::rceil;
+      c.stochastic = sr;
+      c.sr = {0x5EEDull, 3, 17};
+      settings.push_back({b + (sr ? "-sr" : ""), c});
+    }
+  for (Isa isa : supported_isas()) {
+    set_isa(isa);
+    for (const char* layout : {"rowwise", "colwise", "tile"})
+      for (const Setting& s : settings)
+        for (bool rht : {false, true}) {
+          if (rht && std::string(layout) != "colwise") continue;
+          Fp4Config c = s.cfg;
+          c.rht = rht;
+          for (bool bf16 : {false, true}) {
+            const std::string key = std::string("quantize4 ") + layout + " " + s.name +
+                                    (rht ? "-rht" : "") + (bf16 ? " bf16" : " f32");
+            const std::string got = hex(fp4_digest(layout, c, bf16));
+            if (isa == Isa::scalar) printed << key << " " << got << "\n";
+            auto it = want.find(key);
+            if (it == want.end())
+              ADD_FAILURE() << "no committed line for '" << key << "'";
+            else
+              EXPECT_EQ(got, it->second) << key << " on path " << isa_name(isa);
+          }
+        }
   }
   clear_isa_override();
   if (print_all() || HasFailure()) std::printf("%s", printed.str().c_str());
@@ -250,6 +331,11 @@ std::vector<TrainRun> runs() {
   }
   out.push_back({"", false, "mxfp8-e5m2grad", "rceil", false});
   out.push_back({"", false, "mxfp8", "floor", false});
+  // 4-bit: nvfp4 with every switch on (stochastic rounding keyed by the trainer's clock) and
+  // mxfp4, dense, and nvfp4 on the MoE model with defer on.
+  out.push_back({"", false, "nvfp4", "rceil", false});
+  out.push_back({"", true, "nvfp4", "rceil", true});
+  out.push_back({"", false, "mxfp4", "rceil", false});
   for (TrainRun& r : out)
     r.name = std::string(r.moe ? "moe" : "dense") + "/" + r.recipe + "/" + r.rounding +
              (r.defer ? "/defer-on" : "/defer-off");

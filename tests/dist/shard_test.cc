@@ -384,6 +384,85 @@ TEST(ShardPack, PerTensorGatherIsByteIdenticalToOneProcessQuantization) {
   }
 }
 
+// 4-bit weights (nvfp4: 16x16 tiles or 1-D blocks, with a per-tensor scale; mxfp4: 1x32 /
+// 32x32): shards are cut at multiples of the block edge and every rank quantizes with the
+// group's agreed amax, so the gathered copies are the one-process bytes, tensor scale included.
+TEST(ShardPack, Fp4GatherIsByteIdenticalToOneProcessQuantization) {
+  const std::vector<std::vector<int64_t>> shapes = {
+      {33, 65}, {257, 96}, {31, 7}, {1, 1}, {3, 33, 65}, {5, 1, 40}, {2, 17, 15}};
+  uint32_t seed = 91;
+  for (const auto& s : shapes) {
+    const auto full = make_weight(numel(s), s.back(), seed++);
+    for (int W : {1, 2, 3, 4, 8})
+      for (bool nv : {true, false})
+        for (bool w2d : {true, false}) {
+          Recipe rc = get_recipe(nv ? "nvfp4" : "mxfp4");
+          set_fp4_switches(rc, {{}, {}, w2d, {}});
+          const TensorFormat f = rc.role(Role::weight);
+          const CopySet kind = copies_needed(rc, Role::weight);
+          const auto L = ShardLayout::make(s, W, f);
+          EXPECT_EQ(L.block, nv ? 16 : 32);
+          EXPECT_EQ(L.second_scale, nv);
+          std::vector<float> shard(size_t(L.shard_numel())), amax(size_t(L.groups), 0.f),
+              part(size_t(L.groups));
+          for (int r = 0; r < W; ++r) {  // the all-reduce (max) of the shards' amaxes
+            slice_shard(L, r, full.data(), shard.data());
+            shard_group_amax(L, r, shard.data(), part.data(), true);
+            for (int64_t g = 0; g < L.groups; ++g)
+              amax[size_t(g)] = std::max(amax[size_t(g)], part[size_t(g)]);
+          }
+          const size_t P = packed_bytes(L, kind);
+          std::vector<uint8_t> gathered(P * size_t(W));
+          for (int r = 0; r < W; ++r) {
+            slice_shard(L, r, full.data(), shard.data());
+            pack_shard(L, r, shard.data(), kind, f, gathered.data() + P * size_t(r),
+                       nv ? amax.data() : nullptr);
+          }
+          for (int64_t g = 0; g < L.groups; ++g) {
+            QuantizedWeight got, want;
+            unpack_group(L, kind, f, gathered.data(), g, got);
+            quantize_group_reference(L, kind, f, full.data(), g, want);
+            const std::string what = L.describe() + (nv ? " nvfp4" : " mxfp4") +
+                                     (w2d ? " 2d" : " 1d") + " expert " + std::to_string(g);
+            expect_same(got, want, what);
+            for (Copy c : {Copy::rowwise, Copy::colwise, Copy::tile}) {
+              if (!kind.has(c)) continue;
+              EXPECT_TRUE(got.scaled(c).is_fp4()) << what;
+              EXPECT_EQ(got.scaled(c).has_tensor_scale, nv) << what;
+              EXPECT_EQ(f32_bits(got.scaled(c).tensor_scale),
+                        f32_bits(want.scaled(c).tensor_scale)) << what;
+            }
+          }
+        }
+  }
+}
+
+// What an NVFP4 weight gather moves: per rank R rows, ceil(K/2) code bytes a row, one E4M3
+// byte per 16x16 tile and 4 bytes of tensor scale per group; against BF16 (2 bytes a value)
+// that is 0.252x for a 4096x4096 weight, within the 0.27x goal.
+TEST(ShardPack, Fp4PackedBytes) {
+  const Recipe nv = get_recipe("nvfp4");
+  const CopySet tile{Copy::tile};
+  for (const std::vector<int64_t>& s :
+       std::vector<std::vector<int64_t>>{{4096, 4096}, {33, 65}, {3, 33, 128}})
+    for (int W : kWorlds) {
+      const auto L = ShardLayout::make(s, W, nv.role(Role::weight));
+      const int64_t R = L.rows_per_rank, K = L.cols;
+      EXPECT_EQ(packed_bytes(L, tile),
+                size_t(R * ((K + 1) / 2) + (R / 16) * ((K + 15) / 16) + 4 * L.groups));
+      if (s == std::vector<int64_t>{4096, 4096}) {
+        const auto bf16 = ShardLayout::make(s, W);
+        const double ratio = double(packed_bytes(L, tile)) /
+                             double(packed_bytes(bf16, CopySet{Copy::bf16}));
+        EXPECT_LE(ratio, 0.27) << W;
+        EXPECT_NEAR(ratio, (0.5 + 1.0 / 256) / 2, 1e-6) << W;
+      }
+    }
+  const auto M = ShardLayout::make({64, 96}, 2, get_recipe("mxfp4").role(Role::weight));
+  EXPECT_EQ(packed_bytes(M, CopySet{Copy::rowwise, Copy::colwise}),
+            size_t(2 * (32 * 48) + 32 * 3 + 1 * 96));
+}
+
 TEST(ShardPack, PerTensorPackNeedsTheAgreedScales) {
   const TensorFormat f = get_recipe("fp8-current").role(Role::weight);
   const auto L = ShardLayout::make({64, 64}, 2, f);

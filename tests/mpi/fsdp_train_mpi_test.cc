@@ -211,7 +211,8 @@ TEST(FsdpTrain, ThreeLinearModelMatchesOneProcess) {
   const AdamW opt;
   const std::pair<std::string, std::string> setups[] = {
       {"bf16", "reshard"}, {"bf16", "keep"}, {"mxfp8", "on-demand"}, {"mxfp8", "all"},
-      {"mxfp8-32x32", ""}, {"blockwise", ""}, {"fp8-current", ""}, {"fp8-delayed", ""}};
+      {"mxfp8-32x32", ""}, {"blockwise", ""}, {"fp8-current", ""}, {"fp8-delayed", ""},
+      {"nvfp4", ""},       {"mxfp4", "on-demand"}};
   for (const auto& [recipe, mode] : setups) {
     const std::string label = recipe + "/" + mode;
     Mlp ref(recipe, d_in, h1, h2, d_out), sh(recipe, d_in, h1, h2, d_out);
@@ -274,7 +275,8 @@ TEST(FsdpTrain, GroupedLinearMatchesOneProcess) {
   const int64_t T = 42;
   const AdamW opt;
   for (const std::string recipe :
-       {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed"}) {
+       {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current", "fp8-delayed", "nvfp4",
+        "mxfp4"}) {
     GroupedLinear ref("experts", E, in, out, precision(recipe));
     GroupedLinear sh("experts", E, in, out, precision(recipe));
     ref.weight.value = buffer(randn(size_t(E * out * in), 77, 0.2f));

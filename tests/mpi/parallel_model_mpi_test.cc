@@ -122,16 +122,25 @@ TEST(TensorParallelModel, LossAndGradientsEqualOneProcess) {
     tgt[i] = int32_t(rng() % uint32_t(cfg.vocab_size));
   }
   for (bool sp : {false, true})
-  for (const char* recipe : {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+  for (const char* recipe :
+       {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise", "mxfp4"}) {
     SCOPED_TRACE(std::string(recipe) + (sp ? " sequence parallel" : ""));
     par.sequence_parallel = sp && W > 1;
     const bool ref = std::string(recipe) == "fp32-reference";
-    auto resolver = [&](const ModuleInfo&) {
+    // MXFP4's one mantissa bit makes its elements depend on the block's scale (below 1·2^e
+    // they are subnormal), so its slices must cut at block edges to reproduce one process:
+    // d_ff 128 (64 and 32 per rank) instead of the ragged 96, and the LM head, which sequence
+    // parallelism runs on 16-token shards at 4 ranks (its wgrad blocks span 32 tokens), in
+    // BF16 as training keeps it (precision.lm_head).
+    const bool fp4 = std::string(recipe) == "mxfp4";
+    auto resolver = [&](const ModuleInfo& m) {
       LinearPrecision p;
-      p.recipe = get_recipe(ref ? "bf16" : recipe);
+      p.recipe = get_recipe(ref || (fp4 && m.module == "lm_head") ? "bf16" : recipe);
       return p;
     };
-    GPT one(cfg, resolver, 11), split(cfg, resolver, 11, par);
+    ModelConfig mc = cfg;
+    if (fp4) mc.d_ff = 128;
+    GPT one(mc, resolver, 11), split(mc, resolver, 11, par);
     one.set_fp32_reference(ref);
     split.set_fp32_reference(ref);
     const float l1 = one.forward_backward(tok.data(), tgt.data(), B, T, 1.f);
@@ -186,7 +195,8 @@ TEST(ExpertParallelModel, LossesAndGradientsEqualOneProcessOverTheRanksMicroBatc
     if (ep > 4) continue;
     Mesh mesh(world(), {1, ep, etp, false});
     const ModelParallel par = mesh.model_parallel();
-    for (const char* recipe : {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise"}) {
+    for (const char* recipe :
+       {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise", "mxfp4"}) {
       SCOPED_TRACE(std::string(recipe) + " ep " + std::to_string(ep) + " etp " +
                    std::to_string(etp));
       const bool ref = std::string(recipe) == "fp32-reference";

@@ -105,7 +105,8 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
   // 300 rows: the threaded copy loops run (from 256 rows on).
   for (int64_t rows : {37, 300})
   for (int64_t D : {1, 31, 33, 128, 129, 257})
-    for (const char* name : {"bf16", "mxfp8", "mxfp8-e5m2grad", "blockwise", "fp8-current"})
+    for (const char* name :
+         {"bf16", "mxfp8", "mxfp8-e5m2grad", "blockwise", "fp8-current", "mxfp4", "nvfp4"})
       for (Role role : {Role::input, Role::grad}) {
         SCOPED_TRACE(std::string(name) + " D=" + std::to_string(D) + " rows=" +
                      std::to_string(rows));
@@ -125,7 +126,8 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
           want = x;
         } else {
           const int64_t B = block_edge(f.block), sb = scale_type_bytes(f.scale);
-          EXPECT_EQ(row_payload_bytes(f, D), size_t(D + ceil_div(D, B) * sb));
+          EXPECT_EQ(row_payload_bytes(f, D),
+                    size_t(elem_row_bytes(f.elem, D) + ceil_div(D, B) * sb));
           QTensor q;
           make_copies(x.data(), rows, D, f, q, {Copy::rowwise});
           dequantize(q.rowwise, want.data());
@@ -135,8 +137,13 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
         row_round_trip(rt.data(), rows, D, f);
         EXPECT_EQ(std::memcmp(rt.data(), want.data(), sizeof(float) * rt.size()), 0);
       }
-  // MXFP8 rows of 2048: (2048 + 64) / 4096 of BF16's bytes.
+  // MXFP8 rows of 2048: (2048 + 64) / 4096 of BF16's bytes; MXFP4 (1024 + 64) / 4096 = 0.266
+  // (4-bit expert dispatch; the goal is <= 0.30x). NVFP4's per-tensor scale spans rows: its
+  // payload stays FP32 (and expert parallelism refuses nvfp4, train/config.cc).
   EXPECT_EQ(row_payload_bytes(get_recipe("mxfp8").role(Role::input), 2048), 2048u + 64u);
+  EXPECT_EQ(row_payload_bytes(get_recipe("mxfp4").role(Role::input), 2048), 1024u + 64u);
+  EXPECT_LE((1024.0 + 64) / 4096, 0.30);
+  EXPECT_FALSE(row_payload_quantizes(get_recipe("nvfp4").role(Role::input)));
 }
 
 }  // namespace

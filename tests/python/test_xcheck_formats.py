@@ -36,9 +36,12 @@ code"):
   (ceil / floor of a log2, test_xcheck_mx.py checks it against torchao), never from rounding one
   value to nearest as ml_dtypes' astype(float8_e8m0fnu) does.
 
-4-bit hook: when mxtrain has E2M1, add ("e2m1", ml_dtypes.float4_e2m1fn, ...) to FP8 below
-(the sweep is generic in the format; test_e2m1_hook fails as soon as mxtrain.decode accepts
-"e2m1", so the entry cannot be forgotten).
+E2M1 (4 bits, float4_e2m1fn) is in FP8 below too: its 16 codes decode alike, the sweep
+encodes alike (ml_dtypes saturates E2M1 as mxtrain does: no SATFINITE difference), and the
+MXFP4 quantize kernels' encoder (mxtrain.quantize_fp4, the nibbles unpacked) gives ml_dtypes'
+codes. One more named difference: E2M1 has no NaN; ml_dtypes encodes +NaN as 0x8 and -NaN as
+0x0, mxtrain's f32_to_e2m1 gives 0x0 (the quantizers never pass one: a NaN block has its own
+rule, docs/numerics.md, "4-bit formats").
 
 Run by CTest as python_test_xcheck_formats; exits 77 (skipped) without ml_dtypes unless
 MXTRAIN_REQUIRE_CHECKS=1 (checks_env.py).
@@ -57,7 +60,12 @@ import mxtrain
 FP8 = {
     "e4m3": (ml_dtypes.float8_e4m3fn, 448.0, (464.0, False)),
     "e5m2": (ml_dtypes.float8_e5m2, 57344.0, (61440.0, True)),
+    "e2m1": (ml_dtypes.float4_e2m1fn, 6.0, (np.inf, False)),  # ml_dtypes saturates E2M1
 }
+
+
+def code_count(ml_type):
+    return 16 if ml_type is ml_dtypes.float4_e2m1fn else 256
 F32 = np.float32
 U32 = np.uint32
 
@@ -89,7 +97,7 @@ def ulps_around(v):
 
 def fp8_sweep(ml_type, maxv, seed):
     """The sweep of the docstring for one format, float32, with negations."""
-    codes = np.arange(256, dtype=np.uint8)
+    codes = np.arange(code_count(ml_type), dtype=np.uint8)
     vals = codes.view(ml_type).astype(F32)
     pos = np.unique(vals[np.isfinite(vals) & (vals >= 0)])  # 0, subnormals, normals, max
     mid = ((pos[:-1].astype(np.float64) + pos[1:]) / 2).astype(F32)  # exact: 5 bits
@@ -119,9 +127,9 @@ def satfinite(x, maxv):
 
 
 def test_decode_every_code():
-    codes = np.arange(256, dtype=np.uint8)
     for name, ml_type in [("e4m3", ml_dtypes.float8_e4m3fn), ("e5m2", ml_dtypes.float8_e5m2),
-                          ("e8m0", ml_dtypes.float8_e8m0fnu)]:
+                          ("e8m0", ml_dtypes.float8_e8m0fnu), ("e2m1", ml_dtypes.float4_e2m1fn)]:
+        codes = np.arange(code_count(ml_type), dtype=np.uint8)
         with np.errstate(invalid="ignore"):
             want = codes.view(ml_type).astype(F32)
         got = mxtrain.decode(codes, name)
@@ -130,7 +138,8 @@ def test_decode_every_code():
               f"{codes[nan_g].tolist()} ml_dtypes {codes[nan_w].tolist()}")
         check(np.array_equal(bits(got)[~nan_g], bits(want)[~nan_w]),
               f"{name}: decode differs: {first_diff(bits(got), bits(want))}")
-        print(f"decode {name}: 256 codes equal ml_dtypes ({int(nan_g.sum())} NaN codes)")
+        print(f"decode {name}: {codes.size} codes equal ml_dtypes ({int(nan_g.sum())} NaN "
+              f"codes)")
     # BF16: all 65,536 patterns on every kernel path (bf16_to_f32_array is dispatched).
     c16 = np.arange(1 << 16, dtype=np.uint16)
     want = bits(c16.view(ml_dtypes.bfloat16).astype(F32))
@@ -151,6 +160,12 @@ def test_encode_sweep():
         with np.errstate(invalid="ignore", over="ignore"):
             want = satfinite(x, maxv).astype(ml_type).view(np.uint8)
             raw = x.astype(ml_type).view(np.uint8)
+        if name == "e2m1":  # no NaN code: mxtrain 0x0, ml_dtypes 0x8 / 0x0 by sign (named)
+            nan = np.isnan(x)
+            check(np.all(got[nan] == 0), "e2m1: mxtrain does not encode NaN as 0x0")
+            check(np.array_equal(want[nan], np.where(np.signbit(x[nan]), 0, 8)),
+                  f"e2m1: ml_dtypes' NaN codes changed: {np.unique(want[nan])}")
+            x, got, want, raw = x[~nan], got[~nan], want[~nan], raw[~nan]
         check(np.array_equal(got, want),
               f"{name} encode differs from ml_dtypes on the satfinite value: "
               f"{first_diff(got, want, x)}")
@@ -163,6 +178,13 @@ def test_encode_sweep():
               f"{int(differs.sum())} values, expected exactly the {int(expect.sum())} finite "
               f"values with |x| {'>=' if incl else '>'} {thr}: "
               f"{first_diff(differs, expect, x)}")
+        if name == "e2m1":  # both saturate: every finite |x| >= 6 and +-Inf gives +-6
+            big = np.abs(x) >= 6
+            check(np.all((got[big] & 7) == 7) and np.all((raw[big] & 7) == 7),
+                  "e2m1: a value >= 6 did not saturate to 6")
+            print(f"encode e2m1: {x.size} values (NaN aside) equal ml_dtypes, unclamped too "
+                  f"(both saturate at 6; {int(big.sum())} such values)")
+            continue
         over = raw[expect]
         ovf = 0x7F if name == "e4m3" else 0x7C  # ml_dtypes: NaN (E4M3), Inf (E5M2)
         check(np.all((over & 0x7F) == ovf), f"{name}: ml_dtypes overflow codes {np.unique(over)}")
@@ -236,8 +258,16 @@ def test_quantize_kernels_encode_like_ml_dtypes():
                     try:
                         for A, layout in inputs:
                             a = A if src == "f32" else (bits(A) >> 16).astype(np.uint16)
-                            q = mxtrain.quantize(a, recipe="mxfp8", elem=name,
-                                                 scale_rounding=rounding)
+                            if name == "e2m1":  # MXFP4: codes two per byte, unpacked
+                                q4 = mxtrain.quantize_fp4(a, kind="mxfp4", layout=layout,
+                                                          scale_rounding=rounding)
+                                q = {layout + "_scale": q4["scale"],
+                                     layout: np.stack([q4["data"] & 0xF, q4["data"] >> 4],
+                                                      axis=-1).reshape(A.shape[0], -1)
+                                     [:, :A.shape[1]]}
+                            else:
+                                q = mxtrain.quantize(a, recipe="mxfp8", elem=name,
+                                                     scale_rounding=rounding)
                             check(np.all(q[layout + "_scale"] == 127),
                                   f"{name} {rounding} {layout}: anchor did not give scale 2^0")
                             got = q[layout] if layout == "rowwise" else q[layout].T
@@ -251,21 +281,11 @@ def test_quantize_kernels_encode_like_ml_dtypes():
                   f"ml_dtypes (satfinite)")
 
 
-def test_e2m1_hook():
-    try:
-        mxtrain.decode(np.zeros(1, np.uint8), "e2m1")
-    except ValueError:
-        return
-    raise AssertionError("mxtrain now decodes e2m1: add it to FP8 in this test "
-                         "(ml_dtypes.float4_e2m1fn) so its codes and rounding are cross-checked")
-
-
 def main():
     test_decode_every_code()
     test_encode_sweep()
     test_encode_bf16()
     test_quantize_kernels_encode_like_ml_dtypes()
-    test_e2m1_hook()
     print("test_xcheck_formats: all checks passed")
 
 

@@ -209,6 +209,49 @@ TEST(Config, Fp32ScaleSettings) {
                {"precision.grad_amax_epsilon"});
 }
 
+// The 4-bit switches (precision.fp4_*, nvfp4_order): parsed, written back, applied to the
+// recipe, described at start-up, and refused on recipes they do not apply to.
+TEST(Config, Fp4Switches) {
+  const auto with = replaced;
+  TrainConfig c = parse_config(with("recipe: mxfp8", "recipe: nvfp4, fp4_stochastic_rounding: "
+                                    "false, fp4_rht: off, fp4_2d_weights: recipe, nvfp4_order: te"));
+  EXPECT_EQ(c.precision.fp4_stochastic_rounding.value, false);
+  EXPECT_EQ(c.precision.fp4_rht.value, false);
+  EXPECT_FALSE(c.precision.fp4_2d_weights.value.has_value());
+  EXPECT_EQ(c.precision.nvfp4_order.value, Nvfp4Order::te);
+  const TrainConfig back = parse_config(config_to_yaml(c));
+  EXPECT_EQ(back.precision.fp4_stochastic_rounding, c.precision.fp4_stochastic_rounding);
+  EXPECT_EQ(back.precision.fp4_rht, c.precision.fp4_rht);
+  EXPECT_EQ(back.precision.fp4_2d_weights, c.precision.fp4_2d_weights);
+  EXPECT_EQ(back.precision.nvfp4_order, c.precision.nvfp4_order);
+  Recipe r = c.precision.recipe;
+  apply_scale_settings(c.precision, r);
+  EXPECT_FALSE(r.role(Role::grad).stochastic);
+  EXPECT_FALSE(r.role(Role::input).rht || r.role(Role::grad).rht);
+  EXPECT_EQ(r.role(Role::weight).block, BlockShape::b16x16);
+  for (const TensorFormat& f : r.roles) EXPECT_EQ(f.order, Nvfp4Order::te);
+  const std::string line = describe_scale_settings(c.precision);
+  EXPECT_NE(line.find("rounded to nearest even"), std::string::npos) << line;
+  EXPECT_NE(line.find("te order"), std::string::npos) << line;
+  // Unset: the recipe as registered.
+  Recipe d = get_recipe("nvfp4");
+  apply_scale_settings(parse_config(with("recipe: mxfp8", "recipe: nvfp4")).precision, d);
+  EXPECT_EQ(d, get_recipe("nvfp4"));
+  // mxfp4 takes the three switches, not the order.
+  TrainConfig m = parse_config(with("recipe: mxfp8", "recipe: mxfp4, fp4_2d_weights: true"));
+  Recipe mr = m.precision.recipe;
+  apply_scale_settings(m.precision, mr);
+  EXPECT_EQ(mr.role(Role::weight).block, BlockShape::b32x32);
+  expect_error(with("recipe: mxfp8", "recipe: mxfp4, nvfp4_order: te"),
+               {"precision.nvfp4_order", "nvfp4"});
+  expect_error(with("recipe: mxfp8", "recipe: mxfp8, fp4_rht: true"),
+               {"precision.fp4_rht", "4-bit recipes (nvfp4, mxfp4)", "mxfp8"});
+  expect_error(with("recipe: mxfp8", "recipe: nvfp4, fp4_stochastic_rounding: maybe"),
+               {"precision.fp4_stochastic_rounding", "true, false or `recipe`"});
+  expect_error(with("recipe: mxfp8", "recipe: nvfp4, nvfp4_order: cuda"),
+               {"precision.nvfp4_order", "torchao (default), te"});
+}
+
 TEST(Config, GlobMatch) {
   EXPECT_TRUE(glob_match("layers.0.*", "layers.0.attention.qkv"));
   EXPECT_FALSE(glob_match("layers.0.*", "layers.10.attention.qkv"));

@@ -166,6 +166,24 @@ TEST(Trainer, ResumeIsBitIdentical) {
   }
 }
 
+// nvfp4 with every switch on (stochastic rounding of gradients keyed by the global
+// micro-batch; the tiny runs take two micro-batches a step): a resumed run is bit-identical to
+// the uninterrupted one, dense and MoE; and the switches reach the layers (turning stochastic
+// rounding off changes the losses after the first step).
+TEST(Trainer, Nvfp4WithStochasticRoundingResumesBitIdentically) {
+  for (bool moe : {false, true}) {
+    TrainConfig c = tiny("nvfp4", 8, moe);
+    const std::vector<double> l = expect_resume_bit_identical(c, moe ? "moe" : "dense");
+    TrainConfig rne = c;
+    rne.precision.fp4_stochastic_rounding.value = false;
+    rne = parse_config(config_to_yaml(rne), "tiny-test");
+    const std::vector<double> lr = run_training(rne, quiet()).losses;
+    ASSERT_EQ(lr.size(), l.size());
+    EXPECT_EQ(lr.front(), l.front()) << "the first step's loss is a forward: no rounding of dy";
+    EXPECT_NE(lr.back(), l.back());
+  }
+}
+
 // The tensors of a checkpoint's optimizer file whose name ends with `suffix`.
 std::vector<io::NamedTensor> optimizer_tensors(const std::string& dir, const std::string& suffix) {
   std::vector<io::NamedTensor> out;

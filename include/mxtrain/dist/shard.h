@@ -66,6 +66,10 @@ struct ShardLayout {
   int64_t rows_per_rank = 0;      // multiple of block
   int64_t block = kMXBlock;       // B: the edge of the weight format's blocks (32 or 128)
   int scale_bytes = 1;            // bytes per scale of the weight format (1 or 4)
+  int64_t row_bytes = 0;          // bytes of one row of codes: cols, or ceil(cols/2) for 4-bit
+  // 4-bit copies with a second, per-tensor FP32 scale (NVFP4): each copy's pack part ends with
+  // one FP32 tensor scale per group (every rank's alike: from the group's agreed amax).
+  bool second_scale = false;
   bool tensor_scale = false;      // one FP32 scale per group (block edge 32: row alignment)
 
   // shape: [out, in] or [E, out, in]; world >= 1; weight: the format the weight is gathered
@@ -98,13 +102,17 @@ size_t packed_bytes(const ShardLayout& L, CopySet copies);
 // Pre all-gather. shard: [rows_per_rank, in] FP32 of `rank`, quantized in the weight's format
 // f (qtensor.h make_copies); out: [packed_bytes]. A per-tensor format needs group_scales
 // [E] (the agreed scale of each group) and writes each group's amax over this rank's rows
-// into group_amax [E] when given (0 for a group it holds no rows of).
+// into group_amax [E] when given (0 for a group it holds no rows of). A 4-bit format with a
+// per-tensor scale (NVFP4; L.second_scale) needs group_scales [E] holding each group's agreed
+// amax (the maximum over all ranks of shard_group_amax(..., four_bit = true)): every rank then
+// quantizes its rows exactly as one process quantizes the whole group.
 void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copies,
                 const TensorFormat& f, uint8_t* out, const float* group_scales = nullptr,
                 float* group_amax = nullptr);
-// max |x| (NaN ignored) of each group over this rank's rows: out [E] (0 where none): what
-// current scaling all-reduces (max) before pack_shard.
-void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out);
+// max |x| (NaN ignored; four_bit: NaN winning, as fp4_amax) of each group over this rank's
+// rows: out [E] (0 where none): what current scaling all-reduces (max) before pack_shard.
+void shard_group_amax(const ShardLayout& L, int rank, const float* shard, float* out,
+                      bool four_bit = false);
 // Post all-gather. gathered: [world * packed_bytes], rank order, packed in format f (the one
 // L was made for). Fills group `group` of the weight into `out`: its copies `copies`, marked
 // present, and its shape [out, in]. Other copies are left as they are; out.version is not

@@ -10,6 +10,14 @@
 //     data.npy [M, K], scale.npy [ceil(M/32), ceil(K/32)]
 //   meta.json: {"format": "mxtrain-quantized", "version": 1, "recipe", "elem",
 //               "scale_rounding", "layout", "shape": [M, K], "block": 32, "files": [...]}
+// 4-bit recipes (nvfp4, mxfp4) write one role's copies (--role weight by default, input or
+// grad): uint8 codes [M, ceil(K/2)] (two E2M1 codes per byte, element 2i in the low nibble:
+// torchao's pack_uint4), uint8 E4M3 (nvfp4) or E8M0 (mxfp4) scale grids, and for nvfp4 each
+// copy's FP32 tensor scale [1] (rowwise_tensor_scale.npy, colwise_tensor_scale.npy,
+// tensor_scale.npy); nvfp4's weight is one 16x16-tile copy (data.npy, scale.npy
+// [ceil(M/16), ceil(K/16)]), its input and grad rowwise + colwise (the colwise copy of the
+// random-Hadamard-transformed matrix). meta.json adds "role", "scale_type", "codes_per_byte": 2,
+// "tensor_scale", "order", "stochastic_rounding" (keyed by SrKey{}: seed 0) and "colwise_rht".
 // FP32-scaled recipes (blockwise) write FP32 scale_inv grids (float32 .npy) for one role:
 //   role input (the default), rowwise and colwise from one read of X:
 //     rowwise.npy [M, K], rowwise_scale_inv.npy [M, ceil(K/128)],
@@ -51,6 +59,7 @@ struct QuantizeFilesOptions {
   std::optional<float> amax_epsilon = {}; // FP32-scaled recipes: finite, >= 0 (default: the
                                           // role's, 0)
   bool fp32_scales = false;               // FP32-scaled recipes: fp32 instead of fp32_pow2
+  Nvfp4Order nvfp4_order = Nvfp4Order::torchao;  // nvfp4: the order of its two levels
 };
 
 // "input" | "weight" -> Role; anything else throws naming the choices (for --role).

@@ -52,6 +52,8 @@ class GroupedLinear {
   void set_weight_provider(GroupedWeightProvider p) { provider_ = std::move(p); }
   // Delayed scaling (fp8-delayed): per expert, as Linear's; empty for other recipes.
   LayerScaleHistories& scale_histories() { return scales_; }
+  // Stochastic rounding: the clock the layer's keys read (the model's).
+  void set_rounding_clock(const RoundingClock* c) { scales_.clock = c; }
 
  private:
   std::string name_;

@@ -55,13 +55,25 @@ struct QuantizedWeight : QTensor {
   }
 };
 
-// A layer's delayed-scaling state (mxtrain/scale_history.h): for each role whose format takes
-// its scale from an amax history, one ScaleHistory per row group (1 for a Linear, E for a
-// GroupedLinear); no entries for other roles and recipes. The layer quantizes with these
-// scales and records its tensors' amaxes; the trainer updates them after each step (and
-// FSDP's weight gathers use and record the weight's).
+// Where a model's stochastic rounding stands (docs/numerics.md, "Stochastic rounding"): the
+// run's seed and the global micro-batch the trainer is on (step · grad_accum · ranks + the
+// micro-batch's global index), shared by every layer of the model; each layer adds its own
+// tensor ids. Outside training it stays {0, 0}.
+struct RoundingClock {
+  uint64_t seed = 0;
+  uint32_t step = 0;
+};
+
+// A layer's quantization state. Delayed scaling (mxtrain/scale_history.h): for each role whose
+// format takes its scale from an amax history, one ScaleHistory per row group (1 for a Linear,
+// E for a GroupedLinear); no entries for other roles and recipes. The layer quantizes with
+// these scales and records its tensors' amaxes; the trainer updates them after each step (and
+// FSDP's weight gathers use and record the weight's). Stochastic rounding: the model's clock
+// and the layer's id (from its name), which key each role and group's random bits.
 struct LayerScaleHistories {
   std::array<std::vector<ScaleHistory>, kNumRoles> roles;  // by Role, [groups] or empty
+  const RoundingClock* clock = nullptr;  // the model's (nullptr: seed 0, step 0)
+  uint32_t layer_id = 0;                 // FNV-1a of the layer's name
 
   // Fresh histories for the roles of r that need them, `groups` each; other roles get none.
   void reset(const Recipe& r, int64_t groups);
@@ -71,7 +83,13 @@ struct LayerScaleHistories {
     return v.empty() ? nullptr : &v[size_t(g)];
   }
   bool empty() const;
+  // The stochastic-rounding key of role's tensor of group g now: {clock's seed, clock's step,
+  // a hash of (layer id, role, g)}.
+  SrKey sr_key(Role role, int64_t g) const;
 };
+
+// FNV-1a (32-bit) of a layer name: the layer_id of its stochastic-rounding keys.
+uint32_t layer_hash(const std::string& name);
 
 // When set, a layer asks the provider to fill its QuantizedWeight for `use` (forward or dgrad,
 // qtensor.h) instead of quantizing Parameter::value itself (FSDP: all-gather of pre-quantized
@@ -137,6 +155,8 @@ class Linear {
   void set_weight_provider(WeightProvider p) { provider_ = std::move(p); }
   // Delayed scaling (fp8-delayed): the layer's histories; empty for other recipes.
   LayerScaleHistories& scale_histories() { return scales_; }
+  // Stochastic rounding: the clock the layer's keys read (the model's).
+  void set_rounding_clock(const RoundingClock* c) { scales_.clock = c; }
 
  private:
   void ensure_weight(Use use, bool dual);

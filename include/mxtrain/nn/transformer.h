@@ -199,6 +199,10 @@ class GPT {
   // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
   const MoELayer* moe_layer(int layer) const;
 
+  // Stochastic rounding (4-bit recipes): the seed and global micro-batch every layer's keys
+  // read; the trainer sets it before each micro-batch (nn/linear.h, RoundingClock).
+  RoundingClock& rounding_clock() { return clock_; }
+
   const ModelParallel& parallel() const { return par_; }
   // True once a sequence-parallel gather had to send FP32 rows (a copy whose blocks span two
   // ranks' rows: colwise blocks longer than a rank's N/tp tokens).
@@ -306,6 +310,7 @@ class GPT {
   FloatBuffer arena_;
   FloatBuffer shared_resid_mid_;  // the layers' resid_mid under the whole-layer recompute
   std::map<std::string, Linear*> linears_;
+  RoundingClock clock_;  // every layer's stochastic-rounding clock (rounding_clock())
   std::map<std::string, GroupedLinear*> grouped_;
   std::vector<Parameter*> params_;  // parameters() order, fixed at construction
   RopeTable rope_;                  // empty when cfg_.rope_theta == 0

@@ -70,6 +70,18 @@ struct ResolvedEpsilon {
 };
 ResolvedEpsilon resolve_amax_epsilon(const AmaxEpsilon& e, Role role, const Recipe& r);
 
+// A switch of the 4-bit recipes (precision.fp4_*): as the recipe registers it (`recipe`, the
+// default) or forced on (true) / off (false).
+struct Fp4Switch {
+  std::optional<bool> value;
+  bool operator==(const Fp4Switch&) const = default;
+};
+// precision.nvfp4_order: the recipe's (torchao) or a named order.
+struct Nvfp4OrderSetting {
+  std::optional<Nvfp4Order> value;
+  bool operator==(const Nvfp4OrderSetting&) const = default;
+};
+
 struct PrecisionConfig {
   Recipe recipe = get_recipe("mxfp8");
   ScaleRounding scale_rounding = ScaleRounding::rceil;  // applied to every FP8 recipe used
@@ -97,6 +109,12 @@ struct PrecisionConfig {
   // delayed-scaling recipe the run uses; any other value than the default on another recipe
   // is refused.
   AmaxHistorySpec amax_history{1024, 0, AmaxAlgo::max};
+  // 4-bit recipes (nvfp4, mxfp4) only: TransformerEngine's NVFP4BlockScaling switches —
+  // stochastic rounding of gradients, the random Hadamard transform on the wgrad operands, 2-D
+  // weight tiles — and NVFP4's order (docs/config.md). Applied to every 4-bit recipe the run
+  // uses; a value on another recipe is refused.
+  Fp4Switch fp4_stochastic_rounding, fp4_rht, fp4_2d_weights;
+  Nvfp4OrderSetting nvfp4_order;
 };
 
 struct FsdpConfig {

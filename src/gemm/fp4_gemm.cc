@@ -1,0 +1,134 @@
+// gemm/fp4_gemm.cc — the 4-bit product (gemm/fp4_gemm.h): its dispatch table, the scalar
+// decode and reference product, and the oneDNN path.
+//
+// Dispatch (core/dispatch.h), one entry per path:
+//   scalar — decode_fp4_bf16_ref, then the reference product: FP32 sums in K order;
+//   avx2   — decode_fp4_bf16_ref, then oneDNN's BF16 matmul;
+//   avx512 — decode_fp4_bf16_avx512, then oneDNN's BF16 matmul.
+// The decoded operands live in per-thread buffers reused across calls (a training step's
+// repeated shapes fault in no fresh pages).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "gemm/fp4_gemm.h"
+#include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
+
+namespace mxtrain::gemm_detail {
+
+namespace {
+
+// The reference product on decoded operands: C = alpha · Σ_k a_ik b_kj (+ C), each sum in FP32
+// in K order (a and b are op(A) [M, K] and op(B) [K, N] as floats).
+void product_ref(const std::vector<float>& a, const std::vector<float>& b, int64_t M, int64_t N,
+                 int64_t K, float alpha, float* C, int64_t ldc, bool accumulate) {
+#pragma omp parallel for schedule(static) if (M * N * K >= (1 << 20))
+  for (int64_t i = 0; i < M; ++i) {
+    std::vector<float> p(size_t(N), 0.f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float x = a[size_t(i * K + k)];
+      const float* brow = b.data() + k * N;
+      for (int64_t j = 0; j < N; ++j) p[size_t(j)] += x * brow[j];
+    }
+    float* c = C + i * ldc;
+    for (int64_t j = 0; j < N; ++j) {
+      const float v = alpha == 1.f ? p[size_t(j)] : alpha * p[size_t(j)];
+      c[j] = accumulate ? c[j] + v : v;
+    }
+  }
+}
+
+// op(t) as a float matrix [rows, cols] of op, from its BF16 decode d (stored orientation).
+void as_op(const std::vector<uint16_t>& d, int64_t rows, int64_t cols, bool trans,
+           std::vector<float>& out) {
+  out.resize(d.size());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      out[size_t(trans ? c * rows + r : r * cols + c)] = bf16_to_f32(d[size_t(r * cols + c)]);
+}
+
+struct Fp4ProductKernels {
+  DecodeFp4 decode;
+  bool onednn;  // false: the reference product
+};
+
+const PathTable<Fp4ProductKernels>& fp4_table() {
+  static const PathTable<Fp4ProductKernels> t(
+      "GEMM 4-bit (nvfp4, mxfp4 recipes)",
+      {{Path::scalar, "decode_fp4_bf16_ref + reference product (FP32, K order)",
+        {decode_fp4_bf16_ref, false}},
+       {Path::avx2, "decode_fp4_bf16_ref + oneDNN BF16 matmul", {decode_fp4_bf16_ref, true}},
+       {Path::avx512, "decode_fp4_bf16_avx512 + oneDNN BF16 matmul",
+        {decode_fp4_bf16_avx512, true}}});
+  return t;
+}
+
+void decode(DecodeFp4 k, const MXTensor& t, std::vector<uint16_t>& out) {
+  out.resize(size_t(t.rows * t.cols));
+  constexpr int64_t kRows = 32;
+  const int64_t chunks = ceil_div(t.rows, kRows);
+#pragma omp parallel for schedule(static) if (t.rows * t.cols >= (1 << 16))
+  for (int64_t i = 0; i < chunks; ++i)
+    k(t, i * kRows, std::min(t.rows, (i + 1) * kRows), out.data());
+}
+
+float tensor_scale(const MXTensor& t) { return t.has_tensor_scale ? t.tensor_scale : 1.f; }
+
+}  // namespace
+
+// v = e2m1(code) · s in FP32 (exact), |v| < 2^-126 -> ±0, NaN scale -> NaN, rounded to BF16
+// (exact).
+void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
+  const int64_t ld = t.scale_cols(), rb = t.row_bytes(), B = t.block;
+  const bool nv = t.is_nvfp4();
+  for (int64_t r = r0; r < r1; ++r)
+    for (int64_t c = 0; c < t.cols; ++c) {
+      const int64_t sr = t.layout == MXLayout::rowwise ? r : r / B;
+      const int64_t sc = t.layout == MXLayout::colwise ? c : c / B;
+      const uint8_t sb = t.scales[size_t(sr * ld + sc)];
+      const float s = nv ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
+      float v = e2m1_to_f32(nibble_get(t.data.data() + r * rb, c)) * s;
+      if (std::fabs(v) < 0x1p-126f) v = std::copysign(0.f, v);
+      out[r * t.cols + c] = f32_to_bf16(v);
+    }
+}
+
+PathChoice fp4_product_choice() { return fp4_table().choice(); }
+
+void gemm_fp4(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+              int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+  MXT_CHECK(A.rht == B.rht, "gemm_mx: one operand holds the random-Hadamard-transformed matrix "
+            "and the other does not (A ", A.rht ? "transformed" : "plain", ", B ",
+            B.rht ? "transformed" : "plain", "); the transform cancels only between two "
+            "transformed wgrad operands");
+  const Fp4ProductKernels& k = fp4_table().get();
+  thread_local std::vector<uint16_t> a16, b16;
+  decode(k.decode, A, a16);
+  decode(k.decode, B, b16);
+  const float alpha = tensor_scale(A) * tensor_scale(B);
+  if (!k.onednn) {
+    thread_local std::vector<float> a, b;
+    as_op(a16, A.rows, A.cols, trans_a, a);
+    as_op(b16, B.rows, B.cols, trans_b, b);
+    return product_ref(a, b, M, N, K, alpha, C, ldc, accumulate);
+  }
+  if (alpha == 1.f)
+    return gemm_bf16(trans_a, trans_b, M, N, K, a16.data(), A.cols, b16.data(), B.cols, C, ldc,
+                     accumulate);
+  thread_local std::vector<float> P;
+  P.resize(size_t(M * N));
+  gemm_bf16(trans_a, trans_b, M, N, K, a16.data(), A.cols, b16.data(), B.cols, P.data(), N,
+            false);
+  const float* p = P.data();
+#pragma omp parallel for schedule(static) if (M * N >= (1 << 16))
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      const float v = alpha * p[i * N + j];
+      C[i * ldc + j] = accumulate ? C[i * ldc + j] + v : v;
+    }
+}
+
+}  // namespace mxtrain::gemm_detail
