@@ -114,34 +114,6 @@ void ensure_grad(Parameter& p) {
   if (p.grad.size() != size_t(p.numel())) p.grad.assign(size_t(p.numel()), 0.f);
 }
 
-// A Linear's forward: through its recipe, or (fp32 reference) y = x · W^T in FP32.
-void linear_forward(bool ref, Linear& l, const float* x, int64_t N, float* y, LinearSaved& s) {
-  if (!ref) {
-    l.forward(x, N, y, s);
-    return;
-  }
-  const int64_t in = l.in_features(), out = l.out_features();
-  MXT_CHECK(int64_t(l.weight.value.size()) == out * in, "'", l.name(),
-            "': the FP32 reference needs the full weight in weight.value");
-  s = LinearSaved{};
-  gemm_f32(false, true, N, out, in, x, in, l.weight.value.data(), in, y, out, false);
-}
-
-// Its backward: dx written, dW accumulated (written after clear_grad()). x is the forward's
-// input, still alive.
-void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_t N,
-                     const float* dy, float* dx) {
-  if (!ref) {
-    l.backward(s, dy, dx);
-    return;
-  }
-  const int64_t in = l.in_features(), out = l.out_features();
-  ensure_grad(l.weight);
-  gemm_f32(false, false, N, in, out, dy, out, l.weight.value.data(), in, dx, in, false);
-  gemm_f32(true, false, out, in, N, dy, out, x, in, l.weight.grad.data(), in,
-           l.weight.take_grad_accumulate());
-}
-
 }  // namespace
 
 // What a layer's attention block keeps for backward: the RMSNorm output (when qkv keeps no
@@ -150,7 +122,6 @@ void linear_backward(bool ref, Linear& l, LinearSaved& s, const float* x, int64_
 struct GPT::AttnActs {
   FloatBuffer ln1, rstd1, qkv_out, lse, atty;
   LinearSaved s_qkv, s_proj;
-  QTensor sp_ln1;  // sequence parallel, rowwise wire: qkv's gathered input copy
 };
 
 // What a layer's MLP keeps: the RMSNorm output (when fc1 keeps no copy; always on MoE layers,
@@ -160,7 +131,6 @@ struct GPT::MlpActs {
   FloatBuffer ln2, rstd2, fc1_out, h;
   Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
   LinearSaved s_fc1, s_fc2;
-  QTensor sp_ln2;  // sequence parallel, rowwise wire: fc1's gathered input copy
 };
 
 struct GPT::Layer {
@@ -179,16 +149,12 @@ struct GPT::Layer {
 // arena with it).
 struct GPT::AttnView {
   float *ln1, *rstd1, *qkv_out, *lse, *atty, *branch;
-  float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
-  QTensor* sp_in;    // sequence parallel: qkv's gathered input copy, when kept
   float* resid_mid;  // the block's output
   LinearSaved *s_qkv, *s_proj;
 };
 struct GPT::MlpView {
   float* resid_mid;  // the block's input
   float *ln2, *rstd2, *a, *h, *branch;  // a: fc1's FP32 output
-  float* branch_s;   // sequence parallel: this rank's rows of the reduce-scattered branch
-  QTensor* sp_in;    // sequence parallel: fc1's gathered input copy, when kept
   Fp8Activation* a8;                    // set: SwiGLU's input is kept here in FP8
   LinearSaved *s_fc1, *s_fc2;
 };
@@ -236,6 +202,11 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
   Hl_ = cfg_.n_heads / tp;
   Fl_ = cfg_.d_ff / tp;
   sp_ = par_.sequence_parallel && tp > 1;
+  // The Linears' roles: qkv and fc1 column-parallel, proj and fc2 row-parallel over the tp
+  // group (with sequence parallelism when on); the LM head replicated.
+  auto role = [&](ParallelMode m) {
+    return LinearParallel{m, par_.tp, sp_, par_.sp_wire, &pstats_};
+  };
   auto prec = [&](const std::string& module) {
     for (const ModuleInfo& m : mods)
       if (m.module == module) {
@@ -256,8 +227,10 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
     const std::string p = "layers." + std::to_string(i);
     init_ones(L->attn_norm, p + ".attention.norm.gain", D);
     // Column-parallel qkv (this rank's q, k and v heads), row-parallel proj.
-    L->qkv = Linear(p + ".attention.qkv", D, 3 * Dl_, false, prec(p + ".attention.qkv"));
-    L->proj = Linear(p + ".attention.proj", Dl_, D, false, prec(p + ".attention.proj"));
+    L->qkv = Linear(p + ".attention.qkv", D, 3 * Dl_, false, prec(p + ".attention.qkv"),
+                    role(ParallelMode::column));
+    L->proj = Linear(p + ".attention.proj", Dl_, D, false, prec(p + ".attention.proj"),
+                     role(ParallelMode::row));
     init_normal_slice(L->qkv.weight, tp_split(par_, {3 * D, D}, 0, 3), std0, seed);
     init_normal_slice(L->proj.weight, tp_split(par_, {D, D}, 1, 1), std_out, seed);
     init_ones(L->mlp_norm, p + ".mlp.norm.gain", D);
@@ -283,8 +256,10 @@ GPT::GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t see
     } else {
       // Column-parallel fc1 (this rank's slices of gate and up), row-parallel fc2.
       const int64_t F = cfg_.d_ff;
-      L->fc1 = Linear(p + ".mlp.fc1", D, 2 * Fl_, false, prec(p + ".mlp.fc1"));
-      L->fc2 = Linear(p + ".mlp.fc2", Fl_, D, false, prec(p + ".mlp.fc2"));
+      L->fc1 = Linear(p + ".mlp.fc1", D, 2 * Fl_, false, prec(p + ".mlp.fc1"),
+                      role(ParallelMode::column));
+      L->fc2 = Linear(p + ".mlp.fc2", Fl_, D, false, prec(p + ".mlp.fc2"),
+                      role(ParallelMode::row));
       init_normal_slice(L->fc1.weight, tp_split(par_, {2 * F, D}, 0, 2), std0, seed);
       init_normal_slice(L->fc2.weight, tp_split(par_, {D, F}, 1, 1), std_out, seed);
       linears_[p + ".mlp.fc1"] = &L->fc1;
@@ -360,102 +335,20 @@ const MoELayer* GPT::moe_layer(int layer) const {
   return layers_[layer]->experts.get();
 }
 
-void GPT::event(const std::string& module, ModuleEvent e) {
-  if (hook_) hook_(module, e);
-}
-
-namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
-
-void GPT::tp_allreduce(float* x, int64_t n) {
-  if (!par_.tp) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  pstats_.tp_comm_bytes += par_.tp->allreduce_sum(x, size_t(n));
-  pstats_.tp_ms += ms_since(t0);
-}
-
-void GPT::count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0) {
-  count_gather({bytes, ms_since(t0), false});
-}
-
-void GPT::count_gather(const GatherCost& c) {
-  pstats_.tp_comm_bytes += c.bytes;
-  pstats_.tp_allgather_bytes += c.bytes;
-  pstats_.tp_ms += c.ms;
-  sp_fp32_route_ |= c.fp32_route;
-}
-
-void GPT::sp_reduce_scatter(const float* full, float* shard, int64_t shard_n) {
-  const auto t0 = std::chrono::steady_clock::now();
-  pstats_.tp_comm_bytes += par_.tp->reduce_scatter_sum(full, shard, size_t(shard_n));
-  pstats_.tp_ms += ms_since(t0);
-}
-
-// Column-parallel forward from the norm's shard: the product's input copy gathered (FP32 rows
-// for the FP32 reference); with the rowwise wire it stays in `kept` for the backward.
-void GPT::sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s,
-                        QTensor& kept) {
-  const int64_t K = l.in_features(), N = Ns * par_.tp_size();
-  const auto t0 = std::chrono::steady_clock::now();
-  if (fp32_ref_) {
-    count_gather(gather_rows(*par_.tp, shard, Ns, K, grow(sp_f32_, N * K)), t0);
-    linear_forward(true, l, sp_f32_.data(), N, y, s);
-    return;
-  }
-  const Recipe& r = l.precision().recipe;
-  bool fp32 = false;
-  QTensor& q = par_.sp_wire == SequenceWire::rowwise ? kept : sp_x_;
-  count_gather(gather_copies(*par_.tp, shard, Ns, K, r.role(Role::input), copies_needed(r,
-               Role::input, Use::forward), q, &fp32), t0);
-  sp_fp32_route_ |= fp32;
-  l.forward_given(q, y, s);
-}
-
-// Column-parallel backward: x's wgrad copy gathered again from the shard (exact wire) or made
-// from the kept forward copy (rowwise wire); dx [N, in] is this rank's part of the input
-// gradient (the caller reduce-scatters it).
-void GPT::sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
-                         const float* dy, float* dx, QTensor& kept) {
-  const int64_t K = l.in_features(), N = Ns * par_.tp_size();
-  const auto t0 = std::chrono::steady_clock::now();
-  if (fp32_ref_) {
-    count_gather(gather_rows(*par_.tp, shard, Ns, K, grow(sp_f32_, N * K)), t0);
-    linear_backward(true, l, s, sp_f32_.data(), N, dy, dx);
-    return;
-  }
-  const Recipe& r = l.precision().recipe;
-  GatherCost cost;
-  QTensor& x = input_wgrad_copies(*par_.tp, shard, Ns, K, r.role(Role::input),
-                                  copies_needed(r, Role::input, Use::wgrad), par_.sp_wire, kept,
-                                  sp_x_, sp_f32_, cost);
-  count_gather(cost);
-  l.backward_given(s, dy, nullptr, &x, dx);
-}
-
-// Row-parallel backward: the residual gradient's shard gathered as the copies dgrad and wgrad
-// read (exact wire), or as dgrad's with wgrad's made from it (rowwise wire).
-void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
-                          int64_t Ns, float* dx) {
-  const int64_t O = l.out_features(), N = Ns * par_.tp_size();
-  const auto t0 = std::chrono::steady_clock::now();
-  if (fp32_ref_) {
-    count_gather(gather_rows(*par_.tp, dy_shard, Ns, O, grow(sp_f32_, N * O)), t0);
-    linear_backward(true, l, s, x_ref, N, sp_f32_.data(), dx);
-    return;
-  }
-  const Recipe& r = l.precision().recipe;
-  count_gather(gather_grad_copies(*par_.tp, dy_shard, Ns, O, r.role(Role::grad),
-                                  copies_needed(r, Role::grad, Use::dgrad),
-                                  copies_needed(r, Role::grad, Use::wgrad), par_.sp_wire, sp_dy_,
-                                  sp_f32_));
-  l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
+void GPT::set_module_hook(ModuleHook hook) {
+  auto each = [&](const std::string& name, auto& layer) {
+    if (hook)
+      layer.set_hook([hook, name](ModuleEvent e) { hook(name, e); });
+    else
+      layer.set_hook({});
+  };
+  for (auto& [name, l] : linears_) each(name, *l);
+  for (auto& [name, g] : grouped_) each(name, *g);
 }
 
 void GPT::set_fp32_reference(bool on) {
   fp32_ref_ = on;
+  for (auto& [name, l] : linears_) l->set_fp32_reference(on);
   for (auto& L : layers_)
     if (L->experts) L->experts->set_fp32_reference(on);
 }
@@ -474,7 +367,7 @@ void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
 // The buffer a Linear's FP32 input goes to: `own` (kept until backward) when the Linear does
 // not keep a copy of it or the FP32 reference needs it, else `scratch` (and `own` is freed).
 float* GPT::linear_input(const Linear& l, FloatBuffer& own, int64_t n, float* scratch) {
-  if (fp32_ref_ || !l.keeps_input_copy()) return grow(own, n);
+  if (!l.keeps_input_copy()) return grow(own, n);
   own = FloatBuffer();
   return scratch;
 }
@@ -548,19 +441,11 @@ GPT::AttnView GPT::attn_view(Layer& L, int64_t N) {
   v.s_proj = &A.s_proj;
   v.rstd1 = grow(A.rstd1, Ns);
   v.lse = grow(A.lse, N * H);
-  v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
-  v.sp_in = &A.sp_ln1;
-  if (sp_) {  // qkv keeps nothing of its gathered input but, on the rowwise wire, sp_ln1: the
-              // exact wire's backward gathers the shard again
-    v.ln1 = grow(A.ln1, Ns * D);
+  if (!shared) {
+    v.ln1 = linear_input(L.qkv, A.ln1, Ns * D, lin_scratch(N * D));
     v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
     v.atty = grow(A.atty, N * Dl);
-    v.branch = grow(branch_, N * D);
-  } else if (!shared) {
-    v.ln1 = linear_input(L.qkv, A.ln1, N * D, lin_scratch(N * D));
-    v.qkv_out = grow(A.qkv_out, N * 3 * Dl);
-    v.atty = grow(A.atty, N * Dl);
-    v.branch = grow(branch_, N * D);
+    v.branch = grow(branch_, Ns * D);
   } else {
     const ArenaLayout al = arena_layout(cfg_);
     v.ln1 = linear_input(L.qkv, A.ln1, N * D, arena(N, al.attn_branch));
@@ -582,16 +467,12 @@ GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
   v.s_fc1 = &M.s_fc1;
   v.s_fc2 = &M.s_fc2;
   v.rstd2 = grow(M.rstd2, Ns);
-  v.branch = in_arena ? arena(N, 0) : grow(branch_, N * D);
-  v.branch_s = sp_ ? grow(branch_s_, Ns * D) : nullptr;
-  v.sp_in = &M.sp_ln2;
+  v.branch = in_arena ? arena(N, 0) : grow(branch_, Ns * D);
   if (L.moe) {
     v.ln2 = grow(M.ln2, N * D);  // the router's backward reads it
     return v;
   }
-  v.ln2 = sp_ ? grow(M.ln2, Ns * D)  // the backward gathers fc1's input again from it
-              : linear_input(L.fc1, M.ln2, N * D,
-                             in_arena ? arena(N, al.mlp_h) : lin_scratch(N * D));
+  v.ln2 = linear_input(L.fc1, M.ln2, Ns * D, in_arena ? arena(N, al.mlp_h) : lin_scratch(N * D));
   if (fc1_out_fp8(L)) {
     // fc1 writes the backward's dfc1 scratch (free until the backward); only the FP8 copy stays.
     M.fc1_out = FloatBuffer();
@@ -608,7 +489,7 @@ GPT::MlpView GPT::mlp_view(Layer& L, int64_t N) {
 GPT::Grads GPT::grads(int64_t N) {
   const int64_t D = cfg_.d_model, F = Fl_, Dl = Dl_;
   if (recompute_ == Recompute::none) {
-    float* dln = grow(dln_, N * D);
+    float* dln = grow(dln_, local_rows(N) * D);
     return {dln, dln, dln, grow(dbranch_, N * Dl), grow(dqkv_, N * 3 * Dl), grow(dfc1_, N * 2 * F),
             grow(dh_, N * F)};
   }
@@ -641,7 +522,6 @@ void GPT::ensure_backward_buffers(int B, int T) {
   for (Parameter* p : params_)
     if (!p->value.empty()) ensure_grad(*p);
   grow(dres_, local_rows(int64_t(B) * T) * cfg_.d_model);
-  if (sp_) grow(dln_s_, local_rows(int64_t(B) * T) * cfg_.d_model);
   grads(int64_t(B) * T);
 }
 
@@ -662,30 +542,22 @@ void GPT::reserve(int B, int T) {
 void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p) {
   const int64_t N = int64_t(B) * T, D = cfg_.d_model, Dl = Dl_, H = Hl_, Ns = local_rows(N);
   rmsnorm_forward(v.ln1, v.rstd1, x, L.attn_norm.value.data(), Ns, D, cfg_.rms_eps);
-  if (sp_)
-    sp_forward_in(L.qkv, v.ln1, Ns, v.qkv_out, *v.s_qkv, *v.sp_in);
+  if (p == Pass::forward)
+    L.qkv.forward(v.ln1, Ns, v.qkv_out, *v.s_qkv);
   else
-    linear_forward(fp32_ref_, L.qkv, v.ln1, N, v.qkv_out, *v.s_qkv);
-  if (p == Pass::forward) event(L.qkv.name(), ModuleEvent::forward_done);
+    L.qkv.recompute(v.ln1, Ns, v.qkv_out, *v.s_qkv);
   attention_forward(v.atty, v.lse, v.qkv_out, B, T, Dl, H,
                     fp32_ref_ ? AttnPrecision::fp32 : AttnPrecision::bf16,
                     cfg_.rope_theta > 0.f ? &rope_ : nullptr);  // q, k rotated as read
   if (p == Pass::recompute) {
-    if (fp32_ref_)
-      *v.s_proj = LinearSaved{};
-    else
-      L.proj.save_input(v.atty, N, *v.s_proj);
+    L.proj.save_input(v.atty, N, *v.s_proj);
     return;
   }
-  linear_forward(fp32_ref_, L.proj, v.atty, N, v.branch, *v.s_proj);
-  if (p == Pass::forward) event(L.proj.name(), ModuleEvent::forward_done);
-  if (sp_) {  // row-parallel: the heads' partial sums, this rank's rows
-    sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
-    residual_forward(v.resid_mid, x, v.branch_s, Ns * D);
-    return;
-  }
-  tp_allreduce(v.branch, N * D);  // row-parallel: the heads' partial sums
-  residual_forward(v.resid_mid, x, v.branch, N * D);
+  if (p == Pass::forward)  // the heads' partial sums, summed (this rank's rows under SP)
+    L.proj.forward(v.atty, N, v.branch, *v.s_proj);
+  else
+    L.proj.recompute(v.atty, N, v.branch, *v.s_proj);
+  residual_forward(v.resid_mid, x, v.branch, Ns * D);
 }
 
 // The MLP of v.resid_mid; writes out = v.resid_mid + mlp(...) unless `recompute`, which only
@@ -695,36 +567,23 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
   rmsnorm_forward(v.ln2, v.rstd2, v.resid_mid, L.mlp_norm.value.data(), Ns, D, cfg_.rms_eps);
   double aux = 0.0;
   if (L.moe) {  // this rank's rows (its shard under sequence parallelism) go to the experts
+    if (recompute) return L.experts->recompute(v.ln2, Ns, v.branch);
     aux = L.experts->forward(v.ln2, Ns, v.branch);
-    if (recompute) return aux;
-    event(L.experts->fc1.name(), ModuleEvent::forward_done);
-    event(L.experts->fc2.name(), ModuleEvent::forward_done);
   } else {
-    if (sp_)
-      sp_forward_in(L.fc1, v.ln2, Ns, v.a, *v.s_fc1, *v.sp_in);
+    if (recompute)
+      L.fc1.recompute(v.ln2, Ns, v.a, *v.s_fc1);
     else
-      linear_forward(fp32_ref_, L.fc1, v.ln2, N, v.a, *v.s_fc1);
-    if (!recompute) event(L.fc1.name(), ModuleEvent::forward_done);
+      L.fc1.forward(v.ln2, Ns, v.a, *v.s_fc1);
     swiglu_forward(v.h, v.a, N, F);
     // SwiGLU's input in FP8, [2N, F]: kept as codes; under the whole-layer recompute only the
     // recomputed pass rounds it, in place, for SwiGLU's backward to read there.
     if (v.a8 && recompute_ != Recompute::layer) v.a8->keep(v.a, 2 * N, F, swiglu_rounding_);
     if (v.a8 && recompute) v.a8->round_trip(v.a, 2 * N, F, swiglu_rounding_);
     if (recompute) {
-      if (fp32_ref_)
-        *v.s_fc2 = LinearSaved{};
-      else
-        L.fc2.save_input(v.h, N, *v.s_fc2);
+      L.fc2.save_input(v.h, N, *v.s_fc2);
       return 0.0;
     }
-    linear_forward(fp32_ref_, L.fc2, v.h, N, v.branch, *v.s_fc2);
-    event(L.fc2.name(), ModuleEvent::forward_done);
-    if (sp_) {  // row-parallel: the hidden slices' partial sums, this rank's rows
-      sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
-      residual_forward(out, v.resid_mid, v.branch_s, Ns * D);
-      return aux;
-    }
-    tp_allreduce(v.branch, N * D);  // row-parallel: the hidden slices' partial sums
+    L.fc2.forward(v.h, N, v.branch, *v.s_fc2);  // the hidden slices' partial sums, summed
   }
   residual_forward(out, v.resid_mid, v.branch, Ns * D);
   return aux;
@@ -749,8 +608,6 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
     aux += mlp_block(L, mv, N, resid_[l + 1].data(), false);
     // What stays until the backward (the recomputed blocks' copies are made again there).
     if (recompute_ == Recompute::none) held += av.s_qkv->held_bytes() + av.s_proj->held_bytes();
-    if (sp_ && par_.sp_wire == SequenceWire::rowwise)  // the gathered copies kept for backward
-      held += av.sp_in->bytes() + (L.moe ? 0 : mv.sp_in->bytes());
     if (recompute_ != Recompute::layer)
       held += L.moe ? L.experts->held_bytes() : mv.s_fc1->held_bytes() + mv.s_fc2->held_bytes();
   }
@@ -758,8 +615,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
                             recompute_ != Recompute::none ? arena(N, 0) : lin_scratch(N * D));
   rmsnorm_forward(lnf, rstdf_.data(), resid_.back().data(), final_norm_.value.data(), Ns, D,
                   cfg_.rms_eps);
-  linear_forward(fp32_ref_, lm_head_, lnf, Ns, logits_.data(), lm_saved_);
-  event(lm_head_.name(), ModuleEvent::forward_done);
+  lm_head_.forward(lnf, Ns, logits_.data(), lm_saved_);
   held += lm_saved_.held_bytes();
   // Softmax in place: logits_ holds the probabilities from here on (without targets, from
   // forward_logits, it keeps the logits).
@@ -768,10 +624,8 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
                         : 0.0;
   if (sp_ && targets) {  // the mean over the group's equal shares of the N tokens; the MoE
                         // load-balancing losses are the ranks' parts of the micro-batch's
-    const auto t0 = std::chrono::steady_clock::now();
     double sums[2] = {loss, aux};
-    pstats_.tp_comm_bytes += par_.tp->allreduce_sum(sums, cfg_.moe_num_experts ? 2 : 1);
-    pstats_.tp_ms += ms_since(t0);
+    SequenceShard{par_.tp, &pstats_}.sum(sums, cfg_.moe_num_experts ? 2 : 1);
     loss = sums[0] / double(par_.tp_size());
     if (cfg_.moe_num_experts) aux = sums[1];
   }
@@ -812,9 +666,7 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
   // logits_ holds the probabilities; turn them into dlogits in place.
   crossentropy_backward(logits_.data(), logits_.data(), targets + first, Ns, V,
                         grad_scale / float(N));
-  event(lm_head_.name(), ModuleEvent::backward_start);
-  linear_backward(fp32_ref_, lm_head_, lm_saved_, lnf_.data(), Ns, logits_.data(), g.dln_head);
-  event(lm_head_.name(), ModuleEvent::backward_done);
+  lm_head_.backward(lm_saved_, logits_.data(), g.dln_head);
   rmsnorm_backward(dres_.data(), final_norm_.grad.data(), g.dln_head, resid_.back().data(),
                    final_norm_.value.data(), rstdf_.data(), Ns, D, Accum::write,
                    take_grad_mode(final_norm_));
@@ -832,18 +684,9 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       mlp_block(L, mv, N, nullptr, true);
     }
     if (L.moe) {
-      event(L.experts->fc2.name(), ModuleEvent::backward_start);
-      event(L.experts->fc1.name(), ModuleEvent::backward_start);
       L.experts->backward(dres_.data(), daux, g.dln_mlp, Accum::write);
-      event(L.experts->fc2.name(), ModuleEvent::backward_done);
-      event(L.experts->fc1.name(), ModuleEvent::backward_done);
     } else {
-      event(L.fc2.name(), ModuleEvent::backward_start);
-      if (sp_)
-        sp_backward_out(L.fc2, *mv.s_fc2, mv.h, dres_.data(), Ns, g.dh);
-      else
-        linear_backward(fp32_ref_, L.fc2, *mv.s_fc2, mv.h, N, dres_.data(), g.dh);
-      event(L.fc2.name(), ModuleEvent::backward_done);
+      L.fc2.backward(*mv.s_fc2, dres_.data(), g.dh);
       const float* a = mv.a;
       if (mv.a8 && recompute_ != Recompute::layer) {  // dequantized into dfc1, then SwiGLU's
                                                       // backward runs in place
@@ -851,45 +694,19 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
         a = g.dfc1;
       }
       swiglu_backward(g.dfc1, g.dh, a, N, F, Accum::write);
-      event(L.fc1.name(), ModuleEvent::backward_start);
-      if (sp_)
-        sp_backward_in(L.fc1, *mv.s_fc1, mv.ln2, Ns, g.dfc1, g.dln_mlp, *mv.sp_in);
-      else
-        linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
-      event(L.fc1.name(), ModuleEvent::backward_done);
-      // Column-parallel: every slice's input gradient (this rank's rows of it under SP).
-      if (sp_)
-        sp_reduce_scatter(g.dln_mlp, dln_s_.data(), Ns * D);
-      else
-        tp_allreduce(g.dln_mlp, N * D);
+      // Column-parallel: every slice's input gradient, summed (this rank's rows under SP).
+      L.fc1.backward(*mv.s_fc1, g.dfc1, g.dln_mlp);
     }
-    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(),
-                     sp_ && !L.moe ? dln_s_.data() : g.dln_mlp,
-                     mv.resid_mid, L.mlp_norm.value.data(), mv.rstd2, Ns, D, Accum::add,
+    rmsnorm_backward(dres_.data(), L.mlp_norm.grad.data(), g.dln_mlp, mv.resid_mid, L.mlp_norm.value.data(), mv.rstd2, Ns, D, Accum::add,
                      take_grad_mode(L.mlp_norm));
     if (recompute_ != Recompute::none)
       attention_block(L, av, resid_[l].data(), B, T, Pass::recompute);
-    event(L.proj.name(), ModuleEvent::backward_start);
-    if (sp_)
-      sp_backward_out(L.proj, *av.s_proj, av.atty, dres_.data(), Ns, g.dbranch);
-    else
-      linear_backward(fp32_ref_, L.proj, *av.s_proj, av.atty, N, dres_.data(), g.dbranch);
-    event(L.proj.name(), ModuleEvent::backward_done);
+    L.proj.backward(*av.s_proj, dres_.data(), g.dbranch);
     attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, Dl, H, attn_prec,
                        cfg_.rope_theta > 0.f ? &rope_ : nullptr);  // writes dqkv
-    event(L.qkv.name(), ModuleEvent::backward_start);
-    if (sp_)
-      sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn, *av.sp_in);
-    else
-      linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
-    event(L.qkv.name(), ModuleEvent::backward_done);
-    // Column-parallel: every head's input gradient (this rank's rows of it under SP).
-    if (sp_)
-      sp_reduce_scatter(g.dln_attn, dln_s_.data(), Ns * D);
-    else
-      tp_allreduce(g.dln_attn, N * D);
-    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), sp_ ? dln_s_.data() : g.dln_attn,
-                     resid_[l].data(), L.attn_norm.value.data(), av.rstd1, Ns, D, Accum::add,
+    // Column-parallel: every head's input gradient, summed (this rank's rows under SP).
+    L.qkv.backward(*av.s_qkv, g.dqkv, g.dln_attn);
+    rmsnorm_backward(dres_.data(), L.attn_norm.grad.data(), g.dln_attn, resid_[l].data(), L.attn_norm.value.data(), av.rstd1, Ns, D, Accum::add,
                      take_grad_mode(L.attn_norm));
   }
   embedding_backward(embed_.grad.data(), dres_.data(), tokens + first, Ns, V, D,

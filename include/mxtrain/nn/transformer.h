@@ -94,8 +94,6 @@ std::vector<ModuleInfo> describe_modules(const ModelConfig& cfg);
 // reference, e.g. [&](const ModuleInfo& m) { return r(m); }, since std::function copies.)
 using LinearPrecisionFn = std::function<LinearPrecision(const ModuleInfo&)>;
 
-enum class ModuleEvent : uint8_t { forward_done, backward_start, backward_done };
-
 // Activation recompute (config training.recompute): what the forward keeps for backward.
 //   none       everything the backward reads (docs/design.md, "Saved for backward");
 //   attention  per layer the attention block's input and output (the residual stream) and the
@@ -124,14 +122,15 @@ const char* recompute_name(Recompute r);
 //
 // Sequence parallelism (ModelParallel::sequence_parallel, with tp): rank r of the group holds
 // rows [r·N/tp, (r+1)·N/tp) of the residual stream of a micro-batch's N tokens, and runs the
-// embedding, the norms, the residual adds and the LM head on them alone. Before qkv and fc1
-// the norm's output is all-gathered — as the copy the product reads (FP8 codes and scales
-// under an FP8 recipe, BF16 under bf16: gather_copies, nn/parallel.h), and again as the wgrad
-// copy in the backward (as Megatron re-gathers) — and proj's and fc2's partial outputs are
-// reduce-scattered; in the backward the residual gradient is gathered the same way before
-// proj and fc2, and qkv's and fc1's input gradients are reduce-scattered. The gathered copies
-// are the bytes one process quantizes, so the products are the one-process ones. The norms',
-// embedding's and LM head's gradients are then parts (Parameter::split.partial_grad).
+// embedding, the norms, the residual adds and the LM head on them alone. qkv and fc1 (column-
+// parallel) all-gather the norm's output themselves — as the copy the product reads (FP8
+// codes and scales under an FP8 recipe, BF16 under bf16), and again as the wgrad copy in the
+// backward (as Megatron re-gathers) — and proj and fc2 (row-parallel) reduce-scatter their
+// partial outputs; in the backward proj and fc2 gather the residual gradient the same way,
+// and qkv and fc1 reduce-scatter their input gradients (nn/parallel.h, LinearParallel). The
+// gathered copies are the bytes one process quantizes, so the products are the one-process
+// ones. The norms', embedding's and LM head's gradients are then parts
+// (Parameter::split.partial_grad).
 class GPT {
  public:
   GPT(const ModelConfig& cfg, const LinearPrecisionFn& resolver, uint64_t seed,
@@ -191,10 +190,12 @@ class GPT {
   // (backward_start) and after it (backward_done), in execution order — forward follows
   // quantizable_modules(), backward reverses it (an MoE block reports experts.fc1 then
   // experts.fc2 after its forward; before its backward it reports the start of fc2 then fc1,
-  // after it their ends in the same order). FSDP uses it to drop gathered weights, lend and
-  // reduce-scatter gradient buffers, and drive communication (train/param_sync_fsdp.cc).
+  // after it their ends in the same order). It hooks every Linear and GroupedLinear (nn/
+  // linear.h, LayerHook) with a call of this one with its name; FSDP hooks the layers it
+  // shards itself, to drop gathered weights, lend and reduce-scatter gradient buffers, and
+  // drive communication (train/param_sync_fsdp.cc).
   using ModuleHook = std::function<void(const std::string& module, ModuleEvent e)>;
-  void set_module_hook(ModuleHook hook) { hook_ = std::move(hook); }
+  void set_module_hook(ModuleHook hook);
 
   // The MoE block of a layer (routing decisions, expert counts); nullptr for dense layers.
   const MoELayer* moe_layer(int layer) const;
@@ -206,7 +207,7 @@ class GPT {
   const ModelParallel& parallel() const { return par_; }
   // True once a sequence-parallel gather had to send FP32 rows (a copy whose blocks span two
   // ranks' rows: colwise blocks longer than a rank's N/tp tokens).
-  bool sequence_parallel_fp32_route() const { return sp_fp32_route_; }
+  bool sequence_parallel_fp32_route() const { return pstats_.sp_fp32_route; }
   // Bytes and time of the tensor- and expert-parallel collectives since the last reset.
   const ParallelStats& parallel_stats() const { return pstats_; }
   void reset_parallel_stats() { pstats_ = {}; }
@@ -241,7 +242,6 @@ class GPT {
   struct MlpView;
   struct Grads;
   enum class Pass : uint8_t { forward, rebuild, recompute };  // transformer.cc, attention_block
-  void event(const std::string& module, ModuleEvent e);
   float forward(const int32_t* tokens, const int32_t* targets, int B, int T);
   void ensure_buffers(int B, int T);
   void ensure_backward_buffers(int B, int T);
@@ -255,26 +255,9 @@ class GPT {
   void attention_block(Layer& L, const AttnView& v, const float* x, int B, int T, Pass p);
   double mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool recompute);
   bool fc1_out_fp8(const Layer& L) const;  // this dense layer keeps SwiGLU's input in FP8
-  // x [n] summed over the tensor-parallel group (a row-parallel output, a column-parallel
-  // input gradient); nothing with one rank.
-  void tp_allreduce(float* x, int64_t n);
   // Rows of a micro-batch's N tokens this rank's residual stream holds (N / tp under
   // sequence parallelism, else N).
   int64_t local_rows(int64_t N) const { return sp_ ? N / par_.tp_size() : N; }
-  // Sequence parallelism (see above): a column-parallel Linear's forward and backward from
-  // the norm's output shard [Ns, in]; a row-parallel Linear's backward from the residual
-  // gradient's shard [Ns, out] (x_ref: its FP32 input, for the FP32 reference); the group's
-  // sum of a full [N, D] partial, scattered: rank r keeps rows [r·Ns, (r+1)·Ns) in `shard`.
-  // `kept`: the gathered forward copy kept for the backward (SequenceWire::rowwise).
-  void sp_forward_in(Linear& l, const float* shard, int64_t Ns, float* y, LinearSaved& s,
-                     QTensor& kept);
-  void sp_backward_in(Linear& l, LinearSaved& s, const float* shard, int64_t Ns,
-                      const float* dy, float* dx, QTensor& kept);
-  void sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const float* dy_shard,
-                       int64_t Ns, float* dx);
-  void sp_reduce_scatter(const float* full, float* shard, int64_t shard_n);
-  void count_gather(uint64_t bytes, std::chrono::steady_clock::time_point t0);
-  void count_gather(const GatherCost& c);  // also notes an FP32 route
   std::vector<Parameter*> collect_parameters();
 
   ModelConfig cfg_;
@@ -284,10 +267,6 @@ class GPT {
   int64_t Dl_ = 0, Hl_ = 0, Fl_ = 0;
   bool sp_ = false;  // sequence parallel
   ParallelStats pstats_;
-  // Sequence parallelism's gathered operands (reused) and shard-sized scratch.
-  QTensor sp_x_, sp_dy_;
-  FloatBuffer sp_f32_, branch_s_, dln_s_;
-  bool sp_fp32_route_ = false;
   Parameter embed_, final_norm_;
   std::vector<std::unique_ptr<Layer>> layers_;
   Linear lm_head_;
@@ -320,7 +299,6 @@ class GPT {
   bool fp32_ref_ = false;
   SwigluInput swiglu_input_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
-  ModuleHook hook_;
 };
 
 }  // namespace mxtrain
