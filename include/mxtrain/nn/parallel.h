@@ -141,6 +141,7 @@ struct SequenceShard {
   int64_t rows(int64_t N) const { return group ? N / group->size() : N; }
   int64_t first(int64_t N) const { return group ? rows(N) * group->rank() : 0; }
   bool split() const { return group != nullptr; }
+  int parts() const { return group ? group->size() : 1; }
   // Throws unless the group's ranks get equal shares of N tokens.
   void check(int64_t N) const;
   // `sums` [n]: each rank's part, summed over the group in place (a loss over the micro-batch
