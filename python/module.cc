@@ -12,6 +12,7 @@
 namespace mxtrain::py_detail {
 void bind_quantize(py::module_& m);
 void bind_linear(py::module_& m);
+void bind_formats(py::module_& m);
 }  // namespace mxtrain::py_detail
 
 PYBIND11_MODULE(_mxtrain, m) {
@@ -51,4 +52,5 @@ PYBIND11_MODULE(_mxtrain, m) {
         "The kernel path in use");
   bind_quantize(m);
   bind_linear(m);
+  bind_formats(m);
 }

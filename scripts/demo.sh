@@ -13,10 +13,12 @@ mkdir -p runs/demo runs/cache
 # Every output is checked writable before training starts (the trainer checks its own).
 python3 tools/plot_losses.py --check --out runs/demo/loss.svg
 bash scripts/demo_data.sh ./build/mxtrain
-# A fresh run starts from no checkpoints (old ones would be taken as this run's latest).
-case " $* " in *" --resume "*) ;; *) rm -rf runs/demo/ckpt ;; esac
+# A fresh run replaces the checkpoints of the previous demo run (mxtrain refuses a fresh run
+# over another run's checkpoints unless told so); with --resume it continues them.
+fresh=(--overwrite-checkpoints)
+case " $* " in *" --resume "*) fresh=() ;; esac
 ./build/mxtrain train --config configs/demo.yaml --recipe mxfp8 \
-  --metrics-out runs/demo/metrics.jsonl --checkpoint-dir runs/demo/ckpt "$@"
+  --metrics-out runs/demo/metrics.jsonl --checkpoint-dir runs/demo/ckpt "${fresh[@]}" "$@"
 python3 tools/plot_losses.py --out runs/demo/loss.svg \
   --title "demo GPT (configs/demo.yaml, SentencePiece 4096), mxfp8" mxfp8=runs/demo/metrics.jsonl
 echo "metrics: runs/demo/metrics.jsonl  plot: runs/demo/loss.svg  checkpoint: runs/demo/ckpt" >&2

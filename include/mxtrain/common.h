@@ -33,6 +33,16 @@ template <class... Args>
 }
 }  // namespace detail
 
+// A value as a message shows it: whole when short, else its start and end around the
+// number of characters left out ("xxxx…(9999800 more characters)…xxxx"), so that one bad
+// value (a 10 MB path) never makes a 10 MB error line.
+inline std::string shown(const std::string& v, size_t max_chars = 160) {
+  if (v.size() <= max_chars) return v;
+  const size_t head = max_chars * 2 / 3, tail = max_chars / 6;
+  return v.substr(0, head) + "...(" + std::to_string(v.size() - head - tail) +
+         " more characters)..." + v.substr(v.size() - tail);
+}
+
 // Throws `e` again with `prefix` in front of its message (the file:line stays the original
 // check's), for a caller that adds which input the error is about.
 [[noreturn]] inline void rethrow_prefixed(const std::string& prefix, const Error& e) {

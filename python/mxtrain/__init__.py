@@ -7,6 +7,7 @@ the mxtrain engine, on NumPy arrays.
     Linear(in_features, out_features, bias=False, recipe="mxfp8", defer_backward_quant=False)
     recipes() -> list of dicts (as `mxtrain recipes --json`)
     info()    -> dict (as `mxtrain info --json`)
+    encode(x, format) / decode(codes, format) -> one value at a time: e4m3, e5m2, e8m0, bf16
     set_isa(name or None), active_isa()
     Error     -> raised for errors the engine reports (a RuntimeError)
 
@@ -16,12 +17,12 @@ See docs/python.md.
 
 import json as _json
 
-from ._mxtrain import (Error, Linear, LinearState, active_isa, dequantize, matmul, quantize,
-                       set_isa)
+from ._mxtrain import (Error, Linear, LinearState, active_isa, decode, dequantize, encode,
+                       matmul, quantize, set_isa)
 from . import _mxtrain
 
-__all__ = ["Error", "Linear", "LinearState", "active_isa", "dequantize", "info", "matmul",
-           "quantize", "recipes", "set_isa"]
+__all__ = ["Error", "Linear", "LinearState", "active_isa", "decode", "dequantize", "encode",
+           "info", "matmul", "quantize", "recipes", "set_isa"]
 
 
 def info():

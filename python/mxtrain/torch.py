@@ -9,7 +9,9 @@ x is [..., in] on the CPU (any float dtype; the engine works in FP32 at the laye
 x is converted to float32, y is returned in x's dtype, gradients in their inputs' dtypes).
 Forward calls the engine's Linear::forward, backward its Linear::backward; each weight
 tensor gets its own engine layer, which re-quantizes the weight only when its values change.
-See docs/python.md.
+One backward per forward, first derivatives only: a second backward through the same call
+(retain_graph=True) and double backward (create_graph=True, then differentiating the
+gradient) raise a RuntimeError saying so. See docs/python.md.
 """
 
 import math
@@ -51,7 +53,13 @@ class _MXLinearFunction(_torch.autograd.Function):
         return _torch.from_numpy(y).reshape(*x.shape[:-1], layer.out_features).to(x.dtype)
 
     @staticmethod
+    @_torch.autograd.function.once_differentiable  # no second derivative: torch says so
     def backward(ctx, dy):
+        if ctx.state is None:  # retain_graph=True and a second backward through this call
+            raise RuntimeError(
+                "mxtrain.torch: a second backward through the same MXLinear call; the engine "
+                "frees what it saved for backward after the first one, so run the forward "
+                "again (retain_graph=True cannot keep it)")
         weight, bias, _ = ctx.saved_tensors  # raises if any was modified in place
         layer = ctx.layer
         # Unchanged since forward (torch checked), so this only compares; if the layer's

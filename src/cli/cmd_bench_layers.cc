@@ -318,7 +318,10 @@ int run_bench_layers_cli(const BenchLayersCli& o) {
   MXT_CHECK(o.sp_wire == SequenceWire::exact || o.sequence_parallel,
             "--sp-wire rowwise needs --sequence-parallel");
   const bool lead = !mesh || mesh->rank() == 0;
-  if (lead) io::check_output_file(o.report, "--report");  // before minutes of measuring
+  if (lead) {  // before minutes of measuring
+    io::check_output_file(o.report, "--report");
+    io::check_outputs_apart({{"--report", o.report}}, {{"--config", o.config}});
+  }
   const TrainConfig cfg = load_config(o.config);
   policy::BenchLayersOptions bo;
   bo.par = {o.tp, o.ep, o.etp};

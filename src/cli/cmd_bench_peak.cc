@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/values.h"
 #include "mxtrain/isa.h"
 #include "mxtrain/peak.h"
 
@@ -90,17 +91,17 @@ MXT_REGISTER_COMMAND("bench peak", [](CLI::App& app) {
   sub->add_flag("--quiet", opts->quiet, "No progress lines on stderr");
   sub->add_option("--reps", opts->reps, "Timed repetitions per figure; the median is "
                                         "reported with the range (default 7)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
   sub->add_option("--rep-ms", opts->rep_ms, "Target length of one repetition in ms (default 50)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
   sub->add_option("--buffer-mib", opts->buffer_mib,
                   "Size of each memory-stream buffer in MiB (default: 4x the last-level cache, "
                   "at least 64)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
   sub->add_option("--threads", opts->threads,
                   "Thread counts to measure (default 1 and the OpenMP maximum)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
   sub->add_flag("!--no-memory", opts->memory, "Skip the memory-bandwidth figures");
   sub->add_flag("!--no-compute", opts->compute, "Skip the compute-peak figures");
   sub->callback([opts] { exit_code() = run_bench_peak(*opts); });

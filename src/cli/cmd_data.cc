@@ -1,5 +1,6 @@
-// cli/cmd_data.cc — `mxtrain tokenizer train` and `mxtrain prepare-data`: a SentencePiece
-// tokenizer from text, and text into token shards (corpus/tokenizer.h, corpus/prepare.h).
+// cli/cmd_data.cc — `mxtrain tokenizer train`, `mxtrain tokenizer encode` and `mxtrain
+// prepare-data`: a SentencePiece tokenizer from text, the ids of one text, and text into token
+// shards (corpus/tokenizer.h, corpus/prepare.h).
 //
 // Every argument is checked before any work; outputs are written atomically (the model file,
 // the shard directory), so an error leaves nothing behind. prepare-data shows a progress bar
@@ -27,8 +28,16 @@ struct TokTrainArgs {
   bool quiet = false;
 };
 
+// Each --input against the output.
+std::vector<io::NamedPath> inputs_of(const std::vector<std::string>& inputs) {
+  std::vector<io::NamedPath> v;
+  for (const std::string& in : inputs) v.push_back({"--input", in});
+  return v;
+}
+
 int run_tokenizer_train(const TokTrainArgs& a) {
   io::check_output_file(a.out, "--out");
+  io::check_outputs_apart({{"--out", a.out}}, inputs_of(a.inputs));
   if (!a.quiet)
     std::fprintf(stderr, "training a %d-piece BPE SentencePiece tokenizer...\n", a.vocab_size);
   corpus::TokenizerTrainOptions o;
@@ -46,6 +55,32 @@ int run_tokenizer_train(const TokTrainArgs& a) {
                  "in %.1f s\n", a.out.c_str(), tok.vocab_size(), tok.id().str().c_str(),
                  (long long)st.lines_used, (long long)st.lines_seen, st.text_bytes * 1e-6,
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
+struct TokEncodeArgs {
+  std::string tokenizer, text, input;
+  bool json = false;
+};
+
+// The ids of a text, by the Encoder prepare-data tokenizes a corpus with (and generate, its
+// prompt): byte-exact SentencePiece encoding, or the bytes themselves.
+int run_tokenizer_encode(const TokEncodeArgs& a) {
+  MXT_CHECK(a.text.empty() != a.input.empty(), "tokenizer encode: give the text as --text TEXT "
+            "or --input FILE (one of them)");
+  const corpus::Tokenizer tok = corpus::Tokenizer::open(a.tokenizer);
+  const std::string text = a.input.empty() ? a.text : io::read_text_file(a.input);
+  std::vector<int32_t> ids;
+  corpus::Encoder(tok).encode(text, ids);
+  if (a.json) {
+    const nlohmann::json j = {{"tokenizer", tok.id().str()}, {"bytes", text.size()},
+                              {"ids", ids}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::string line;
+    for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+    std::printf("%s\n", line.c_str());
+  }
   return 0;
 }
 
@@ -67,6 +102,9 @@ int run_prepare(const PrepareArgs& a) {
             "got ", a.val_fraction);
   MXT_CHECK(a.shard_tokens >= 1, "--shard-tokens must be >= 1, got ", a.shard_tokens);
   io::check_output_dir(a.out, "--out");
+  std::vector<io::NamedPath> inputs = inputs_of(a.inputs);
+  if (a.tokenizer != "bytes") inputs.push_back({"--tokenizer", a.tokenizer});
+  io::check_outputs_apart({{"--out", a.out, /*replaced=*/true}}, inputs);
   const corpus::Tokenizer tok = corpus::Tokenizer::open(a.tokenizer);
   ProgressBar bar("prepare-data", "MB", !a.quiet);
   const corpus::PrepareStats st =
@@ -91,7 +129,8 @@ int run_prepare(const PrepareArgs& a) {
 }
 
 MXT_REGISTER_COMMAND("tokenizer", [](CLI::App& app) {
-  CLI::App* g = group(app, "tokenizer", "Tokenizers: train a SentencePiece model");
+  CLI::App* g =
+      group(app, "tokenizer", "Tokenizers: train a SentencePiece model, encode a text");
   auto a = std::make_shared<TokTrainArgs>();
   CLI::App* sub = g->add_subcommand(
       "train", "Train a BPE SentencePiece tokenizer on text (byte-exact: identity "
@@ -105,6 +144,18 @@ MXT_REGISTER_COMMAND("tokenizer", [](CLI::App& app) {
   sub->add_option("--out", a->out, "The model file to write (e.g. tok.model)")->required();
   sub->add_flag("--quiet", a->quiet, "No progress or summary lines");
   sub->callback([a] { exit_code() = run_tokenizer_train(*a); });
+
+  auto e = std::make_shared<TokEncodeArgs>();
+  CLI::App* enc = g->add_subcommand(
+      "encode", "Print the token ids of a text (as prepare-data tokenizes it): one line of "
+                "ids separated by spaces, or JSON");
+  enc->add_option("--tokenizer", e->tokenizer,
+                  "SentencePiece model (from `mxtrain tokenizer train`, a checkpoint's or an "
+                  "export's tokenizer.model), or `bytes`")->required();
+  CLI::Option* text = enc->add_option("--text", e->text, "The text (bytes, as given)");
+  enc->add_option("--input", e->input, "A file whose bytes are the text")->excludes(text);
+  enc->add_flag("--json", e->json, "Print one JSON object: tokenizer, bytes, ids");
+  enc->callback([e] { exit_code() = run_tokenizer_encode(*e); });
 });
 
 MXT_REGISTER_COMMAND("prepare-data", [](CLI::App& app) {
@@ -117,8 +168,9 @@ MXT_REGISTER_COMMAND("prepare-data", [](CLI::App& app) {
   sub->add_option("--tokenizer", a->tokenizer,
                   "SentencePiece model (from `mxtrain tokenizer train`), or `bytes` for "
                   "byte-level tokens")->required();
-  sub->add_option("--out", a->out, "Directory to write (a new path, or an earlier shard "
-                  "directory, which is replaced)")->required();
+  sub->add_option("--out", a->out, "Directory to write (a new path, or an earlier output "
+                  "of prepare-data, which is replaced; files mxtrain did not write there are "
+                  "kept)")->required();
   sub->add_option("--val-fraction", a->val_fraction,
                   "Fraction of the input held out as the validation shard: its end (default "
                   "0.05)");

@@ -6,7 +6,9 @@
 
 #include "cli/commands.h"
 #include "mxtrain/common.h"
+#include "mxtrain/io/checkpoint.h"
 #include "mxtrain/io/output_check.h"
+#include "mxtrain/io/output_dir.h"
 #include "mxtrain/train/config.h"
 #include "mxtrain/train/hf_llama.h"
 
@@ -22,32 +24,40 @@ int run_export(const ExportArgs& a) {
   MXT_CHECK(a.format == "hf", "--format ", a.format, " is not supported (hf: Hugging Face "
             "safetensors + config.json)");
   io::check_output_dir(a.out, "--out");
+  io::check_outputs_apart({{"--out", a.out, /*replaced=*/true}},
+                          {{"--checkpoint", a.checkpoint}});
+  io::check_replaceable_dir(a.out, "--out");
   const hf::ExportResult r = hf::export_checkpoint(a.checkpoint, a.out);
   if (a.json) {
     const nlohmann::json j = {{"out", a.out}, {"architecture", r.architecture},
                               {"tensors", r.tensors}, {"bytes", r.bytes},
-                              {"tokenizer", r.tokenizer}};
+                              {"tokenizer", r.tokenizer}, {"tied", r.tied}};
     std::printf("%s\n", j.dump().c_str());
   }
   if (!a.quiet)
-    std::fprintf(stderr, "wrote %s: %s, %zu tensors (%.1f MB), tokenizer %s\n", a.out.c_str(),
-                 r.architecture.c_str(), r.tensors, r.bytes * 1e-6, r.tokenizer.c_str());
+    std::fprintf(stderr, "wrote %s: %s, %zu tensors (%.1f MB), tokenizer %s%s\n", a.out.c_str(),
+                 r.architecture.c_str(), r.tensors, r.bytes * 1e-6, r.tokenizer.c_str(),
+                 r.tied ? ", head tied to the embedding" : "");
   return 0;
 }
 
 struct ImportArgs {
   std::string input, format = "hf", out, config;
-  bool quiet = false;
+  bool quiet = false, allow_nonfinite = false;
 };
 
 int run_import(const ImportArgs& a) {
   MXT_CHECK(a.format == "hf", "--format ", a.format, " is not supported (hf)");
   io::check_output_dir(a.out, "--out");
+  io::check_outputs_apart({{"--out", a.out}}, {{"--input", a.input}, {"--config", a.config}});
+  const int64_t latest = io::latest_checkpoint_step(a.out);
+  MXT_CHECK(latest < 0, "--out ", a.out, ": holds checkpoints already (the latest is step_",
+            latest, "); import into a new directory");
   // The settings a later `train --resume` or `eval` sees: a config's, or the defaults.
   TrainConfig base = a.config.empty()
                          ? parse_config("model: {}\nprecision: {recipe: mxfp8}\n", "defaults")
                          : load_config(a.config);
-  const std::string dir = hf::import_to_checkpoint(a.input, a.out, base);
+  const std::string dir = hf::import_to_checkpoint(a.input, a.out, base, a.allow_nonfinite);
   if (!a.quiet) std::fprintf(stderr, "wrote %s from %s\n", dir.c_str(), a.input.c_str());
   return 0;
 }
@@ -60,8 +70,8 @@ MXT_REGISTER_COMMAND("export", [](CLI::App& app) {
   sub->add_option("--checkpoint", a->checkpoint,
                   "Checkpoint directory (its latest step) or a step_<N> directory")->required();
   sub->add_option("--format", a->format, "Output format: hf (default)");
-  sub->add_option("--out", a->out, "Directory to write (config.json, model.safetensors, ...)")
-      ->required();
+  sub->add_option("--out", a->out, "Directory to write (config.json, model.safetensors, ...; "
+                  "an earlier export there is replaced, other files are kept)")->required();
   sub->add_flag("--json", a->json, "Print one JSON object with what was written");
   sub->add_flag("--quiet", a->quiet, "No summary line on stderr");
   sub->callback([a] { exit_code() = run_export(*a); });
@@ -78,6 +88,8 @@ MXT_REGISTER_COMMAND("import", [](CLI::App& app) {
   sub->add_option("--config", a->config,
                   "Training settings to record (their model section is replaced by the "
                   "imported model); default: mxtrain's defaults")->check(CLI::ExistingFile);
+  sub->add_flag("--allow-nonfinite", a->allow_nonfinite,
+                "Keep weights that are NaN or infinite (refused by default, naming the tensor)");
   sub->add_flag("--quiet", a->quiet, "No summary line on stderr");
   sub->callback([a] { exit_code() = run_import(*a); });
 });

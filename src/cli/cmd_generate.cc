@@ -54,6 +54,7 @@ int run_generate(const GenerateArgs& a) {
   MXT_CHECK(a.context_keep >= 0, "--context-keep must be >= 0 (0 = max_seq_len / 2), got ",
             a.context_keep);
   io::check_output_file(a.logits_out, "--logits-out");
+  io::check_outputs_apart({{"--logits-out", a.logits_out}}, {{"--checkpoint", a.checkpoint}});
   const auto t0 = std::chrono::steady_clock::now();
   CheckpointModel ck = load_checkpoint_model(a.checkpoint);
   const ModelConfig& mc = ck.config.model;

@@ -19,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "cli/values.h"
+#include "mxtrain/io/output_check.h"
 #include "mxtrain/common.h"
 #include "mxtrain/policy/explain.h"
 #include "mxtrain/policy/loongforge.h"
@@ -34,6 +35,10 @@ struct MergeOptions {
 };
 
 int run_merge(const MergeOptions& o) {
+  io::check_output_file(o.output, "--output");
+  std::vector<io::NamedPath> inputs;
+  for (const auto& path : o.reports) inputs.push_back({"--reports", path});
+  io::check_outputs_apart({{"--output", o.output}}, inputs);
   std::vector<policy::Report> reports;
   for (const auto& path : o.reports) {
     reports.push_back(policy::load_any_report(path).report);

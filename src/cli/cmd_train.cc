@@ -65,6 +65,12 @@ struct StopHandlers {
   }
 };
 
+std::string fixed4(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4f", v);
+  return buf;
+}
+
 const char* signal_name(int sig) {
   switch (sig) {
     case SIGINT: return "SIGINT";
@@ -80,7 +86,8 @@ struct TrainArgs {
   int64_t stop_after = 0;
   int profile_steps = 0;
   double peak_gflops = 0;
-  bool resume = false, dry_run = false, fsdp = false, quiet = false, ignore_memory_check = false;
+  bool resume = false, dry_run = false, fsdp = false, quiet = false, ignore_memory_check = false,
+       overwrite_checkpoints = false;
 };
 
 int run_train(TrainArgs a) {
@@ -99,6 +106,7 @@ int run_train(TrainArgs a) {
   opt.metrics_out = a.metrics_out;
   opt.checkpoint_dir = a.checkpoint_dir;
   opt.resume = a.resume;
+  opt.overwrite_checkpoints = a.overwrite_checkpoints;
   opt.stop_after = a.stop_after;
   opt.dry_run = a.dry_run;
   opt.decisions_out = a.decisions_out;
@@ -115,7 +123,7 @@ int run_train(TrainArgs a) {
     opt.stop_requested = [] { return int(g_stop_signal); };
   }
   const TrainSummary s = run_training(cfg, opt);
-  const bool lead = !cfg.fsdp.enabled || dist::Comm::world().rank() == 0;  // FSDP: rank 0 says it
+  const bool lead = s.lead;  // under MPI rank 0 alone says it
   if (s.stopped_by) {
     const int64_t step = s.first_step + s.steps_done;
     if (lead && !s.checkpoint.empty())
@@ -127,9 +135,12 @@ int run_train(TrainArgs a) {
     return 128 + s.stopped_by;
   }
   if (!a.dry_run && !a.quiet && lead)
-    std::fprintf(stderr, "done: %lld steps, final loss %.4f, val_loss %.4f, %.0f tok/s%s\n",
+    std::fprintf(stderr, "done: %lld steps, final loss %.4f, %s, %.0f tok/s%s\n",
                  (long long)(s.first_step + s.steps_done),
-                 s.losses.empty() ? 0.0 : s.losses.back(), s.final_val_loss, s.tokens_per_s,
+                 s.losses.empty() ? 0.0 : s.losses.back(),
+                 s.val_losses.empty() ? "no validation"
+                                      : ("val_loss " + fixed4(s.final_val_loss)).c_str(),
+                 s.tokens_per_s,
                  s.peak_gflops > 0 ? (", MFU " + std::to_string(int(1000 * s.mfu + 0.5) / 10) +
                                       "." + std::to_string(int(1000 * s.mfu + 0.5) % 10) + "%")
                                          .c_str()
@@ -201,6 +212,9 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                   "spans --steps, so --resume continues the same run")
       ->check(whole_number(1));
   sub->add_flag("--resume", a->resume, "Continue from the latest checkpoint in --checkpoint-dir");
+  sub->add_flag("--overwrite-checkpoints", a->overwrite_checkpoints,
+                "Start a new run in a --checkpoint-dir that holds another run's checkpoints, "
+                "removing them (without it, or --resume, such a directory is refused)");
   sub->add_flag("--dry-run", a->dry_run, "Build the model, print precision decisions, exit");
   sub->add_option("--decisions-out", a->decisions_out, "Write per-module decisions as JSON");
   sub->add_flag("--fsdp", a->fsdp, "Shard weights with FSDP over MPI (run under mpirun)");
@@ -232,7 +246,7 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
   sub->add_option("--peak-gflops", a->peak_gflops,
                   "Peak GFLOP/s of the whole job that MFU is against (default: measured at "
                   "start on every rank with a short run of `bench peak`'s reference loop)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
   sub->add_option("--profile-steps", a->profile_steps,
                   "Profile N steps after the first (warm-up) step: where the time went (each "
                   "module's products, attention, elementwise ops, optimizer, communication, "

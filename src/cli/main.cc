@@ -40,6 +40,9 @@ int& exit_code() {
 
 int main(int argc, char** argv) {
   using namespace mxtrain;
+  // An error line shows at most this many characters of its message (the values in it are
+  // cut at their own source; this bounds whatever was not).
+  constexpr size_t kMaxErrorChars = 2000;
   // Blocks of 1 MiB and more are mapped and unmapped on their own, so freeing one returns it to
   // the OS. glibc's default raises that threshold after each large free (up to 32 MiB), after
   // which large buffers freed and made again (FSDP's gathered weights, reshard after forward)
@@ -65,16 +68,18 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == int(CLI::ExitCodes::Success)) return app.exit(e);  // --help
     std::string what = e.what();
     std::replace(what.begin(), what.end(), '\n', ' ');
-    std::fprintf(stderr, "error: %s (see --help)\n", what.c_str());
+    std::fprintf(stderr, "error: %s (see --help)\n", shown(what, kMaxErrorChars).c_str());
     return 1;
   } catch (const dist::CollectiveError& e) {  // raised by every rank: each says it and ends
     const dist::Comm& w = dist::Comm::world();
-    if (w.size() > 1) std::fprintf(stderr, "rank %d: error: %s\n", w.rank(), e.what());
-    else std::fprintf(stderr, "error: %s\n", e.what());
+    const std::string what = shown(e.what(), kMaxErrorChars);
+    if (w.size() > 1) std::fprintf(stderr, "rank %d: error: %s\n", w.rank(), what.c_str());
+    else std::fprintf(stderr, "error: %s\n", what.c_str());
     return 1;
   } catch (const std::exception& e) {
-    dist::abort_world_if_distributed(e.what());  // several MPI ranks: does not return
-    std::fprintf(stderr, "error: %s\n", e.what());
+    const std::string what = shown(e.what(), kMaxErrorChars);
+    dist::abort_world_if_distributed(what);  // several MPI ranks: does not return
+    std::fprintf(stderr, "error: %s\n", what.c_str());
     return 1;
   }
   return cli::exit_code();

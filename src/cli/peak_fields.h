@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli/values.h"
 #include "mxtrain/peak.h"
 
 namespace mxtrain::cli {
@@ -14,7 +15,7 @@ inline void add_peak_option(CLI::App* sub, double& gflops) {
   sub->add_option("--peak", gflops,
                   "Peak in GFLOP/s that pct_of_peak is relative to (default: measured at the "
                   "start of the run: the reference loop of `mxtrain bench peak` at all threads)")
-      ->check(CLI::PositiveNumber);
+      ->check(number_at_least(0, /*exclusive=*/true));
 }
 
 // peak_gflops, peak_source ("measured" or "given"), and peak_kind / peak_threads when measured.

@@ -35,6 +35,10 @@ CLI::Validator whole_number(int64_t min, int64_t max) {
         if (std::string why = decimal_form(text); !why.empty()) return why;
         int64_t v = 0;
         const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+        if (r.ec == std::errc::result_out_of_range &&  // beyond 64 bits, below a bounded max
+            (min != std::numeric_limits<int64_t>::min() || max != std::numeric_limits<int64_t>::max()))
+          return backticked(text) + " is out of range: must be between " + std::to_string(min) +
+                 " and " + std::to_string(max);
         if (r.ec != std::errc() || v < min || v > max)
           return backticked(text) + " is out of range: " + range_text(min, max);
         return "";
@@ -59,9 +63,10 @@ CLI::Validator unsigned_number() {
 CLI::Validator number_at_least(double min, bool exclusive) {
   return CLI::Validator(
       [min, exclusive](std::string& text) -> std::string {
+        if (text.empty()) return std::string("the value is empty");
         char* end = nullptr;
-        const double v = text.empty() ? NAN : std::strtod(text.c_str(), &end);
-        if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(v))
+        const double v = std::strtod(text.c_str(), &end);
+        if (end != text.c_str() + text.size() || !std::isfinite(v))
           return backticked(text) + " is not a finite number";
         if (exclusive ? !(v > min) : !(v >= min)) {
           std::string m = std::to_string(min);

@@ -12,6 +12,7 @@
 #include "mxtrain/common.h"
 #include "mxtrain/corpus/text_input.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/output_dir.h"
 
 namespace mxtrain::corpus {
 namespace {
@@ -69,11 +70,7 @@ PrepareStats prepare_data(const PrepareOptions& opt, const Tokenizer& tok,
   MXT_CHECK(!opt.out_dir.empty(), "--out is empty; give the directory to write the shards to");
   MXT_CHECK(opt.chunk_bytes >= 1, "prepare_data: chunk_bytes must be >= 1");
   namespace fs = std::filesystem;
-  if (fs::exists(opt.out_dir))
-    MXT_CHECK(TokenShards::is_shard_dir(opt.out_dir) ||
-                  (fs::is_directory(opt.out_dir) && fs::is_empty(opt.out_dir)),
-              "--out ", opt.out_dir, " exists and is not a token-shard directory (no ",
-              kShardManifest, "); choose a new path");
+  io::check_replaceable_dir(opt.out_dir, "--out");  // an earlier output, empty, or new
   const TextInput in = resolve_text_input(opt.inputs);
   MXT_CHECK(in.input_bytes > 0, "the text input (", in.description, ") is empty: there is "
             "nothing to tokenize");
@@ -165,7 +162,7 @@ PrepareStats prepare_data(const PrepareOptions& opt, const Tokenizer& tok,
             "before the split point; raise --val-fraction or give more text");
   if (!tok.is_bytes()) out.write("tokenizer.model", tok.model_bytes());
   out.write(kShardManifest, manifest_json(m));
-  out.commit();
+  io::commit_output_dir(out, "--out", "mxtrain prepare-data");
   st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return st;
 }

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "mxtrain/common.h"
 #include "mxtrain/corpus/shards.h"
@@ -116,13 +117,11 @@ TokenShards TokenShards::open(const std::string& dir) {
   MXT_CHECK(io::is_directory(dir), "token-shard directory `", dir, "` does not exist");
   MXT_CHECK(io::path_exists(mpath), dir, " is not a token-shard directory (no ", kShardManifest,
             "; make one with `mxtrain prepare-data`)");
-  const std::string text = io::read_text_file(mpath);
-  io::check_json_depth(text, mpath);
+  const nlohmann::json j = io::parse_json_strict(io::read_text_file(mpath), mpath);
   TokenShards t;
   t.dir_ = dir;
   ShardManifest& m = t.manifest_;
   try {
-    const nlohmann::json j = nlohmann::json::parse(text);
     MXT_CHECK(j.value("format", "") == "mxtrain-token-shards", mpath,
               ": not a token-shard manifest");
     MXT_CHECK(j.at("version").get<uint32_t>() == kShardVersion, mpath, ": manifest version ",
@@ -146,6 +145,14 @@ TokenShards TokenShards::open(const std::string& dir) {
     MXT_FAIL(mpath, ": malformed manifest: ", e.what());
   }
   MXT_CHECK(!m.train.empty(), mpath, ": lists no training shard");
+  std::set<std::string> listed;  // each file once: a shard listed twice would be read twice
+  const auto once = [&](const ShardFile& s) {
+    MXT_CHECK(listed.insert(s.file).second, mpath, ": lists shard `", shown(s.file, 80),
+              "` more than once; each shard is read once: remove the repeat, or prepare the "
+              "data again");
+  };
+  for (const ShardFile& s : m.train) once(s);
+  once(m.val);
   MXT_CHECK(m.tokenizer.vocab_size >= 1 && m.token_bytes == token_width(m.tokenizer.vocab_size),
             mpath, ": token width ", m.token_bytes, " does not fit vocabulary ",
             m.tokenizer.vocab_size);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -21,6 +22,32 @@ namespace {
 
 constexpr size_t kBlock = 1u << 20;  // bytes read from a file at a time
 
+// Whether the file starts with a token shard's magic (corpus/shards.h): binary tokens, not
+// text, whatever its name.
+bool is_token_shard(const fs::path& p) {
+  char magic[8] = {};
+  std::FILE* f = std::fopen(p.c_str(), "rb");
+  if (!f) return false;
+  const size_t n = std::fread(magic, 1, sizeof magic, f);
+  std::fclose(f);
+  return n == sizeof magic && std::memcmp(magic, "MXTSHARD", 8) == 0;
+}
+
+// Token shards are never read as text: a directory that holds them is a shard directory,
+// complete (its shards.json) or not (a partial copy), and is refused as text input.
+void refuse_shards_as_text(const fs::path& dir, const std::vector<fs::path>& files) {
+  const bool manifest = fs::exists(dir / "shards.json");
+  for (const fs::path& p : files) {
+    if (!is_token_shard(p)) continue;
+    MXT_CHECK(manifest, "`", shown(dir.string()), "` holds token shards (",
+              p.filename().string(), ") but no shards.json, so it is an incomplete shard "
+              "directory (prepare-data writes shards.json last), not text; make it again with "
+              "`mxtrain prepare-data`");
+    MXT_FAIL("`", shown(dir.string()), "` is a token-shard directory (shards.json), not text: "
+             "give it as data.path to train on it, or give the text it was made from");
+  }
+}
+
 void add_directory(const fs::path& dir, TextInput& in) {
   std::vector<fs::path> paths;
   for (const auto& e : fs::directory_iterator(dir)) {
@@ -30,6 +57,7 @@ void add_directory(const fs::path& dir, TextInput& in) {
     paths.push_back(e.path());
   }
   std::sort(paths.begin(), paths.end());
+  refuse_shards_as_text(dir, paths);
   for (const auto& p : paths) in.files.push_back({p.string(), true, uint64_t(fs::file_size(p))});
 }
 
@@ -41,7 +69,11 @@ TextInput resolve_text_input(const std::vector<std::string>& inputs) {
   for (const std::string& path : inputs) {
     const size_t before = in.files.size();
     std::string what;
-    if (path == "fortunes" || fs::is_directory(path)) {
+    std::error_code ec;
+    const bool is_dir = fs::is_directory(path, ec);
+    MXT_CHECK(!ec || ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory,
+              "text input `", shown(path), "`: ", ec.message());
+    if (path == "fortunes" || is_dir) {
       const fs::path dir = path == "fortunes" ? fs::path(default_fortunes_dir()) : fs::path(path);
       MXT_CHECK(fs::is_directory(dir), "the default corpus needs the Debian `fortunes` package (",
                 dir.string(), " not found); run scripts/setup.sh or give a text file");
@@ -51,11 +83,13 @@ TextInput resolve_text_input(const std::vector<std::string>& inputs) {
       MXT_CHECK(in.files.size() > before, "text input directory `", dir.string(),
                 "` holds no text files");
     } else {
-      MXT_CHECK(fs::exists(path), "text input `", path, "` does not exist");
+      MXT_CHECK(fs::exists(path, ec), "text input `", shown(path), "` does not exist");
       struct stat st {};
       MXT_CHECK(::stat(path.c_str(), &st) == 0, "cannot read ", path, ": ", std::strerror(errno));
       MXT_CHECK(S_ISREG(st.st_mode), path, " is not a regular file but ", io::file_kind(st.st_mode),
                 "; text inputs are files or directories of files");
+      MXT_CHECK(!is_token_shard(path), "text input `", shown(path), "` is a token shard (",
+                "binary tokens written by `mxtrain prepare-data`), not text");
       in.files.push_back({path, false, uint64_t(fs::file_size(path))});
       what = path;
     }

@@ -7,7 +7,9 @@
 // same model. The settings are those corpus/sp_spec.h requires: BPE, identity normalization, no
 // dummy prefix, spaces kept as they are, byte fallback; the rest are SentencePiece's defaults.
 #include <omp.h>
+
 #include <random>
+#include <regex>
 #include <sentencepiece_trainer.h>
 
 #include "mxtrain/common.h"
@@ -36,6 +38,29 @@ class Sentences : public sentencepiece::SentenceIterator {
   size_t i_ = 0;
 };
 
+// SentencePiece skips training sentences longer than this (its --max_sentence_length, set
+// below); such lines are left out here, so that they take no place in the sample.
+constexpr size_t kMaxSentenceBytes = 16384;
+
+// A SentencePiece training failure in mxtrain's terms: its source locations and internal
+// conditions left out, the two failures a user causes said with mxtrain's own option.
+std::string explain_failure(const std::string& status, int vocab_size) {
+  const std::regex too_high(R"(Vocabulary size too high \((\d+)\)\. Please set it to a value <= (\d+))");
+  const std::regex too_few(R"(Vocabulary size is smaller than required_chars\. (\d+) vs (\d+))");
+  std::smatch m;
+  if (std::regex_search(status, m, too_high))
+    return "--vocab-size " + std::to_string(vocab_size) + " is more pieces than this text can "
+           "fill (at most " + m[2].str() + "): lower --vocab-size, or give more text";
+  if (std::regex_search(status, m, too_few))
+    return "--vocab-size " + std::to_string(vocab_size) + " cannot hold the " + m[2].str() +
+           " distinct characters of the text (each becomes a piece): raise --vocab-size above " +
+           m[2].str();
+  // "Internal: ./src/trainer_interface.cc(428) [cond] text" -> "text"
+  std::string s = std::regex_replace(status, std::regex(R"(\S+\.cc\(\d+\) \[[^\]]*\]\s*)"), "");
+  s = std::regex_replace(s, std::regex(R"(^\w+: )"), "");
+  return "SentencePiece training failed" + (s.empty() ? std::string() : ": " + s);
+}
+
 }  // namespace
 
 std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStats* stats) {
@@ -53,7 +78,9 @@ std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStat
     for (size_t i = 0; i < chunk.size();) {
       size_t j = chunk.find('\n', i);
       if (j == std::string::npos) j = chunk.size();
-      if (j > i) {
+      if (j - i > kMaxSentenceBytes) {
+        ++st.lines_too_long;
+      } else if (j > i) {
         ++st.lines_seen;
         if (int64_t(lines.size()) < opt.max_sentences) {
           lines.emplace_back(chunk, i, j - i);
@@ -65,6 +92,9 @@ std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStat
       i = j + 1;
     }
   }
+  MXT_CHECK(!lines.empty() || st.lines_too_long == 0, "every line of the text input (",
+            reader.input().description, ") is longer than ", kMaxSentenceBytes, " bytes, the "
+            "longest sentence SentencePiece trains on: break the text into lines");
   MXT_CHECK(!lines.empty(), "the text input (", reader.input().description,
             ") is empty: there is nothing to train a tokenizer on");
   st.lines_used = int64_t(lines.size());
@@ -73,14 +103,15 @@ std::string train_tokenizer(const TokenizerTrainOptions& opt, TokenizerTrainStat
       "--model_type=bpe --vocab_size=" + std::to_string(opt.vocab_size) +
       " --normalization_rule_name=identity --add_dummy_prefix=false"
       " --remove_extra_whitespaces=false --byte_fallback=true --split_by_whitespace=true"
-      " --input_sentence_size=0 --shuffle_input_sentence=false --max_sentence_length=16384"
+      " --input_sentence_size=0 --shuffle_input_sentence=false --max_sentence_length=" +
+      std::to_string(kMaxSentenceBytes) +
       " --num_threads=" + std::to_string(threads) + " --minloglevel=2";
   sentencepiece::logging::SetMinLogLevel(2);
   sentencepiece::SetRandomGeneratorSeed(1);
   Sentences it(lines);
   std::string model;
   const auto status = sentencepiece::SentencePieceTrainer::Train(args, &it, &model);
-  MXT_CHECK(status.ok(), "SentencePiece training failed: ", status.ToString());
+  MXT_CHECK(status.ok(), explain_failure(status.ToString(), opt.vocab_size));
   MXT_CHECK(!model.empty(), "SentencePiece training produced no model");
   if (stats) *stats = st;
   return model;

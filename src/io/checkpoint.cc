@@ -6,7 +6,11 @@
 // state.json's own CRC, then each file's size and CRC before decoding it.
 #include "mxtrain/io/checkpoint.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <filesystem>
@@ -226,6 +230,38 @@ std::vector<int64_t> list_checkpoint_steps(const std::string& root) {
 }
 
 bool has_checkpoint(const std::string& root) { return path_exists(root + "/" + kLatestFile); }
+
+int64_t latest_checkpoint_step(const std::string& root) {
+  struct stat st {};
+  const std::string latest_file = root + "/" + kLatestFile;
+  if (::stat(latest_file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return -1;
+  std::string name;
+  try {
+    name = read_text_file(latest_file);
+  } catch (const Error&) {
+  }
+  while (!name.empty() && (name.back() == '\n' || name.back() == '\r' || name.back() == ' '))
+    name.pop_back();
+  const std::vector<int64_t> steps = list_checkpoint_steps(root);
+  return std::max<int64_t>({parse_step_name(name), steps.empty() ? 0 : steps.back(), 0});
+}
+
+std::vector<std::string> remove_checkpoints(const std::string& root) {
+  std::vector<std::string> gone;
+  const std::string latest = root + "/" + kLatestFile;
+  if (path_exists(latest)) {  // first: no moment where `latest` names a half-removed step
+    MXT_CHECK(::unlink(latest.c_str()) == 0, "cannot remove ", latest, ": ",
+              std::strerror(errno));
+    fsync_dir(root);
+    gone.push_back(kLatestFile);
+  }
+  for (int64_t s : list_checkpoint_steps(root)) {
+    const std::string name = step_dir_name(s);
+    MXT_CHECK(remove_tree_noexcept(root + "/" + name), "cannot remove ", root, "/", name);
+    gone.push_back(name);
+  }
+  return gone;
+}
 
 std::string resolve_checkpoint_dir(const std::string& path) {
   MXT_CHECK(path_exists(path), "checkpoint not found: ", path);

@@ -1,6 +1,10 @@
-// io/json_input.cc — depth check and non-recursive descriptions for JSON read from files
+// io/json_input.cc — depth check, strict parsing and non-recursive descriptions for JSON read
+// from files
 // (see mxtrain/io/json_input.h).
 #include "mxtrain/io/json_input.h"
+
+#include <set>
+#include <vector>
 
 #include "mxtrain/common.h"
 
@@ -43,6 +47,67 @@ std::string summary(const J& v) {
 }
 
 }  // namespace
+
+namespace {
+
+// Tracks where the parser is, to name the path of a duplicate key.
+struct Frame {
+  bool is_array = false;
+  std::set<std::string> keys;
+  std::string key;   // objects: the key whose value is being parsed
+  size_t index = 0;  // arrays: index of the element being parsed
+};
+
+// "rules.row.fc2[0].min_tokens": the path of the value being parsed.
+std::string frames_path(const std::vector<Frame>& st, size_t upto) {
+  std::string p;
+  for (size_t i = 0; i < upto; ++i)
+    p = st[i].is_array ? p + "[" + std::to_string(st[i].index) + "]"
+                       : (p.empty() ? st[i].key : p + "." + st[i].key);
+  return p;
+}
+
+}  // namespace
+
+nlohmann::json parse_json_strict(std::string_view text, const std::string& source) {
+  using json = nlohmann::json;
+  std::vector<Frame> st;
+  std::string duplicate;  // path of the first duplicate key
+  auto value_done = [&] {
+    if (!st.empty() && st.back().is_array) ++st.back().index;
+  };
+  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
+    using E = json::parse_event_t;
+    switch (ev) {
+      case E::object_start: st.push_back(Frame{}); break;
+      case E::array_start: st.push_back(Frame{true, {}, {}, 0}); break;
+      case E::key: {
+        Frame& f = st.back();
+        f.key = parsed.get<std::string>();
+        if (!f.keys.insert(f.key).second && duplicate.empty())
+          duplicate = frames_path(st, st.size());
+        break;
+      }
+      case E::object_end:
+      case E::array_end:
+        st.pop_back();
+        value_done();
+        break;
+      case E::value: value_done(); break;
+    }
+    return true;
+  };
+  check_json_depth(text, source);
+  json j;
+  try {
+    j = json::parse(text, cb);
+  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
+    MXT_FAIL(source, ": not valid JSON: ", e.what());
+  }
+  MXT_CHECK(duplicate.empty(), source, ": ", duplicate,
+            ": duplicate key (each key may appear once per object)");
+  return j;
+}
 
 std::string json_summary(const nlohmann::json& v) { return summary(v); }
 std::string json_summary(const nlohmann::ordered_json& v) { return summary(v); }

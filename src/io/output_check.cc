@@ -93,6 +93,68 @@ void check_output_dir(const std::string& raw, const std::string& flag) {
   }
 }
 
+namespace {
+
+// What a path denotes: its canonical form (symbolic links resolved as far as the path
+// exists) and, when it exists, its device and inode (hard links, bind mounts).
+struct RealPath {
+  fs::path canonical;
+  bool exists = false, dir = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+RealPath real_path(const std::string& p) {
+  RealPath r;
+  std::error_code ec;
+  r.canonical = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  if (ec) r.canonical = fs::absolute(p).lexically_normal();
+  struct stat st {};
+  if (::stat(p.c_str(), &st) == 0) {
+    r.exists = true;
+    r.dir = S_ISDIR(st.st_mode);
+    r.dev = st.st_dev;
+    r.ino = st.st_ino;
+  }
+  return r;
+}
+
+bool same(const RealPath& a, const RealPath& b) {
+  if (a.exists && b.exists) return a.dev == b.dev && a.ino == b.ino;
+  return a.canonical == b.canonical;
+}
+
+// Whether `inner` lies strictly below directory `outer` (component-wise).
+bool inside(const RealPath& inner, const RealPath& outer) {
+  auto o = outer.canonical.begin(), i = inner.canonical.begin();
+  for (; o != outer.canonical.end(); ++o, ++i)
+    if (i == inner.canonical.end() || *o != *i) return false;
+  return i != inner.canonical.end();
+}
+
+}  // namespace
+
+void check_outputs_apart(const std::vector<NamedPath>& outputs,
+                         const std::vector<NamedPath>& inputs) {
+  for (const NamedPath& out : outputs) {
+    if (out.path.empty()) continue;
+    const RealPath o = real_path(out.path);
+    for (const NamedPath& in : inputs) {
+      if (in.path.empty()) continue;
+      const RealPath i = real_path(in.path);
+      if (!i.exists) continue;
+      const std::string said = out.name + " " + shown(out.path) + ": ";
+      MXT_CHECK(!same(o, i), said, "is ", in.name, " ", shown(in.path),
+                "; an output may not be written over an input: choose another path");
+      MXT_CHECK(!(i.dir && inside(o, i)), said, "lies inside ", in.name, " ", shown(in.path),
+                ", a directory that is read as input: choose a path outside it");
+      MXT_CHECK(!(out.replaced && inside(i, o)), said, in.name, " ", shown(in.path),
+                " lies inside it, and the command replaces that directory: choose an output "
+                "directory apart from the inputs");
+    }
+  }
+}
+
 LineWriter::LineWriter(const std::string& path, bool append) : path_(path) {
   f_ = std::fopen(path.c_str(), append ? "a" : "w");
   MXT_CHECK(f_, "cannot open ", path, " for writing: ", std::strerror(errno));

@@ -7,11 +7,14 @@
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/json_input.h"
 #include "mxtrain/io/atomic_file.h"
 #include "mxtrain/io/npy.h"
+#include "mxtrain/io/output_check.h"
+#include "mxtrain/io/output_dir.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
 
@@ -83,32 +86,6 @@ std::string layout_label(const Recipe& r, Role role) {
   return has_fp32_scales(r) ? "tile128" : "tile32";
 }
 
-// An existing output directory may be replaced only if it is empty or holds a previous
-// quantize output, so a mistyped --out-dir never deletes unrelated files.
-void check_replaceable(const std::string& dir) {
-  if (!path_exists(dir)) return;
-  MXT_CHECK(is_directory(dir), "--out-dir ", dir, " exists and is not a directory");
-  const std::string meta = dir + "/" + kMetaFile;
-  bool ours = false;
-  if (path_exists(meta)) {
-    try {
-      const std::string text = read_text_file(meta);
-      check_json_depth(text, meta);
-      ours = json::parse(text).value("format", "") == kFormat;
-    } catch (const std::exception&) {
-      ours = false;
-    }
-  }
-  bool empty = true;
-  std::error_code ec;
-  for (auto it = std::filesystem::directory_iterator(dir, ec);
-       !ec && it != std::filesystem::directory_iterator(); ++it)
-    empty = false;
-  MXT_CHECK(ours || empty, "--out-dir ", dir,
-            " already exists and was not written by `mxtrain quantize`; choose a new "
-            "directory or remove it");
-}
-
 NpyArray u8_array(const ByteBuffer& bytes, int64_t rows, int64_t cols) {
   return npy_from_u8(bytes.data(), {rows, cols});
 }
@@ -175,6 +152,7 @@ QuantizeSetup quantize_setup(const QuantizeFilesOptions& opt) {
 
 QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std::string& out_dir,
                                         const QuantizeFilesOptions& opt) {
+  check_outputs_apart({{"--out-dir", out_dir, /*replaced=*/true}}, {{"--input", input_npy}});
   const QuantizeSetup setup = quantize_setup(opt);
   const Recipe& recipe = setup.recipe;
   const bool fp32 = setup.fp32_scaled();
@@ -193,7 +171,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   std::vector<float> values(size_t(x.numel()));
   std::memcpy(values.data(), x.data.data(), x.data.size());
 
-  check_replaceable(out_dir);
+  check_replaceable_dir(out_dir, "--out-dir");
   AtomicDir out(out_dir);
   const int64_t M = res.rows, K = res.cols;
   // The recipe's copies of X in the role, as the layers make them (1-D blocks: both axes
@@ -230,7 +208,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   }
   out.write(kMetaFile, meta.dump(2) + "\n");
   res.files.push_back(kMetaFile);
-  out.commit();
+  commit_output_dir(out, "--out-dir", "mxtrain quantize");
   return res;
 }
 
@@ -243,14 +221,8 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
   const std::string meta_path = in_dir + "/" + kMetaFile;
   MXT_CHECK(path_exists(meta_path), meta_path, ": file not found (", in_dir,
             " was not written by `mxtrain quantize`)");
-  json meta;
-  try {
-    const std::string text = read_text_file(meta_path);
-    check_json_depth(text, meta_path);
-    meta = json::parse(text);
-  } catch (const json::exception& e) {
-    MXT_FAIL(meta_path, ": not valid JSON: ", e.what());
-  }
+  check_outputs_apart({{"--output", output_npy}}, {{"--in-dir", in_dir}});
+  const json meta = parse_json_strict(read_text_file(meta_path), meta_path);
   DequantizeFilesResult res;
   const bool fp32 = has_fp32_scales(recipe);
   Role role = Role::weight;
@@ -280,6 +252,26 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     MXT_CHECK(meta.at("layout").get<std::string>() == layout_label(recipe, role), meta_path,
               ": layout '",
               meta.at("layout").get<std::string>(), "' does not match recipe '", recipe.name, "'");
+    // Every other key is what `mxtrain quantize` writes, with a value it can write: checked
+    // like the command line's, not taken on trust.
+    MXT_CHECK(meta.at("block").is_number_integer() &&
+                  meta.at("block").get<int64_t>() == block_label(recipe),
+              meta_path, ": `block` must be ", block_label(recipe), " for recipe '", recipe.name,
+              "', got ", json_summary(meta.at("block")));
+    if (!fp32) {
+      try {
+        parse_rounding(meta.at("scale_rounding").get<std::string>().c_str());
+      } catch (const Error& e) {
+        rethrow_prefixed(meta_path + ": `scale_rounding`: ", e);
+      }
+    }
+    static const std::set<std::string> known = {"format", "version", "recipe", "elem",
+                                                "role", "scale_type", "amax_epsilon",
+                                                "scale_rounding", "layout", "shape", "block",
+                                                "files"};
+    for (const auto& [k, v] : meta.items())
+      MXT_CHECK(known.count(k), meta_path, ": unknown key `", shown(k, 40),
+                "` (not one `mxtrain quantize` writes)");
     const json& shape = meta.at("shape");
     MXT_CHECK(shape.is_array() && shape.size() == 2 && shape[0].is_number_integer() &&
                   shape[1].is_number_integer() && shape[0].get<int64_t>() > 0 &&

@@ -157,28 +157,10 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
             " goes beyond the end of the ", size, "-byte file");
   MXT_CHECK(n <= kMaxHeader, what, ": safetensors header of ", n, " bytes is too large");
 
-  // Parse, rejecting duplicate keys at any level.
-  std::vector<std::set<std::string>> keys;
-  std::string duplicate;
-  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    if (ev == json::parse_event_t::object_start)
-      keys.emplace_back();
-    else if (ev == json::parse_event_t::object_end)
-      keys.pop_back();
-    else if (ev == json::parse_event_t::key && !keys.empty() &&
-             !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  check_json_depth(std::string_view(reinterpret_cast<const char*>(bytes) + 8, size_t(n)),
-                   what + ": safetensors header");
-  json header;
-  try {
-    header = json::parse(bytes + 8, bytes + 8 + n, cb);
-  } catch (const json::exception& e) {
-    MXT_FAIL(what, ": safetensors header is not valid JSON: ", e.what());
-  }
-  MXT_CHECK(duplicate.empty(), what, ": safetensors header has the key '", duplicate, "' twice");
+  // Parse, rejecting duplicate keys at any level (a tensor named twice).
+  const json header = parse_json_strict(
+      std::string_view(reinterpret_cast<const char*>(bytes) + 8, size_t(n)),
+      what + ": safetensors header");
   MXT_CHECK(header.is_object(), what, ": not a safetensors file (the header is not a JSON object)");
 
   const uint64_t data_size = size - 8 - n;
@@ -218,9 +200,11 @@ Safetensors safetensors_decode(const uint8_t* bytes, size_t size, const std::str
       t.shape.push_back(d.get<int64_t>());
     }
     const json& off = v["data_offsets"];
-    MXT_CHECK(off.is_array() && off.size() == 2 && off[0].is_number_unsigned() &&
-                  off[1].is_number_unsigned(),
-              where, ": 'data_offsets' must be [begin, end], got ", json_summary(off));
+    MXT_CHECK(off.is_array() && off.size() == 2, where,
+              ": 'data_offsets' must be [begin, end], got ", json_summary(off));
+    for (const json& o : off)
+      MXT_CHECK(o.is_number_unsigned(), where, ": 'data_offsets' must be two byte offsets >= 0, "
+                "got ", json_summary(o), o.is_number_integer() ? " (negative)" : "");
     const uint64_t begin = off[0].get<uint64_t>(), end = off[1].get<uint64_t>();
     MXT_CHECK(begin <= end, where, ": data_offsets [", begin, ", ", end, "] are reversed");
     MXT_CHECK(end <= data_size, where, ": data_offsets [", begin, ", ", end,

@@ -40,63 +40,6 @@ std::string flat_object(const ordered_json& o) {
   return s + "}";
 }
 
-namespace {
-
-// Tracks where the parser is, to name the path of a duplicate key.
-struct Frame {
-  bool is_array = false;
-  std::set<std::string> keys;
-  std::string key;   // objects: the key whose value is being parsed
-  size_t index = 0;  // arrays: index of the element being parsed
-};
-
-std::string frames_path(const std::vector<Frame>& st, size_t upto) {
-  std::string p;
-  for (size_t i = 0; i < upto; ++i)
-    p = st[i].is_array ? index_path(p, st[i].index) : join_path(p, st[i].key);
-  return p;
-}
-
-}  // namespace
-
-json parse_json_strict(const std::string& text, const std::string& source) {
-  std::vector<Frame> st;
-  std::string duplicate;  // path of the first duplicate key
-  auto value_done = [&] {
-    if (!st.empty() && st.back().is_array) ++st.back().index;
-  };
-  json::parser_callback_t cb = [&](int, json::parse_event_t ev, json& parsed) {
-    using E = json::parse_event_t;
-    switch (ev) {
-      case E::object_start: st.push_back(Frame{}); break;
-      case E::array_start: st.push_back(Frame{true, {}, {}, 0}); break;
-      case E::key: {
-        Frame& f = st.back();
-        f.key = parsed.get<std::string>();
-        if (!f.keys.insert(f.key).second && duplicate.empty())
-          duplicate = frames_path(st, st.size());
-        break;
-      }
-      case E::object_end:
-      case E::array_end:
-        st.pop_back();
-        value_done();
-        break;
-      case E::value: value_done(); break;
-    }
-    return true;
-  };
-  io::check_json_depth(text, source);
-  json j;
-  try {
-    j = json::parse(text, cb);
-  } catch (const json::exception& e) {  // parse_error, or out_of_range for a number like 1e999
-    fail_at(source, "", std::string("not valid JSON: ") + e.what());
-  }
-  if (!duplicate.empty())
-    fail_at(source, duplicate, "duplicate key (each key may appear once per object)");
-  return j;
-}
 
 std::string read_text_file(const std::string& path, const std::string& what) {
   try {

@@ -12,12 +12,14 @@
 #include <set>
 #include <string>
 
+#include "mxtrain/io/json_input.h"
+
 namespace mxtrain::policy::detail {
 
 using json = nlohmann::json;
 using ordered_json = nlohmann::ordered_json;
 
-json parse_json_strict(const std::string& text, const std::string& source);
+using io::parse_json_strict;  // mxtrain/io/json_input.h
 // io::read_text_file with errors prefixed by what the file is ("policy file: ...").
 std::string read_text_file(const std::string& path, const std::string& what);
 

@@ -7,6 +7,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -88,16 +89,28 @@ class Section {
     if (!node_ || node_.IsNull()) return;
     YAML::Node v = node_[key];
     if (!v) return;
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // Decimal digits with an optional leading minus, as on the command line
+      // (cli/values.h): YAML 1.1's octal (`010` is 8) and hex (`0x3`) forms are refused, and
+      // `010` means ten. Scalars without digits fall through to the type error below.
+      const std::string t = v.IsScalar() ? v.Scalar() : std::string();
+      if (t.find_first_of("0123456789") != std::string::npos) {
+        const size_t first = t[0] == '-';
+        MXT_CHECK(t.size() > first && t.find_first_not_of("0123456789", first) == std::string::npos,
+                  origin_of(key), ": `", full(key), "` must be a whole number in decimal digits "
+                  "(as on the command line), got `", dump(v), "`");
+        const auto r = std::from_chars(t.data(), t.data() + t.size(), out);
+        MXT_CHECK(r.ec == std::errc() && r.ptr == t.data() + t.size(), origin_of(key), ": `",
+                  full(key), "` must be between ", +std::numeric_limits<T>::min(), " and ",
+                  +std::numeric_limits<T>::max(), ", got ", dump(v));
+        return;
+      }
+    }
     try {
       decode(v, out);
     } catch (const Error& e) {  // a name that is not one of the valid ones
       MXT_FAIL(origin_of(key), ": `", full(key), "`: ", e.what());
     } catch (const YAML::Exception&) {
-      if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
-        if (is_integer_text(v))  // digits, but outside what T holds
-          MXT_FAIL(origin_of(key), ": `", full(key), "` must be between ",
-                   +std::numeric_limits<T>::min(), " and ", +std::numeric_limits<T>::max(),
-                   ", got ", dump(v));
       MXT_FAIL(origin_of(key), ": `", full(key), "` has the wrong type (got `", dump(v), "`)");
     }
     if constexpr (std::is_floating_point_v<T>)
@@ -143,14 +156,6 @@ class Section {
     ss << v;
     std::string s = ss.str();
     return s.size() > 40 ? s.substr(0, 37) + "..." : s;
-  }
-  // An optional '-' and decimal digits.
-  static bool is_integer_text(const YAML::Node& v) {
-    if (!v.IsScalar()) return false;
-    const std::string& t = v.Scalar();
-    const size_t first = !t.empty() && t[0] == '-';
-    return t.size() > first &&
-           t.find_first_not_of("0123456789", first) == std::string::npos;
   }
   YAML::Node node_;
   std::string path_, origin_;
@@ -324,11 +329,15 @@ void parse_precision(Section s, PrecisionConfig& p) {
   }
   if (nt) {
     if (nt.IsScalar()) {
-      p.fp8_dynamic_num_tokens[""] = nt.as<int64_t>();
+      s.get("fp8_dynamic_num_tokens", p.fp8_dynamic_num_tokens[""]);
     } else {
       MXT_CHECK(nt.IsMap(), s.origin(), ": `", s.full("fp8_dynamic_num_tokens"),
                 "` must be a number or a map component -> number");
-      for (const auto& kv : nt) p.fp8_dynamic_num_tokens[kv.first.as<std::string>()] = kv.second.as<int64_t>();
+      Section o(nt, s.full("fp8_dynamic_num_tokens"), s.origin(), s.flags());
+      for (const auto& kv : nt) {
+        const auto component = kv.first.as<std::string>();
+        o.get(component, p.fp8_dynamic_num_tokens[component]);
+      }
     }
     for (const auto& [k, v] : p.fp8_dynamic_num_tokens)
       require(v >= 1, s, "fp8_dynamic_num_tokens", "must be >= 1", v);
@@ -560,7 +569,9 @@ TrainConfig parse_document(YAML::Node root, const std::string& origin,
 
 TrainConfig load_config(const std::string& path, const std::vector<ConfigOverride>& overrides) {
   // read_text_file refuses devices and pipes (a config of /dev/zero is not read forever).
-  return parse_config(io::read_text_file(path), path, overrides);
+  TrainConfig c = parse_config(io::read_text_file(path), path, overrides);
+  c.source_path = path;
+  return c;
 }
 
 const char* amax_epsilon_env(Role role) {

@@ -55,6 +55,8 @@ TextCorpus TextCorpus::from_text(std::string text, float val_fraction) {
   c.train_.assign(text.begin(), text.end() - nval);
   c.val_.assign(text.end() - nval, text.end());
   c.description_ = std::to_string(n) + " bytes";
+  for (uint8_t b : c.train_) c.max_byte_ = std::max(c.max_byte_, int(b));
+  for (uint8_t b : c.val_) c.max_byte_ = std::max(c.max_byte_, int(b));
   return c;
 }
 
@@ -65,9 +67,9 @@ TextCorpus TextCorpus::load(const std::string& path, float val_fraction) {
     in = corpus::resolve_text_input({path});
     text = corpus::read_all_text(in);
   } catch (const Error& e) {
-    rethrow_prefixed("data `" + path + "`: ", e);
+    rethrow_prefixed("data.path `" + shown(path) + "`: ", e);
   }
-  MXT_CHECK(text.size() >= 4096, "corpus `", path, "` is too small (", text.size(),
+  MXT_CHECK(text.size() >= 4096, "data.path `", shown(path), "`: the corpus is too small (", text.size(),
             " bytes); need at least 4096");
   TextCorpus c = from_text(std::move(text), val_fraction);
   c.description_ = in.description + ", " + c.description_;

@@ -5,7 +5,9 @@
 // the two are inverses by construction and an export of an import has the same bytes.
 #include "mxtrain/train/hf_llama.h"
 
+#include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -16,6 +18,7 @@
 #include "mxtrain/corpus/tokenizer.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/io/output_dir.h"
 #include "mxtrain/io/json_input.h"
 #include "mxtrain/io/npy.h"
 #include "mxtrain/io/safetensors.h"
@@ -97,7 +100,7 @@ double shortest(float v) {
   return std::stod(std::string(buf, r.ptr));
 }
 
-json hf_config(const ModelConfig& m, const corpus::Tokenizer& tok) {
+json hf_config(const ModelConfig& m, const corpus::Tokenizer& tok, bool tied) {
   const bool moe = m.moe_num_experts > 0;
   json j;
   j["architectures"] = json::array({moe ? kMixtral : kLlama});
@@ -117,7 +120,7 @@ json hf_config(const ModelConfig& m, const corpus::Tokenizer& tok) {
   j["attention_bias"] = false;
   j["attention_dropout"] = 0.0;
   if (!moe) j["mlp_bias"] = false;
-  j["tie_word_embeddings"] = false;
+  j["tie_word_embeddings"] = tied;
   j["initializer_range"] = shortest(m.init_std);
   j["bos_token_id"] = tok.bos_id() >= 0 ? json(tok.bos_id()) : json(nullptr);
   j["eos_token_id"] = tok.eos_id() >= 0 ? json(tok.eos_id()) : json(nullptr);
@@ -154,15 +157,33 @@ int whole(const nlohmann::json& j, const char* k, const std::string& path) {
   return int(v);
 }
 
-ModelConfig read_config(const std::string& path, std::string* arch, bool* tied) {
-  const std::string text = io::read_text_file(path);
-  io::check_json_depth(text, path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    MXT_FAIL(path, ": not valid JSON: ", e.what());
+// The rotary base. transformers 5 writes it inside `rope_parameters` ({"rope_theta": ...,
+// "rope_type": "default"}); earlier versions wrote `rope_theta` at the top level (and
+// `rope_scaling`, refused by the caller unless null). Only the default rotary type is
+// mxtrain's; anything else in rope_parameters is refused by name.
+double rope_theta(const nlohmann::json& j, const std::string& path, double def) {
+  const char* key = "rope_parameters";
+  if (!j.contains(key) || j[key].is_null()) return number(j, "rope_theta", path, def, false);
+  const nlohmann::json& r = j[key];
+  MXT_CHECK(r.is_object(), path, ": `", key, "` is not an object (", io::json_summary(r), ")");
+  for (const auto& [k, v] : r.items()) {
+    if (k == "rope_theta") continue;
+    MXT_CHECK(k == "rope_type", path, ": `", key, ".", k, "` is not supported (mxtrain's rotary "
+              "embedding is the default type: only rope_theta and rope_type \"default\")");
+    MXT_CHECK(v.is_string() && v.get<std::string>() == "default", path, ": `", key,
+              ".rope_type` ", io::json_summary(v), " is not supported (mxtrain's rotary "
+              "embedding is the default type)");
   }
+  const double theta = number(r, "rope_theta", path + ": " + key, def, false);
+  if (j.contains("rope_theta") && !j["rope_theta"].is_null())
+    MXT_CHECK(number(j, "rope_theta", path, def, false) == theta, path, ": `rope_theta` ",
+              io::json_summary(j["rope_theta"]), " and `", key, ".rope_theta` ",
+              io::json_summary(r["rope_theta"]), " disagree");
+  return theta;
+}
+
+ModelConfig read_config(const std::string& path, std::string* arch, bool* tied) {
+  const nlohmann::json j = io::parse_json_strict(io::read_text_file(path), path);
   MXT_CHECK(j.is_object(), path, ": not a JSON object");
   std::string a;
   if (j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
@@ -201,8 +222,10 @@ ModelConfig read_config(const std::string& path, std::string* arch, bool* tied) 
   const int inter = whole(j, "intermediate_size", path);
   m.d_ff = inter;
   m.max_seq_len = whole(j, "max_position_embeddings", path);
-  m.rms_eps = float(number(j, "rms_norm_eps", path, 1e-6, false));
-  m.rope_theta = float(number(j, "rope_theta", path, 10000.0, false));
+  // Absent settings take transformers' defaults of the architecture's config class
+  // (LlamaConfig / MixtralConfig), which is what from_pretrained would run.
+  m.rms_eps = float(number(j, "rms_norm_eps", path, moe ? 1e-5 : 1e-6, false));
+  m.rope_theta = float(rope_theta(j, path, moe ? 1e6 : 10000.0));
   m.init_std = float(number(j, "initializer_range", path, 0.02, false));
   if (moe) {
     m.moe_num_experts = whole(j, "num_local_experts", path);
@@ -313,14 +336,26 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
   std::vector<io::NamedTensor> mx;
   for (Parameter* p : ck.model->parameters())
     mx.push_back({p->name, p->shape, std::vector<float>(p->value.begin(), p->value.end())});
-  const std::vector<io::NamedTensor> hf = to_hf_tensors(m, mx);
+  std::vector<io::NamedTensor> hf = to_hf_tensors(m, mx);
+  // A head equal to the embedding bit for bit (a checkpoint imported from a model with
+  // tie_word_embeddings, not trained since: training updates the two separately) is written
+  // tied, as the model it came from: no lm_head.weight, tie_word_embeddings true.
+  const auto find = [&](const char* name) {
+    return std::find_if(hf.begin(), hf.end(),
+                        [&](const io::NamedTensor& t) { return t.name == name; });
+  };
+  const auto head = find("lm_head.weight"), embed = find("model.embed_tokens.weight");
+  const bool tied = head != hf.end() && embed != hf.end() && head->shape == embed->shape &&
+                    std::memcmp(head->data.data(), embed->data.data(),
+                                head->data.size() * sizeof(float)) == 0;
+  if (tied) hf.erase(head);
   std::vector<io::StTensorView> views;
   for (const io::NamedTensor& t : hf)
     views.push_back({t.name, "F32", t.shape, io::f32_span(t.data.data(), t.data.size())});
   // transformers loads a safetensors file only when its metadata says it holds PyTorch tensors.
   const io::StSerialized st = io::safetensors_serialize(views, {{"format", "pt"}});
   const corpus::Tokenizer& tok = ck.tokenizer;
-  const json cfg = hf_config(m, tok);
+  const json cfg = hf_config(m, tok, tied);
   json gen = {{"_from_model_config", true}, {"max_length", m.max_seq_len}};
   gen["bos_token_id"] = cfg["bos_token_id"];
   gen["eos_token_id"] = cfg["eos_token_id"];
@@ -336,6 +371,9 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      {"add_bos_token", false},
                      {"add_eos_token", false},
                      {"legacy", true},
+                     // The model has no dummy prefix; transformers' converted (fast) Llama
+                     // tokenizer would otherwise put U+2581 before the text (another first id).
+                     {"add_prefix_space", false},
                      {"bos_token", "<s>"},
                      {"eos_token", "</s>"},
                      {"unk_token", "<unk>"},
@@ -343,11 +381,12 @@ ExportResult export_checkpoint(const std::string& checkpoint, const std::string&
                      {"clean_up_tokenization_spaces", false}};
     dir.write("tokenizer_config.json", tc.dump(2) + "\n");
   }
-  dir.commit();
-  return {m.moe_num_experts > 0 ? kMixtral : kLlama, hf.size(), st.total_size, tok.id().str()};
+  io::commit_output_dir(dir, "--out", "mxtrain export");
+  return {m.moe_num_experts > 0 ? kMixtral : kLlama, hf.size(), st.total_size, tok.id().str(),
+          tied};
 }
 
-HfModel import_dir(const std::string& dir, bool weights) {
+HfModel import_dir(const std::string& dir, bool weights, bool allow_nonfinite) {
   MXT_CHECK(io::is_directory(dir), "Hugging Face model directory `", dir, "` does not exist");
   HfModel h;
   h.dir = dir;
@@ -391,7 +430,16 @@ HfModel import_dir(const std::string& dir, bool weights) {
     const io::StTensor& t = it->second;
     MXT_CHECK(t.shape == p.shape, dir, ": tensor `", t.name, "` has shape ",
               io::shape_str(t.shape), ", the config implies ", io::shape_str(p.shape));
-    to_f32(t, mx.at(p.mx)->data.data() + p.offset, dir);
+    float* x = mx.at(p.mx)->data.data() + p.offset;
+    to_f32(t, x, dir);
+    const int64_t n = numel(p.shape);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; ++i)
+      if (!std::isfinite(x[i]) && bad++ == 0) first = i;
+    MXT_CHECK(bad == 0 || allow_nonfinite, dir, ": tensor `", t.name, "` holds ", bad,
+              " non-finite value(s) (NaN or Inf) of ", n, ", the first at element ", first,
+              " (", x[first >= 0 ? first : 0], "); a model with them cannot train or generate: "
+              "fix the weights (or pass --allow-nonfinite to `mxtrain import` to keep them)");
     used.insert(t.name);
   }
   for (const auto& [name, t] : hf)
@@ -457,8 +505,8 @@ void load_weights(const HfModel& h, const std::vector<Parameter*>& params) {
 }
 
 std::string import_to_checkpoint(const std::string& dir, const std::string& out,
-                                 TrainConfig base) {
-  const HfModel h = import_dir(dir);
+                                 TrainConfig base, bool allow_nonfinite) {
+  const HfModel h = import_dir(dir, true, allow_nonfinite);
   apply_model(base, h);
   base.training.seq_len = std::min(base.training.seq_len, base.model.max_seq_len);
   base = parse_config(config_to_yaml(base), dir + "/config.json (imported)");

@@ -1,6 +1,7 @@
 // train/launch.cc — launch agreement across the ranks of an mpirun job (train/launch.h).
 #include "train/launch.h"
 
+#include <cstdio>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,14 @@
 #include "mxtrain/dist/comm.h"
 
 namespace mxtrain {
+
+namespace {
+std::string peak_text(double gflops) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", gflops);
+  return buf;
+}
+}  // namespace
 
 void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
   if (!dist::launched_by_mpi() && !cfg.fsdp.enabled && !cfg.parallel.used())
@@ -28,7 +37,16 @@ void agree_on_launch(const TrainConfig& cfg, const TrainOptions& opt) {
       {"--resume", on_off(opt.resume)},
       {"--stop-after", opt.stop_after > 0 ? std::to_string(opt.stop_after) : "(none)"},
       {"--checkpoint-dir", given(opt.checkpoint_dir)},
+      {"--overwrite-checkpoints", on_off(opt.overwrite_checkpoints)},
       {"--steps (training.steps)", std::to_string(cfg.training.steps)},
+      {"--init-from", given(opt.init_from)},
+      // What rank 0 alone writes or reports for the whole job: a value on another rank
+      // would be silently ignored, so all must give the same.
+      {"--metrics-out", given(opt.metrics_out)},
+      {"--decisions-out", given(opt.decisions_out)},
+      {"--profile-steps", std::to_string(opt.profile_steps)},
+      {"--profile-out", given(opt.profile_out)},
+      {"--peak-gflops", opt.peak_gflops > 0 ? peak_text(opt.peak_gflops) : "(measured)"},
   });
   world.check_consistent("training config", cfg.source_text);
   if (!cfg.fsdp.enabled && !cfg.parallel.used())

@@ -21,20 +21,27 @@ namespace mxtrain {
 
 // Appends one JSON object per line and flushes, so a crash keeps what was written; a failed
 // write (full disk) stops the run with the path. Without open() (no --metrics-out, or not
-// the writing rank) every write is dropped.
+// the writing rank) every write is dropped. The file is opened (a fresh run's truncated) at
+// the first row, not at open(): a run that fails before its first step leaves an earlier
+// file as it was.
 class MetricsWriter {
  public:
   void open(const std::string& path, bool append) {
-    if (!path.empty()) out_ = std::make_unique<io::LineWriter>(path, append);
+    path_ = path;
+    append_ = append;
   }
   void write(const nlohmann::json& j) {
-    if (out_) out_->write(j.dump() + "\n");
+    if (path_.empty()) return;
+    if (!out_) out_ = std::make_unique<io::LineWriter>(path_, append_);
+    out_->write(j.dump() + "\n");
   }
   void close() {
     if (out_) out_->close();
   }
 
  private:
+  std::string path_;
+  bool append_ = false;
   std::unique_ptr<io::LineWriter> out_;
 };
 

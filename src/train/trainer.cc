@@ -57,6 +57,7 @@ struct Run {
   TrainConfig cfg;  // grad_accum may change on resume (see resume())
   const TrainOptions& opt;
   bool lead = true;  // prints and writes files (under MPI world rank 0 only)
+  bool distributed = false;  // FSDP or a layout: the run spans the processes of an MPI job
   std::unique_ptr<dist::Mesh> mesh;  // a tensor/expert-parallel layout (null: none)
   int B = 0, T = 0;  // sequences per micro-batch on this rank, tokens per sequence
   int W = 1, rank = 0, A = 1;
@@ -106,18 +107,33 @@ struct StepResult {
 void check_outputs(const Run& r) {
   const TrainOptions& opt = r.opt;
   // A dry run trains nothing: a flag only training uses would be silently ignored.
-  for (const auto& [given, flag] : {std::pair{opt.resume, "--resume"},
-                                    std::pair{opt.stop_after > 0, "--stop-after"},
-                                    std::pair{!opt.metrics_out.empty(), "--metrics-out"},
-                                    std::pair{!opt.checkpoint_dir.empty(), "--checkpoint-dir"}})
+  for (const auto& [given, flag] :
+       {std::pair{opt.resume, "--resume"}, std::pair{opt.stop_after > 0, "--stop-after"},
+        std::pair{!opt.metrics_out.empty(), "--metrics-out"},
+        std::pair{!opt.checkpoint_dir.empty(), "--checkpoint-dir"},
+        std::pair{opt.overwrite_checkpoints, "--overwrite-checkpoints"}})
     MXT_CHECK(!(opt.dry_run && given), "--dry-run builds the model and prints its precision "
               "decisions but trains nothing, so ", flag, " would do nothing; drop one of them");
+  MXT_CHECK(opt.stop_after == 0 || !opt.checkpoint_dir.empty(), "--stop-after ",
+            opt.stop_after, " stops the run early so that --resume can continue it, which needs "
+            "a checkpoint: add --checkpoint-dir DIR (or lower --steps to train fewer steps)");
+  MXT_CHECK(!opt.overwrite_checkpoints || !opt.checkpoint_dir.empty(),
+            "--overwrite-checkpoints needs --checkpoint-dir (the directory whose checkpoints it "
+            "replaces)");
+  MXT_CHECK(!(opt.overwrite_checkpoints && opt.resume), "--resume continues the checkpoints "
+            "in --checkpoint-dir and --overwrite-checkpoints removes them: give one of them");
   if (r.lead) {
     io::check_output_file(opt.decisions_out, "--decisions-out");
     if (!opt.dry_run) {
       io::check_output_file(opt.metrics_out, "--metrics-out");
-      if (!opt.checkpoint_dir.empty() && !opt.resume)
+      if (!opt.checkpoint_dir.empty() && !opt.resume) {
         io::check_output_dir(opt.checkpoint_dir, "--checkpoint-dir");
+        const int64_t latest = io::latest_checkpoint_step(opt.checkpoint_dir);
+        MXT_CHECK(latest < 0 || opt.overwrite_checkpoints, "--checkpoint-dir ",
+                  opt.checkpoint_dir, ": holds another run's checkpoints (the latest is step_",
+                  latest, "); continue that run with --resume, or start over with "
+                  "--overwrite-checkpoints, which removes them");
+      }
     }
   }
   if (opt.resume && !opt.dry_run) {
@@ -129,6 +145,15 @@ void check_outputs(const Run& r) {
             "--profile-out needs --profile-steps N (how many steps to profile)");
   MXT_CHECK(opt.peak_gflops >= 0, "--peak-gflops: must be positive, got ", opt.peak_gflops);
   if (r.lead && !opt.dry_run) io::check_output_file(opt.profile_out, "--profile-out");
+  // No output may be one of the run's inputs (or inside an input directory).
+  io::check_outputs_apart(
+      {{"--metrics-out", opt.metrics_out}, {"--decisions-out", opt.decisions_out},
+       {"--profile-out", opt.profile_out}, {"--checkpoint-dir", opt.checkpoint_dir}},
+      {{"--config", r.cfg.source_path}, {"data.path", r.cfg.data.path},
+       {"model.tokenizer", r.cfg.tokenizer},
+       {"precision.fp8_dynamic_policy_path",
+        r.cfg.precision.selective_fp8 ? r.cfg.precision.fp8_dynamic_policy_path : ""},
+       {"--init-from", opt.init_from}});
 }
 
 // Policy -> precision decisions -> model (no model on a dry run); the decisions are printed
@@ -172,26 +197,53 @@ int64_t model_parameters(const Run& r) {
   return n;
 }
 
-// The training data, the initial weights of --init-from, and the parameter sync (one process
-// or FSDP shards).
+// The data's checks, made at start-up (dry runs included): both splits hold a sequence and
+// its next-token target (found now, not at step 1 or at the first validation), and every
+// token the data can give is inside the model's vocabulary (not found at step 1 either).
+void check_data(const Run& r) {
+  const TrainConfig& cfg = r.cfg;
+  const int T = cfg.training.seq_len;
+  const std::string path = shown(cfg.data.path);
+  const auto* text = dynamic_cast<const TextCorpus*>(r.data.get());
+  const char* unit = text ? "bytes" : "tokens";
+  MXT_CHECK(r.data->train_tokens() > T + 1, "data `", path, "`: the training split "
+            "has ", r.data->train_tokens(), " ", unit, ", fewer than training.seq_len + 2 = ",
+            T + 2, "; use a larger corpus or a shorter seq_len");
+  MXT_CHECK(!text || r.data->val_tokens() > T + 1, "data `", path, "`: the "
+            "validation split (data.val_fraction ", cfg.data.val_fraction, ") has ",
+            r.data->val_tokens(), " bytes, fewer than training.seq_len + 2 = ", T + 2,
+            "; raise data.val_fraction, use a larger corpus or a shorter seq_len");
+  MXT_CHECK(text || r.data->val_tokens() > T + 1, "data `", path, "`: the "
+            "validation shard has ", r.data->val_tokens(), " tokens, fewer than "
+            "training.seq_len + 2 = ", T + 2, "; prepare the shards with a larger "
+            "--val-fraction or use a shorter seq_len");
+  const int vocab = cfg.model.vocab_size;
+  if (text) {
+    const int top = text->max_byte();
+    MXT_CHECK(top < vocab, "data `", path, "`: holds byte ", top, ", outside the model's "
+              "vocabulary (model.vocab_size ", vocab, "); set model.vocab_size to at least ",
+              top + 1, " (256 holds every byte)");
+  } else {
+    const int tok_vocab = r.tokenizer.vocab_size();
+    MXT_CHECK(tok_vocab <= vocab, "data `", path, "`: its shards hold tokens of a ", tok_vocab,
+              "-token vocabulary (", r.tokenizer.id().str(), "), more than model.vocab_size ",
+              vocab, "; set model.vocab_size to at least ", tok_vocab);
+  }
+}
+
+// The run's earlier checkpoints, removed as --overwrite-checkpoints asks (under the lock).
+void remove_earlier_checkpoints(const Run& r) {
+  const std::vector<std::string> gone = io::remove_checkpoints(r.opt.checkpoint_dir);
+  if (gone.empty() || !r.lead) return;
+  std::string list;
+  for (const std::string& g : gone) list += (list.empty() ? "" : ", ") + g;
+  std::fprintf(stderr, "note: --overwrite-checkpoints: removed %s from %s\n", list.c_str(),
+               r.opt.checkpoint_dir.c_str());
+}
+
+// The initial weights of --init-from, and the parameter sync (one process or FSDP shards).
 void attach_data_and_sync(Run& r, const SyncFactory& make_sync) {
   const TrainConfig& cfg = r.cfg;
-  r.data = open_training_data(cfg.data, r.tokenizer);
-  // Both splits must hold a sequence and its next-token target: found now, not at step 1 or
-  // at the first validation.
-  const bool text = dynamic_cast<const TextCorpus*>(r.data.get()) != nullptr;
-  const char* unit = text ? "bytes" : "tokens";
-  MXT_CHECK(r.data->train_tokens() > r.T + 1, "data `", cfg.data.path, "`: the training split "
-            "has ", r.data->train_tokens(), " ", unit, ", fewer than training.seq_len + 2 = ",
-            r.T + 2, "; use a larger corpus or a shorter seq_len");
-  MXT_CHECK(!text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
-            "validation split (data.val_fraction ", cfg.data.val_fraction, ") has ",
-            r.data->val_tokens(), " bytes, fewer than training.seq_len + 2 = ", r.T + 2,
-            "; raise data.val_fraction, use a larger corpus or a shorter seq_len");
-  MXT_CHECK(text || r.data->val_tokens() > r.T + 1, "data `", cfg.data.path, "`: the "
-            "validation shard has ", r.data->val_tokens(), " tokens, fewer than "
-            "training.seq_len + 2 = ", r.T + 2, "; prepare the shards with a larger "
-            "--val-fraction or use a shorter seq_len");
   r.params = r.model->parameters();
   if (!r.opt.init_from.empty()) {  // before FSDP shards the values: every rank reads the files
     MXT_CHECK(!r.opt.resume, "--init-from and --resume exclude each other");
@@ -301,7 +353,8 @@ void prepare_mfu(Run& r) {
     r.peak_gflops = r.opt.peak_gflops;
     r.rank_peak_gflops = r.peak_gflops / r.W;
     r.peak_source = "given";
-  } else if (r.opt.progress || !r.opt.metrics_out.empty() || r.opt.profile_steps > 0) {
+  } else if (r.distributed || r.opt.progress || !r.opt.metrics_out.empty() ||
+             r.opt.profile_steps > 0) {  // a collective when distributed: every rank joins
     const ReferencePeak p = reference_peak(0);
     r.rank_peak_gflops = p.gflops;
     r.peak_gflops = r.sync->sum_over_processes(p.gflops);
@@ -564,11 +617,11 @@ void finish(Run& r) {
       sum.median_step_ms > 0 ? step_mfu(r, double(r.tokens_per_step) / (sum.median_step_ms / 1e3))
                              : 0;
   sum.stopped_by = r.stop_signal;
+  sum.lead = r.lead;
   nlohmann::json row = {{"summary", true}, {"recipe", r.cfg.precision.recipe.name},
                         {"steps", r.st.step},
                         {"final_loss", sum.losses.empty() ? 0.0 : sum.losses.back()},
-                        {"final_val_loss", sum.final_val_loss},
-                        {"final_val_nats_per_byte", sum.final_val_nats_per_byte},
+                        {"final_val_loss", nullptr}, {"final_val_nats_per_byte", nullptr},
                         {"tokens_per_s", sum.tokens_per_s},
                         {"mean_step_ms", sum.mean_step_ms}, {"median_step_ms", sum.median_step_ms},
                         {"skipped_steps", r.st.skipped}, {"held_bytes", sum.held_bytes},
@@ -584,6 +637,10 @@ void finish(Run& r) {
     row["layout"] = {{"dp", r.mesh->dp_size()}, {"tp", p.tp}, {"ep", p.ep}, {"etp", p.etp},
                      {"edp", r.mesh->edp_size()}, {"sequence_parallel", p.sequence_parallel}};
     if (p.sequence_parallel) row["layout"]["sp_wire"] = sequence_wire_name(p.sp_wire);
+  }
+  if (!sum.val_losses.empty()) {  // null when no validation ran (e.g. stopped before one)
+    row["final_val_loss"] = sum.final_val_loss;
+    row["final_val_nats_per_byte"] = sum.final_val_nats_per_byte;
   }
   if (r.stop_signal) row["stopped_by_signal"] = r.stop_signal;
   r.metrics.write(row);
@@ -601,7 +658,9 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   r.T = r.cfg.training.seq_len;
   // Under MPI only rank 0 prints and writes files (every rank computes the same decisions).
   const ParallelConfig& pc = r.cfg.parallel;
-  r.lead = (!r.cfg.fsdp.enabled && !pc.used()) || dist::Comm::world().rank() == 0;
+  r.distributed = r.cfg.fsdp.enabled || pc.used();
+  r.lead = !r.distributed || dist::Comm::world().rank() == 0;
+  r.sum.lead = r.lead;
   if (pc.used())  // collective: every rank makes the same sub-communicators
     r.mesh = std::make_unique<dist::Mesh>(
         dist::Comm::world(), dist::MeshShape{pc.tp, pc.ep, pc.etp, pc.sequence_parallel, pc.sp_wire});
@@ -610,11 +669,18 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   if (!opt.dry_run && !opt.ignore_memory_check)
     check_training_memory(r.cfg, machine_memory_limit());
   check_outputs(r);
-  if (r.lead && !opt.dry_run) r.locks = lock_outputs(opt.checkpoint_dir, opt.metrics_out);
   // The tokenizer is read once (checkpoints copy it); its vocabulary must fit the model's.
-  if (!opt.dry_run) r.tokenizer = open_run_tokenizer(r.cfg);
+  r.tokenizer = open_run_tokenizer(r.cfg);
+  // Every check that could fail at step 1 is made before any output is touched: the data
+  // (its tokens fit the model's vocabulary), on a dry run too.
+  r.data = open_training_data(r.cfg.data, r.tokenizer);
+  check_data(r);
   build_model(r);
   if (opt.dry_run) return r.sum;
+  if (r.lead) {
+    r.locks = lock_outputs(opt.checkpoint_dir, opt.metrics_out);
+    if (opt.overwrite_checkpoints) remove_earlier_checkpoints(r);
+  }
   attach_data_and_sync(r, make_sync);
   if (opt.resume) resume(r);
   prepare_steps(r);

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # tests/cli/data_cli.sh — the data commands end to end with the real `mxtrain` binary: a
-# SentencePiece tokenizer (tokenizer train), token shards (prepare-data), training from them
-# (model.tokenizer, data.path: DIR), generate and eval with the checkpoint's tokenizer, the
-# Hugging Face round trip (export, import, export again: the same bytes) and `train
-# --init-from`; and each refusal as one `error:` line: shards of another tokenizer, a model
-# vocabulary smaller than the tokenizer's, truncated and corrupted shards, an empty corpus,
-# text given to a SentencePiece model, resuming with another tokenizer, unsupported HF models.
+# SentencePiece tokenizer (tokenizer train, tokenizer encode), token shards (prepare-data),
+# training from them (model.tokenizer, data.path: DIR), generate and eval with the
+# checkpoint's tokenizer, the Hugging Face round trip (export, import, export again: the same
+# bytes) and `train --init-from`; and each refusal as one `error:` line: shards of another
+# tokenizer, a model vocabulary smaller than the tokenizer's, truncated and corrupted shards, an
+# empty corpus, text given to a SentencePiece model, resuming with another tokenizer,
+# unsupported HF models.
 # Usage: data_cli.sh MXTRAIN   (CTest: `cli_data`)
 set -u
 MXT=$(realpath "${1:?usage: data_cli.sh /path/to/mxtrain}")
@@ -29,6 +30,21 @@ assert j["train_tokens"] > 10 * j["val_tokens"] > 0, j
 assert j["vocab_size"] == 500 and j["tokenizer"].startswith("sentencepiece crc32:"), j
 PY
 grep -q "prepare-data \[####################\] 100%" prep.err || fail "no progress bar: $(cat prep.err)"
+# tokenizer encode: the encoding prepare-data writes (as many ids), and the bytes themselves.
+"$MXT" tokenizer encode --tokenizer tok.model --input "$TEXT" --json > enc.json ||
+  fail "tokenizer encode"
+python3 - enc.json prep.json <<'PY' || fail "tokenizer encode: $(head -c 300 enc.json)"
+import json, sys
+e, p = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert e["tokenizer"] == p["tokenizer"] and e["bytes"] == p["text_bytes"], (e["bytes"], p)
+assert len(e["ids"]) == p["train_tokens"] + p["val_tokens"], (len(e["ids"]), p)
+PY
+[ "$("$MXT" tokenizer encode --tokenizer bytes --text 'Ab c')" = "65 98 32 99" ] ||
+  fail "byte-level tokenizer encode"
+expect_error "encode without a text" "give the text as --text TEXT or --input FILE" \
+  "$MXT" tokenizer encode --tokenizer tok.model
+expect_error "encode with a missing model" "file not found: nope.model" \
+  "$MXT" tokenizer encode --tokenizer nope.model --text x
 "$MXT" prepare-data --input "$TEXT" --tokenizer bytes --out bshards --quiet || fail "byte shards"
 [ -e bshards/tokenizer.model ] && fail "byte-level shards carry a tokenizer"
 "$MXT" prepare-data --input /usr/share/games/fortunes/computers --tokenizer other.model \
@@ -71,6 +87,9 @@ assert g["tokenizer"].startswith("sentencepiece") and len(g["tokens"]) == 12, g
 assert 0 < len(g["prompt_tokens"]) < len("You will"), g  # pieces, not bytes
 assert all(0 <= t < 500 for t in g["tokens"]), g
 PY
+[ "$("$MXT" tokenizer encode --tokenizer tok.model --text "You will")" = \
+  "$(python3 -c 'import json; print(*json.load(open("gen.json"))["prompt_tokens"])')" ] ||
+  fail "tokenizer encode differs from generate's prompt ids"
 
 # eval: loss, perplexity, bits per byte on the validation shard.
 "$MXT" eval --checkpoint ck --data shards --json > ev.json 2> ev.err || fail "eval: $(cat ev.err)"
@@ -138,7 +157,7 @@ expect_error "empty corpus for a tokenizer" "is empty: there is nothing to train
   "$MXT" tokenizer train --input empty.txt --out e.model --quiet
 expect_error "bad --val-fraction" "--val-fraction must be in (0, 0.5)" \
   "$MXT" prepare-data --input "$TEXT" --tokenizer bytes --out x --val-fraction 0.7 --quiet
-expect_error "out is not a shard directory" "exists and is not a token-shard directory" \
+expect_error "out holds files mxtrain did not write" "holds files mxtrain did not write (latest, step_6, step_8)" \
   "$MXT" prepare-data --input "$TEXT" --tokenizer bytes --out ck --quiet
 
 # ---- byte-level: shards and text give nats per byte = loss --------------------------------

@@ -206,10 +206,10 @@ grep -qF "$SRC/" err.txt && fail "an error names the source directory: $(cat err
 mkfifo fifo
 sed 's/corpus.txt/fifo/' ok.yaml > fifo.yaml
 expect_error --at-start --within 5 "FIFO corpus" \
-  "data \`fifo\`: fifo is not a regular file but a FIFO (named pipe)" \
+  "data.path \`fifo\`: fifo is not a regular file but a FIFO (named pipe)" \
   "$MXTRAIN" train --quiet --config fifo.yaml
 expect_error --at-start --within 5 "device corpus" \
-  "data \`/dev/null\`: /dev/null is not a regular file but a character device" \
+  "data.path \`/dev/null\`: /dev/null is not a regular file but a character device" \
   "$MXTRAIN" train --quiet --config ok.yaml --data /dev/null
 expect_error --at-start --within 5 "FIFO config" "fifo is not a regular file but a FIFO (named pipe)" \
   "$MXTRAIN" train --quiet --config fifo

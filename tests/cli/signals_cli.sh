@@ -46,6 +46,10 @@ stopped_run() {
     fail "$name: summary row does not say step $STOP"
   grep '"summary":true' "$dir/m.jsonl" | grep -q "\"stopped_by_signal\":$((code - 128))" ||
     fail "$name: summary row lacks stopped_by_signal"
+  # No validation ran (eval_every 0, and a stopped run saves at once): null, not 0.0.
+  grep '"summary":true' "$dir/m.jsonl" |
+    grep -q '"final_val_loss":null,"final_val_nats_per_byte":null' ||
+    fail "$name: the summary row's final_val_loss is not null: $(grep summary "$dir/m.jsonl")"
 }
 
 # ---- SIGTERM: checkpoint, one line, resume bit for bit ----

@@ -167,7 +167,7 @@ TEST(PrepareData, RefusesEmptyInputAndForeignOutput) {
   o.inputs = {d / "in.txt"};
   o.out_dir = d / "mine";
   EXPECT_NE(error_of([&] { prepare_data(o, Tokenizer::bytes()); })
-                .find("exists and is not a token-shard directory"),
+                .find("the directory exists and holds files mxtrain did not write (keep.txt)"),
             std::string::npos);
   EXPECT_TRUE(fs::exists(d / "mine/keep.txt"));
   o.out_dir = d / "out";

@@ -95,5 +95,34 @@ TEST(LineWriter, UnopenablePathIsNamed) {
                         "cannot open " + (d / "no/such/file") + " for writing");
 }
 
+// Outputs are kept apart from inputs: the same file (by path, symbolic or hard link), an
+// output inside an input directory, and an input inside a directory the command replaces.
+TEST(OutputsApart, SameFileInsideAndReplacedAreRefusedByName) {
+  ScratchDir d;
+  touch(d / "cfg.yaml");
+  ::mkdir((d / "data").c_str(), 0755);
+  touch(d / "data/a.txt");
+  ASSERT_EQ(::symlink((d / "cfg.yaml").c_str(), (d / "sym.yaml").c_str()), 0);
+  ASSERT_EQ(::link((d / "cfg.yaml").c_str(), (d / "hard.yaml").c_str()), 0);
+  const std::vector<NamedPath> in = {{"--config", d / "cfg.yaml"}, {"data.path", d / "data"}};
+  for (const std::string& same : {d / "cfg.yaml", d / "sym.yaml", d / "hard.yaml",
+                                  d / "data/../cfg.yaml"})
+    EXPECT_ERROR_CONTAINS(check_outputs_apart({{"--metrics-out", same}}, in),
+                          "--metrics-out " + same + ": is --config " + (d / "cfg.yaml") +
+                              "; an output may not be written over an input");
+  EXPECT_ERROR_CONTAINS(check_outputs_apart({{"--metrics-out", d / "data/m.jsonl"}}, in),
+                        "lies inside data.path " + (d / "data") + ", a directory that is read");
+  EXPECT_ERROR_CONTAINS(check_outputs_apart({{"--out", d.path(), true}}, in),
+                        "--config " + (d / "cfg.yaml") + " lies inside it, and the command "
+                        "replaces that directory");
+  // Apart: another file, a sibling directory, a directory that is not replaced, inputs not
+  // given or missing.
+  check_outputs_apart({{"--metrics-out", d / "m.jsonl"}, {"--out", d / "out", true},
+                       {"--checkpoint-dir", d.path()}, {"--profile-out", ""}},
+                      {{"--config", d / "cfg.yaml"}, {"--init-from", ""},
+                       {"model.tokenizer", d / "missing.model"}});
+  check_outputs_apart({{"--out", d / "dataset", true}}, {{"data.path", d / "data"}});
+}
+
 }  // namespace
 }  // namespace mxtrain::io

@@ -59,7 +59,7 @@ TEST(QuantizeFiles, Mxfp8FilesEqualCoreQuantize) {
     EXPECT_EQ(r.cfg.elem, Elem::e4m3);
     EXPECT_EQ(r.cfg.rounding, ScaleRounding::rceil);
     EXPECT_EQ(list_dir(d / "q"),
-              (std::vector<std::string>{"colwise.npy", "colwise_scale.npy", "meta.json",
+              (std::vector<std::string>{".mxtrain-manifest", "colwise.npy", "colwise_scale.npy", "meta.json",
                                         "rowwise.npy", "rowwise_scale.npy"}));
     const MXTensor row = quantize(x.data(), M, K, MXLayout::rowwise, r.cfg);
     const MXTensor col = quantize(x.data(), M, K, MXLayout::colwise, r.cfg);
@@ -92,7 +92,8 @@ TEST(QuantizeFiles, Tile32FilesEqualCoreQuantize) {
     const std::vector<float> x = make_input(M, K, uint32_t(M * 7 + K));
     const std::string in = write_input(d, x, M, K);
     QuantizeFilesResult r = quantize_npy_to_dir(in, d / "q", {"mxfp8-32x32", {}, {}});
-    EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{"data.npy", "meta.json", "scale.npy"}));
+    EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{".mxtrain-manifest", "data.npy",
+                                                           "meta.json", "scale.npy"}));
     const MXTensor t = quantize(x.data(), M, K, MXLayout::tile, r.cfg);
     EXPECT_EQ(read_file(d / "q/data.npy"), u8_npy(t.data, M, K));
     EXPECT_EQ(read_file(d / "q/scale.npy"), u8_npy(t.scales, (M + 31) / 32, (K + 31) / 32));
@@ -121,7 +122,8 @@ TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
     const QuantizeFilesResult r = quantize_npy_to_dir(in, d / "i", o);
     EXPECT_EQ(r.role, Role::input);
     EXPECT_EQ(list_dir(d / "i"),
-              (std::vector<std::string>{"colwise.npy", "colwise_scale_inv.npy", "meta.json",
+              (std::vector<std::string>{".mxtrain-manifest", "colwise.npy",
+                                        "colwise_scale_inv.npy", "meta.json",
                                         "rowwise.npy", "rowwise_scale_inv.npy"}));
     MXTensor row, col;
     quantize_blocks_dual(x.data(), M, K, {}, row, col);
@@ -146,7 +148,8 @@ TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
     o.amax_epsilon = 0.25f;
     quantize_npy_to_dir(in, d / "w", o);
     EXPECT_EQ(list_dir(d / "w"),
-              (std::vector<std::string>{"data.npy", "meta.json", "scale_inv.npy"}));
+              (std::vector<std::string>{".mxtrain-manifest", "data.npy", "meta.json",
+                                        "scale_inv.npy"}));
     const MXTensor t =
         quantize_blocks(x.data(), M, K, MXLayout::tile, {Elem::e5m2, ScaleType::fp32, 0.25f});
     EXPECT_EQ(read_file(d / "w/data.npy"), u8_npy(t.data, M, K));
@@ -183,7 +186,8 @@ TEST(QuantizeFiles, PerTensorFilesEqualCoreQuantize) {
       const std::string q = d / role_name(role);
       const QuantizeFilesResult r = quantize_npy_to_dir(in, q, o);
       EXPECT_EQ(r.scale, ScaleType::fp32);
-      EXPECT_EQ(list_dir(q), (std::vector<std::string>{"data.npy", "meta.json", "scale_inv.npy"}));
+      EXPECT_EQ(list_dir(q), (std::vector<std::string>{".mxtrain-manifest", "data.npy",
+                                                       "meta.json", "scale_inv.npy"}));
       MXTensor t;
       quantize_tensor_scaled(x.data(), M, K, {elem, *o.amax_epsilon}, t);
       EXPECT_EQ(read_file(q + "/data.npy"), u8_npy(t.data, M, K));
@@ -278,17 +282,26 @@ TEST(QuantizeFiles, ElemAndRoundingOptionsReachTheBytes) {
   EXPECT_FALSE(path_exists(d / "y.npy"));
 }
 
-TEST(QuantizeFiles, ReplacesAPreviousOutputCompletely) {
+// Replacing an earlier output removes what that output wrote and nothing else: the user's
+// notes and subdirectories beside it stay, with their contents (io/output_dir.h).
+TEST(QuantizeFiles, ReplacesAPreviousOutputKeepingOtherFiles) {
   ScratchDir d;
   const std::vector<float> x = make_input(40, 40, 9);
   const std::string in = write_input(d, x, 40, 40);
   quantize_npy_to_dir(in, d / "q", {"mxfp8", {}, {}});
+  write_file_atomic(d / "q/NOTES.md", std::string("how this was made"));
+  std::filesystem::create_directory(d / "q/plots");
+  write_file_atomic(d / "q/plots/a.svg", std::string("<svg/>"));
   quantize_npy_to_dir(in, d / "q", {"mxfp8-32x32", {}, {}});
-  EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{"data.npy", "meta.json", "scale.npy"}));
+  EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{".mxtrain-manifest", "NOTES.md",
+                                                         "data.npy", "meta.json", "plots",
+                                                         "scale.npy"}));
+  EXPECT_EQ(read_text_file(d / "q/NOTES.md"), "how this was made");
+  EXPECT_EQ(read_text_file(d / "q/plots/a.svg"), "<svg/>");
   EXPECT_EQ(list_dir(d.path()), (std::vector<std::string>{"q", "x.npy"}));
   std::filesystem::create_directory(d / "empty");
   quantize_npy_to_dir(in, d / "empty", {"mxfp8-32x32", {}, {}});
-  EXPECT_EQ(list_dir(d / "empty").size(), 3u);
+  EXPECT_EQ(list_dir(d / "empty").size(), 4u);
 }
 
 // Runs `f`, expects an error containing `msg`, and that the scratch directory's listing
@@ -342,10 +355,20 @@ TEST(QuantizeFiles, BadInputsLeaveNoOutput) {
   std::filesystem::create_directory(d / "mine");
   write_file_atomic(d / "mine/keep.txt", std::string("precious"));
   expect_clean_failure(
-      d, [&] { quantize_npy_to_dir(in, d / "mine", ok); }, "was not written by `mxtrain quantize`");
+      d, [&] { quantize_npy_to_dir(in, d / "mine", ok); },
+      "the directory exists and holds files mxtrain did not write (keep.txt)");
   EXPECT_EQ(read_text_file(d / "mine/keep.txt"), "precious");
+  write_file_atomic(d / "afile", std::string("a file"));
   expect_clean_failure(
-      d, [&] { quantize_npy_to_dir(in, d / "x.npy", ok); }, "is not a directory");
+      d, [&] { quantize_npy_to_dir(in, d / "afile", ok); }, "is not a directory");
+  // An output never replaces an input, nor holds one.
+  expect_clean_failure(
+      d, [&] { quantize_npy_to_dir(in, d / "x.npy", ok); },
+      "--out-dir " + (d / "x.npy") + ": is --input " + in + "; an output may not be written "
+      "over an input");
+  expect_clean_failure(
+      d, [&] { quantize_npy_to_dir(in, d.path(), ok); },
+      "--input " + in + " lies inside it, and the command replaces that directory");
 }
 
 TEST(QuantizeFiles, BadDequantizeInputsLeaveNoOutput) {

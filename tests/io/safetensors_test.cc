@@ -141,12 +141,15 @@ TEST(Safetensors, StructuralFaultsAreNamed) {
   };
   const std::vector<uint8_t> d8(8, 0);
   EXPECT_ERROR_CONTAINS(decode("[1, 2]", {}), "not a safetensors file");
-  EXPECT_ERROR_CONTAINS(decode("{\"a\": ", d8), "header is not valid JSON");
+  EXPECT_ERROR_CONTAINS(decode("{\"a\": ", d8), "safetensors header: not valid JSON");
   EXPECT_ERROR_CONTAINS(
       decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]},"
              " \"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [0, 8]}}",
              d8),
-      "has the key 'a' twice");
+      "safetensors header: a: duplicate key");
+  EXPECT_ERROR_CONTAINS(
+      decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8], \"data_offsets\": [-8, 0]}}", d8),
+      "tensor 'a': 'data_offsets' must be two byte offsets >= 0, got -8 (negative)");
   EXPECT_ERROR_CONTAINS(decode("{\"a\": 3}", d8), "tensor 'a' is not described by an object");
   EXPECT_ERROR_CONTAINS(decode("{\"a\": {\"dtype\": \"U8\", \"shape\": [8]}}", d8),
                         "tensor 'a' has no 'data_offsets'");

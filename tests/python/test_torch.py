@@ -159,9 +159,29 @@ def test_weight_reuse_and_updates():
         raise AssertionError("backward after an in-place change of x was accepted")
 
 
+
+def test_one_backward_per_forward():
+    """A second backward through one call (retain_graph=True) is a RuntimeError that says
+    what to do, not a pybind11 signature dump; no second derivative is made up."""
+    m = mxt.MXLinear(64, 32)
+    x = torch.randn(4, 64, requires_grad=True)
+    y = m(x)
+    y.sum().backward(retain_graph=True)
+    try:
+        y.sum().backward()
+    except RuntimeError as e:
+        check("a second backward through the same MXLinear call" in str(e) and
+              "run the forward again" in str(e), str(e))
+    else:
+        raise AssertionError("a second backward through one call was accepted")
+    g, = torch.autograd.grad(m(x).sum(), x, create_graph=True)
+    check(g.grad_fn is None, "the gradient claims a graph it does not have")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(2)
     test_numerics()
     test_bias_bf16_and_shapes()
     test_weight_reuse_and_updates()
+    test_one_backward_per_forward()
     print("test_torch: all passed")

@@ -1,11 +1,13 @@
 // Tests for Hugging Face export and import (train/hf_llama.h): the tensor mapping, the round
 // trip (import then export reproduces every tensor byte for byte), tied heads and BF16/F16
-// weights on import, every refusal, and `train --init-from` starting from exactly the
-// exported weights. The independent PyTorch forward is tests/python/test_hf_export.py.
+// weights on import, an untrained tied head exported tied, transformers 5's rope_parameters and
+// the architectures' defaults, every refusal, and `train --init-from` starting from exactly the
+// exported weights. transformers itself referees in tests/python/test_hf_export.py.
 #include "mxtrain/train/hf_llama.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 
 #include <cstring>
@@ -126,6 +128,7 @@ TEST(HfLlama, RoundTripIsByteForByte) {
     const hf::ExportResult r = hf::export_checkpoint(d / "ck", d / "hf1");
     EXPECT_EQ(r.architecture, moe ? "MixtralForCausalLM" : "LlamaForCausalLM");
     EXPECT_EQ(r.tokenizer, "bytes");
+    EXPECT_FALSE(r.tied);
     const hf::HfModel h = hf::import_dir(d / "hf1");
     EXPECT_FALSE(h.tied);
     EXPECT_EQ(h.tokenizer, "");
@@ -231,6 +234,87 @@ TEST(HfLlama, ImportsTiedHeadsAndHalfPrecisionExactly) {
   EXPECT_EQ(t.tensors.front().name, "embed.weight");
   EXPECT_EQ(t.tensors.back().name, "lm_head.weight");
   EXPECT_EQ(t.tensors.front().data, t.tensors.back().data);
+}
+
+// An imported tied model (not trained since) exports tied: tie_word_embeddings true and no
+// lm_head.weight, every other tensor as it came. A trained model's head is its own.
+TEST(HfLlama, ExportsAnUntrainedTiedHeadTied) {
+  ScratchDir d;
+  const std::vector<io::StTensor> in = llama_tensors("F32", {"lm_head.weight"});
+  write_hf(d / "tied", llama_config(R"(, "tie_word_embeddings": true)"), in);
+  TrainConfig c = config(false);
+  c.model.n_layers = 1;
+  hf::import_to_checkpoint(d / "tied", d / "ck", c);
+  const hf::ExportResult r = hf::export_checkpoint(d / "ck", d / "out");
+  EXPECT_TRUE(r.tied);
+  EXPECT_EQ(r.tensors, in.size());
+  EXPECT_NE(read(d / "out/config.json").find("\"tie_word_embeddings\": true"), std::string::npos);
+  const io::Safetensors st = io::read_safetensors(d / "out/model.safetensors");
+  ASSERT_EQ(st.tensors.size(), in.size());
+  for (const io::StTensor& t : st.tensors) {
+    const auto it = std::find_if(in.begin(), in.end(),
+                                 [&](const io::StTensor& x) { return x.name == t.name; });
+    ASSERT_NE(it, in.end()) << t.name;
+    EXPECT_EQ(t.data, it->data) << t.name;
+  }
+  const hf::HfModel back = hf::import_dir(d / "out");
+  EXPECT_TRUE(back.tied);
+  EXPECT_EQ(back.tensors.front().data, back.tensors.back().data);
+  // One training step updates the head and the embedding apart: the export is untied.
+  TrainConfig t = parse_config(
+      "model: {d_model: 32, n_layers: 1, n_heads: 4, d_ff: 48, max_seq_len: 16}\n"
+      "training: {steps: 1, seq_len: 16, micro_batch_size: 2, eval_every: 0, eval_batches: 1}\n"
+      "precision: {recipe: bf16}\n", "tied-train");
+  hf::apply_model(t, hf::import_dir(d / "tied", /*weights=*/false));
+  t = parse_config(config_to_yaml(t), "tied-train+hf");
+  TrainOptions o;
+  o.progress = false;
+  o.print_decisions = false;
+  o.init_from = d / "tied";
+  o.checkpoint_dir = d / "trained";
+  run_training(t, o);
+  EXPECT_FALSE(hf::export_checkpoint(d / "trained", d / "out2").tied);
+  EXPECT_NE(read(d / "out2/config.json").find("\"tie_word_embeddings\": false"),
+            std::string::npos);
+}
+
+// transformers 5 writes the rotary base in `rope_parameters`; absent settings take the
+// architecture's defaults (LlamaConfig: rope_theta 1e4, rms_norm_eps 1e-6; MixtralConfig: 1e6,
+// 1e-5), as from_pretrained would run them.
+TEST(HfLlama, ReadsRopeParametersAndTransformersDefaults) {
+  ScratchDir d;
+  auto cfg = [&](const std::string& name, const std::string& json) {
+    write_hf(d / name, json, {});
+    return hf::import_dir(d / name, /*weights=*/false).model;
+  };
+  const std::string rp = R"(, "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"})";
+  EXPECT_EQ(cfg("rp", llama_config(rp)).rope_theta, 500000.f);
+  EXPECT_EQ(cfg("both", llama_config(rp + R"(, "rope_theta": 500000.0)")).rope_theta, 500000.f);
+  EXPECT_EQ(cfg("null", llama_config(R"(, "rope_parameters": null, "rope_theta": 2e4)")).rope_theta,
+            20000.f);
+  const ModelConfig llama = cfg("llama", llama_config());
+  EXPECT_EQ(llama.rope_theta, 10000.f);
+  const std::string mixtral = R"({"architectures": ["MixtralForCausalLM"], "vocab_size": 256,
+    "hidden_size": 32, "intermediate_size": 24, "num_hidden_layers": 1, "num_attention_heads": 4,
+    "max_position_embeddings": 16, "num_local_experts": 3, "num_experts_per_tok": 2})";
+  const ModelConfig m = cfg("mixtral", mixtral);
+  EXPECT_EQ(m.rope_theta, 1e6f);
+  EXPECT_EQ(m.rms_eps, 1e-5f);
+  std::string no_eps = llama_config();
+  no_eps.replace(no_eps.find(", \"rms_norm_eps\": 1e-06"), 23, "");
+  EXPECT_EQ(cfg("noeps", no_eps).rms_eps, 1e-6f);
+  auto refused = [&](const std::string& name, const std::string& extra, const std::string& frag) {
+    write_hf(d / name, llama_config(extra), {});
+    const std::string msg = error_of([&] { hf::import_dir(d / name, false); });
+    EXPECT_NE(msg.find(frag), std::string::npos) << msg;
+  };
+  refused("yarn", R"(, "rope_parameters": {"rope_theta": 1e4, "rope_type": "yarn"})",
+          "`rope_parameters.rope_type` \"yarn\" is not supported");
+  refused("factor",
+          R"(, "rope_parameters": {"rope_theta": 1e4, "rope_type": "linear", "factor": 2})",
+          "`rope_parameters.factor` is not supported");
+  refused("disagree", rp + R"(, "rope_theta": 10000.0)", "disagree");
+  refused("notobj", R"(, "rope_parameters": 3)", "`rope_parameters` is not an object");
 }
 
 TEST(HfLlama, RefusesWhatMxtrainCannotRun) {

@@ -112,6 +112,7 @@ struct TokenizerTrainOptions {
 
 struct TokenizerTrainStats {
   int64_t lines_seen = 0, lines_used = 0;
+  int64_t lines_too_long = 0;  // left out: longer than SentencePiece trains on (16384 bytes)
   uint64_t text_bytes = 0;
 };
 

@@ -94,6 +94,14 @@ std::string resolve_checkpoint_dir(const std::string& path);
 bool has_checkpoint(const std::string& root);
 // Steps of the step_<N> directories under root, ascending ({} if root does not exist).
 std::vector<int64_t> list_checkpoint_steps(const std::string& root);
+// When root holds a run's checkpoints (a `latest` file, even one whose step is gone): the
+// newest step there, the larger of what `latest` names and the largest step directory (0 when
+// neither says); else -1. Step directories without `latest` are what a first save cut short
+// left: a new run replaces them.
+int64_t latest_checkpoint_step(const std::string& root);
+// Removes `latest` (first) and every step directory under root; returns the names removed.
+// Other files are left alone.
+std::vector<std::string> remove_checkpoints(const std::string& root);
 
 // "crc32:xxxxxxxx" of a config text.
 std::string config_hash(const std::string& config_text);

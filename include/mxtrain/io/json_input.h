@@ -21,6 +21,11 @@ inline constexpr int kMaxJsonDepth = 64;
 void check_json_depth(std::string_view text, const std::string& source,
                       int max_depth = kMaxJsonDepth);
 
+// check_json_depth, then a parse that refuses what nlohmann::json would take silently: a key
+// twice in one object (nlohmann keeps the last). Throws "SOURCE: not valid JSON: ..." or
+// "SOURCE: rules.row[0].name: duplicate key (each key may appear once per object)".
+nlohmann::json parse_json_strict(std::string_view text, const std::string& source);
+
 // A short description of a value for messages: scalars as JSON text (strings cut to 40
 // characters), containers as "array of N elements" / "object with N keys".
 std::string json_summary(const nlohmann::json& v);

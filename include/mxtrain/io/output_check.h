@@ -1,6 +1,8 @@
 // mxtrain/io/output_check.h — output paths checked before any work, and a line-oriented
 // writer whose every write is checked.
 //
+// Outputs are also kept apart from inputs (check_outputs_apart): no command writes over, or
+// into, what it or the run reads.
 // A long run must not discover at its end that its checkpoint directory or metrics file
 // cannot be written. `check_output_file` / `check_output_dir` are called at start-up: they
 // refuse a path under a regular file, a missing parent, a read-only directory or file, or a
@@ -12,6 +14,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mxtrain::io {
 
@@ -22,6 +25,23 @@ void check_output_file(const std::string& path, const std::string& flag);
 // `path` is a directory that will be created if missing (like mkdir -p) and written into.
 // Every existing component must be a directory and the deepest existing one writable.
 void check_output_dir(const std::string& path, const std::string& flag);
+
+// A path a command reads or writes, with the option or key that named it ("--out",
+// "data.path"), for the messages. `replaced`: an output directory the command replaces as a
+// whole (quantize --out-dir, prepare-data --out, export --out, import --out), so nothing it
+// holds may be an input either.
+struct NamedPath {
+  std::string name, path;
+  bool replaced = false;
+};
+
+// Throws unless every output is apart from every input: not the same file or directory (real
+// paths compared, symbolic and hard links followed), not inside an input directory (which
+// the command, or a later run, reads whole), and no input inside an output it replaces —
+// "--metrics-out ok.yaml: is --config ok.yaml; an output may not be written over an input".
+// Empty paths (an option not given) and inputs that do not exist are skipped.
+void check_outputs_apart(const std::vector<NamedPath>& outputs,
+                         const std::vector<NamedPath>& inputs);
 
 // Appends text to a file, flushing after each write; any failure throws
 // "cannot write PATH: <reason>".

@@ -2,9 +2,9 @@
 // expert-parallel layer (docs/distributed.md, "Parallel layouts"): each group's size, rank and
 // collectives, and the bytes and time they cost.
 //
-// The model calls Collectives; dist implements them over MPI sub-communicators (dist/mesh.h,
-// dist/mesh_collectives.h), so nn stays free of MPI. A ModelParallel without groups is one
-// process. The model sorts its traffic into ParallelStats by what it carries, as the metrics
+// The model calls Collectives; dist implements them over MPI sub-communicators
+// (dist/mesh.h, comm_collectives), so nn stays free of MPI. A ModelParallel without groups is
+// one process. The model sorts its traffic into ParallelStats by what it carries, as the metrics
 // report it (docs/config.md, "Outputs"):
 //   tp_comm_bytes      every TP/SP collective this rank sent
 //   tp_allgather_bytes the all-gathers among them: forward activations and backward gradients,

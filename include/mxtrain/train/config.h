@@ -127,6 +127,7 @@ struct TrainConfig {
   FsdpConfig fsdp;
   ParallelConfig parallel;
   std::string source_text;  // the YAML text (after overrides are applied, re-emitted)
+  std::string source_path;  // the file it was read from (load_config), "" when given as text
   // The tokenizer model file's contents, read once when training starts (not YAML):
   // checkpoints store them as tokenizer.model. Empty for byte-level.
   std::string tokenizer_model;

@@ -59,9 +59,12 @@ class TextCorpus final : public TokenData {
   const std::string& description() const override { return description_; }
   // 64-bit FNV-1a of the training and validation bytes.
   uint64_t content_hash() const override;
+  // The largest byte value in either split (the vocabulary the text needs is max_byte() + 1).
+  int max_byte() const { return max_byte_; }
 
  private:
   std::vector<uint8_t> train_, val_;
+  int max_byte_ = 0;
   std::string description_;
 };
 

@@ -5,7 +5,7 @@
 // over all experts, top-k, renormalised). Export writes a directory transformers loads with
 // LlamaForCausalLM (MixtralForCausalLM for MoE models):
 //   config.json             the architecture and shape (hidden_size, intermediate_size, heads,
-//                           rms_norm_eps, rope_theta, tie_word_embeddings false, ...)
+//                           rms_norm_eps, rope_theta, tie_word_embeddings, ...)
 //   model.safetensors       FP32 tensors with HF's names and [out, in] layouts
 //   generation_config.json  bos/eos ids and the context length
 //   tokenizer.model, tokenizer_config.json   the SentencePiece model (LlamaTokenizer, no BOS
@@ -21,8 +21,10 @@
 // Import reads such a directory (one model.safetensors or an index of shards; F32, BF16 or
 // F16) back into mxtrain's parameters; export of an import reproduces every tensor byte for
 // byte. What mxtrain cannot run is refused with one line naming it: grouped-query attention,
-// biases, rope_scaling, sliding windows, another activation, a model with no rotary embedding,
-// an MoE model whose layers are not all MoE.
+// biases, rope_scaling or a rope_parameters type other than default, sliding windows, another
+// activation, a model with no rotary embedding, an MoE model whose layers are not all MoE.
+// Settings a config.json leaves out take transformers' defaults for its architecture (rope_theta
+// 10000 / 1e6, rms_norm_eps 1e-6 / 1e-5 for Llama / Mixtral).
 #pragma once
 
 #include <cstdint>
@@ -46,11 +48,14 @@ struct ExportResult {
   size_t tensors = 0;
   uint64_t bytes = 0;        // of model.safetensors
   std::string tokenizer;     // TokenizerId::str()
+  bool tied = false;         // lm_head equalled the embedding: written tied (no lm_head.weight)
 };
 
-// Writes the directory `out` (atomically; an existing directory is replaced only when it holds
-// a config.json, i.e. an earlier export) from the latest checkpoint under `checkpoint` (or a
-// step directory).
+// Writes the directory `out` (atomically, io/output_dir.h: an earlier export there is replaced,
+// files mxtrain did not write are kept, a directory of other files is refused) from the latest
+// checkpoint under `checkpoint` (or a step directory). A head equal to the embedding bit for
+// bit is written tied (tie_word_embeddings true, no lm_head.weight), so an imported tied model
+// exports as it came.
 ExportResult export_checkpoint(const std::string& checkpoint, const std::string& out);
 
 // An HF directory read back.
@@ -63,8 +68,9 @@ struct HfModel {
 };
 
 // Reads dir/config.json (and with `weights` the safetensors). Throws naming the file and what
-// is unsupported.
-HfModel import_dir(const std::string& dir, bool weights = true);
+// is unsupported, and naming the tensor when a weight is NaN or infinite (unless
+// `allow_nonfinite`: `mxtrain import --allow-nonfinite`, to inspect such a model).
+HfModel import_dir(const std::string& dir, bool weights = true, bool allow_nonfinite = false);
 
 // `train --init-from DIR`: the config's model section becomes the HF model's and
 // model.tokenizer its tokenizer. Returns one "model.key: old -> new" line per change. Throws
@@ -76,6 +82,6 @@ void load_weights(const HfModel& h, const std::vector<Parameter*>& params);
 // `mxtrain import`: an mxtrain checkpoint (step 0, AdamW moments zero, config = `base` with the
 // imported model and tokenizer) of an HF directory, under `out`. Returns the step directory.
 std::string import_to_checkpoint(const std::string& dir, const std::string& out,
-                                 TrainConfig base);
+                                 TrainConfig base, bool allow_nonfinite = false);
 
 }  // namespace mxtrain::hf

@@ -34,6 +34,10 @@ struct TrainOptions {
   std::string metrics_out;     // JSON Lines file (rank 0), empty: none
   std::string checkpoint_dir;  // empty: no checkpoints
   bool resume = false;         // continue from the latest checkpoint in checkpoint_dir
+  // A fresh run (no resume) over a checkpoint directory that holds another run's checkpoints
+  // is refused, naming its latest step; with this set, that run's step directories and
+  // `latest` are removed at start instead (said on stderr).
+  bool overwrite_checkpoints = false;
   bool dry_run = false;        // build the model, print decisions, exit
   std::string decisions_out;   // JSON array of per-module decisions
   bool progress = true;        // progress line on stderr
@@ -47,7 +51,9 @@ struct TrainOptions {
                                // the schedule still spans training.steps (preemption)
   // The peak MFU is measured against, in GFLOP/s for the whole job (all ranks); 0: measured at
   // start with a short run of `bench peak`'s reference loop on every rank, summed
-  // (mxtrain/peak.h), when anything reports MFU (progress, metrics or a profile).
+  // (mxtrain/peak.h) — always when the run spans several processes (every rank takes part,
+  // whatever its output options), else when anything reports MFU (progress, metrics or a
+  // profile).
   double peak_gflops = 0;
   // Profile this many steps after the run's first (warm-up) step: where the time went, as a
   // table on stderr and as JSON in profile_out when set (train/profile_report.h).
@@ -63,8 +69,10 @@ struct TrainSummary {
   int64_t first_step = 0, steps_done = 0;   // steps run in this invocation
   std::vector<double> losses;               // per step run here (NaN for skipped steps)
   std::vector<std::pair<int64_t, double>> val_losses;
-  double final_val_loss = 0;                // nats per token
-  double final_val_nats_per_byte = 0;       // nats per byte of text (= final_val_loss for bytes)
+  // The last validation's loss, nats per token and per byte of text (equal for bytes); 0 when
+  // no validation ran (val_losses empty; the summary row then says null).
+  double final_val_loss = 0;
+  double final_val_nats_per_byte = 0;
   double tokens_per_s = 0;                  // global-batch tokens over time of updating steps
   double mean_step_ms = 0;                  // over steps that updated the weights
   double median_step_ms = 0;                // same, without the first step (warm-up)
@@ -78,6 +86,7 @@ struct TrainSummary {
   double flops_per_token = 0, peak_gflops = 0, mfu = 0, median_step_mfu = 0;
   int stopped_by = 0;                       // the signal that stopped the run early, or 0
   std::string checkpoint;                   // the last checkpoint written by this run, or empty
+  bool lead = true;  // this process prints and writes the run's files (rank 0 under MPI)
 };
 
 TrainSummary run_training(const TrainConfig& cfg, const TrainOptions& opt);
