@@ -2,7 +2,8 @@
 //
 // Every MPI call goes through mpi_ok(), which turns a non-success code into mxtrain::Error
 // (the communicator uses MPI_ERRORS_RETURN). Without MPI (MXTRAIN_NO_MPI=1 or Comm::local())
-// the collectives are local copies on one rank.
+// the collectives are local copies on one rank. Every call that waits on other ranks runs
+// under a watchdog::WaitScope (dist/watchdog.h).
 #include "mxtrain/dist/comm.h"
 
 #include <mpi.h>
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "dist/watchdog.h"
 #include "mxtrain/common.h"
 #include "mxtrain/profile.h"
 
@@ -80,9 +82,17 @@ void finalize_if_ours() {
   MPI_Finalized(&fin);
   if (g_we_initialised && !fin) {
     stop_progress();
-    // World's duplicated communicator is freed by MPI_Finalize itself.
-    MPI_Finalize();
+    // World's duplicated communicator is freed by MPI_Finalize itself. Finalising waits for
+    // the other ranks: watched like a collective.
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    {
+      watchdog::WaitScope w({"finalize", "world", rank, size});
+      MPI_Finalize();
+    }
   }
+  watchdog::stop();
   g_we_initialised = false;
 }
 
@@ -108,6 +118,16 @@ bool ensure_mpi() {
 }
 
 }  // namespace
+
+double collective_timeout_s() { return watchdog::bound(); }
+
+void set_collective_timeout(double seconds) {
+  watchdog::set_bound(seconds);
+  int size = 1, rank = 0;
+  if (!mpi_active() || MPI_Comm_size(MPI_COMM_WORLD, &size) != MPI_SUCCESS || size <= 1) return;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  watchdog::start(rank);
+}
 
 const char* coll_name(Coll c) {
   switch (c) {
@@ -242,11 +262,32 @@ bool Request::test() {
 }
 uint64_t Request::bytes() const { return s_ ? s_->bytes : 0; }
 
+namespace {
+// What a Request::wait() waits for, for the watchdog's message.
+const char* wait_name(Coll c) {
+  switch (c) {
+    case Coll::allgather: return "wait for a non-blocking allgather";
+    case Coll::reduce_scatter: return "wait for a non-blocking reduce_scatter";
+    case Coll::allreduce: return "wait for a non-blocking allreduce";
+    case Coll::broadcast: return "wait for a non-blocking broadcast";
+    case Coll::gather: return "wait for a non-blocking gather";
+    case Coll::barrier: return "wait for a non-blocking barrier";
+    case Coll::alltoall: return "wait for a non-blocking alltoall";
+  }
+  return "wait";
+}
+}  // namespace
+
 void Request::wait() {
   if (!active()) return;
   MXT_PROFILE(wait, none);
   const auto t0 = Clock::now();
-  const int rc = MPI_Waitall(int(s_->reqs.size()), s_->reqs.data(), MPI_STATUSES_IGNORE);
+  const Comm& c = *s_->comm;
+  int rc = MPI_SUCCESS;
+  {
+    watchdog::WaitScope w({wait_name(s_->kind), c.role(), c.rank(), c.size()}, t0);
+    rc = MPI_Waitall(int(s_->reqs.size()), s_->reqs.data(), MPI_STATUSES_IGNORE);
+  }
   if (rc == MPI_SUCCESS && s_->finish) s_->finish();
   const double dt = ms_since(t0);
   s_->ms += dt;
@@ -263,8 +304,16 @@ Comm& Comm::world() {
   static Comm* w = [] {
     auto* c = new Comm;
     if (ensure_mpi()) {
+      int wrank = 0, wsize = 1;
+      mpi_ok(MPI_Comm_rank(MPI_COMM_WORLD, &wrank), "MPI_Comm_rank");
+      mpi_ok(MPI_Comm_size(MPI_COMM_WORLD, &wsize), "MPI_Comm_size");
+      const double bound = watchdog::bound();  // a bad MXTRAIN_COLLECTIVE_TIMEOUT throws here
+      if (wsize > 1 && bound > 0) watchdog::start(wrank);
       auto* h = new MPI_Comm;
-      mpi_ok(MPI_Comm_dup(MPI_COMM_WORLD, h), "MPI_Comm_dup");
+      {
+        watchdog::WaitScope w({"duplicate (MPI_Comm_dup)", "world", wrank, wsize});
+        mpi_ok(MPI_Comm_dup(MPI_COMM_WORLD, h), "MPI_Comm_dup");
+      }
       mpi_ok(MPI_Comm_set_errhandler(*h, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
       MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
       mpi_ok(MPI_Comm_rank(*h, &c->rank_), "MPI_Comm_rank");
@@ -277,7 +326,11 @@ Comm& Comm::world() {
 }
 
 Comm& Comm::local() {
-  static Comm* l = new Comm;
+  static Comm* l = [] {
+    auto* c = new Comm;
+    c->role_ = "local";
+    return c;
+  }();
   return *l;
 }
 
@@ -288,12 +341,17 @@ Comm::~Comm() {
   }
 }
 
-std::unique_ptr<Comm> Comm::split(int color, int key) {
+std::unique_ptr<Comm> Comm::split(int color, int key, const char* role) {
   MXT_CHECK(color >= 0, "split: color must be >= 0, got ", color);
   std::unique_ptr<Comm> c(new Comm);
+  c->role_ = role;
   if (!handle_) return c;
   auto* h = new MPI_Comm;
-  const int rc = MPI_Comm_split(*comm_of(handle_), color, key, h);
+  int rc = MPI_SUCCESS;
+  {
+    watchdog::WaitScope w({"split (MPI_Comm_split)", role_, rank_, size_});
+    rc = MPI_Comm_split(*comm_of(handle_), color, key, h);
+  }
   if (rc != MPI_SUCCESS) delete h;
   mpi_ok(rc, "MPI_Comm_split");
   c->handle_ = h;
@@ -304,13 +362,17 @@ std::unique_ptr<Comm> Comm::split(int color, int key) {
 }
 
 namespace {
-// Starts timing and counting one collective; finish() adds the elapsed time. The collective
-// is the profiler's `communication` while it runs (mxtrain/profile.h).
+// Starts timing and counting one blocking collective; the destructor adds the elapsed time.
+// The collective is the profiler's `communication` while it runs (mxtrain/profile.h), and the
+// watchdog watches it.
 struct CallTimer {
   CollCounter& c;
   Clock::time_point t0 = Clock::now();
   prof::Scope scope{prof::Region::communication, prof::Pass::none};
-  CallTimer(CollCounter& counter, uint64_t bytes) : c(counter) {
+  watchdog::WaitScope watch;
+  CallTimer(Comm& comm, Coll kind, uint64_t bytes)
+      : c(comm.stats()[kind]),
+        watch({coll_name(kind), comm.role(), comm.rank(), comm.size()}, t0) {
     c.bytes += bytes;
     c.calls += 1;
   }
@@ -319,7 +381,7 @@ struct CallTimer {
 }  // namespace
 
 void Comm::allgather(const void* send, void* recv, size_t n) {
-  CallTimer t(stats_[Coll::allgather], uint64_t(size_ - 1) * n);
+  CallTimer t(*this, Coll::allgather, uint64_t(size_ - 1) * n);
   if (!handle_) {
     if (n && send != recv) std::memmove(recv, send, n);
     return;
@@ -330,7 +392,7 @@ void Comm::allgather(const void* send, void* recv, size_t n) {
 }
 
 void Comm::allgatherv(const void* send, size_t n, void* recv, const size_t* recv_bytes) {
-  CallTimer t(stats_[Coll::allgather], uint64_t(size_ - 1) * n);
+  CallTimer t(*this, Coll::allgather, uint64_t(size_ - 1) * n);
   MXT_CHECK(recv_bytes[rank_] == n, "allgatherv: sends ", n, " bytes but expects ",
             recv_bytes[rank_], " of its own");
   if (!handle_) {
@@ -375,11 +437,18 @@ bool Comm::start_progress_thread(int interval_us) {
   if (!handle_ || size_ == 1) return false;
   const int ok = g_thread_level >= MPI_THREAD_MULTIPLE ? 1 : 0;
   int all = ok;  // every rank agrees, so the dup below is collective on all or none
-  mpi_ok(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, *comm_of(handle_)), "MPI_Allreduce");
+  {
+    watchdog::WaitScope w({"allreduce", role_, rank_, size_});
+    mpi_ok(MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, *comm_of(handle_)), "MPI_Allreduce");
+  }
   if (!all) return false;
   if (g_progress) return true;
   auto* p = new ProgressThread;
-  const int rc = MPI_Comm_dup(*comm_of(handle_), &p->comm);
+  int rc = MPI_SUCCESS;
+  {
+    watchdog::WaitScope w({"duplicate (MPI_Comm_dup)", role_, rank_, size_});
+    rc = MPI_Comm_dup(*comm_of(handle_), &p->comm);
+  }
   if (rc != MPI_SUCCESS) delete p;
   mpi_ok(rc, "MPI_Comm_dup");
   p->thread = std::thread([p, interval_us] {
@@ -413,7 +482,7 @@ Request Comm::iallgather(const void* send, void* recv, size_t n) {
 }
 
 void Comm::reduce_scatter_sum(const float* send, float* recv, size_t chunk) {
-  CallTimer t(stats_[Coll::reduce_scatter], uint64_t(size_ - 1) * chunk * sizeof(float));
+  CallTimer t(*this, Coll::reduce_scatter, uint64_t(size_ - 1) * chunk * sizeof(float));
   if (!handle_) {
     if (chunk && send != recv) std::memmove(recv, send, chunk * sizeof(float));
     return;
@@ -483,7 +552,7 @@ uint64_t allreduce_sent(int size, size_t bytes) {
 
 void Comm::allreduce(void* data, size_t n, ReduceType type, ReduceOp op) {
   const size_t elem = type == ReduceType::f32 ? sizeof(float) : 8;
-  CallTimer t(stats_[Coll::allreduce], allreduce_sent(size_, n * elem));
+  CallTimer t(*this, Coll::allreduce, allreduce_sent(size_, n * elem));
   if (!handle_ || n == 0) return;
   const MPI_Datatype dt = type == ReduceType::f32   ? MPI_FLOAT
                           : type == ReduceType::f64 ? MPI_DOUBLE
@@ -510,7 +579,7 @@ void Comm::allreduce_max(float* data, size_t n) {
 }
 
 void Comm::alltoall(const void* send, void* recv, size_t n) {
-  CallTimer t(stats_[Coll::alltoall], uint64_t(size_ - 1) * n);
+  CallTimer t(*this, Coll::alltoall, uint64_t(size_ - 1) * n);
   if (!handle_) {
     if (n && send != recv) std::memmove(recv, send, n);
     return;
@@ -525,7 +594,7 @@ void Comm::alltoallv(const void* send, const size_t* send_bytes, void* recv,
   uint64_t sent = 0;
   for (int r = 0; r < size_; ++r)
     if (r != rank_) sent += send_bytes[r];
-  CallTimer t(stats_[Coll::alltoall], sent);
+  CallTimer t(*this, Coll::alltoall, sent);
   if (!handle_) {
     MXT_CHECK(send_bytes[0] == recv_bytes[0], "alltoallv: sends ", send_bytes[0],
               " bytes to itself but expects ", recv_bytes[0]);
@@ -551,7 +620,7 @@ void Comm::alltoallv(const void* send, const size_t* send_bytes, void* recv,
 void Comm::broadcast(void* data, size_t bytes, int root) {
   MXT_CHECK(root >= 0 && root < size_, "broadcast: root ", root, " is not a rank of a world of ",
             size_);
-  CallTimer t(stats_[Coll::broadcast], rank_ == root ? uint64_t(size_ - 1) * bytes : 0);
+  CallTimer t(*this, Coll::broadcast, rank_ == root ? uint64_t(size_ - 1) * bytes : 0);
   if (!handle_ || bytes == 0) return;
   mpi_ok(MPI_Bcast(data, to_count(bytes, "broadcast"), MPI_BYTE, root, *comm_of(handle_)),
          "MPI_Bcast");
@@ -560,7 +629,7 @@ void Comm::broadcast(void* data, size_t bytes, int root) {
 void Comm::gather(const void* send, void* recv, size_t n, int root) {
   MXT_CHECK(root >= 0 && root < size_, "gather: root ", root, " is not a rank of a world of ",
             size_);
-  CallTimer t(stats_[Coll::gather], rank_ == root ? 0 : uint64_t(n));
+  CallTimer t(*this, Coll::gather, rank_ == root ? 0 : uint64_t(n));
   if (!handle_) {
     if (n && send != recv) std::memmove(recv, send, n);
     return;
@@ -571,7 +640,7 @@ void Comm::gather(const void* send, void* recv, size_t n, int root) {
 }
 
 void Comm::barrier() {
-  CallTimer t(stats_[Coll::barrier], 0);
+  CallTimer t(*this, Coll::barrier, 0);
   if (!handle_) return;
   mpi_ok(MPI_Barrier(*comm_of(handle_)), "MPI_Barrier");
 }

@@ -22,13 +22,13 @@ Mesh::Mesh(Comm& world, const MeshShape& shape) : world_(world), shape_(shape) {
            "(expert data parallel = world / (ep x etp))");
   const int tp = shape.tp, ep = shape.ep, etp = shape.etp;
   // Every split is collective over the world, in the same order on every rank.
-  tp_ = world.split(r / tp, r % tp);
-  dp_ = world.split(r % tp, r / tp);
+  tp_ = world.split(r / tp, r % tp, "tp");
+  dp_ = world.split(r % tp, r / tp, "dp");
   const int etp_rank = r % etp, ep_rank = (r / etp) % ep, edp_rank = r / (ep * etp);
-  ep_ = world.split(edp_rank * etp + etp_rank, ep_rank);
-  etp_ = world.split(edp_rank * ep + ep_rank, etp_rank);
-  edp_ = world.split(ep_rank * etp + etp_rank, edp_rank);
-  emp_ = world.split(edp_rank, ep_rank * etp + etp_rank);
+  ep_ = world.split(edp_rank * etp + etp_rank, ep_rank, "ep");
+  etp_ = world.split(edp_rank * ep + ep_rank, etp_rank, "etp");
+  edp_ = world.split(ep_rank * etp + etp_rank, edp_rank, "edp");
+  emp_ = world.split(edp_rank, ep_rank * etp + etp_rank, "emp");
 }
 
 namespace {

@@ -3,13 +3,17 @@
 // byte counters (exact formulas of comm.h), and check_consistent's clean failure.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <vector>
 
 #include "mxtrain/common.h"
 #include "mxtrain/dist/comm.h"
+#include "mxtrain/dist/mesh.h"
 
 namespace mxtrain::dist {
 namespace {
@@ -158,6 +162,52 @@ TEST(Comm, LocalCommNeedsNoMpi) {
   EXPECT_EQ(y[1], 2.f);
   EXPECT_EQ(l.stats()[Coll::allgather].bytes, 0u);
   EXPECT_NO_THROW(l.check_consistent("anything", "value"));
+}
+
+// The watchdog's names: the role each communicator carries into its messages.
+TEST(Comm, CommunicatorsCarryTheirRole) {
+  EXPECT_STREQ(W().role(), "world");
+  EXPECT_STREQ(Comm::local().role(), "local");
+  std::unique_ptr<Comm> tp = W().split(0, W().rank(), "tp");
+  EXPECT_STREQ(tp->role(), "tp");
+  EXPECT_EQ(tp->size(), W().size());
+  EXPECT_STREQ(W().split(0, W().rank())->role(), "split");
+  Mesh mesh(W(), MeshShape{});
+  EXPECT_STREQ(mesh.tp().role(), "tp");
+  EXPECT_STREQ(mesh.dp().role(), "dp");
+  EXPECT_STREQ(mesh.ep().role(), "ep");
+  EXPECT_STREQ(mesh.etp().role(), "etp");
+  EXPECT_STREQ(mesh.edp().role(), "edp");
+  EXPECT_STREQ(mesh.emp().role(), "emp");
+}
+
+// The bound: 600 s unless MXTRAIN_COLLECTIVE_TIMEOUT says otherwise; set_collective_timeout
+// takes 0 (off) to 1e7 s and refuses the rest naming the value. (That a blocked call ends the
+// job is tested by tests/mpi/watchdog_mpi.sh: it cannot be observed from inside the job.)
+TEST(Comm, CollectiveTimeoutDefaultAndRange) {
+  if (!std::getenv("MXTRAIN_COLLECTIVE_TIMEOUT")) {
+    EXPECT_EQ(collective_timeout_s(), 600.0);
+  }
+  const double before = collective_timeout_s();
+  set_collective_timeout(2.5);
+  EXPECT_EQ(collective_timeout_s(), 2.5);
+  float x = 1.f;  // a collective that completes at once under the short bound
+  W().allreduce_sum(&x, 1);
+  EXPECT_EQ(x, float(W().size()));
+  set_collective_timeout(0);
+  EXPECT_EQ(collective_timeout_s(), 0.0);
+  for (double bad : {-1.0, 1e7 + 1, std::nan("")}) {
+    try {
+      set_collective_timeout(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("out of range: give 0 (off) to 10000000 s"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(collective_timeout_s(), 0.0);
+  set_collective_timeout(before);
 }
 
 }  // namespace

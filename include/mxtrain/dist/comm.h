@@ -19,6 +19,13 @@
 // unwinds the stack: a Request destroyed during unwinding is abandoned, not completed (its
 // peers may never join), and the process must not go on using MPI after such an error.
 //
+// Hangs: a rank blocked in a call that waits on other ranks (a blocking collective,
+// Request::wait(), a split, MPI_Finalize) for longer than collective_timeout_s() ends the job:
+// the collective watchdog prints "rank R: error: collective watchdog: <collective> on the
+// <role> communicator (rank r of n) has waited T s, ..." and calls MPI_Abort (exit status 1).
+// The bound is MXTRAIN_COLLECTIVE_TIMEOUT seconds (default 600; 0 turns it off);
+// docs/distributed.md, "Collective watchdog", says why that default.
+//
 // "Bytes this rank sent" is counted for the bandwidth-optimal algorithm independent of what
 // MPI picks internally, with W ranks:
 //   all-gather of n bytes per rank ........ (W-1)·n     (its block reaches every peer)
@@ -97,6 +104,15 @@ bool launched_by_mpi();
 // the error as usual.
 void abort_world_if_distributed(const std::string& message);
 
+// The collective watchdog's bound in seconds (0: off): MXTRAIN_COLLECTIVE_TIMEOUT (decimal
+// digits, e.g. 600 or 2.5; anything else throws mxtrain::Error naming it), default 600, or
+// what set_collective_timeout() set. The watchdog runs in every process whose MPI world has
+// more than one rank, from the first Comm::world() until MPI is finalised.
+double collective_timeout_s();
+// Sets the bound (0 to 1e7 s; 0 turns the watchdog off) for the calls that follow, and
+// starts the watchdog if MPI runs with more than one rank and it is not running yet.
+void set_collective_timeout(double seconds);
+
 class Comm;
 
 // A non-blocking collective in flight. wait() completes it (throws mxtrain::Error on an MPI
@@ -134,9 +150,13 @@ class Comm {
   static Comm& local();
   // Collective over this communicator: the ranks with the same `color` form a new one, ranked
   // by `key` (ties by rank here). Without MPI (or with one rank) the result is a one-rank
-  // communicator. Process meshes (dist/mesh.h) are built from these.
-  std::unique_ptr<Comm> split(int color, int key);
+  // communicator. Process meshes (dist/mesh.h) are built from these. `role` names the new
+  // communicator in the watchdog's messages ("tp", "dp", ...): a string literal (it is kept
+  // by pointer).
+  std::unique_ptr<Comm> split(int color, int key, const char* role = "split");
 
+  // "world" for Comm::world(), "local" for Comm::local(), else what split() was given.
+  const char* role() const { return role_; }
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool uses_mpi() const { return handle_ != nullptr; }
@@ -218,6 +238,7 @@ class Comm {
   // The in-place all-reduce behind the typed public ones.
   void allreduce(void* data, size_t n, ReduceType type, ReduceOp op);
   void* handle_ = nullptr;  // MPI_Comm (heap-held) when MPI is used
+  const char* role_ = "world";
   int rank_ = 0, size_ = 1;
   CommStats stats_;
 };
