@@ -38,8 +38,10 @@
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
 // transpose16); they are not read.
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <omp.h>
 

@@ -355,6 +355,7 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
       A.saved2[size_t(s)] = GroupedLinearSaved{};
       grouped_forward_f32(fc2, h + r0 * Fl_, g, yr + r0 * D_);
     } else {
+      SplitSumsScope split(split_etp_, 1);
       fc2.forward(h + r0 * Fl_, n, g, yr + r0 * D_, A.saved2[size_t(s)]);
     }
   }
@@ -409,10 +410,12 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)];
-    if (fp32_ref_)
+    if (fp32_ref_) {
       grouped_backward_f32(fc1, xin + r0 * D_, g, A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
-    else
+    } else {
+      SplitSumsScope split(split_etp_, 2);  // gate, up
       fc1.backward(A.saved1[size_t(s)], A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
+    }
   }
   if (split()) from_experts(dxr, A.dxp.data());  // FP32, back to the tokens
   moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);

@@ -454,6 +454,16 @@ void GPT::sp_backward_out(Linear& l, LinearSaved& s, const float* x_ref, const f
   l.backward_given(s, nullptr, &sp_dy_, nullptr, dx);
 }
 
+void GPT::set_split_sums(int tp, int etp) {
+  MXT_CHECK(tp >= 1 && etp >= 1 && par_.tp_size() == 1 && par_.etp_size() == 1,
+            "GPT::set_split_sums: a one-process model and counts >= 1");
+  MXT_CHECK(cfg_.n_heads % tp == 0 && cfg_.d_ff % tp == 0 && cfg_.expert_d_ff() % etp == 0,
+            "GPT::set_split_sums: tp ", tp, " and etp ", etp, " must divide the heads and d_ff");
+  split_tp_ = tp;
+  for (auto& L : layers_)
+    if (L->experts) L->experts->set_split_sums(etp);
+}
+
 void GPT::set_fp32_reference(bool on) {
   fp32_ref_ = on;
   for (auto& L : layers_)
@@ -677,7 +687,10 @@ void GPT::attention_block(Layer& L, const AttnView& v, const float* x, int B, in
       L.proj.save_input(v.atty, N, *v.s_proj);
     return;
   }
-  linear_forward(fp32_ref_, L.proj, v.atty, N, v.branch, *v.s_proj);
+  {
+    SplitSumsScope split(split_tp_, 1);
+    linear_forward(fp32_ref_, L.proj, v.atty, N, v.branch, *v.s_proj);
+  }
   if (p == Pass::forward) event(L.proj.name(), ModuleEvent::forward_done);
   if (sp_) {  // row-parallel: the heads' partial sums, this rank's rows
     sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
@@ -717,7 +730,10 @@ double GPT::mlp_block(Layer& L, const MlpView& v, int64_t N, float* out, bool re
         L.fc2.save_input(v.h, N, *v.s_fc2);
       return 0.0;
     }
-    linear_forward(fp32_ref_, L.fc2, v.h, N, v.branch, *v.s_fc2);
+    {
+      SplitSumsScope split(split_tp_, 1);
+      linear_forward(fp32_ref_, L.fc2, v.h, N, v.branch, *v.s_fc2);
+    }
     event(L.fc2.name(), ModuleEvent::forward_done);
     if (sp_) {  // row-parallel: the hidden slices' partial sums, this rank's rows
       sp_reduce_scatter(v.branch, v.branch_s, Ns * D);
@@ -852,10 +868,12 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
       }
       swiglu_backward(g.dfc1, g.dh, a, N, F, Accum::write);
       event(L.fc1.name(), ModuleEvent::backward_start);
-      if (sp_)
+      if (sp_) {
         sp_backward_in(L.fc1, *mv.s_fc1, mv.ln2, Ns, g.dfc1, g.dln_mlp, *mv.sp_in);
-      else
+      } else {
+        SplitSumsScope split(split_tp_, 2);  // gate, up
         linear_backward(fp32_ref_, L.fc1, *mv.s_fc1, mv.ln2, N, g.dfc1, g.dln_mlp);
+      }
       event(L.fc1.name(), ModuleEvent::backward_done);
       // Column-parallel: every slice's input gradient (this rank's rows of it under SP).
       if (sp_)
@@ -878,10 +896,12 @@ float GPT::forward_backward(const int32_t* tokens, const int32_t* targets, int B
     attention_backward(g.dqkv, g.dbranch, av.qkv_out, av.atty, av.lse, B, T, Dl, H, attn_prec,
                        cfg_.rope_theta > 0.f ? &rope_ : nullptr);  // writes dqkv
     event(L.qkv.name(), ModuleEvent::backward_start);
-    if (sp_)
+    if (sp_) {
       sp_backward_in(L.qkv, *av.s_qkv, av.ln1, Ns, g.dqkv, g.dln_attn, *av.sp_in);
-    else
+    } else {
+      SplitSumsScope split(split_tp_, 3);  // q, k, v
       linear_backward(fp32_ref_, L.qkv, *av.s_qkv, av.ln1, N, g.dqkv, g.dln_attn);
+    }
     event(L.qkv.name(), ModuleEvent::backward_done);
     // Column-parallel: every head's input gradient (this rank's rows of it under SP).
     if (sp_)
