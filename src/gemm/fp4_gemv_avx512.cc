@@ -10,8 +10,10 @@
 // from +0 — exactly the panel kernels' order (fp4_gemm_panel_ref) — and the accumulators are
 // finished (alpha, + C) lane-wise with no horizontal sum. x is decoded once into BF16 pairs.
 // Threads split N in 64-row units; each output is summed by one thread.
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
+#if !defined(__clang__)  // GCC 12's AVX-512 intrinsics; see mx_gemm_avx512.cc
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <omp.h>
 

@@ -11,8 +11,10 @@
 //                                  (values16), the two rows' BF16 halves merged into pairs.
 // Every word is the element's BF16 value as fp4_value_bf16 defines it (+0 past the matrix),
 // so the products read exactly the values of the reference (fp4_gemm_panel_ref).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
+#if !defined(__clang__)  // GCC 12's AVX-512 intrinsics; see mx_gemm_avx512.cc
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>
