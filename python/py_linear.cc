@@ -133,7 +133,7 @@ class PyLinear {
     if (has_bias()) {
       auto* owned = new FloatBuffer(std::move(db));
       py::capsule free_it(owned, [](void* p) { delete static_cast<FloatBuffer*>(p); });
-      db_arr = py::array_t<float>({py::ssize_t(out)}, owned->data(), free_it);
+      db_arr = py::array_t<float>(py::ssize_t(out), owned->data(), free_it);
     }
     return py::make_tuple(dx_arr, owning_array(std::move(dw), out, in), db_arr);
   }

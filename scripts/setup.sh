@@ -12,10 +12,11 @@ PKGS=(build-essential cmake ninja-build pkg-config
       libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
       nlohmann-json3-dev libyaml-cpp-dev libcli11-dev libsentencepiece-dev
       libgtest-dev libgmock-dev libbenchmark-dev
-      fortunes python3 iproute2
+      fortunes python3 iproute2 time
       python3-dev pybind11-dev python3-numpy python3-venv
       clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev llvm-14)
-# iproute2 (ip netns, veth, bridge) makes the hosts of tests/mpi/hosts_mpi.sh.
+# iproute2 (ip netns, veth, bridge) makes the hosts of tests/mpi/hosts_mpi.sh; time is
+# /usr/bin/time, the OS's peak RSS of every benchmark run (scripts/bench.sh).
 # pybind11-dev does not depend on python3-dev (Python.h), so both are listed; python3-venv
 # (ensurepip) makes the cross-check environment.
 missing=()

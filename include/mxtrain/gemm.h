@@ -106,4 +106,25 @@ void grouped_dgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
 void grouped_wgrad(const Recipe& r, const GroupList& groups, const QTensor* dy,
                    const QTensor* x, float* const* dw, bool accumulate);  // dw[g]: [N, K]
 
+// While one is alive, this thread's forward and dgrad products (those above) sum K the way a
+// row-parallel product over `ranks` ranks does (docs/distributed.md, "Parity"): K is `blocks`
+// equal blocks (qkv's q, k, v: 3; fc1's gate and up: 2; else 1), rank r holds slice r of each,
+// each rank's product sums its own slices (the same call on the compact operands a rank
+// holds), and the ranks' FP32 partial products are added in rank order, as the all-reduce of
+// two ranks adds them. One process running its row-parallel products in such a scope computes
+// what tensor parallelism computes, bit for bit; tests use it to show that this order of sums
+// is the only difference (tests/mpi/parity_grad_mpi.cc). BF16 and scaled copies whose blocks
+// along K lie within one slice; anything else is refused. A scope of ranks 1 does nothing;
+// others do not nest.
+class SplitSumsScope {
+ public:
+  SplitSumsScope(int ranks, int blocks);
+  ~SplitSumsScope();
+  SplitSumsScope(const SplitSumsScope&) = delete;
+  SplitSumsScope& operator=(const SplitSumsScope&) = delete;
+
+ private:
+  bool active_ = false;
+};
+
 }  // namespace mxtrain

@@ -2,8 +2,9 @@
 // from the command line (policy/policy.h, docs/adaptive.md).
 //
 //   policy merge --reports A.json [B.json ...] --output P.json [--speedup-threshold 1.0]
-//       merges benchmark reports (mxtrain's or LoongForge's, detected per file) into a policy
-//       file and prints what each key became;
+//       merges benchmark reports (mxtrain's or LoongForge's, detected per file; of one recipe
+//       or several, each key then keeping the recipe that wins best) into a policy file and
+//       prints what each key became;
 //   policy explain --reports A.json [B.json ...] [--policy P.json] [--speedup-threshold T]
 //       prints per key the measured points, the chosen range and why, and where LoongForge's
 //       own merge would choose differently and what that would cost;
@@ -49,9 +50,14 @@ int run_merge(const MergeOptions& o) {
   policy::MergeSummary summary;
   policy::Policy p = policy::merge_reports(reports, o.threshold, &summary);
   policy::save_policy(p, o.output);
-  std::printf("merged %zu report%s (recipe %s, speedup threshold %g): ", reports.size(),
-              reports.size() == 1 ? "" : "s",
-              p.recipe.empty() ? "not recorded" : p.recipe.c_str(), o.threshold);
+  std::string recipes = "recipe " + (p.recipe.empty() ? "not recorded" : p.recipe);
+  if (!p.measured_recipes.empty()) {  // several: each rule names the one that won its key
+    recipes = "recipes";
+    for (size_t i = 0; i < p.measured_recipes.size(); ++i)
+      recipes += (i ? ", " : " ") + p.measured_recipes[i];
+  }
+  std::printf("merged %zu report%s (%s, speedup threshold %g): ", reports.size(),
+              reports.size() == 1 ? "" : "s", recipes.c_str(), o.threshold);
   std::fputs(summary.to_string().c_str(), stdout);
   std::printf("wrote %s\n", o.output.c_str());
   return 0;
@@ -96,8 +102,10 @@ struct DecideOptions {
 int run_decide(const DecideOptions& o) {
   policy::Policy p = policy::load_policy(o.path);
   policy::Decision d = policy::decide(p, o.q);
-  std::printf("%s  %s tokens=%lld: %s\n", d.use_fp8 ? "FP8 " : "BF16", d.kind.c_str(),
-              (long long)d.tokens, d.reason.c_str());
+  // A rule naming its recipe prints it ("nvfp4"); a rule enabling the policy's, "FP8".
+  const std::string what = !d.use_fp8 ? "BF16" : d.rule_names_recipe ? d.recipe : "FP8 ";
+  std::printf("%s  %s tokens=%lld: %s\n", what.c_str(), d.kind.c_str(), (long long)d.tokens,
+              d.reason.c_str());
   return 0;
 }
 
@@ -114,7 +122,9 @@ MXT_REGISTER_COMMAND("policy", [](CLI::App& app) {
       "Merge `mxtrain bench-layers` reports (or LoongForge's benchmark reports, detected per "
       "file) into a policy file. A token count is an FP8 win "
       "when speedup - spread > threshold in every report that measured it; each key gets the "
-      "longest run of winning sizes as its rule (see docs/adaptive.md)");
+      "longest run of winning sizes as its rule. Reports of several recipes are merged per "
+      "recipe, and each key keeps the rule with the largest measured speedup, naming its "
+      "recipe (see docs/adaptive.md)");
   merge->add_option("--reports", mo->reports, "Benchmark report files (JSON)")
       ->required()
       ->expected(1, -1)

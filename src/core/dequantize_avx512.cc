@@ -5,8 +5,10 @@
 // the BF16 forms round that FP32 value to nearest even. 16 columns per step, masked tails.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include "core/quantize_kernels.h"
 #include "core/simd_avx512.h"

@@ -74,7 +74,7 @@ CpuFeatures probe() {
     if (l7.a >= 1) f.avx512_bf16 = f.avx512f && ((cpuid(7, 1).a >> 5) & 1);
   }
   // Brand string: extended leaves 0x80000002..4, 16 bytes each.
-  if (__get_cpuid_max(0x80000000u, nullptr) >= 0x80000004u) {
+  if (unsigned(__get_cpuid_max(0x80000000u, nullptr)) >= 0x80000004u) {  // int in clang's cpuid.h
     char brand[49] = {};
     for (unsigned i = 0; i < 3; ++i) {
       const Regs r = cpuid(0x80000002u + i, 0);

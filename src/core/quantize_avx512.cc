@@ -3,8 +3,10 @@
 // quantize_strip_avx512.h), compiled with AVX-512 F/BW/VL/DQ flags.
 // GCC 12 reports _mm512_undefined_*() inside its own intrinsic headers as (maybe)
 // uninitialized at -O2 (a false positive of the compiler, not of this code).
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #include "core/quantize_rowwise_avx512.h"
 #include "core/quantize_strip_avx512.h"

@@ -6,8 +6,10 @@
 // the block scales (one per vector for rowwise and tile copies, one per lane for colwise),
 // values below 2^-126 flushed to ±0, and rounded to BF16 (exact) with the scalar rounding's
 // integer form, so NaN keeps the reference's bits.
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,10 +1,13 @@
-// gemm/fp4_gemm.cc — the 4-bit product (gemm/fp4_gemm.h): its dispatch table, the scalar
-// decode and reference product, and the oneDNN path.
+// gemm/fp4_gemm.cc — the 4-bit product (gemm/fp4_gemm.h): its dispatch table, the element
+// definition and its tables, the scalar decode and reference product, and the oneDNN path.
 //
 // Dispatch (core/dispatch.h), one entry per path:
-//   scalar — decode_fp4_bf16_ref, then the reference product: FP32 sums in K order;
-//   avx2   — decode_fp4_bf16_ref, then oneDNN's BF16 matmul;
-//   avx512 — decode_fp4_bf16_avx512, then oneDNN's BF16 matmul.
+//   scalar     — decode_fp4_bf16_ref, then the reference product: FP32 sums in K order;
+//   avx2       — decode_fp4_bf16_ref, then oneDNN's BF16 matmul;
+//   avx512     — decode_fp4_bf16_avx512, then oneDNN's BF16 matmul;
+//   avx512bf16 — the codes read by the panel kernels (fp4_gemm_avx512bf16), and forward
+//                products of at most kGemvMaxRows rows streamed (fp4_gemv_nt_avx512bf16); A^T ·
+//                B^T (no layer needs it) takes the avx512 entry's kernels.
 // The decoded operands live in per-thread buffers reused across calls (a training step's
 // repeated shapes fault in no fresh pages).
 #include <omp.h>
@@ -50,19 +53,26 @@ void as_op(const std::vector<uint16_t>& d, int64_t rows, int64_t cols, bool tran
       out[size_t(trans ? c * rows + r : r * cols + c)] = bf16_to_f32(d[size_t(r * cols + c)]);
 }
 
+enum class Product : uint8_t { reference, onednn, panels };
+
 struct Fp4ProductKernels {
-  DecodeFp4 decode;
-  bool onednn;  // false: the reference product
+  DecodeFp4 decode;  // the whole-operand decode (reference and oneDNN products)
+  Product product;
 };
 
 const PathTable<Fp4ProductKernels>& fp4_table() {
   static const PathTable<Fp4ProductKernels> t(
       "GEMM 4-bit (nvfp4, mxfp4 recipes)",
       {{Path::scalar, "decode_fp4_bf16_ref + reference product (FP32, K order)",
-        {decode_fp4_bf16_ref, false}},
-       {Path::avx2, "decode_fp4_bf16_ref + oneDNN BF16 matmul", {decode_fp4_bf16_ref, true}},
+        {decode_fp4_bf16_ref, Product::reference}},
+       {Path::avx2, "decode_fp4_bf16_ref + oneDNN BF16 matmul",
+        {decode_fp4_bf16_ref, Product::onednn}},
        {Path::avx512, "decode_fp4_bf16_avx512 + oneDNN BF16 matmul",
-        {decode_fp4_bf16_avx512, true}}});
+        {decode_fp4_bf16_avx512, Product::onednn}},
+       {Path::avx512bf16,
+        "fp4_gemm_avx512bf16 (4-bit codes -> BF16 panels, VDPBF16PS 6x64); forward with "
+        "m <= 16: fp4_gemv_nt_avx512bf16",
+        {decode_fp4_bf16_avx512, Product::panels}}});
   return t;
 }
 
@@ -81,6 +91,31 @@ float tensor_scale(const MXTensor& t) { return t.has_tensor_scale ? t.tensor_sca
 
 // v = e2m1(code) · s in FP32 (exact), |v| < 2^-126 -> ±0, NaN scale -> NaN, rounded to BF16
 // (exact).
+uint16_t fp4_value_bf16(uint8_t code, uint8_t scale, bool nvfp4) {
+  const float s = nvfp4 ? e4m3_to_f32(scale) : e8m0_to_f32(scale);
+  float v = e2m1_to_f32(code) * s;
+  if (std::fabs(v) < 0x1p-126f) v = std::copysign(0.f, v);
+  return f32_to_bf16(v);
+}
+
+namespace {
+
+struct TablesOf : Fp4Tables {
+  explicit TablesOf(bool nvfp4) {
+    for (int s = 0; s < 256; ++s) {
+      for (int c = 0; c < 16; ++c) bf16[s][c] = fp4_value_bf16(uint8_t(c), uint8_t(s), nvfp4);
+      scale[s] = nvfp4 ? e4m3_to_f32(uint8_t(s)) : e8m0_to_f32(uint8_t(s));
+    }
+  }
+};
+
+}  // namespace
+
+const Fp4Tables& fp4_tables(bool nvfp4) {
+  static const TablesOf nv(true), mx(false);  // made on first use
+  return nvfp4 ? static_cast<const Fp4Tables&>(nv) : mx;
+}
+
 void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
   const int64_t ld = t.scale_cols(), rb = t.row_bytes(), B = t.block;
   const bool nv = t.is_nvfp4();
@@ -88,11 +123,8 @@ void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* ou
     for (int64_t c = 0; c < t.cols; ++c) {
       const int64_t sr = t.layout == MXLayout::rowwise ? r : r / B;
       const int64_t sc = t.layout == MXLayout::colwise ? c : c / B;
-      const uint8_t sb = t.scales[size_t(sr * ld + sc)];
-      const float s = nv ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
-      float v = e2m1_to_f32(nibble_get(t.data.data() + r * rb, c)) * s;
-      if (std::fabs(v) < 0x1p-126f) v = std::copysign(0.f, v);
-      out[r * t.cols + c] = f32_to_bf16(v);
+      out[r * t.cols + c] =
+          fp4_value_bf16(nibble_get(t.data.data() + r * rb, c), t.scales[size_t(sr * ld + sc)], nv);
     }
 }
 
@@ -105,11 +137,18 @@ void gemm_fp4(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, 
             B.rht ? "transformed" : "plain", "); the transform cancels only between two "
             "transformed wgrad operands");
   const Fp4ProductKernels& k = fp4_table().get();
+  const float alpha = tensor_scale(A) * tensor_scale(B);
+  if (k.product == Product::panels && !(trans_a && trans_b)) {
+    const MXOperand a = MXOperand::of(A), b = MXOperand::of(B);
+    if (!trans_a && trans_b && M <= kGemvMaxRows)
+      return fp4_gemv_nt_avx512bf16(a, b, alpha, C, ldc, accumulate);
+    const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
+    return fp4_gemm_avx512bf16(o, a, b, alpha, C, ldc, accumulate);
+  }
   thread_local std::vector<uint16_t> a16, b16;
   decode(k.decode, A, a16);
   decode(k.decode, B, b16);
-  const float alpha = tensor_scale(A) * tensor_scale(B);
-  if (!k.onednn) {
+  if (k.product == Product::reference) {
     thread_local std::vector<float> a, b;
     as_op(a16, A.rows, A.cols, trans_a, a);
     as_op(b16, B.rows, B.cols, trans_b, b);

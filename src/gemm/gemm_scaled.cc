@@ -78,7 +78,7 @@ bool pow2_view(const MXTensor& t, ByteBuffer& grid, MXOperand& out) {
     }
   }
   if (bad) return false;
-  out = MXOperand{t.data.data(), g, t.rows, t.cols, gc, t.layout, t.elem};
+  out = MXOperand{t.data.data(), g, t.rows, t.cols, gc, t.layout, t.elem, kMXBlock, false};
   return true;
 }
 
@@ -120,7 +120,8 @@ MXOperand unit_view(const MXTensor& t, ByteBuffer& grid) {
   const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, kMXBlock);
   grid.resize(size_t(gr * gc));
   std::memset(grid.data(), 127, grid.size());
-  return MXOperand{t.data.data(), grid.data(), t.rows, t.cols, gc, t.layout, t.elem};
+  return MXOperand{t.data.data(), grid.data(), t.rows, t.cols, gc, t.layout, t.elem, kMXBlock,
+                   false};
 }
 
 // The per-chunk scale tables of ChunkScales (gemm/mx_gemm.h): sa [chunks][M], sb [chunks][N].

@@ -1,12 +1,87 @@
 // gemm/linear_products.cc — the forward, dgrad and wgrad products of a (grouped) linear layer
 // (mxtrain/gemm.h): each operand's copy is the one copies_needed() names for the recipe, role
 // and use; one product per non-empty group, BF16 through oneDNN and scaled copies through
-// gemm_mx.
+// gemm_mx. Inside a SplitSumsScope (parity tests) a forward or dgrad product is computed as a
+// row-parallel layer's ranks compute it: each rank's product over its slices of K, copied out
+// of the whole operands, then the partial products added in rank order.
+#include <cstring>
+#include <utility>
+#include <vector>
+
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
 
 namespace mxtrain {
 namespace {
+
+// The active SplitSumsScope's ranks and blocks (ranks 0: none).
+thread_local int split_ranks = 0, split_blocks = 1;
+
+// Copy c of t restricted to the K indices in `runs` ([begin, end) pairs, in order), K running
+// along t's columns (k_cols) or rows: a QTensor holding that copy alone, as a rank holding
+// those slices would have quantized it (blocks along K never straddle a run's edges).
+QTensor k_slices(const QTensor& t, Copy c, bool k_cols,
+                 const std::vector<std::pair<int64_t, int64_t>>& runs) {
+  int64_t Kl = 0;
+  for (const auto& [b, e] : runs) Kl += e - b;
+  QTensor o;
+  o.rows = k_cols ? t.rows : Kl;
+  o.cols = k_cols ? Kl : t.cols;
+  o.present = {c};
+  if (c == Copy::bf16) {
+    o.bf16.resize(size_t(o.rows * o.cols));
+    uint16_t* out = o.bf16.data();
+    for (int64_t r = 0; r < (k_cols ? t.rows : 1); ++r)
+      for (const auto& [b, e] : runs) {
+        const size_t n = size_t(k_cols ? e - b : (e - b) * t.cols);
+        const uint16_t* in = k_cols ? t.bf16.data() + r * t.cols + b : t.bf16.data() + b * t.cols;
+        std::memcpy(out, in, n * sizeof(uint16_t));
+        out += n;
+      }
+    return o;
+  }
+  const MXTensor& m = t.scaled(c);
+  MXT_CHECK(m.block > 0 && m.layout != (k_cols ? MXLayout::colwise : MXLayout::rowwise),
+            "SplitSumsScope: the ", copy_name(c), " copy's blocks do not run along K");
+  MXTensor& s = o.scaled(c);
+  s.rows = o.rows;
+  s.cols = o.cols;
+  s.layout = m.layout;
+  s.elem = m.elem;
+  s.scale_type = m.scale_type;
+  s.block = m.block;
+  s.data.resize(size_t(s.rows * s.cols));
+  s.scales.resize(s.scale_bytes());
+  const size_t sb = size_t(scale_type_bytes(m.scale_type));
+  const int64_t scols = m.scale_cols();  // scale grid [scale_rows(), scale_cols()], row-major
+  uint8_t* out = s.data.data();
+  uint8_t* sout = s.scales.data();
+  for (const auto& [b, e] : runs)
+    MXT_CHECK(b % m.block == 0 && e % m.block == 0, "SplitSumsScope: K slice [", b, ", ", e,
+              ") is not whole blocks of ", m.block);
+  if (k_cols) {
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (const auto& [b, e] : runs) {
+        std::memcpy(out, m.data.data() + r * m.cols + b, size_t(e - b));
+        out += e - b;
+      }
+    for (int64_t r = 0; r < m.scale_rows(); ++r)
+      for (const auto& [b, e] : runs) {
+        const size_t n = size_t((e - b) / m.block) * sb;
+        std::memcpy(sout, m.scales.data() + (size_t(r * scols) + size_t(b / m.block)) * sb, n);
+        sout += n;
+      }
+  } else {
+    for (const auto& [b, e] : runs) {
+      std::memcpy(out, m.data.data() + b * m.cols, size_t((e - b) * m.cols));
+      out += (e - b) * m.cols;
+      const size_t n = size_t((e - b) / m.block * scols) * sb;
+      std::memcpy(sout, m.scales.data() + size_t(b / m.block * scols) * sb, n);
+      sout += n;
+    }
+  }
+  return o;
+}
 
 // The copy of role's matrix t that `use` reads, present and [rows, cols].
 Copy copy_read(const Recipe& r, Role role, Use use, const QTensor& t, int64_t rows,
@@ -32,6 +107,33 @@ void product(bool trans_a, const QTensor& A, Copy ca, bool trans_b, const QTenso
   MXT_CHECK((ca == Copy::bf16) == (cb == Copy::bf16), use_name(use),
             ": one operand is BF16 and the other scaled (", copy_name(ca), ", ", copy_name(cb),
             "); a recipe must scale both or neither");
+  if (split_ranks > 1 && !trans_a) {  // SplitSumsScope: the ranks' partial sums, in rank order
+    const int P = split_ranks, nb = split_blocks;
+    MXT_CHECK(K % (int64_t(P) * nb) == 0, "SplitSumsScope: K = ", K, " is not ", nb,
+              " block(s) of ", P, " slices");
+    const int64_t Kp = K / (int64_t(P) * nb);
+    struct Pause {  // the ranks' own products run unsplit; the scope resumes however this ends
+      int ranks;
+      ~Pause() { split_ranks = ranks; }
+    } pause{P};
+    split_ranks = 0;
+    std::vector<float> sum(size_t(M * N)), part(size_t(M * N));
+    for (int p = 0; p < P; ++p) {
+      std::vector<std::pair<int64_t, int64_t>> runs;
+      for (int b = 0; b < nb; ++b) runs.emplace_back((b * P + p) * Kp, (b * P + p + 1) * Kp);
+      const QTensor a = k_slices(A, ca, true, runs), bq = k_slices(B, cb, trans_b, runs);
+      product(false, a, ca, trans_b, bq, cb, M, N, Kp * nb, p == 0 ? sum.data() : part.data(),
+              N, false, use);
+      if (p > 0)
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+    }
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const float v = sum[size_t(i * N + j)];
+        C[i * ldc + j] = accumulate ? C[i * ldc + j] + v : v;
+      }
+    return;
+  }
   if (ca == Copy::bf16) {
     gemm_bf16(trans_a, trans_b, M, N, K, A.bf16.data(), A.cols, B.bf16.data(), B.cols, C, ldc,
               accumulate);
@@ -41,6 +143,19 @@ void product(bool trans_a, const QTensor& A, Copy ca, bool trans_b, const QTenso
 }
 
 }  // namespace
+
+SplitSumsScope::SplitSumsScope(int ranks, int blocks) : active_(ranks > 1) {
+  if (!active_) return;
+  MXT_CHECK(blocks >= 1, "SplitSumsScope: blocks ", blocks, " must be >= 1");
+  MXT_CHECK(split_ranks == 0, "SplitSumsScope: scopes do not nest");
+  split_ranks = ranks;
+  split_blocks = blocks;
+}
+SplitSumsScope::~SplitSumsScope() {
+  if (!active_) return;
+  split_ranks = 0;
+  split_blocks = 1;
+}
 
 void grouped_forward(const Recipe& r, const GroupList& groups, const QTensor* x,
                      const QTensor* const* w, float* y, int64_t N) {

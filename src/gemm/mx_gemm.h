@@ -34,21 +34,25 @@ namespace mxtrain::gemm_detail {
 
 enum class Orient : uint8_t { nt, nn, tn };
 
-// A read-only view of one quantized matrix.
+// A read-only view of one quantized matrix: MX (FP8 codes, E8M0 scales per 32) or 4-bit
+// (E2M1 codes two per byte; NVFP4: E4M3 scales per 16, MXFP4: E8M0 per 32; gemm/fp4_gemm.h).
 struct MXOperand {
-  const uint8_t* codes = nullptr;   // [rows, cols] row-major
+  const uint8_t* codes = nullptr;   // [rows, row_bytes()] row-major
   const uint8_t* scales = nullptr;  // [scale_rows, scale_ld]
   int64_t rows = 0, cols = 0, scale_ld = 0;
   MXLayout layout = MXLayout::rowwise;
   Elem elem = Elem::e4m3;
+  int64_t block = kMXBlock;  // the block edge (16: NVFP4)
+  bool nvfp4 = false;        // E4M3 block scales (4-bit copies)
 
   static MXOperand of(const MXTensor& t) {
     return MXOperand{t.data.data(), t.scales.data(), t.rows, t.cols, t.scale_cols(), t.layout,
-                     t.elem};
+                     t.elem, t.block, t.is_nvfp4()};
   }
+  int64_t row_bytes() const { return elem_row_bytes(elem, cols); }
   uint8_t scale(int64_t r, int64_t c) const {
-    const int64_t sr = layout == MXLayout::rowwise ? r : r / kMXBlock;
-    const int64_t sc = layout == MXLayout::colwise ? c : c / kMXBlock;
+    const int64_t sr = layout == MXLayout::rowwise ? r : r / block;
+    const int64_t sc = layout == MXLayout::colwise ? c : c / block;
     return scales[sr * scale_ld + sc];
   }
 };
@@ -98,6 +102,11 @@ using PackPairs = void (*)(const MXOperand& S, int64_t c0, int nv, int nstore, i
                            int64_t kc, uint32_t* out, int64_t ld);
 void pack_pairs_avx512vbmi_bf16(const MXOperand& S, int64_t c0, int nv, int nstore, int64_t k0,
                                 int64_t kc, uint32_t* out, int64_t ld);
+// A panel kernel's transposing packer (nt's B): B stored [N, K] with blocks along K (rowwise or
+// tile); panel Bp[p * 64 + n] = the BF16 pair (B(c0 + n, k0 + 2p), B(c0 + n, k0 + 2p + 1)) over
+// [k0, k0 + kc), rows past N zero. The MX kernels' is pack_b_transposed (mx_gemm_avx512.cc).
+using PackTransposed = void (*)(const MXOperand& B, int64_t c0, int64_t k0, int64_t kc,
+                                uint32_t* Bp);
 // The row packers' prefetch distance, in rows. A chunk's pieces of consecutive rows lie one row
 // stride apart, a new stream every chunk that the hardware prefetcher picks up late, so the
 // row this many below is requested while a row is decoded (bench gemm m = 256 forward,

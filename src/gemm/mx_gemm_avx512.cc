@@ -31,12 +31,17 @@
 // panel product and differ only in the packers of A rows and of pairs (Packers):
 // mx_gemm_avx512bf16 packs with pack_a_rows below and pack_pairs (gemm/mx_pairs_avx512.h),
 // mx_gemm_avx512vbmi_bf16 with pack_a_rows_avx512vbmi_bf16 and pack_pairs_avx512vbmi_bf16
-// (mx_pack_avx512vbmi.cc: table decoding, the same words).
+// (mx_pack_avx512vbmi.cc: table decoding, the same words). The 4-bit products
+// (fp4_gemm_avx512bf16, gemm/fp4_gemm.h) run the same panel product with the 4-bit packers
+// (fp4_pack_avx512.cc) and one difference in the sums: they start from zero and the last K
+// chunk stores alpha · P (+ C) (Finish), so C is added once, to the finished sums.
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized (conversions) or uninitialized (the unpacks and shuffles of
 // transpose16); they are not read.
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 #include <immintrin.h>
 #include <omp.h>
 
@@ -45,9 +50,11 @@
 #include <cstring>
 #include <vector>
 
+#include "gemm/fp4_gemm.h"
 #include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
 #include "gemm/mx_pairs_avx512.h"
+#include "gemm/mx_transpose_avx512.h"
 #include "mxtrain/aligned.h"
 
 namespace mxtrain::gemm_detail {
@@ -83,30 +90,6 @@ void pack_a_rows(const MXOperand& A, int64_t r0, int64_t mc, int64_t k0, int64_t
 
 // Pairs of stored rows (nn and tn's B, tn's A): pack_pairs (gemm/mx_pairs_avx512.h) or the
 // VBMI packer (pack_pairs_avx512vbmi_bf16), through the Packers below.
-
-// 16x16 transpose of 32-bit lanes: r[i] lane j -> r[j] lane i.
-inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int h = 0; h < 16; h += 8)
-    for (int i = 0; i < 4; ++i) {
-      t[h + i] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0x88);
-      t[h + i + 4] = _mm512_shuffle_i32x4(r[h + i], r[h + i + 4], 0xDD);
-    }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xDD);
-  }
-}
 
 // B transposed (nt): B stored [N, K] with blocks along K; panel Bp[p * NR + n] = pair
 // (B(c0 + n, k0 + 2p), B(c0 + n, k0 + 2p + 1)). Rows past N are zero.
@@ -160,11 +143,20 @@ template <int ROWS>
   }
 }
 
-// C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs.
-// a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel [kp][64] pairs.
+// How a 4-bit product's last K chunk stores its sums P (gemm/fp4_gemm.h): C = alpha · P, or
+// C + alpha · P when add_c, each operation rounded on its own (the *_round_ps forms are never
+// contracted into an FMA); alpha = 1 stores P itself.
+struct Finish {
+  float alpha;
+  bool add_c;
+};
+
+// C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs, or with
+// `fin` those sums finished as it says. a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel
+// [kp][64] pairs.
 template <int ROWS>
 void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const uint32_t* b,
-                  float* C, int64_t ldc, int ncols, bool load) {
+                  float* C, int64_t ldc, int ncols, bool load, const Finish* fin) {
   __m512 acc[ROWS][4];
   __mmask16 mask[4];
   #pragma GCC unroll 8
@@ -178,6 +170,21 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
     for (int v = 0; v < 4; ++v)
       acc[m][v] = load ? _mm512_maskz_loadu_ps(mask[v], C + m * ldc + 16 * v) : _mm512_setzero_ps();
   dot_pairs<ROWS>(acc, a, sm, sp, b, 0, kp);
+  if (fin) {
+    constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 alpha = _mm512_set1_ps(fin->alpha);
+    #pragma GCC unroll 8
+    for (int m = 0; m < ROWS; ++m)
+      #pragma GCC unroll 8
+      for (int v = 0; v < 4; ++v) {
+        if (!mask[v]) continue;
+        float* c = C + m * ldc + 16 * v;
+        __m512 u = fin->alpha == 1.f ? acc[m][v] : _mm512_mul_round_ps(alpha, acc[m][v], R);
+        if (fin->add_c) u = _mm512_add_round_ps(_mm512_maskz_loadu_ps(mask[v], c), u, R);
+        _mm512_mask_storeu_ps(c, mask[v], u);
+      }
+    return;
+  }
   #pragma GCC unroll 8
   for (int m = 0; m < ROWS; ++m)
     #pragma GCC unroll 8
@@ -186,14 +193,15 @@ void micro_kernel(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp, const u
 }
 
 void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
-              const uint32_t* b, float* C, int64_t ldc, int ncols, bool load) {
+              const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
+              const Finish* fin) {
   switch (rows) {
-    case 6: return micro_kernel<6>(kp, a, sm, sp, b, C, ldc, ncols, load);
-    case 5: return micro_kernel<5>(kp, a, sm, sp, b, C, ldc, ncols, load);
-    case 4: return micro_kernel<4>(kp, a, sm, sp, b, C, ldc, ncols, load);
-    case 3: return micro_kernel<3>(kp, a, sm, sp, b, C, ldc, ncols, load);
-    case 2: return micro_kernel<2>(kp, a, sm, sp, b, C, ldc, ncols, load);
-    default: return micro_kernel<1>(kp, a, sm, sp, b, C, ldc, ncols, load);
+    case 6: return micro_kernel<6>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
+    case 5: return micro_kernel<5>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
+    case 4: return micro_kernel<4>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
+    case 3: return micro_kernel<3>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
+    case 2: return micro_kernel<2>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
+    default: return micro_kernel<1>(kp, a, sm, sp, b, C, ldc, ncols, load, fin);
   }
 }
 
@@ -282,10 +290,12 @@ Buffers& thread_buffers() {
   return buf;
 }
 
-// C[:, j0 .. j1) (+)= T[j0 .. j1, :]^T for T [N, M] (row stride M) and C [M, N], in 16x16
-// blocks through transpose16: the columns of C that rows j0 .. j1 of T make.
+// C[:, j0 .. j1) (+)= alpha · T[j0 .. j1, :]^T for T [N, M] (row stride M) and C [M, N], in
+// 16x16 blocks through transpose16: the columns of C that rows j0 .. j1 of T make. alpha = 1
+// (every MX product) moves T as it is; otherwise each element is fl(alpha · t), then added.
 void add_transposed_rows(const float* T, int64_t j0, int64_t j1, int64_t M, float* C,
-                         int64_t ldc, bool accumulate) {
+                         int64_t ldc, bool accumulate, float alpha) {
+  constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   for (int64_t jb = j0; jb < j1; jb += 16) {
     const int64_t nj = std::min<int64_t>(16, j1 - jb);
     const __mmask16 kn = __mmask16((1u << nj) - 1);
@@ -299,7 +309,8 @@ void add_transposed_rows(const float* T, int64_t j0, int64_t j1, int64_t M, floa
       for (int64_t i = 0; i < mi; ++i) {
         float* c = C + (i0 + i) * ldc + jb;
         __m512 v = _mm512_castsi512_ps(r[i]);
-        if (accumulate) v = _mm512_add_ps(_mm512_maskz_loadu_ps(kn, c), v);
+        if (alpha != 1.f) v = _mm512_mul_round_ps(_mm512_set1_ps(alpha), v, R);
+        if (accumulate) v = _mm512_add_round_ps(_mm512_maskz_loadu_ps(kn, c), v, R);
         _mm512_mask_storeu_ps(c, kn, v);
       }
     }
@@ -314,30 +325,35 @@ struct Packing {
   static Packing of(Orient o) { return {o == Orient::tn, o == Orient::nt}; }
 };
 
-// The two packers that differ between the kernels: rows of A (nt, nn) and pairs of stored
-// rows (tn's A, nn and tn's B).
+// The packers that differ between the kernels: rows of A (nt, nn), pairs of stored rows (tn's
+// A, nn and tn's B) and B transposed (nt's B).
 struct Packers {
   PackRows rows;
   PackPairs pairs;
+  PackTransposed transposed;
 };
 
-// Where a transposed product's result goes: Ct [N, M] (+)= C^T (see mx_gemm_avx512bf16).
+// Where a transposed product's result goes: Ct [N, M] (+)= alpha · C^T (see
+// mx_gemm_avx512bf16; alpha = 1 but for 4-bit products).
 struct TransposeOut {
   float* C;
   int64_t ldc;
   bool accumulate;
+  float alpha;
 };
 
 // C [M, N] (row stride ldc) = op(A) · op(B) (+ C when accumulate), both operands' scales
 // foldable. Threads split M into row ranges (multiples of kRowGrain) when split_m, else N by
 // 64-column panels. With `out` (split_m only, ldc = N), each thread adds the transpose of its
-// finished rows into out->C, while they are still in its cache.
+// finished rows into out->C, while they are still in its cache. With `alpha` (4-bit products,
+// gemm/fp4_gemm.h) the sums start from zero whatever `accumulate` and the last K chunk stores
+// alpha · P (+ C when accumulate): accumulating then needs K <= KC (panel_gemm sees to it).
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
                    float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
                    bool split_m, const TransposeOut* out = nullptr,
-                   const Promotion* pr = nullptr) {
+                   const Promotion* pr = nullptr, const float* alpha = nullptr) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
@@ -369,13 +385,14 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
-        pack_b_transposed(B, p * NR, k0, kc, Bp);
+        packers.transposed(B, p * NR, k0, kc, Bp);
       else
         packers.pairs(B, p * NR, 2, 4, k0, kc, Bp, NR);
     };
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
     // With a promotion, per 128-deep chunk (the first of panel chunk k0 is k0 / 128).
     int64_t chunk0 = 0;
+    const Finish* fin = nullptr;  // the 4-bit finish, on the last K chunk
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
                            const uint32_t* Bp, int64_t kp, bool load) {
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
@@ -386,13 +403,15 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
           run_tile_promoted(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, *pr,
                             pr->sa + i0 + i, pr->sb + p * NR, chunk0);
         else
-          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load);
+          run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, fin);
       }
     };
     for (int64_t k0 = 0; k0 < K; k0 += KC) {
       const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
-      const bool load = accumulate || k0 > 0;
+      const bool load = alpha ? k0 > 0 : accumulate || k0 > 0;
       chunk0 = k0 / kFp32ScaleBlock;
+      const Finish last{alpha ? *alpha : 1.f, accumulate};
+      fin = alpha && k0 + KC >= K ? &last : nullptr;
       if (a_first) {
         for (int64_t b = 0; b < nblk; ++b)
           pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * kps);
@@ -412,7 +431,7 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
           tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * kps * NR, kp, load);
       }
     }
-    if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate);
+    if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate, out->alpha);
   }
 }
 
@@ -425,10 +444,19 @@ FloatBuffer& swap_buffer() {
   return buf;
 }
 
+// A 4-bit product's sums P when it accumulates over more than one K chunk, before
+// C = C + alpha · P (per calling thread, reused).
+FloatBuffer& sums_buffer() {
+  thread_local FloatBuffer buf;
+  return buf;
+}
+
 // The panel product with its operands packed by `packers` (and, with pr, promoted per
-// 128-deep K chunk; pr's sa and sb for op(A)'s rows and op(B)'s columns).
+// 128-deep K chunk; pr's sa and sb for op(A)'s rows and op(B)'s columns; with alpha, the
+// 4-bit product C = alpha · P (+ C), P summed from zero: gemm/fp4_gemm.h).
 void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
-                bool accumulate, const Packers& packers, const Promotion* pr = nullptr) {
+                bool accumulate, const Packers& packers, const Promotion* pr = nullptr,
+                const float* alpha = nullptr) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows;
   const int64_t K = o == Orient::tn ? A.rows : A.cols;
   const int64_t N = o == Orient::nt ? B.rows : B.cols;
@@ -439,7 +467,8 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
   // transposing packer and no transposed output (measured: 128 tokens through a 1408x2048
   // weight, 0.86-0.88x of the transposed form's time). Writing C, both forms give the same
   // bytes (the same FP32 sums); accumulating, the transposed form adds C0 once at the end, so a
-  // dgrad that accumulates keeps it at every size.
+  // dgrad that accumulates keeps it at every size. (A 4-bit product adds C0 once at the end in
+  // either form.)
   const bool direct_dgrad = o == Orient::nn && !accumulate && M <= kAFirstRows;
   if (o != Orient::tn && !direct_dgrad && M >= NR && M < N && M * N <= kSwapMax &&
       !(pr && accumulate)) {
@@ -455,36 +484,59 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
     float* T = sb.data();
     // op(B)^T: nt's B ([N, K]) in rows; nn's B ([K, N]) in pairs. op(A)^T: A ([M, K]) transposed.
     const Packing swapped{o == Orient::nn, true};
-    const TransposeOut out{C, ldc, accumulate};
+    const TransposeOut out{C, ldc, accumulate, alpha ? *alpha : 1.f};
     // The transposed product's rows are op(B)'s columns: the scales swap sides (fl(sa · sb)
     // is the same product).
     const Promotion spr = pr ? Promotion{pr->sb, pr->sb_ld, pr->sa, pr->sa_ld} : Promotion{};
     return panel_product(swapped, packers, B, A, T, M, false, N, M, K, /*split_m=*/true,
                          &out, pr ? &spr : nullptr);
   }
+  if (alpha && accumulate && K > KC) {
+    // A 4-bit product adds C once, to the finished sums: over several K chunks they go to a
+    // buffer first (the chunks pass partial sums through memory, and C holds C0).
+    FloatBuffer& P = sums_buffer();
+    P.resize(size_t(M * N));
+    const float one = 1.f;
+    panel_gemm(o, A, B, P.data(), N, false, packers, nullptr, &one);
+    constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    const __m512 av = _mm512_set1_ps(*alpha);
+    const float* p = P.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; j += 16) {
+        const __mmask16 k = N - j >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - j)) - 1);
+        __m512 u = _mm512_maskz_loadu_ps(k, p + i * N + j);
+        if (*alpha != 1.f) u = _mm512_mul_round_ps(av, u, R);
+        float* c = C + i * ldc + j;
+        _mm512_mask_storeu_ps(c, k, _mm512_add_round_ps(_mm512_maskz_loadu_ps(k, c), u, R));
+      }
+    return;
+  }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
   panel_product(Packing::of(o), packers, A, B, C, ldc, accumulate, M, N, K,
-                /*split_m=*/M > N, nullptr, pr);
+                /*split_m=*/M > N, nullptr, pr, alpha);
 }
 
 }  // namespace
 
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs});
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs, pack_b_transposed});
 }
 
 void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                              int64_t ldc, bool accumulate) {
   panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16});
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
+                     pack_b_transposed});
 }
 
 void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
                                 const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
   const Promotion pr{s.sa, M, s.sb, N};
-  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs}, &pr);
+  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs, pack_b_transposed},
+             &pr);
 }
 
 void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
@@ -493,7 +545,17 @@ void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOpera
   const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
   const Promotion pr{s.sa, M, s.sb, N};
   panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16}, &pr);
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
+                     pack_b_transposed},
+             &pr);
+}
+
+void fp4_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha,
+                         float* C, int64_t ldc, bool accumulate) {
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16,
+                     fp4_pack_transposed_avx512bf16},
+             nullptr, &alpha);
 }
 
 }  // namespace mxtrain::gemm_detail

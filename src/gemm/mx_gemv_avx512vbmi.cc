@@ -12,8 +12,10 @@
 // order of the unpack; x is stored in the same order, so the products pair up. A 64-code piece
 // the table path cannot fold exactly takes the general decoder (mx_decode_avx512.h) and is
 // reordered to match.
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
 #pragma GCC diagnostic ignored "-Wuninitialized"       // the same, inside _mm512_reduce_add_ps
+#endif
 #include <immintrin.h>
 #include <omp.h>
 

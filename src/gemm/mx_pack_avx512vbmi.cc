@@ -11,7 +11,9 @@
 // A piece the table path cannot fold exactly (scale bytes outside its range, NaN/Inf codes) is
 // decoded by decode32 instead; both give the same BF16 values, so the packed panels, and every
 // product, are the same bit for bit as with the general packers.
+#if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12 AVX-512 intrinsics; see mx_gemm_avx512.cc
+#endif
 #include <immintrin.h>
 
 #include "gemm/mx_decode_avx512.h"

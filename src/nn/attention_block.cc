@@ -17,6 +17,7 @@
 #include <cmath>
 
 #include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
 #include "mxtrain/nn/arena.h"
 #include "mxtrain/nn/blocks.h"
 #include "nn/block_util.h"
@@ -106,10 +107,13 @@ void AttentionBlock::run(const float* x, const TokenRows& b, float* out, Arena& 
     proj.save_input(v.atty, b.N, *v.s_proj);
     return;
   }
-  if (report)  // the heads' partial sums, summed over the group
-    proj.forward(v.atty, b.N, v.branch, *v.s_proj);
-  else
-    proj.recompute(v.atty, b.N, v.branch, *v.s_proj);
+  {
+    SplitSumsScope split(split_tp_, 1);
+    if (report)  // the heads' partial sums, summed over the group
+      proj.forward(v.atty, b.N, v.branch, *v.s_proj);
+    else
+      proj.recompute(v.atty, b.N, v.branch, *v.s_proj);
+  }
   residual_forward(out, x, v.branch, b.rows * D_);
 }
 
@@ -121,7 +125,10 @@ void AttentionBlock::backward(float* dres, const float* x, const TokenRows& b, A
   proj.backward(*v.s_proj, dres, dbranch);
   attention_backward(dqkv, dbranch, v.qkv_out, v.atty, v.lse, b.B, b.T, Dl_, H_,
                      fp32_ ? AttnPrecision::fp32 : AttnPrecision::bf16, rope_);  // writes dqkv
-  qkv.backward(*v.s_qkv, dqkv, dln);  // every head's input gradient, summed over the group
+  {
+    SplitSumsScope split(split_tp_, 3);  // q, k, v
+    qkv.backward(*v.s_qkv, dqkv, dln);   // every head's input gradient, summed over the group
+  }
   rmsnorm_backward(dres, norm.grad.data(), dln, x, norm.value.data(), v.rstd1, b.rows, D_,
                    Accum::add, take_grad_mode(norm));
 }

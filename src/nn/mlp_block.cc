@@ -10,6 +10,7 @@
 // backward in place. Under the whole-layer recompute the FP8 copy is not kept at all: the
 // recomputed pass rounds a to E4M3 and back in place, where SwiGLU's backward reads it.
 #include "mxtrain/common.h"
+#include "mxtrain/gemm.h"
 #include "mxtrain/nn/arena.h"
 #include "mxtrain/nn/blocks.h"
 #include "nn/block_util.h"
@@ -105,7 +106,10 @@ double MlpBlock::run(const float* x, const TokenRows& b, float* out, Arena& a, b
     fc2.save_input(v.h, N, *v.s_fc2);
     return 0.0;
   }
-  fc2.forward(v.h, N, v.branch, *v.s_fc2);  // the hidden slices' partial sums, summed
+  {
+    SplitSumsScope split(split_tp_, 1);
+    fc2.forward(v.h, N, v.branch, *v.s_fc2);  // the hidden slices' partial sums, summed
+  }
   residual_forward(out, x, v.branch, b.rows * D_);
   return 0.0;
 }
@@ -122,7 +126,10 @@ void MlpBlock::backward(float* dres, const float* x, const TokenRows& b, float, 
     act = dfc1;
   }
   swiglu_backward(dfc1, dh, act, b.N, F_, Accum::write);
-  fc1.backward(*v.s_fc1, dfc1, dln);  // every slice's input gradient, summed over the group
+  {
+    SplitSumsScope split(split_tp_, 2);  // gate, up
+    fc1.backward(*v.s_fc1, dfc1, dln);   // every slice's input gradient, summed over the group
+  }
   rmsnorm_backward(dres, norm.grad.data(), dln, x, norm.value.data(), v.rstd2, b.rows, D_,
                    Accum::add, take_grad_mode(norm));
 }

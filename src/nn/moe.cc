@@ -319,6 +319,7 @@ double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)], n = g.offsets.back();
+    SplitSumsScope split(fp32_ref_ ? 1 : split_etp_, 1);  // set_split_sums
     fc2.forward(h + r0 * Fl_, n, g, yr + r0 * D_, A.saved2[size_t(s)]);
   }
   if (split()) from_experts(yr, A.yp.data());  // FP32
@@ -364,6 +365,7 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   }
   for (int64_t s = 0; s < S; ++s) {
     const int64_t r0 = A.src_offsets[size_t(s)];
+    SplitSumsScope split(fp32_ref_ ? 1 : split_etp_, 2);  // gate, up (set_split_sums)
     fc1.backward(A.saved1[size_t(s)], A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
   }
   if (split()) from_experts(dxr, A.dxp.data());  // FP32, back to the tokens

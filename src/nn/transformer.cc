@@ -154,6 +154,17 @@ void GPT::set_fp32_reference(bool on) {
   head_->lm_head.set_fp32_reference(on);
 }
 
+void GPT::set_split_sums(int tp, int etp) {
+  MXT_CHECK(tp >= 1 && etp >= 1 && par_.tp_size() == 1 && par_.etp_size() == 1,
+            "GPT::set_split_sums: a one-process model and counts >= 1");
+  MXT_CHECK(cfg_.n_heads % tp == 0 && cfg_.d_ff % tp == 0 && cfg_.expert_d_ff() % etp == 0,
+            "GPT::set_split_sums: tp ", tp, " and etp ", etp, " must divide the heads and d_ff");
+  for (Layer& L : layers_) {
+    L.attention.set_split_sums(tp);
+    L.mlp->set_split_sums(tp, etp);
+  }
+}
+
 void GPT::set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
   swiglu_ = s;
   for (Layer& L : layers_) L.mlp->set_swiglu_input(s, rounding);

@@ -3,7 +3,8 @@
 //
 // Dense modules: key (kind, name, tp). Expert modules: promoted to the grouped kind, key
 // (etp, num_gemms), token count x top-k. No rule for the key, or no rule covering the token
-// count, means BF16; the reason says which.
+// count, means BF16; the reason says which. A covering rule enables its recipe (its own, else
+// the policy's).
 #include <climits>
 #include <set>
 #include <sstream>
@@ -23,12 +24,18 @@ std::string promote(const std::string& kind) {
            "\" has no grouped form (experts are layernorm_column, column or row)");
 }
 
+// " (measured speedup 1.050)", " (recipe nvfp4, measured speedup 1.210)", " (recipe nvfp4)"
+// or "": a rule's own recipe is named, the policy's is not (the reason of every older policy
+// stays as it was).
 std::string speedup_text(const Rule& r) {
-  if (!r.measured_speedup) return "";
   std::ostringstream os;
   os.precision(3);
-  os << std::fixed << " (measured speedup " << *r.measured_speedup << ")";
-  return os.str();
+  if (!r.recipe.empty()) os << "recipe " << r.recipe;
+  if (r.measured_speedup)
+    os << std::fixed << (r.recipe.empty() ? "" : ", ") << "measured speedup "
+       << *r.measured_speedup;
+  const std::string s = os.str();
+  return s.empty() ? s : " (" + s + ")";
 }
 
 // Why `r` does not cover `tokens` ("tokens 512 < min_tokens 4096").
@@ -99,6 +106,8 @@ Decision decide(const Policy& p, const DecisionQuery& q) {
     if (!r->covers(d.tokens)) continue;
     d.use_fp8 = true;
     d.rule = r;
+    d.recipe = rule_recipe(p, *r);
+    d.rule_names_recipe = !r->recipe.empty();
     d.reason = r->max_tokens ? tok + " in " + rule_range(*r)
                              : tok + " >= min_tokens " + std::to_string(r->min_tokens);
     d.reason += speedup_text(*r);

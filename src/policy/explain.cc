@@ -1,11 +1,13 @@
 // policy/explain.cc — the text of `mxtrain policy explain`: per key the measured points,
-// the chosen range and why, and where LoongForge's own merge would differ and at what cost.
+// the chosen range and why, and where LoongForge's own merge would differ and at what cost;
+// with reports of several recipes, that per recipe, then the recipe the key keeps and why.
 #include "mxtrain/policy/explain.h"
 
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "mxtrain/common.h"
@@ -23,10 +25,18 @@ std::string fmt(const char* f, ...) {
   return b;
 }
 
-std::string rules_text(const std::vector<Rule>& rules) {
+// "FP8 for tokens [a, b] and [c, inf)" (`label` for rules naming no recipe), or, when a rule
+// names its recipe, "nvfp4 for tokens [a, b] and mxfp8 for tokens [c, inf)".
+std::string rules_text(const std::vector<Rule>& rules, const std::string& label = "FP8") {
   if (rules.empty()) return "no rule (BF16)";
-  std::string s = "FP8 for tokens ";
-  for (size_t i = 0; i < rules.size(); ++i) s += (i ? " and " : "") + rule_range(rules[i]);
+  bool named = false;
+  for (const auto& r : rules) named = named || !r.recipe.empty();
+  std::string s = named ? "" : label + " for tokens ";
+  for (size_t i = 0; i < rules.size(); ++i) {
+    s += i ? " and " : "";
+    if (named) s += (rules[i].recipe.empty() ? label : rules[i].recipe) + " for tokens ";
+    s += rule_range(rules[i]);
+  }
   return s;
 }
 
@@ -36,21 +46,23 @@ bool covers(const std::vector<Rule>& rules, int64_t t) {
   return false;
 }
 
-// The rules of `p` that belong to key text `key`.
-std::vector<Rule> rules_of(const Policy& p, const KeySummary& ks) {
+// The rules of `p` that belong to the key of `ks`; with `recipe`, only those enabling it.
+std::vector<Rule> rules_of(const Policy& p, const KeySummary& ks, const std::string& recipe = "") {
   std::vector<Rule> out;
+  auto take = [&](const Rule& r, const std::string& name) {
+    if (rule_key(ks.kind, name, r) == ks.key && (recipe.empty() || rule_recipe(p, r) == recipe))
+      out.push_back(r);
+  };
   if (is_grouped_kind(ks.kind)) {
     auto it = p.grouped.find(ks.kind);
     if (it == p.grouped.end()) return out;
-    for (const auto& r : it->second)
-      if (rule_key(ks.kind, "", r) == ks.key) out.push_back(r);
+    for (const auto& r : it->second) take(r, "");
   } else {
     auto k = p.dense.find(ks.kind);
     if (k == p.dense.end()) return out;
     auto n = k->second.find(ks.name);
     if (n == k->second.end()) return out;
-    for (const auto& r : n->second)
-      if (rule_key(ks.kind, ks.name, r) == ks.key) out.push_back(r);
+    for (const auto& r : n->second) take(r, ks.name);
   }
   return out;
 }
@@ -98,15 +110,16 @@ std::string not_a_win(const KeySummary& ks, int64_t t, double threshold) {
              m->spread, where(*m).c_str());
 }
 
-std::string why(const KeySummary& ks, const std::vector<int64_t>& sizes, double threshold) {
-  if (!ks.rule) return "FP8 wins at no measured size in every report";
+std::string why(const KeySummary& ks, const std::vector<int64_t>& sizes, double threshold,
+                const std::string& label) {
+  if (!ks.rule) return label + " wins at no measured size in every report";
   const Rule& r = *ks.rule;
   const size_t i = size_t(std::find(sizes.begin(), sizes.end(), r.min_tokens) - sizes.begin());
   const int64_t last = r.max_tokens ? *r.max_tokens : sizes.back();
   const size_t j = size_t(std::find(sizes.begin(), sizes.end(), last) - sizes.begin());
-  std::string s = fmt("FP8 wins in every report at each of the %zu sizes %lld..%lld, the "
-                      "longest such run",
-                      j - i + 1, (long long)r.min_tokens, (long long)last);
+  std::string s = label + fmt(" wins in every report at each of the %zu sizes %lld..%lld, the "
+                              "longest such run",
+                              j - i + 1, (long long)r.min_tokens, (long long)last);
   if (i > 0) s += "; below it " + not_a_win(ks, sizes[i - 1], threshold);
   else s += "; it starts at the smallest measured size (nothing below is extrapolated)";
   if (j + 1 < sizes.size())
@@ -116,18 +129,109 @@ std::string why(const KeySummary& ks, const std::vector<int64_t>& sizes, double 
   return s;
 }
 
+// LoongForge's own merge over the LoongForge reports of one recipe (all of them: "").
+struct LoongForgeSide {
+  std::optional<LoongForgeMerge> merge;
+  std::map<std::string, std::vector<Rule>> rules;  // by key text
+};
+
+LoongForgeSide loongforge_side(const std::vector<LoadedReport>& reports, double threshold,
+                               const std::string& recipe) {
+  std::vector<LoongForgeReport> lfs;
+  for (const auto& lr : reports)
+    if (lr.loongforge && (recipe.empty() || lr.report.recipe == recipe))
+      lfs.push_back(*lr.loongforge);
+  LoongForgeSide side;
+  if (lfs.empty()) return side;
+  side.merge = loongforge_own_merge(lfs, threshold);
+  side.rules = rules_by_key(side.merge->policy);
+  return side;
+}
+
+// The body of one key (of one recipe): measurements, rule, why, notes, LoongForge's merge.
+// `label` names the quantized side ("FP8", or the recipe in a merge of several), `in` the
+// indent. `chosen` is the rule the explanation is of (merged, or the given policy's);
+// `merged`, what the merge emits, which a given policy's rules are compared with.
+void explain_key(std::ostringstream& os, const KeySummary& ks, const std::vector<Rule>& chosen,
+                 const std::vector<Rule>& merged_rules, const Policy* given,
+                 const std::string& given_source, double threshold,
+                 const LoongForgeSide& lf_side, const std::string& label, const std::string& in) {
+  std::vector<int64_t> sizes;  // measured sizes, ascending
+  for (const auto& m : ks.measurements)
+    if (sizes.empty() || sizes.back() != m.tokens) sizes.push_back(m.tokens);
+  os << in << "measured (tokens, fp8 rows, bf16 ms, fp8 ms, speedup, spread, + win / - not):\n";
+  for (const auto& m : ks.measurements)
+    os << in
+       << fmt("  %8lld %8lld %10.4f %10.4f %7.3f %6.3f %s  %s\n", (long long)m.tokens,
+              (long long)m.padded_tokens, m.bf16_ms, m.fp8_ms, m.speedup, m.spread,
+              m.win ? "+" : "-", where(m).c_str());
+  os << in << "rule: " << rules_text(chosen, label) << "\n";
+  os << in << "why: " << why(ks, sizes, threshold, label) << "\n";
+  for (const auto& n : ks.notes) os << in << "note: " << n << "\n";
+  if (given && rules_text(chosen, label) != rules_text(merged_rules, label))
+    os << in << "note: " << given_source << " differs from the merge of these reports, which "
+       << "gives " << rules_text(merged_rules, label) << "\n";
+  if (!lf_side.merge) return;
+  auto lit = lf_side.rules.find(ks.key);
+  const std::vector<Rule> lf = lit == lf_side.rules.end() ? std::vector<Rule>{} : lit->second;
+  std::vector<std::string> diffs, unpaired;
+  for (int64_t t : sizes) {
+    const bool ours = covers(chosen, t), theirs = covers(lf, t);
+    const auto ms = at_size(ks, t);
+    if (ours != theirs) {
+      const Measurement& w = *worst(ms);
+      const std::string n = ms.size() > 1 ? fmt(", worst of %zu", ms.size()) : "";
+      if (theirs)
+        diffs.push_back(fmt("%lld: LoongForge FP8, here BF16; FP8 at %.3fx (%s%s): FP8 "
+                            "changes the time by %+.1f%% (%.4f -> %.4f ms)",
+                            (long long)t, w.speedup, where(w).c_str(), n.c_str(),
+                            (w.fp8_ms / w.bf16_ms - 1) * 100, w.bf16_ms, w.fp8_ms));
+      else
+        diffs.push_back(fmt("%lld: LoongForge BF16, here FP8; FP8 at %.3fx (%s%s): BF16 "
+                            "changes the time by %+.1f%% (%.4f -> %.4f ms)",
+                            (long long)t, w.speedup, where(w).c_str(), n.c_str(),
+                            (w.bf16_ms / w.fp8_ms - 1) * 100, w.fp8_ms, w.bf16_ms));
+    }
+    bool from_lf = false;
+    int64_t padded = t;
+    for (const auto* m : ms)
+      if (!m->origin.empty()) from_lf = true, padded = std::max(padded, m->padded_tokens);
+    const auto pt = lf_side.merge->paired_tokens.find(ks.key);
+    if (from_lf && (pt == lf_side.merge->paired_tokens.end() || !pt->second.count(t)))
+      unpaired.push_back(fmt("%lld (fp8 ran %lld rows)", (long long)t, (long long)padded));
+  }
+  os << in << "LoongForge's merge: " << rules_text(lf);
+  if (diffs.empty()) os << "; the same decision at every measured size\n";
+  else os << "; differs at " << diffs.size() << (diffs.size() == 1 ? " size:\n" : " sizes:\n");
+  for (const auto& d : diffs) os << in << "  " << d << "\n";
+  if (!unpaired.empty()) {
+    os << in << "  it paired no BF16/FP8 records at";
+    for (size_t i = 0; i < unpaired.size(); ++i) os << (i ? ", " : " ") << unpaired[i];
+    os << " (FP8 num_tokens padded)\n";
+  }
+}
+
+// LoongForge's rules for keys the merge did not see (its pairing across files found them).
+void explain_unseen_loongforge(std::ostringstream& os, const LoongForgeSide& side,
+                               const std::map<std::string, bool>& seen,
+                               const std::string& recipe_note) {
+  for (const auto& [key, rules] : side.rules)
+    if (!seen.count(key))
+      os << "\n" << key << "\n  no paired measurement in these reports; LoongForge's merge "
+         << "(pairing records across files" << recipe_note << ") gives " << rules_text(rules)
+         << "\n";
+}
+
 }  // namespace
 
 std::string explain_reports(const std::vector<LoadedReport>& reports, double threshold,
                             const Policy* given, const std::string& given_source) {
   std::vector<Report> rs;
-  std::vector<LoongForgeReport> lfs;
   std::ostringstream os;
   os << "explain: " << reports.size() << (reports.size() == 1 ? " report" : " reports")
      << fmt(", speedup threshold %g", threshold) << "\n";
   for (const auto& lr : reports) {
     rs.push_back(lr.report);
-    if (lr.loongforge) lfs.push_back(*lr.loongforge);
     os << "  " << lr.report.source << ": "
        << (lr.loongforge ? "LoongForge records, " + std::to_string(lr.loongforge->records.size()) +
                                " records, " + std::to_string(lr.report.points.size()) +
@@ -140,81 +244,66 @@ std::string explain_reports(const std::vector<LoadedReport>& reports, double thr
   os << "rules: " << (given ? "from " + given_source : std::string("merged from these reports"))
      << "\n";
   for (const auto& n : sum.notes) os << "note: " << n << "\n";
-  std::optional<LoongForgeMerge> lfm;
-  std::map<std::string, std::vector<Rule>> lf_rules;
-  if (!lfs.empty()) {
-    lfm = loongforge_own_merge(lfs, threshold);
-    lf_rules = rules_by_key(lfm->policy);
-  }
   std::map<std::string, bool> seen;
+
+  if (sum.recipes.empty()) {  // one recipe
+    const LoongForgeSide lf_side = loongforge_side(reports, threshold, "");
+    for (const auto& ks : sum.keys) {
+      seen[ks.key] = true;
+      os << "\n" << ks.key << "\n";
+      const std::vector<Rule> merged =
+          ks.rule ? std::vector<Rule>{*ks.rule} : std::vector<Rule>{};
+      explain_key(os, ks, given ? rules_of(*given, ks) : merged, merged, given, given_source,
+                  threshold, lf_side, "FP8", "  ");
+    }
+    if (given)
+      for (const auto& [key, rules] : rules_by_key(*given))
+        if (!seen.count(key))
+          os << "\n" << key << "\n  rule: " << rules_text(rules) << " in " << given_source
+             << "; no paired measurement of this key in these reports\n";
+    explain_unseen_loongforge(os, lf_side, seen, "");
+    return os.str();
+  }
+
+  // Several recipes: each key's merge per recipe, then the recipe it keeps.
+  std::map<std::string, LoongForgeSide> lf_sides;
+  for (const auto& recipe : sum.recipes)
+    lf_sides[recipe] = loongforge_side(reports, threshold, recipe);
+  os << "recipes: " << sum.recipes.size() << " measured (";
+  for (size_t i = 0; i < sum.recipes.size(); ++i) os << (i ? ", " : "") << sum.recipes[i];
+  os << "); each key is merged per recipe and keeps the rule with the largest measured "
+        "speedup (ties: the recipe earlier in the registry's order)\n";
   for (const auto& ks : sum.keys) {
     seen[ks.key] = true;
-    os << "\n" << ks.key << "\n";
-    std::vector<int64_t> sizes;  // measured sizes, ascending
-    for (const auto& m : ks.measurements)
-      if (sizes.empty() || sizes.back() != m.tokens) sizes.push_back(m.tokens);
-    os << "  measured (tokens, fp8 rows, bf16 ms, fp8 ms, speedup, spread, + win / - not):\n";
-    for (const auto& m : ks.measurements)
-      os << fmt("    %8lld %8lld %10.4f %10.4f %7.3f %6.3f %s  %s\n", (long long)m.tokens,
-                (long long)m.padded_tokens, m.bf16_ms, m.fp8_ms, m.speedup, m.spread,
-                m.win ? "+" : "-", where(m).c_str());
-    const std::vector<Rule> merged_rules =
+    os << "\n" << ks.key << "\n  recipes measured:";
+    for (size_t i = 0; i < ks.per_recipe.size(); ++i)
+      os << (i ? ", " : " ") << ks.per_recipe[i].recipe;
+    os << "\n";
+    const std::vector<Rule> merged =
         ks.rule ? std::vector<Rule>{*ks.rule} : std::vector<Rule>{};
-    const std::vector<Rule> chosen = given ? rules_of(*given, ks) : merged_rules;
-    os << "  rule: " << rules_text(chosen) << "\n";
-    os << "  why: " << why(ks, sizes, threshold) << "\n";
-    for (const auto& n : ks.notes) os << "  note: " << n << "\n";
-    if (given && rules_text(chosen) != rules_text(merged_rules))
+    for (const auto& r : ks.per_recipe) {
+      os << "  " << r.recipe << ":\n";
+      // This recipe's own rule; a given policy's rules enabling it, compared with what the
+      // merge emits for it (its rule when it was chosen, else none).
+      const std::vector<Rule> own = r.rule ? std::vector<Rule>{*r.rule} : std::vector<Rule>{};
+      const std::vector<Rule> emitted = ks.recipe == r.recipe ? merged : std::vector<Rule>{};
+      explain_key(os, r, given ? rules_of(*given, r, r.recipe) : own, emitted, given,
+                  given_source, threshold, lf_sides[r.recipe], r.recipe, "    ");
+    }
+    const std::vector<Rule> final_rules = given ? rules_of(*given, ks) : merged;
+    os << "  rule: " << rules_text(final_rules) << "\n";
+    os << "  recipe: " << ks.choice << "\n";
+    if (given && rules_text(final_rules) != rules_text(merged))
       os << "  note: " << given_source << " differs from the merge of these reports, which "
-         << "gives " << rules_text(merged_rules) << "\n";
-    if (!lfm) continue;
-    auto lit = lf_rules.find(ks.key);
-    const std::vector<Rule> lf = lit == lf_rules.end() ? std::vector<Rule>{} : lit->second;
-    std::vector<std::string> diffs, unpaired;
-    for (int64_t t : sizes) {
-      const bool ours = covers(chosen, t), theirs = covers(lf, t);
-      const auto ms = at_size(ks, t);
-      if (ours != theirs) {
-        const Measurement& w = *worst(ms);
-        const std::string n = ms.size() > 1 ? fmt(", worst of %zu", ms.size()) : "";
-        if (theirs)
-          diffs.push_back(fmt("%lld: LoongForge FP8, here BF16; FP8 at %.3fx (%s%s): FP8 "
-                              "changes the time by %+.1f%% (%.4f -> %.4f ms)",
-                              (long long)t, w.speedup, where(w).c_str(), n.c_str(),
-                              (w.fp8_ms / w.bf16_ms - 1) * 100, w.bf16_ms, w.fp8_ms));
-        else
-          diffs.push_back(fmt("%lld: LoongForge BF16, here FP8; FP8 at %.3fx (%s%s): BF16 "
-                              "changes the time by %+.1f%% (%.4f -> %.4f ms)",
-                              (long long)t, w.speedup, where(w).c_str(), n.c_str(),
-                              (w.bf16_ms / w.fp8_ms - 1) * 100, w.fp8_ms, w.bf16_ms));
-      }
-      bool from_lf = false;
-      int64_t padded = t;
-      for (const auto* m : ms)
-        if (!m->origin.empty()) from_lf = true, padded = std::max(padded, m->padded_tokens);
-      const auto pt = lfm->paired_tokens.find(ks.key);
-      if (from_lf && (pt == lfm->paired_tokens.end() || !pt->second.count(t)))
-        unpaired.push_back(fmt("%lld (fp8 ran %lld rows)", (long long)t, (long long)padded));
-    }
-    os << "  LoongForge's merge: " << rules_text(lf);
-    if (diffs.empty()) os << "; the same decision at every measured size\n";
-    else os << "; differs at " << diffs.size() << (diffs.size() == 1 ? " size:\n" : " sizes:\n");
-    for (const auto& d : diffs) os << "    " << d << "\n";
-    if (!unpaired.empty()) {
-      os << "    it paired no BF16/FP8 records at";
-      for (size_t i = 0; i < unpaired.size(); ++i) os << (i ? ", " : " ") << unpaired[i];
-      os << " (FP8 num_tokens padded)\n";
-    }
+         << "gives " << rules_text(merged) << "\n";
   }
   if (given)
     for (const auto& [key, rules] : rules_by_key(*given))
       if (!seen.count(key))
         os << "\n" << key << "\n  rule: " << rules_text(rules) << " in " << given_source
            << "; no paired measurement of this key in these reports\n";
-  for (const auto& [key, rules] : lf_rules)
-    if (!seen.count(key))
-      os << "\n" << key << "\n  no paired measurement in these reports; LoongForge's merge "
-         << "(pairing records across files) gives " << rules_text(rules) << "\n";
+  for (const auto& [recipe, side] : lf_sides)
+    explain_unseen_loongforge(os, side, seen, ", recipe " + recipe);
   return os.str();
 }
 

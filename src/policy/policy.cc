@@ -4,11 +4,13 @@
 // run it over policy_to_json, so a struct built in code meets the same rules as a file.
 #include "mxtrain/policy/policy.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
 #include "mxtrain/common.h"
 #include "mxtrain/io/atomic_file.h"
+#include "mxtrain/recipe.h"
 #include "policy/json_util.h"
 
 namespace mxtrain::policy {
@@ -27,6 +29,59 @@ size_t Policy::num_rules() const {
   return n;
 }
 
+size_t Policy::num_rules_naming_no_recipe() const {
+  size_t n = 0;
+  for (const auto& [kind, names] : dense)
+    for (const auto& [name, rules] : names)
+      for (const Rule& r : rules) n += r.recipe.empty();
+  for (const auto& [kind, rules] : grouped)
+    for (const Rule& r : rules) n += r.recipe.empty();
+  return n;
+}
+
+bool Policy::names_recipes_per_rule() const {
+  return !measured_recipes.empty() || num_rules_naming_no_recipe() < num_rules();
+}
+
+size_t recipe_rank(const std::string& name) {
+  const auto& all = registered_recipes();
+  size_t i = 0;
+  while (i < all.size() && all[i].name != name) ++i;
+  return i;
+}
+
+namespace {
+
+// Names in the registry's order (names it does not hold last, by name), without repeats.
+std::vector<std::string> in_registry_order(std::vector<std::string> v) {
+  std::sort(v.begin(), v.end(), [](const std::string& a, const std::string& b) {
+    const size_t ra = recipe_rank(a), rb = recipe_rank(b);
+    return ra != rb ? ra < rb : a < b;
+  });
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+}  // namespace
+
+std::vector<std::string> Policy::recipes() const {
+  if (!measured_recipes.empty()) return in_registry_order(measured_recipes);
+  std::vector<std::string> v;
+  if (!recipe.empty()) v.push_back(recipe);
+  for (const auto& [kind, names] : dense)
+    for (const auto& [name, rules] : names)
+      for (const Rule& r : rules)
+        if (!r.recipe.empty()) v.push_back(r.recipe);
+  for (const auto& [kind, rules] : grouped)
+    for (const Rule& r : rules)
+      if (!r.recipe.empty()) v.push_back(r.recipe);
+  return in_registry_order(std::move(v));
+}
+
+const std::string& rule_recipe(const Policy& p, const Rule& r) {
+  return r.recipe.empty() ? p.recipe : r.recipe;
+}
+
 std::string rule_range(const Rule& r) {
   std::string s = "[" + std::to_string(r.min_tokens) + ", ";
   return s + (r.max_tokens ? std::to_string(*r.max_tokens) + "]" : std::string("inf)"));
@@ -40,7 +95,41 @@ std::string rule_key(const std::string& kind, const std::string& name, const Rul
 
 namespace {
 
-Rule parse_rule(const json& v, bool grouped, const std::string& source, const std::string& path) {
+// The quantized recipes of the registry, for messages: "mxfp8, mxfp8-32x32, ...".
+std::string quantized_recipe_list() {
+  std::string s;
+  for (const Recipe& r : registered_recipes())
+    if (r.quantized()) s += (s.empty() ? "" : ", ") + r.name;
+  return s;
+}
+
+// A recipe a policy names (a rule's, or one of measured_recipes) must be registered and
+// quantized: a rule enables quantization, and a module without a rule runs BF16.
+void check_policy_recipe_name(const std::string& name, const std::string& source,
+                              const std::string& path) {
+  const size_t rank = recipe_rank(name);
+  if (rank == registered_recipes().size())
+    fail_at(source, path, "unknown recipe \"" + name + "\" (quantized recipes: " +
+                              quantized_recipe_list() + ")");
+  if (!registered_recipes()[rank].quantized())
+    fail_at(source, path, name + " is not a quantized recipe (quantized recipes: " +
+                              quantized_recipe_list() + "); a module without a rule runs BF16");
+}
+
+std::string join_names(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s;
+}
+
+// What a rule's recipe is checked against: the policy's `recipe` and measured_recipes.
+struct RecipeContext {
+  const std::string& policy_recipe;
+  const std::vector<std::string>& measured;
+};
+
+Rule parse_rule(const json& v, bool grouped, const RecipeContext& rc, const std::string& source,
+                const std::string& path) {
   Object o(v, source, path);
   Rule r;
   if (grouped) {
@@ -57,19 +146,50 @@ Rule parse_rule(const json& v, bool grouped, const std::string& source, const st
               std::to_string(*r.max_tokens) + " is less than min_tokens " +
                   std::to_string(r.min_tokens) + " (the rule would cover no token count)");
   }
+  if (o.has("recipe")) {
+    r.recipe = o.string("recipe");
+    check_policy_recipe_name(r.recipe, source, o.key_path("recipe"));
+    if (!rc.measured.empty() &&
+        std::find(rc.measured.begin(), rc.measured.end(), r.recipe) == rc.measured.end())
+      fail_at(source, o.key_path("recipe"),
+              r.recipe + " is not among measured_recipes (" + join_names(rc.measured) + ")");
+  } else if (!rc.measured.empty() && rc.policy_recipe.empty()) {
+    fail_at(source, path,
+            "names no recipe, and the policy has no \"recipe\" for such rules (its "
+            "measured_recipes lists " + join_names(rc.measured) + "); give the rule a \"recipe\"");
+  }
   if (o.has("measured_speedup")) r.measured_speedup = o.number("measured_speedup", 0.0);
   o.finish();
   return r;
 }
 
-std::vector<Rule> parse_rule_list(const json& v, bool grouped, const std::string& source,
-                                  const std::string& path) {
+std::vector<Rule> parse_rule_list(const json& v, bool grouped, const RecipeContext& rc,
+                                  const std::string& source, const std::string& path) {
   if (!v.is_array())
     fail_at(source, path, "must be an array of rules, got " + detail::describe_value(v));
   std::vector<Rule> out;
   for (size_t i = 0; i < v.size(); ++i)
-    out.push_back(parse_rule(v[i], grouped, source, detail::index_path(path, i)));
+    out.push_back(parse_rule(v[i], grouped, rc, source, detail::index_path(path, i)));
   return out;
+}
+
+std::vector<std::string> parse_measured_recipes(const json& v, const std::string& source) {
+  const std::string path = "measured_recipes";
+  if (!v.is_array() || v.empty())
+    fail_at(source, path, "must be a non-empty array of recipe names, got " +
+                              detail::describe_value(v));
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = detail::index_path(path, i);
+    if (!v[i].is_string())
+      fail_at(source, at, "must be a string, got " + detail::describe_value(v[i]));
+    const std::string name = v[i].get<std::string>();
+    check_policy_recipe_name(name, source, at);
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      fail_at(source, at, "\"" + name + "\" is listed twice");
+    out.push_back(name);
+  }
+  return in_registry_order(std::move(out));
 }
 
 ordered_json rule_json(const Rule& r, bool grouped) {
@@ -82,6 +202,7 @@ ordered_json rule_json(const Rule& r, bool grouped) {
   }
   o["min_tokens"] = r.min_tokens;
   if (r.max_tokens) o["max_tokens"] = *r.max_tokens;
+  if (!r.recipe.empty()) o["recipe"] = r.recipe;
   if (r.measured_speedup) o["measured_speedup"] = *r.measured_speedup;
   return o;
 }
@@ -111,6 +232,15 @@ Policy parse_policy(const std::string& json_text, const std::string& source) {
                 std::to_string(kPolicyVersion) + ")");
   p.speedup_threshold = top.number("speedup_threshold", 0.0);
   if (top.has("recipe")) p.recipe = top.string("recipe");
+  if (top.has("measured_recipes")) {
+    p.measured_recipes = parse_measured_recipes(top.at("measured_recipes"), source);
+    if (!p.recipe.empty() && std::find(p.measured_recipes.begin(), p.measured_recipes.end(),
+                                       p.recipe) == p.measured_recipes.end())
+      fail_at(source, "recipe",
+              p.recipe + " is not among measured_recipes (" + join_names(p.measured_recipes) +
+                  ")");
+  }
+  const RecipeContext rc{p.recipe, p.measured_recipes};
   const json& rules = top.at("rules");
   if (!rules.is_object())
     fail_at(source, "rules", "must be an object, got " + detail::describe_value(rules));
@@ -126,10 +256,10 @@ Policy parse_policy(const std::string& json_text, const std::string& source) {
       for (auto nt = it.value().begin(); nt != it.value().end(); ++nt) {
         if (nt.key().empty()) fail_at(source, kpath, "module name must not be empty");
         names[nt.key()] =
-            parse_rule_list(nt.value(), false, source, detail::join_path(kpath, nt.key()));
+            parse_rule_list(nt.value(), false, rc, source, detail::join_path(kpath, nt.key()));
       }
     } else if (is_grouped_kind(kind)) {
-      p.grouped[kind] = parse_rule_list(it.value(), true, source, kpath);
+      p.grouped[kind] = parse_rule_list(it.value(), true, rc, source, kpath);
     } else {
       fail_at(source, kpath, "unknown kind \"" + kind + "\" (valid: " + all_kinds_list() + ")");
     }
@@ -147,6 +277,12 @@ std::string policy_to_json(const Policy& p) {
   os << "{\n  \"version\": " << p.version
      << ",\n  \"speedup_threshold\": " << json(p.speedup_threshold).dump();
   if (!p.recipe.empty()) os << ",\n  \"recipe\": " << json(p.recipe).dump();
+  if (!p.measured_recipes.empty()) {
+    os << ",\n  \"measured_recipes\": [";
+    const auto names = in_registry_order(p.measured_recipes);
+    for (size_t i = 0; i < names.size(); ++i) os << (i ? ", " : "") << json(names[i]).dump();
+    os << "]";
+  }
   os << ",\n  \"rules\": {";
   bool first_kind = true;
   auto open_kind = [&](const std::string& kind) {
@@ -194,10 +330,12 @@ void save_policy(const Policy& p, const std::string& path) {
 
 std::string describe_policy(const Policy& p) {
   std::ostringstream os;
+  const bool per_rule = p.names_recipes_per_rule();
   os << "policy: version " << p.version << ", speedup_threshold " << p.speedup_threshold
-     << ", recipe " << (p.recipe.empty() ? "(not recorded)" : p.recipe) << ", "
-     << p.num_rules() << (p.num_rules() == 1 ? " rule\n" : " rules\n");
-  char line[256];
+     << ", recipe " << (p.recipe.empty() ? "(not recorded)" : p.recipe);
+  if (per_rule) os << ", measured recipes " << join_names(p.recipes());
+  os << ", " << p.num_rules() << (p.num_rules() == 1 ? " rule\n" : " rules\n");
+  char line[320];
   auto emit = [&](const std::string& kind, const std::string& name, const std::string& key,
                   const Rule& r) {
     std::string sp = "-";
@@ -206,9 +344,16 @@ std::string describe_policy(const Policy& p) {
       std::snprintf(b, sizeof b, "%.3f", *r.measured_speedup);
       sp = b;
     }
-    std::snprintf(line, sizeof line, "  %-17s %-12s %-22s tokens %-22s speedup %s\n",
+    if (per_rule && sp.size() < 5) sp.resize(5, ' ');  // the recipe column lines up
+    std::snprintf(line, sizeof line, "  %-17s %-12s %-22s tokens %-22s speedup %s",
                   kind.c_str(), name.c_str(), key.c_str(), rule_range(r).c_str(), sp.c_str());
     os << line;
+    if (per_rule) {
+      const std::string& rec = rule_recipe(p, r);
+      os << "  recipe " << (rec.empty() ? "(not recorded)" : rec)
+         << (r.recipe.empty() ? " (the policy's)" : "");
+    }
+    os << "\n";
   };
   for (const auto& kind : dense_kinds()) {
     auto it = p.dense.find(kind);

@@ -96,6 +96,7 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
                    m.is_expert ? cfg_.parallel.etp : 1};
   const Recipe* recipe = nullptr;
   const Recipe bf16;
+  Recipe from_rule;  // the recipe a policy rule names
   for (const auto& [pat, rec] : p.overrides) {
     if (glob_match(pat, m.module)) {
       recipe = &rec;
@@ -117,7 +118,8 @@ LinearPrecision PrecisionResolver::operator()(const ModuleInfo& m) {
   }
   if (!recipe && p.selective_fp8 && p.recipe.quantized()) {
     const PolicyVerdict v = policy_(m, m.is_expert ? d.tokens / m.top_k : d.tokens);
-    recipe = v.use_fp8 ? &p.recipe : &bf16;
+    if (v.use_fp8 && !v.recipe.empty()) from_rule = get_recipe(v.recipe);
+    recipe = !v.use_fp8 ? &bf16 : v.recipe.empty() ? &p.recipe : &from_rule;
     d.reason = "policy: " + v.reason;
   }
   if (!recipe) {

@@ -161,7 +161,10 @@ void feed_copy(uint32_t& crc, const MXTensor& q) {
 uint32_t quantize_digest(const std::string& layout, const QuantConfig& cfg, bool bf16_input) {
   uint32_t crc = 0;
   uint64_t seed = 1;
-  for (auto [M, K] : kShapes) {
+  for (const auto& shape : kShapes) {
+    // Plain names, not a structured binding: C++20 lambdas cannot capture those (clang
+    // refuses; GCC allows it).
+    const int64_t M = shape.first, K = shape.second;
     const std::vector<float> x = awkward(M, K, seed++);
     std::vector<uint16_t> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);

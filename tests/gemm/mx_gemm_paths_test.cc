@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "gemm/fp4_gemm.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/isa.h"
@@ -403,6 +404,206 @@ TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   gemm_mx(false, xq, true, wq, c2.data(), 130, false);
   omp_set_num_threads(saved);
   EXPECT_EQ(0, std::memcmp(c1.data(), c2.data(), c1.size() * sizeof(float)));
+}
+
+// ---- 4-bit products (NVFP4, MXFP4) ------------------------------------------------------------
+//
+// The AVX512-BF16 kernels read the 4-bit codes directly and their sums are stated, element by
+// element, by fp4_gemm_panel_ref (gemm/fp4_gemm.h): every path that runs them (the avx512 and
+// avx512vbmi ISA levels on a CPU with AVX512-BF16) must give its bytes, for every orientation a
+// layer uses, NVFP4 (1x16 and 16x16 blocks, tensor scales, stochastic rounding, the random
+// Hadamard transform) and MXFP4, accumulating or not, on shapes that cross every edge: K odd,
+// K a multiple of neither 16 nor 32 (ragged blocks), K over a 1024-deep chunk (and accumulating
+// then: the sums buffer), forwards of at most 16 rows (the streaming kernel, and the panel
+// kernel on the same operands), forwards and dgrads run transposed (64 <= M < N), dgrads of at
+// most 192 rows run directly, column counts not a multiple of 16 or 64. NaN results compare
+// as NaN (their payloads are the hardware's).
+
+// Normal values times 2^u, u uniform in [-spread, spread] per element: products whose sums
+// round in FP32 (the order of the sums shows in the bytes).
+std::vector<float> wide(int64_t n, uint32_t seed, float sigma = 1.f, int spread = 12) {
+  std::vector<float> v = randn(n, seed, sigma);
+  std::mt19937 rng(seed ^ 0x9E3779B9u);
+  for (float& x : v) x = std::ldexp(x, int(rng() % uint32_t(2 * spread + 1)) - spread);
+  return v;
+}
+
+bool same_float(float a, float b) {
+  return std::memcmp(&a, &b, sizeof a) == 0 || (std::isnan(a) && std::isnan(b));
+}
+
+// The paths that run the 4-bit panel kernels on this CPU.
+std::vector<Isa> fp4_panel_isas() {
+  std::vector<Isa> out;
+  if (!cpu_features().avx512_bf16) return out;
+  if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);
+  if (isa_supported(Isa::avx512vbmi)) out.push_back(Isa::avx512vbmi);
+  return out;
+}
+
+Fp4Config nvfp4_cfg(bool sr = false, bool rht = false) {
+  Fp4Config c;
+  c.stochastic = sr;
+  c.sr = {11, 3, 5};
+  c.rht = rht;
+  return c;
+}
+Fp4Config mxfp4_cfg() {
+  Fp4Config c;
+  c.kind = Fp4Kind::mxfp4;
+  return c;
+}
+
+MXTensor q4(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, const Fp4Config& cfg) {
+  MXTensor t;
+  quantize_fp4(x.data(), r, c, l, cfg, t);
+  return t;
+}
+
+// op(A) · op(B) on every 4-bit panel path (and, for a forward of at most 16 rows, on the panel
+// kernel besides the streaming one, and with one thread) against fp4_gemm_panel_ref, bytes.
+void check_fp4_bytes(bool ta, const MXTensor& A, bool tb, const MXTensor& B, bool acc,
+                     const std::string& what) {
+  const int64_t M = ta ? A.cols : A.rows, N = tb ? B.rows : B.cols;
+  const gemm_detail::Orient o = ta ? gemm_detail::Orient::tn
+                                   : tb ? gemm_detail::Orient::nt : gemm_detail::Orient::nn;
+  const float alpha = (A.has_tensor_scale ? A.tensor_scale : 1.f) *
+                      (B.has_tensor_scale ? B.tensor_scale : 1.f);
+  std::vector<float> c0 = randn(M * N, 77);
+  c0[0] = -0.f;
+  std::vector<float> want = c0;
+  const auto va = gemm_detail::MXOperand::of(A), vb = gemm_detail::MXOperand::of(B);
+  gemm_detail::fp4_gemm_panel_ref(o, va, vb, alpha, want.data(), N, acc);
+  const auto expect_same = [&](const std::vector<float>& c, const std::string& how) {
+    int bad = 0;
+    for (int64_t i = 0; i < M * N; ++i)
+      if (!same_float(c[size_t(i)], want[size_t(i)]) && bad++ < 3)
+        ADD_FAILURE() << what << " (" << how << ", M=" << M << " N=" << N << ") C[" << i / N
+                      << "," << i % N << "] = " << c[size_t(i)] << ", reference "
+                      << want[size_t(i)];
+  };
+  IsaGuard guard;
+  for (Isa isa : fp4_panel_isas()) {
+    set_isa(isa);
+    std::vector<float> c = c0;
+    gemm_mx(ta, A, tb, B, c.data(), N, acc);
+    expect_same(c, std::string("gemm_mx on ") + isa_name(isa));
+  }
+  if (fp4_panel_isas().empty()) return;
+  if (o == gemm_detail::Orient::nt && M <= gemm_detail::kGemvMaxRows) {
+    std::vector<float> c = c0;
+    gemm_detail::fp4_gemm_avx512bf16(o, va, vb, alpha, c.data(), N, acc);
+    expect_same(c, "panel kernel");
+  }
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  std::vector<float> c = c0;
+  gemm_mx(ta, A, tb, B, c.data(), N, acc);
+  omp_set_num_threads(saved);
+  expect_same(c, "one thread");
+}
+
+struct Fp4Op {
+  const char* name;
+  bool ta, tb;
+  MXLayout la, lb;
+  int role_a, role_b;  // 0 input (round to nearest), 1 gradient (stochastic), 2 weight
+};
+// forward x rowwise · W (tile or rowwise)^T; dgrad dy rowwise · W (tile or colwise); wgrad
+// dy colwise^T · x colwise (both transformed when the setting says).
+const Fp4Op kFp4Ops[] = {{"forward tile", false, true, MXLayout::rowwise, MXLayout::tile, 0, 2},
+                         {"forward rowwise", false, true, MXLayout::rowwise, MXLayout::rowwise, 0, 2},
+                         {"dgrad tile", false, false, MXLayout::rowwise, MXLayout::tile, 1, 2},
+                         {"dgrad colwise", false, false, MXLayout::rowwise, MXLayout::colwise, 1, 2},
+                         {"wgrad", true, false, MXLayout::colwise, MXLayout::colwise, 1, 0}};
+
+// {M, N, K} of C [M, N] with K the reduction.
+const Shape kFp4Shapes[] = {{1, 1, 1},      {1, 17, 33},    {4, 65, 33},     {15, 31, 63},
+                            {16, 48, 130},  {17, 33, 127},  {9, 129, 257},   {33, 15, 1025},
+                            {64, 300, 100}, {97, 70, 300},  {193, 17, 65},   {2, 200, 1025},
+                            {70, 129, 31},  {250, 40, 64},  {65, 127, 1031}, {200, 1100, 70}};
+
+TEST(Fp4GemmPaths, EveryPanelPathGivesTheReferenceBytes) {
+  if (fp4_panel_isas().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16 path";
+  struct Setting {
+    const char* name;
+    Fp4Config input, grad, weight;
+  };
+  const Setting settings[] = {
+      {"nvfp4", nvfp4_cfg(), nvfp4_cfg(true), nvfp4_cfg()},
+      {"nvfp4 rht", nvfp4_cfg(false, true), nvfp4_cfg(true, true), nvfp4_cfg()},
+      {"mxfp4", mxfp4_cfg(), mxfp4_cfg(), mxfp4_cfg()}};
+  for (const Shape& s : kFp4Shapes)
+    for (const Fp4Op& op : kFp4Ops)
+      for (const Setting& st : settings) {
+        if (st.input.rht && !op.ta) continue;  // the transform is the wgrad operands'
+        if (op.la == MXLayout::tile || op.lb == MXLayout::tile) {
+          if (st.weight.kind == Fp4Kind::mxfp4 && op.lb == MXLayout::tile) continue;
+        }
+        const int64_t ar = op.ta ? s.K : s.M, ac = op.ta ? s.M : s.K;
+        const int64_t br = op.tb ? s.N : s.K, bc = op.tb ? s.K : s.N;
+        const auto a = wide(ar * ac, uint32_t(s.M * 31 + s.K), op.role_a == 1 ? 1e-3f : 1.f);
+        const auto b = wide(br * bc, uint32_t(s.N * 17 + s.K), op.role_b == 2 ? 0.05f : 1.f);
+        const auto cfg = [&](int role, MXLayout l) {
+          Fp4Config c = role == 0 ? st.input : role == 1 ? st.grad : st.weight;
+          if (l != MXLayout::colwise) c.rht = false;
+          return c;
+        };
+        const MXTensor A = q4(a, ar, ac, op.la, cfg(op.role_a, op.la));
+        const MXTensor B = q4(b, br, bc, op.lb, cfg(op.role_b, op.lb));
+        for (bool acc : {false, true})
+          check_fp4_bytes(op.ta, A, op.tb, B, acc,
+                          std::string(st.name) + " " + op.name + (acc ? " acc" : "") + " " +
+                              std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
+                              std::to_string(s.K));
+      }
+}
+
+// Special blocks: MXFP4 scales near 2^-127 (elements flushed below 2^-126) and rows whose
+// products and sums lie about 2^-128 (partial sums the dot product flushes to zero), scales near
+// 2^127 (Inf elements, Inf and NaN sums), NaN blocks (a NaN input), -0 codes; NVFP4 with the
+// same inputs (its block scales clamp them). Every orientation, panels and the streaming forward.
+TEST(Fp4GemmPaths, SpecialBlocksGiveTheReferenceBytes) {
+  if (fp4_panel_isas().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16 path";
+  for (const Shape& s : {Shape{5, 70, 97}, Shape{70, 100, 130}, Shape{40, 33, 1100}}) {
+    auto x = randn(s.M * s.K, 61), w = randn(s.N * s.K, 62);
+    const auto poke = [](std::vector<float>& v, int64_t rows, int64_t cols) {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+          if (r % 4 == 0) v[size_t(r * cols + c)] *= 0x1p-63f;  // whole rows: products ~2^-126
+          if (r % 4 == 1 && c < 32) v[size_t(r * cols + c)] *= 0x1p-125f;  // elements ~2^-126
+          if (r % 7 == 2 && c >= 32 && c < 64) v[size_t(r * cols + c)] *= 0x1p126f;
+        }
+      if (rows > 3 && cols > 40) {
+        v[size_t(3 * cols + 40)] = NAN;
+        v[size_t(2 * cols + 5)] = -0.f;
+        v[size_t(rows / 2 * cols + 1)] = -1e-30f;
+      }
+    };
+    poke(x, s.M, s.K);
+    poke(w, s.N, s.K);
+    for (const Fp4Config& c : {mxfp4_cfg(), nvfp4_cfg()}) {
+      const bool nv = c.kind == Fp4Kind::nvfp4;
+      const std::string what = std::string(nv ? "nvfp4" : "mxfp4") + " special " +
+                               std::to_string(s.M) + "x" + std::to_string(s.N) + "x" +
+                               std::to_string(s.K);
+      // forward y [M, N] = x · W^T; dgrad [M, K] = (x as dy [M, K'=N]) ...: use the same
+      // tensors in every orientation.
+      const MXTensor xr = q4(x, s.M, s.K, MXLayout::rowwise, c);
+      const MXTensor wr = q4(w, s.N, s.K, MXLayout::rowwise, c);
+      check_fp4_bytes(false, xr, true, wr, false, what + " forward");
+      check_fp4_bytes(false, xr, true, wr, true, what + " forward acc");
+      const MXTensor wc = q4(w, s.K, s.N, MXLayout::colwise, c);  // W as [K, N]
+      check_fp4_bytes(false, xr, false, wc, false, what + " dgrad colwise");
+      const MXTensor xc = q4(x, s.M, s.K, MXLayout::colwise, c);  // tokens M
+      const MXTensor wt = q4(w, s.M, s.N, MXLayout::colwise, c);  // "dy" [M, N], from w
+      check_fp4_bytes(true, wt, false, xc, true, what + " wgrad acc");
+      if (nv) {
+        const MXTensor wtile = q4(w, s.N, s.K, MXLayout::tile, c);
+        check_fp4_bytes(false, xr, true, wtile, false, what + " forward tile");
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -258,13 +258,26 @@ TEST(LoongForge, MixedWithMxtrainReportsFromFiles) {
   // The policy file is the existing schema: it saves and loads unchanged.
   save_policy(p, d / "p.json");
   EXPECT_EQ(policy_to_json(load_policy(d / "p.json")), policy_to_json(p));
-  // An mxfp8 report does not merge with LoongForge's blockwise one.
+  // An mxfp8 report merges with LoongForge's blockwise one as reports of two recipes: each
+  // key is measured by one of them, so each keeps that recipe's rule, naming it.
   b.report.recipe = "mxfp8";
-  EXPECT_ERROR_CONTAINS(merge_reports({a.report, b.report}),
-                        "policy merge: " + (d / "own.json") +
-                            " measured recipe mxfp8 but " + (d / "lf.json") +
-                            " measured blockwise; merge reports of one FP8 recipe into one "
-                            "policy");
+  Policy m = merge_reports({a.report, b.report});
+  EXPECT_EQ(m.recipe, "");
+  EXPECT_EQ(m.measured_recipes, (std::vector<std::string>{"mxfp8", "blockwise"}));
+  EXPECT_EQ(only_rule(m, "row", "proj").recipe, "blockwise");
+  EXPECT_EQ(only_rule(m, "row", "proj").min_tokens, 2048);
+  EXPECT_EQ(only_rule(m, "row", "fc2").recipe, "mxfp8");
+  EXPECT_EQ(only_rule(m, "row", "fc2").min_tokens, 512);
+  // Explained per recipe: LoongForge's own merge is compared within the blockwise section.
+  const std::string text = explain_reports({a, b}, 1.0);
+  EXPECT_NE(text.find("\nrow/proj tp=1\n  recipes measured: blockwise\n  blockwise:\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\n    LoongForge's merge: FP8 for tokens [2048, inf); the same decision at "
+                      "every measured size\n  rule: blockwise for tokens [2048, inf)\n  recipe: "
+                      "blockwise, the only recipe measured at this key\n"),
+            std::string::npos)
+      << text;
 }
 
 TEST(LoongForge, Fp8RecipeFieldNamesTheRecipe) {

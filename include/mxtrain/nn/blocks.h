@@ -106,6 +106,9 @@ class AttentionBlock {
   void reserve(const TokenRows& b, Arena& a);
   void share_activations(AttnActs* shared);  // null: its own (freed when sharing)
   void set_fp32_reference(bool on);
+  // One process: proj's forward and qkv's input gradient summed as `tp` ranks sum them
+  // (GPT::set_split_sums, SplitSumsScope in gemm.h).
+  void set_split_sums(int tp) { split_tp_ = tp; }
   void parameters(std::vector<Parameter*>& out);
   // Bytes the Linears hold for backward after the last forward (0 when recomputed), and of
   // the block's own FP32 activations.
@@ -122,6 +125,7 @@ class AttentionBlock {
   float eps_ = 0.f;
   const RopeTable* rope_ = nullptr;
   bool fp32_ = false;
+  int split_tp_ = 1;  // set_split_sums
   AttnActs own_;
   AttnActs* shared_ = nullptr;
   FloatBuffer kcache_, vcache_, probs_;  // KV cache [max_seq_len, Dl] (k rotated), scores
@@ -158,6 +162,9 @@ class FeedForward {
   // Share the activation sets (nullptr: its own).
   virtual void share_activations(MlpActs* mlp, MoEActivations* moe) = 0;
   virtual void set_fp32_reference(bool on) = 0;
+  // One process: the row-parallel sums (fc2's forward, fc1's input gradient) as `tp` ranks
+  // sum them, the experts' as `etp` ranks do (GPT::set_split_sums).
+  virtual void set_split_sums(int tp, int etp) = 0;
   // SwiGLU's input kept in FP8 (nn/fp8_activation.h); the FP32 reference keeps FP32.
   virtual void set_swiglu_input(SwigluInput s, ScaleRounding rounding) = 0;
   virtual void parameters(std::vector<Parameter*>& out) = 0;
@@ -189,6 +196,7 @@ class MlpBlock : public FeedForward {
   void reserve(const TokenRows& b, Arena& a) override;
   void share_activations(MlpActs* mlp, MoEActivations* moe) override;
   void set_fp32_reference(bool on) override;
+  void set_split_sums(int tp, int) override { split_tp_ = tp; }
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding) override;
   void parameters(std::vector<Parameter*>& out) override;
   void layers(std::vector<Linear*>& linears, std::vector<GroupedLinear*>& grouped) override;
@@ -201,6 +209,7 @@ class MlpBlock : public FeedForward {
   double run(const float* x, const TokenRows& b, float* out, Arena& a, bool recompute);
   bool keeps_fp8() const;  // SwiGLU's input kept in FP8
   int64_t F_ = 0;          // this rank's hidden width (d_ff / tp)
+  int split_tp_ = 1;       // set_split_sums
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding rounding_ = ScaleRounding::rceil;
 };
@@ -217,6 +226,7 @@ class MoeBlock : public FeedForward {
   void reserve(const TokenRows& b, Arena& a) override;
   void share_activations(MlpActs* mlp, MoEActivations* moe) override;
   void set_fp32_reference(bool on) override { experts.set_fp32_reference(on); }
+  void set_split_sums(int, int etp) override { experts.set_split_sums(etp); }
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding) override {
     experts.set_swiglu_input(s, rounding);
   }

@@ -208,6 +208,9 @@ class MoELayer {
     fc2.set_fp32_reference(on);
   }
   bool fp32_reference() const { return fp32_ref_; }
+  // One process: fc2's forward and fc1's input gradient summed as `etp` expert-tensor-parallel
+  // ranks sum them (GPT::set_split_sums; for parity tests).
+  void set_split_sums(int etp) { split_etp_ = etp; }
   // Keep the experts' SwiGLU input (fc1's output) in FP8 for backward (nn/fp8_activation.h;
   // follow_fc1: when the experts' fc1 quantizes its input); the FP32 reference mode keeps FP32
   // whatever this says.
@@ -272,6 +275,7 @@ class MoELayer {
   const float* x_ = nullptr;
   double aux_ = 0.0;
   bool fp32_ref_ = false;
+  int split_etp_ = 1;  // set_split_sums
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
   bool a_fp8() const { return !fp32_ref_ && swiglu_input_fp8(swiglu_, fc1.precision()); }

@@ -171,6 +171,13 @@ class GPT {
   void set_fp32_reference(bool on);
   bool fp32_reference() const { return head_->lm_head.fp32_reference(); }
 
+  // For parity tests (tests/mpi/parity_grad_mpi.cc), one process only: compute each
+  // row-parallel sum — proj's and fc2's forward and qkv's and fc1's input gradients (tp), the
+  // experts' fc2 forward and fc1 input gradients (etp) — as that many ranks would
+  // (SplitSumsScope, gemm.h), so that the model computes what the layout computes. 1 and 1:
+  // one process's own sums (the default).
+  void set_split_sums(int tp, int etp);
+
   // What SwiGLU's input (the fc1 output, dense and expert layers) is kept in for backward:
   // FP32 (the model's default), MX E4M3 with 1x32 scales of the given rounding
   // (nn/fp8_activation.h), or follow_fc1: E4M3 in the layers whose fc1 quantizes its input

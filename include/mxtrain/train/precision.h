@@ -5,7 +5,8 @@
 //   1. name-glob overrides (`layers.0.*: bf16`; the last matching pattern wins),
 //   2. first/last-N transformer layers in BF16,
 //   3. the LM head's own recipe (`precision.lm_head`, BF16 by default),
-//   4. the adaptive FP8 policy when `selective_fp8` is on (no matching rule -> BF16),
+//   4. the adaptive FP8 policy when `selective_fp8` is on (no matching rule -> BF16; a rule
+//      naming its recipe -> that recipe, else the run's),
 //   5. the run's recipe.
 // Each decision is recorded with the reason, printed as a table at start-up and written as
 // JSON by `--decisions-out`.
@@ -32,10 +33,12 @@ struct ModuleDecision {
 };
 
 // An adaptive-FP8 oracle: given a module and its token count per micro-batch (before
-// top-k), says whether FP8 pays off (and why). Supplied by the policy module; empty when selective FP8 is off.
+// top-k), says whether FP8 pays off (and why), and in which recipe. Supplied by the policy
+// module; empty when selective FP8 is off.
 struct PolicyVerdict {
   bool use_fp8 = false;
   std::string reason;
+  std::string recipe;  // the registered recipe the rule names; "" = the run's recipe
 };
 using PolicyOracle = std::function<PolicyVerdict(const ModuleInfo& m, int64_t tokens)>;
 
@@ -55,7 +58,9 @@ class PrecisionResolver {
   std::vector<ModuleDecision> decisions_;
 };
 
-// On an FP32-scaled recipe (blockwise, fp8-current, fp8-delayed; has_fp32_scales), applies
+// The run's scale settings on any module's recipe (the run's, an override's, or the one a
+// policy rule names): on an FP32-scaled recipe (blockwise, fp8-current, fp8-delayed;
+// has_fp32_scales), applies
 // the run's fp32_scales and each role's amax epsilon (resolve_amax_epsilon: the config key,
 // else the LoongForge environment variable, else the recipe's), and on a delayed-scaling one
 // (uses_amax_history) the run's amax history; other recipes are left as they are. The
