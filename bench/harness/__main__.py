@@ -48,8 +48,11 @@ SUITES = {
     "quantize": ("suite_misc", "run_quantize", "MX quantization against a same-run memcpy", 3),
     "parity": ("suite_misc", "run_parity", "final losses of every recipe over seeds (long)",
                240),
+    "fp4": ("suite_fp4", "run", "4-bit ablation on the main job: nvfp4, each switch off, "
+            "mxfp4, mxfp8, bf16, 3 seeds (long; fp4:steps=N shortens every run)", 400),
 }
-ORDER = [s for s in SUITES if s != "parity"]  # `all`: every speed and memory suite
+# `all`: every speed and memory suite (not the long loss studies)
+ORDER = [s for s in SUITES if s not in ("parity", "fp4")]
 
 
 def renderers():
@@ -76,7 +79,7 @@ def main():
         for name, (mod, _, what, minutes) in SUITES.items():
             print(f"{name:<10} ~{minutes:>3} min  {what}")
             total += minutes if name in ORDER else 0
-        print(f"{'all':<10} ~{total:>3} min  every suite above but parity")
+        print(f"{'all':<10} ~{total:>3} min  every suite above but parity and fp4")
         print("\ntables:", " ".join(sorted(renderers())))
         return 0
     if a.what == ["render"] or a.what == ["check"]:
