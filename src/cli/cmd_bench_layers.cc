@@ -104,11 +104,9 @@ struct Wire {
   int64_t rows = 0;
   std::vector<uint8_t> send, recv, gathered;
   std::vector<float> shard, full, part;
-  FloatBuffer scratch;  // the rowwise wire's derived copies
-  QTensor q;
   std::vector<size_t> send_rows, recv_rows, sb, rb;
 
-  bool dense_tp() const { return !c->grouped() && c->kind != "duplicated" && g_layout.tp; }
+  bool dense_tp() const { return !c->grouped() && c->kind != "duplicated" && g_layout.tp != nullptr; }
   bool column() const { return c->kind == "layernorm_column" || c->kind == "column"; }
   bool experts() const { return c->grouped() && (g_layout.ep || g_layout.etp); }
 
@@ -201,50 +199,24 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
     wi->rows = rows;
     if (g_layout.ep) wi->send_rows = wi->recv_rows = even_split(rows, g_layout.ep->size());
     if (!c.grouped()) {
-      Linear* layer =
-          linears.emplace_back(std::make_unique<Linear>("bench", c.in, c.out, false, prec)).get();
+      // The layer does its role's collectives itself (nn/linear.h), on the wire the recipe
+      // chooses: a column layer under sequence parallelism takes this rank's Ns rows and
+      // gives Ns·tp, a row layer the reverse; dx comes back summed over the group.
+      LinearParallel role;
+      if (wi->dense_tp())
+        role = {wi->column() ? ParallelMode::column : ParallelMode::row, g_layout.tp.get(), sp,
+                g_layout.wire, nullptr};
+      Linear* layer = linears
+                          .emplace_back(std::make_unique<Linear>("bench", c.in, c.out, false,
+                                                                 prec, role))
+                          .get();
       layer->weight.value.assign(w.begin(), w.end());
       wi->r = &layer->precision().recipe;
       LinearSaved* saved = lsaved.emplace_back(std::make_unique<LinearSaved>()).get();
-      subjects.push_back({[&, layer, saved, wi] {
-                            const Recipe& r = *wi->r;
-                            if (!wi->dense_tp()) {  // one process, or a replicated layer
-                              layer->forward(x.data(), rows, y.data(), *saved);
-                              layer->backward(*saved, dy.data(), dx.data());
-                              return;
-                            }
-                            Collectives& tp = *g_layout.tp;
-                            if (wi->column() && sp) {  // gather, product, reduce-scatter
-                              gather_copies(tp, x.data(), Ns, c.in, r.role(Role::input),
-                                            copies_needed(r, Role::input, Use::forward), wi->q);
-                              layer->forward_given(wi->q, y.data(), *saved);
-                              GatherCost cost;
-                              QTensor& xq = input_wgrad_copies(
-                                  tp, x.data(), Ns, c.in, r.role(Role::input),
-                                  copies_needed(r, Role::input, Use::wgrad), g_layout.wire, wi->q,
-                                  wi->q, wi->scratch, cost);
-                              layer->backward_given(*saved, dy.data(), nullptr, &xq, dx.data());
-                              wi->shard.resize(size_t(Ns * c.in));
-                              tp.reduce_scatter_sum(dx.data(), wi->shard.data(),
-                                                    size_t(Ns * c.in));
-                            } else if (wi->column()) {
-                              layer->forward(x.data(), rows, y.data(), *saved);
-                              layer->backward(*saved, dy.data(), dx.data());
-                              tp.allreduce_sum(dx.data(), dx.size());
-                            } else if (sp) {  // row-parallel: reduce-scatter, gather dy
-                              layer->forward(x.data(), rows, y.data(), *saved);
-                              wi->shard.resize(size_t(Ns * c.out));
-                              tp.reduce_scatter_sum(y.data(), wi->shard.data(), size_t(Ns * c.out));
-                              gather_grad_copies(tp, dy.data(), Ns, c.out, r.role(Role::grad),
-                                                 copies_needed(r, Role::grad, Use::dgrad),
-                                                 copies_needed(r, Role::grad, Use::wgrad),
-                                                 g_layout.wire, wi->q, wi->scratch);
-                              layer->backward_given(*saved, nullptr, &wi->q, nullptr, dx.data());
-                            } else {
-                              layer->forward(x.data(), rows, y.data(), *saved);
-                              tp.allreduce_sum(y.data(), y.size());
-                              layer->backward(*saved, dy.data(), dx.data());
-                            }
+      const int64_t in_rows = sp && wi->column() ? Ns : rows;
+      subjects.push_back({[&, layer, saved, in_rows] {
+                            layer->forward(x.data(), in_rows, y.data(), *saved);
+                            layer->backward(*saved, dy.data(), dx.data());
                           },
                           [layer] { ++layer->weight.version; }});
     } else {

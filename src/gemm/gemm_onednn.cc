@@ -279,9 +279,9 @@ void gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, const
       accumulate);
 }
 
-namespace detail {
+namespace gemm_detail {
 bool in_onednn_call() { return onednn_depth > 0; }
 long onednn_primitives_created() { return primitives_created.load(); }
-}  // namespace detail
+}  // namespace gemm_detail
 
 }  // namespace mxtrain

@@ -8,9 +8,9 @@
 // so tests can count what a run of products builds (tests/gemm).
 #pragma once
 
-namespace mxtrain::detail {
+namespace mxtrain::gemm_detail {
 
 bool in_onednn_call();
 long onednn_primitives_created();
 
-}  // namespace mxtrain::detail
+}  // namespace mxtrain::gemm_detail

@@ -42,7 +42,7 @@
 #include "mxtrain/aligned.h"
 #include "nn/attention_kernels.h"
 
-namespace mxtrain::attn_detail {
+namespace mxtrain::nn_detail {
 namespace {
 
 constexpr int64_t BL = kAttnBlock;
@@ -541,4 +541,4 @@ void exp_avx512(float* y, const float* x, int64_t n) {
   }
 }
 
-}  // namespace mxtrain::attn_detail
+}  // namespace mxtrain::nn_detail

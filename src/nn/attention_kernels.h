@@ -22,7 +22,7 @@
 #include "mxtrain/isa.h"
 #include "mxtrain/nn/ops.h"
 
-namespace mxtrain::attn_detail {
+namespace mxtrain::nn_detail {
 
 constexpr int64_t kAttnBlock = 64;  // query and key block size (both paths)
 
@@ -74,4 +74,4 @@ Path attention_path(AttnPrecision p);
 // What that table chooses now (mxtrain info).
 PathChoice attention_choice();
 
-}  // namespace mxtrain::attn_detail
+}  // namespace mxtrain::nn_detail

@@ -15,7 +15,11 @@
 // Linear: 1 per optimizer step for bf16, mxfp8 with defer off and mxfp8-32x32; 2 for mxfp8
 // with defer on (rowwise at the first forward, colwise at the first backward). Backward reads
 // weight copies only through ensure_weight(), never through state one forward path alone sets.
+// In the FP32 reference mode each expert's products are gemm_f32 on weight.value, and the
+// forward keeps a reference to x.
 #include "mxtrain/nn/grouped_linear.h"
+
+#include <algorithm>
 
 #include "mxtrain/common.h"
 #include "mxtrain/profile.h"
@@ -80,16 +84,58 @@ void check_groups(const GroupList& groups, int64_t E, int64_t T, const std::stri
               " has a negative row count ", groups.count(g));
 }
 
+// FP32 reference: y[rows g] = x[rows g] · W[g]^T per expert. x: [T, in]; y: [T, out].
+void forward_f32(const GroupedLinear& l, const float* x, const GroupList& g, float* y) {
+  const int64_t in = l.in_features(), out = l.out_features();
+  MXT_CHECK(int64_t(l.weight.value.size()) == l.num_experts() * out * in, "'", l.name(),
+            "': the FP32 reference needs the full weight in weight.value");
+  const VaryingRowsScope varying;  // routing changes the row counts every step
+  for (int64_t e = 0; e < g.num_groups(); ++e) {
+    const int64_t r0 = g.offsets[e], n = g.count(e);
+    if (n == 0) continue;
+    gemm_f32(false, true, n, out, in, x + r0 * in, in, l.weight.value.data() + e * out * in, in,
+             y + r0 * out, out, false);
+  }
+}
+
+// dx = dy · W[g] (written), dW[g] += dy^T · x per expert (written after clear_grad()).
+void backward_f32(GroupedLinear& l, const float* x, const GroupList& g, const float* dy,
+                  float* dx) {
+  const int64_t in = l.in_features(), out = l.out_features();
+  if (l.weight.grad.size() != size_t(l.weight.numel()))
+    l.weight.grad.assign(size_t(l.weight.numel()), 0.f);
+  const bool acc = l.weight.take_grad_accumulate();
+  const VaryingRowsScope varying;  // routing changes the row counts every step
+  for (int64_t e = 0; e < g.num_groups(); ++e) {
+    const int64_t r0 = g.offsets[e], n = g.count(e);
+    if (n == 0) {
+      if (!acc) std::fill_n(l.weight.grad.data() + e * out * in, out * in, 0.f);
+      continue;
+    }
+    const float* w = l.weight.value.data() + e * out * in;
+    if (dx) gemm_f32(false, false, n, in, out, dy + r0 * out, out, w, in, dx + r0 * in, in, false);
+    gemm_f32(true, false, out, in, n, dy + r0 * out, out, x + r0 * in, in,
+             l.weight.grad.data() + e * out * in, in, acc);
+  }
+}
+
 }  // namespace
 
 // x: [T, in]; y: [T, out]; rows grouped by expert.
 void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, float* y,
                             GroupedLinearSaved& saved) {
-  MXT_PROFILE_PRODUCT(name_, fwd);
   MXT_CHECK(T >= 0, "GroupedLinear '", name_, "': negative token count ", T);
   MXT_CHECK((x != nullptr && y != nullptr) || T == 0, "GroupedLinear '", name_,
             "': forward got a null x or y");
   check_groups(groups, experts_, T, name_);
+  if (fp32_ref_) {
+    saved = GroupedLinearSaved{};
+    saved.x = x;
+    saved.groups = groups;
+    forward_f32(*this, x, groups, y);
+    return;
+  }
+  MXT_PROFILE_PRODUCT(name_, fwd);
   const Recipe& r = prec_.recipe;
   if (ensure_all(wcache_, weight, prec_, Use::forward, !prec_.defer_backward_quant, experts_,
                  out_, in_, provider_, expert_names_, scales_))
@@ -104,6 +150,13 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
 
 // dy: [T, out]; dx: [T, in] or null.
 void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* dx) {
+  if (fp32_ref_) {
+    MXT_CHECK(saved.groups.num_groups() == experts_, "GroupedLinear '", name_,
+              "': backward called without a matching forward (or twice for one forward)");
+    backward_f32(*this, saved.x, saved.groups, dy, dx);
+    saved = GroupedLinearSaved{};
+    return;
+  }
   MXT_PROFILE_PRODUCT(name_, bwd);
   MXT_CHECK(saved.groups.num_groups() == experts_, "GroupedLinear '", name_,
             "': backward called without a matching forward (or twice for one forward)");

@@ -18,6 +18,13 @@
 // fill the copies copies_needed() names (bf16 / rowwise / colwise / tile); the optimizer must
 // still bump Parameter::version. NaN/Inf are not errors here: a non-finite block quantizes to
 // NaN and propagates to the outputs, where the trainer detects it.
+//
+// A parallel role's collectives (nn/parallel.h, LinearParallel) wrap the products: forward
+// [gather x: column, SP] -> product -> forward_done -> [sum y: row]; backward backward_start ->
+// [gather dy: row, SP] -> products -> backward_done -> [sum dx: column]. Under sequence
+// parallelism a column layer's products read the copies gathered from every rank's rows
+// (forward_given / backward_given), a row layer's backward the gathered copies of dy; partial
+// sums go through a per-thread scratch (nn/tp_wire.h) to the caller's rows.
 #include "mxtrain/nn/linear.h"
 
 #include <algorithm>
@@ -26,6 +33,7 @@
 #include "mxtrain/gemm.h"
 #include "mxtrain/profile.h"
 #include "nn/linear_core.h"
+#include "nn/tp_wire.h"
 
 namespace mxtrain {
 
@@ -72,15 +80,18 @@ bool LayerScaleHistories::empty() const {
 }
 
 size_t LinearSaved::held_bytes() const {
-  size_t n = weight_bytes_for_backward;
+  size_t n = weight_bytes_for_backward + gathered.bytes();
   for (const QTensor& t : xs) n += t.bytes();
   return n;
 }
 
-Linear::Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearPrecision prec)
-    : name_(std::move(name)), in_(in), out_(out), prec_(std::move(prec)) {
+Linear::Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearPrecision prec,
+               LinearParallel parallel)
+    : name_(std::move(name)), in_(in), out_(out), prec_(std::move(prec)), par_(parallel) {
   MXT_CHECK(in >= 1 && out >= 1, "Linear '", name_, "': in and out must be >= 1, got in=", in,
             " out=", out);
+  MXT_CHECK(!has_bias || !par_.active(), "Linear '", name_, "': a tensor-parallel Linear has "
+            "no bias");
   prec_.validate();
   scales_.reset(prec_.recipe, 1);
   scales_.layer_id = layer_hash(name_);
@@ -102,11 +113,66 @@ void Linear::ensure_weight(Use use, bool dual) {
     ++weight_quantizations_;
 }
 
-// x: [T, in] FP32; y: [T, out] FP32.
+bool Linear::keeps_input_copy() const {
+  return !prec_.defer_backward_quant && !fp32_ref_ &&
+         !(par_.gathers() && par_.mode == ParallelMode::column);
+}
+
+int64_t Linear::output_rows(int64_t T) const {
+  if (!par_.gathers()) return T;
+  return par_.mode == ParallelMode::column ? T * par_.size() : T / par_.size();
+}
+
 void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
-  MXT_PROFILE_PRODUCT(name_, fwd);
+  product_forward(x, T, y, saved);
+  report(ModuleEvent::forward_done);
+  finish_forward(y, T);
+}
+
+void Linear::recompute(const float* x, int64_t T, float* y, LinearSaved& saved) {
+  product_forward(x, T, y, saved);
+  finish_forward(y, T);
+}
+
+// x: [T, in] FP32 (a gathering column layer: this rank's rows); y: [T, out] (gathering column:
+// [P·T, out]; gathering row: the partial sums [T, out] in the wire's scratch, for
+// finish_forward).
+void Linear::product_forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   MXT_CHECK(T >= 1, "Linear '", name_, "': forward needs at least one token row, got T=", T);
   MXT_CHECK(x != nullptr && y != nullptr, "Linear '", name_, "': forward got a null x or y");
+  const bool gather = par_.gathers() && par_.mode == ParallelMode::column;
+  WireScratch& ws = wire_scratch();
+  if (par_.gathers() && par_.mode == ParallelMode::row) {  // the partial sums, reduce-scattered
+    if (ws.partial.size() < size_t(T * out_)) ws.partial.resize(size_t(T * out_));
+    y = ws.partial.data();
+  }
+  if (fp32_ref_) {  // y = x · W^T in FP32 (a gathering layer: from every rank's rows)
+    MXT_CHECK(int64_t(weight.value.size()) == out_ * in_, "'", name_,
+              "': the FP32 reference needs the full weight in weight.value");
+    saved = LinearSaved{};
+    saved.x = x;
+    const float* xs = x;
+    int64_t N = T;
+    if (gather) {
+      N = T * par_.size();
+      if (ws.rows.size() < size_t(N * in_)) ws.rows.resize(size_t(N * in_));
+      gather_rows(par_, x, T, in_, ws.rows.data());
+      xs = ws.rows.data();
+    }
+    saved.tokens = N;
+    gemm_f32(false, true, N, out_, in_, xs, in_, weight.value.data(), in_, y, out_, false);
+    return;
+  }
+  if (gather) {  // the input's forward copy from every rank's rows; kept on the rowwise wire
+    const Recipe& r = prec_.recipe;
+    QTensor& q = par_.wire == SequenceWire::rowwise ? saved.gathered : ws.x;
+    gather_copies(par_, x, T, in_, r.role(Role::input),
+                  copies_needed(r, Role::input, Use::forward), q);
+    forward_given(q, y, saved);
+    saved.x = x;
+    return;
+  }
+  MXT_PROFILE_PRODUCT(name_, fwd);
   const Recipe& r = prec_.recipe;
   ensure_weight(Use::forward, /*dual=*/!prec_.defer_backward_quant);
   QuantizedWeight* w = &wcache_;
@@ -121,10 +187,27 @@ void Linear::forward(const float* x, int64_t T, float* y, LinearSaved& saved) {
   saved.weight_bytes_for_backward = backward_only_weight_bytes(wcache_, r);
 }
 
+// A row layer's sum over the group: y [T, out] in place, or under sequence parallelism from
+// the scratch's partial sums into this rank's rows y [T/P, out].
+void Linear::finish_forward(float* y, int64_t T) {
+  if (!par_.active() || par_.mode != ParallelMode::row) return;
+  if (par_.sequence_parallel)
+    reduce_scatter(par_, wire_scratch().partial.data(), y, T / par_.size() * out_);
+  else
+    all_reduce(par_, y, T * out_);
+}
+
 // x: [T, in] FP32.
 void Linear::save_input(const float* x, int64_t T, LinearSaved& saved) {
   MXT_CHECK(T >= 1, "Linear '", name_, "': save_input needs at least one token row, got T=", T);
   MXT_CHECK(x != nullptr, "Linear '", name_, "': save_input got a null x");
+  MXT_CHECK(!par_.gathers(), "Linear '", name_, "': save_input under sequence parallelism");
+  if (fp32_ref_) {  // the backward reads x itself
+    saved = LinearSaved{};
+    saved.x = x;
+    saved.tokens = T;
+    return;
+  }
   thread_local GroupList one_group;  // {0, T}, storage kept across calls
   one_group.offsets.assign({0, T});
   core_save_input(prec_, in_, x, one_group, saved, scales_);
@@ -171,13 +254,71 @@ void Linear::backward_given(LinearSaved& saved, const float* dy, const QTensor* 
   }
 }
 
-// dy: [T, out] FP32; dx: [T, in] FP32 or null.
+// dy: [T, out] FP32; dx: [T, in] FP32 or null (rows as forward's; see the header).
 void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
-  MXT_PROFILE_PRODUCT(name_, bwd);
+  report(ModuleEvent::backward_start);
   const int64_t T = saved.tokens;
   MXT_CHECK(T >= 1, "Linear '", name_, "': backward called without a matching forward (or "
             "twice for one forward)");
   MXT_CHECK(dy != nullptr, "Linear '", name_, "': backward got a null dy");
+  const bool column = par_.active() && par_.mode == ParallelMode::column;
+  const bool gather = par_.gathers();
+  const int64_t P = par_.size(), Ns = T / P;  // this rank's rows under sequence parallelism
+  WireScratch& ws = wire_scratch();
+  float* dxp = dx;  // a gathering column layer's partial input gradient [T, in]
+  if (dx && column && gather) {
+    if (ws.partial.size() < size_t(T * in_)) ws.partial.resize(size_t(T * in_));
+    dxp = ws.partial.data();
+  }
+  if (fp32_ref_) {
+    const float* x = saved.x;
+    if (gather && column) {  // x from every rank's rows again
+      if (ws.rows.size() < size_t(T * in_)) ws.rows.resize(size_t(T * in_));
+      gather_rows(par_, saved.x, Ns, in_, ws.rows.data());
+      x = ws.rows.data();
+    } else if (gather) {  // dy from every rank's rows
+      if (ws.rows.size() < size_t(T * out_)) ws.rows.resize(size_t(T * out_));
+      gather_rows(par_, dy, Ns, out_, ws.rows.data());
+      dy = ws.rows.data();
+    }
+    backward_f32(x, T, dy, dxp);
+    saved = LinearSaved{};
+  } else if (gather && column) {  // x's wgrad copies: gathered again, or made from the kept one
+    const Recipe& r = prec_.recipe;
+    QTensor& xw = input_wgrad_copies(par_, saved.x, Ns, in_, r.role(Role::input),
+                                     copies_needed(r, Role::input, Use::wgrad), saved.gathered,
+                                     ws.x, ws.rows);
+    backward_given(saved, dy, nullptr, &xw, dxp);
+    saved.gathered.invalidate();
+  } else if (gather) {  // dy's dgrad and wgrad copies from every rank's rows
+    const Recipe& r = prec_.recipe;
+    gather_grad_copies(par_, dy, Ns, out_, r.role(Role::grad),
+                       copies_needed(r, Role::grad, Use::dgrad),
+                       copies_needed(r, Role::grad, Use::wgrad), ws.dy, ws.rows);
+    backward_given(saved, nullptr, &ws.dy, nullptr, dx);
+  } else {
+    backward_products(saved, dy, dx);
+  }
+  report(ModuleEvent::backward_done);
+  if (!dx || !column) return;
+  if (gather)
+    reduce_scatter(par_, dxp, dx, Ns * in_);
+  else
+    all_reduce(par_, dx, T * in_);
+}
+
+// dx = dy · W (written), dW (+)= dy^T · x in FP32 from weight.value. x: [T, in], dy: [T, out].
+void Linear::backward_f32(const float* x, int64_t T, const float* dy, float* dx) {
+  if (weight.grad.size() != size_t(weight.numel())) weight.grad.assign(size_t(weight.numel()), 0.f);
+  if (dx) gemm_f32(false, false, T, in_, out_, dy, out_, weight.value.data(), in_, dx, in_, false);
+  gemm_f32(true, false, out_, in_, T, dy, out_, x, in_, weight.grad.data(), in_,
+           weight.take_grad_accumulate());
+}
+
+// The recipe's products on the layer's own saved copies. dy: [T, out]; dx: [T, in] or null.
+void Linear::backward_products(LinearSaved& saved, const float* dy, float* dx) {
+  MXT_PROFILE_PRODUCT(name_, bwd);
+  const int64_t T = saved.tokens;
   if (weight.grad.empty()) weight.grad.assign(size_t(out_ * in_), 0.f);
   MXT_CHECK(weight.grad.size() == size_t(out_ * in_), "Linear '", name_, "': weight.grad has ",
             weight.grad.size(), " values, expected ", out_ * in_);

@@ -23,42 +23,6 @@
 #include "mxtrain/nn/ops.h"
 
 namespace mxtrain {
-namespace {
-
-// FP32 reference of GroupedLinear: y[rows g] = x[rows g] · W[g]^T per expert.
-void grouped_forward_f32(const GroupedLinear& l, const float* x, const GroupList& g, float* y) {
-  const int64_t in = l.in_features(), out = l.out_features();
-  MXT_CHECK(int64_t(l.weight.value.size()) == l.num_experts() * out * in, "'", l.name(),
-            "': the FP32 reference needs the full weight in weight.value");
-  const VaryingRowsScope varying;  // routing changes the row counts every step
-  for (int64_t e = 0; e < g.num_groups(); ++e) {
-    const int64_t r0 = g.offsets[e], n = g.count(e);
-    if (n == 0) continue;
-    gemm_f32(false, true, n, out, in, x + r0 * in, in, l.weight.value.data() + e * out * in, in,
-             y + r0 * out, out, false);
-  }
-}
-
-// dx = dy · W[g] (written), dW[g] += dy^T · x per expert (written after clear_grad()).
-void grouped_backward_f32(GroupedLinear& l, const float* x, const GroupList& g, const float* dy,
-                          float* dx) {
-  const int64_t in = l.in_features(), out = l.out_features();
-  const bool acc = l.weight.take_grad_accumulate();
-  const VaryingRowsScope varying;  // routing changes the row counts every step
-  for (int64_t e = 0; e < g.num_groups(); ++e) {
-    const int64_t r0 = g.offsets[e], n = g.count(e);
-    if (n == 0) {
-      if (!acc) std::fill_n(l.weight.grad.data() + e * out * in, out * in, 0.f);
-      continue;
-    }
-    const float* w = l.weight.value.data() + e * out * in;
-    gemm_f32(false, false, n, in, out, dy + r0 * out, out, w, in, dx + r0 * in, in, false);
-    gemm_f32(true, false, out, in, n, dy + r0 * out, out, x + r0 * in, in,
-             l.weight.grad.data() + e * out * in, in, acc);
-  }
-}
-
-}  // namespace
 
 MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
                    int64_t num_experts, int64_t top_k, const LinearPrecision& fc1_prec,
@@ -284,6 +248,15 @@ void MoELayer::from_experts(const float* rows, float* out) {
 // ---- forward / backward -----------------------------------------------------------------------
 
 double MoELayer::forward(const float* x, int64_t N, float* y) {
+  const double aux = run_forward(x, N, y);
+  fc1.report(ModuleEvent::forward_done);
+  fc2.report(ModuleEvent::forward_done);
+  return aux;
+}
+
+double MoELayer::recompute(const float* x, int64_t N, float* y) { return run_forward(x, N, y); }
+
+double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   MXT_CHECK(x && y, "MoE forward: null x or y");
   MXT_CHECK(N >= 1, "MoE forward: needs at least one token, got ", N);
   MXT_CHECK(int64_t(router.value.size()) == E_ * D_, "MoE '", router.name,
@@ -337,12 +310,7 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)], n = g.offsets.back();
-    if (fp32_ref_) {
-      A.saved1[size_t(s)] = GroupedLinearSaved{};
-      grouped_forward_f32(fc1, xin + r0 * D_, g, a + r0 * 2 * Fl_);
-    } else {
-      fc1.forward(xin + r0 * D_, n, g, a + r0 * 2 * Fl_, A.saved1[size_t(s)]);
-    }
+    fc1.forward(xin + r0 * D_, n, g, a + r0 * 2 * Fl_, A.saved1[size_t(s)]);
   }
   if (R > 0) {  // an expert-parallel rank may receive no rows
     swiglu_forward(h, a, R, Fl_);
@@ -351,13 +319,8 @@ double MoELayer::forward(const float* x, int64_t N, float* y) {
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)], n = g.offsets.back();
-    if (fp32_ref_) {
-      A.saved2[size_t(s)] = GroupedLinearSaved{};
-      grouped_forward_f32(fc2, h + r0 * Fl_, g, yr + r0 * D_);
-    } else {
-      SplitSumsScope split(split_etp_, 1);
-      fc2.forward(h + r0 * Fl_, n, g, yr + r0 * D_, A.saved2[size_t(s)]);
-    }
+    SplitSumsScope split(fp32_ref_ ? 1 : split_etp_, 1);  // set_split_sums
+    fc2.forward(h + r0 * Fl_, n, g, yr + r0 * D_, A.saved2[size_t(s)]);
   }
   if (split()) from_experts(yr, A.yp.data());  // FP32
   moe_combine(y, A.yp.data(), A.routing, D_);
@@ -369,6 +332,8 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   MXT_CHECK(N_ >= 1 && x_, "MoE '", router.name, "': backward called without a forward");
   const int64_t N = N_, rows = N * k_;
   MoEActivations& A = act();
+  fc2.report(ModuleEvent::backward_start);
+  fc1.report(ModuleEvent::backward_start);
   if (router.grad.size() != size_t(router.numel())) router.grad.assign(router.numel(), 0.f);
   // The forward sized every scratch buffer; each is written by its first producer: no zero
   // fill.
@@ -385,19 +350,10 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   }
   const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
   float* dxr = split() ? A.dxr.data() : A.dxp.data();
-  if (fp32_ref_)
-    for (GroupedLinear* l : {&fc1, &fc2})
-      if (l->weight.grad.size() != size_t(l->weight.numel()))
-        l->weight.grad.assign(l->weight.numel(), 0.f);
-  const float* xin = split() ? A.xr.data() : A.xp.data();  // the FP32 reference's inputs
   // Source ranks in order: the first writes each expert's gradient, the rest add.
   for (int64_t s = 0; s < S; ++s) {
-    const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)];
-    if (fp32_ref_)
-      grouped_backward_f32(fc2, A.h.data() + r0 * Fl_, g, dyr + r0 * D_, A.dh.data() + r0 * Fl_);
-    else
-      fc2.backward(A.saved2[size_t(s)], dyr + r0 * D_, A.dh.data() + r0 * Fl_);
+    fc2.backward(A.saved2[size_t(s)], dyr + r0 * D_, A.dh.data() + r0 * Fl_);
   }
   if (R > 0) {
     const float* a = A.a.data();
@@ -408,14 +364,9 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
     swiglu_backward(A.da.data(), A.dh.data(), a, R, Fl_, Accum::write);
   }
   for (int64_t s = 0; s < S; ++s) {
-    const GroupList& g = A.src_groups[size_t(s)];
     const int64_t r0 = A.src_offsets[size_t(s)];
-    if (fp32_ref_) {
-      grouped_backward_f32(fc1, xin + r0 * D_, g, A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
-    } else {
-      SplitSumsScope split(split_etp_, 2);  // gate, up
-      fc1.backward(A.saved1[size_t(s)], A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
-    }
+    SplitSumsScope split(fp32_ref_ ? 1 : split_etp_, 2);  // gate, up (set_split_sums)
+    fc1.backward(A.saved1[size_t(s)], A.da.data() + r0 * 2 * Fl_, dxr + r0 * D_);
   }
   if (split()) from_experts(dxr, A.dxp.data());  // FP32, back to the tokens
   moe_permute_backward(dx, A.dxp.data(), A.routing, D_, dx_mode);
@@ -423,6 +374,8 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   router_logits_backward(dx, router.grad.data(), A.dlogits.data(), x_, router.value.data(), N,
                          D_, E_, take_grad_mode(router));
   N_ = 0;  // one backward per forward
+  fc2.report(ModuleEvent::backward_done);
+  fc1.report(ModuleEvent::backward_done);
 }
 
 }  // namespace mxtrain

@@ -30,7 +30,7 @@
 #include "nn/attention_kernels.h"
 
 namespace mxtrain {
-namespace attn_detail {
+namespace nn_detail {
 namespace {
 
 constexpr int64_t BL = kAttnBlock;
@@ -245,21 +245,21 @@ void attention_backward_ref(float* dqkv, const float* dout, const float* qkv, co
   if (rope) rope_backward(dqkv, *rope, B, T, D, H);
 }
 
-}  // namespace attn_detail
+}  // namespace nn_detail
 
 namespace {
 
-using attn_detail::AttnForward;
-using attn_detail::AttnBackward;
+using nn_detail::AttnForward;
+using nn_detail::AttnBackward;
 
 void forward_avx512bf16(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                         int64_t D, int64_t H, AttnPrecision, const RopeTable* rope) {
-  attn_detail::attention_forward_avx512bf16(out, lse, qkv, B, T, D, H, rope);
+  nn_detail::attention_forward_avx512bf16(out, lse, qkv, B, T, D, H, rope);
 }
 void backward_avx512bf16(float* dqkv, const float* dout, const float* qkv, const float* out,
                          const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
                          AttnPrecision, const RopeTable* rope) {
-  attn_detail::attention_backward_avx512bf16(dqkv, dout, qkv, out, lse, B, T, D, H, rope);
+  nn_detail::attention_backward_avx512bf16(dqkv, dout, qkv, out, lse, B, T, D, H, rope);
 }
 
 // One path's kernels per precision (index: AttnPrecision). The AVX-512 kernel computes the
@@ -270,8 +270,8 @@ struct AttnKernels {
 };
 
 const PathTable<AttnKernels>& attention_table() {
-  using attn_detail::attention_backward_ref;
-  using attn_detail::attention_forward_ref;
+  using nn_detail::attention_backward_ref;
+  using nn_detail::attention_forward_ref;
   static const PathTable<AttnKernels> t(
       "attention",
       {{Path::scalar, "attention_{forward,backward}_ref",
@@ -294,11 +294,11 @@ void check_attention_args(int64_t B, int64_t T, int64_t D, int64_t H, const Rope
 
 }  // namespace
 
-Path attn_detail::attention_path(AttnPrecision p) {
+Path nn_detail::attention_path(AttnPrecision p) {
   return p == AttnPrecision::bf16 ? attention_table().path() : Path::scalar;
 }
 
-PathChoice attn_detail::attention_choice() { return attention_table().choice(); }
+PathChoice nn_detail::attention_choice() { return attention_table().choice(); }
 
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T,
                        int64_t D, int64_t H, AttnPrecision p, const RopeTable* rope) {

@@ -1,14 +1,10 @@
 // nn/parallel.cc — slicing a whole tensor into the part one rank holds and putting it back
-// (nn/parameter.h, ParamSplit), and sequence parallelism's all-gathers (nn/parallel.h).
+// (nn/parameter.h, ParamSplit), sequence parallelism's split of a micro-batch, and expert
+// parallelism's row payloads (nn/parallel.h). A Linear's own gathers are in nn/tp_wire.cc.
 //
 // A cut's dimension d of a tensor [pre..., L, post...] is viewed as [parts, count,
 // L / (parts·count)]: its slice is [pre..., parts, L / (parts·count), post...] taking index
 // `index` of the middle axis. Several cuts compose: each slices what the last one left.
-//
-// A gather packs each rank's copies of its rows — per copy its codes [Ns, K], then its scale
-// grid — into one buffer of the same size on every rank, all-gathers it, and lays the ranks'
-// rows end to end: codes by rows, scale grids by their rows (a rowwise grid has a row per
-// token, a colwise one a row per block of B tokens, whole blocks when B divides Ns).
 //
 // An expert-parallel row payload is a rowwise copy cut into rows: a row's codes, then its
 // row of the scale grid.
@@ -104,152 +100,28 @@ void place_slice(const ParamSplit& s, const float* local, float* full) {
     std::memcpy(full + r.whole, local + r.local, sizeof(float) * size_t(r.length));
 }
 
-// ---- sequence-parallel gathers ----------------------------------------------------------
+// ---- sequence parallelism's split ------------------------------------------------------
 
-void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch) {
-  want = want - q.present;
-  if (want.empty()) return;
-  MXT_CHECK(q.has(Copy::rowwise) || q.has(Copy::bf16), "derive_copies: the gathered copy has "
-            "neither a rowwise nor a BF16 copy to make the others from");
-  if (scratch.size() < size_t(q.rows * q.cols)) scratch.resize(size_t(q.rows * q.cols));
-  if (q.has(Copy::rowwise))
-    dequantize(q.rowwise, scratch.data());
-  else
-    bf16_to_f32_array(q.bf16.data(), scratch.data(), q.rows * q.cols);
-  make_copies(scratch.data(), q.rows, q.cols, f, q, want);
+void SequenceShard::check(int64_t N) const {
+  MXT_CHECK(!group || N % group->size() == 0, "sequence parallelism: the micro-batch's ", N,
+            " tokens do not split evenly over ", group ? group->size() : 1, " ranks");
 }
 
-uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out) {
-  return group.allgather(shard, out, sizeof(float) * size_t(Ns * K));
-}
-
-namespace {
-
-// Whether a shard of Ns rows quantizes to exactly its rows of the whole matrix's copy c.
-bool travels_exact(Copy c, const TensorFormat& f, int64_t Ns) {
-  if (c == Copy::bf16) return true;
-  // A second, per-tensor scale (NVFP4) comes from every rank's rows.
-  if (f.quantized() && f.tensor_scale) return false;
-  if (c == Copy::rowwise) return true;
-  if (c == Copy::colwise) return Ns % block_edge(f.block) == 0;
-  return false;  // a 2-D tile or a tensor scale spans every rank's rows
-}
-
-}  // namespace
-
-uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
-                       const TensorFormat& f, CopySet copies, QTensor& out, bool* fp32_route) {
-  const int W = group.size();
-  const int64_t M = Ns * W;
-  CopySet exact, rest;
-  for (int i = 0; i < kNumCopies; ++i)
-    if (copies.has(Copy(i))) (travels_exact(Copy(i), f, Ns) ? exact : rest) |= {Copy(i)};
-  if (fp32_route) *fp32_route = !rest.empty();
-  out.invalidate();
-  out.rows = M;
-  out.cols = K;
-  uint64_t sent = 0;
-  if (!exact.empty()) {
-    thread_local QTensor local;  // this rank's copies of its rows, storage reused
-    thread_local std::vector<uint8_t> send, recv;
-    local.invalidate();
-    make_copies(shard, Ns, K, f, local, exact);
-    size_t P = 0;  // one rank's pack
-    if (exact.has(Copy::bf16)) P += local.bf16.size() * sizeof(uint16_t);
-    for (Copy c : {Copy::rowwise, Copy::colwise})
-      if (exact.has(c)) P += local.scaled(c).bytes();
-    send.resize(P);
-    recv.resize(P * size_t(W));
-    size_t at = 0;
-    auto put = [&](const void* p, size_t n) {
-      std::memcpy(send.data() + at, p, n);
-      at += n;
-    };
-    if (exact.has(Copy::bf16)) put(local.bf16.data(), local.bf16.size() * sizeof(uint16_t));
-    for (Copy c : {Copy::rowwise, Copy::colwise})
-      if (exact.has(c)) {
-        put(local.scaled(c).data.data(), local.scaled(c).data.size());
-        put(local.scaled(c).scales.data(), local.scaled(c).scales.size());
-      }
-    sent += group.allgather(send.data(), recv.data(), P);
-    // Lay the ranks' parts end to end.
-    if (exact.has(Copy::bf16)) out.bf16.resize(size_t(M * K));
-    for (Copy c : {Copy::rowwise, Copy::colwise})
-      if (exact.has(c)) {
-        const MXTensor& l = local.scaled(c);
-        MXTensor& o = out.scaled(c);
-        o.rows = M;
-        o.cols = K;
-        o.layout = l.layout;
-        o.elem = l.elem;
-        o.scale_type = l.scale_type;
-        o.block = l.block;
-        o.data.resize(o.data_bytes());
-        o.scales.resize(o.scale_bytes());
-      }
-    for (int r = 0; r < W; ++r) {
-      const uint8_t* pack = recv.data() + P * size_t(r);
-      size_t off = 0;
-      if (exact.has(Copy::bf16)) {
-        const size_t n = size_t(Ns * K) * sizeof(uint16_t);
-        std::memcpy(reinterpret_cast<uint8_t*>(out.bf16.data()) + n * size_t(r), pack, n);
-        off += n;
-      }
-      for (Copy c : {Copy::rowwise, Copy::colwise})
-        if (exact.has(c)) {
-          const MXTensor& l = local.scaled(c);
-          MXTensor& o = out.scaled(c);
-          std::memcpy(o.data.data() + l.data.size() * size_t(r), pack + off, l.data.size());
-          off += l.data.size();
-          std::memcpy(o.scales.data() + l.scales.size() * size_t(r), pack + off, l.scales.size());
-          off += l.scales.size();
-        }
-    }
-    out.present |= exact;
-  }
-  if (!rest.empty()) {  // from the whole FP32 matrix
-    thread_local std::vector<float> whole;
-    whole.resize(size_t(M * K));
-    sent += gather_rows(group, shard, Ns, K, whole.data());
-    make_copies(whole.data(), M, K, f, out, rest);
-  }
-  return sent;
-}
-
-namespace {
-
-// gather_copies, timed.
-GatherCost timed_gather(Collectives& group, const float* shard, int64_t Ns, int64_t K,
-                        const TensorFormat& f, CopySet copies, QTensor& out) {
-  GatherCost c;
+void SequenceShard::sum(double* sums, int n) const {
+  if (!group) return;
   const auto t0 = std::chrono::steady_clock::now();
-  c.bytes = gather_copies(group, shard, Ns, K, f, copies, out, &c.fp32_route);
-  c.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  return c;
-}
-
-}  // namespace
-
-GatherCost gather_grad_copies(Collectives& group, const float* dy_shard, int64_t Ns, int64_t O,
-                              const TensorFormat& f, CopySet dgrad, CopySet wgrad,
-                              SequenceWire wire, QTensor& q, FloatBuffer& scratch) {
-  const bool rowwise = wire == SequenceWire::rowwise;
-  const GatherCost c = timed_gather(group, dy_shard, Ns, O, f, rowwise ? dgrad : dgrad | wgrad, q);
-  if (rowwise) derive_copies(q, f, wgrad, scratch);
-  return c;
-}
-
-QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
-                            const TensorFormat& f, CopySet wgrad, SequenceWire wire,
-                            QTensor& kept, QTensor& regathered, FloatBuffer& scratch,
-                            GatherCost& cost) {
-  if (wire == SequenceWire::rowwise) {
-    derive_copies(kept, f, wgrad, scratch);
-    cost = {};
-    return kept;
+  const uint64_t sent = group->allreduce_sum(sums, size_t(n));
+  if (stats) {
+    stats->tp_comm_bytes += sent;
+    stats->tp_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
-  cost = timed_gather(group, shard, Ns, K, f, wgrad, regathered);
-  return regathered;
+}
+
+void SequenceShard::mark_partial_grads(const std::vector<Parameter*>& params) const {
+  if (!group) return;
+  for (Parameter* p : params)
+    if (!p->split.sliced()) p->split.partial_grad = true;
 }
 
 // ---- expert-parallel row payloads -------------------------------------------------------

@@ -7,10 +7,10 @@
 // ranks that hold the same slice (mesh.dp()), expert slices over the expert-data-parallel
 // ranks (mesh.edp(), their mean still over dp); under sequence parallelism the replicated
 // parameters' partial gradients are first summed over the tensor-parallel group.
-// The model reports each module's end of forward and the start and end of its backward
-// through its module hook: FSDP drops gathered weights as the gather mode says, lends a
-// full-size gradient buffer for the backward and reduce-scatters it right after (ZeRO-3), and
-// polls the collectives in flight. Checkpoints gather whole tensors
+// Each sharded layer reports the end of its forward and the start and end of its backward to
+// the hook FSDP gives it (nn/linear.h, LayerHook): FSDP drops gathered weights as the gather
+// mode says, lends a full-size gradient buffer for the backward and reduce-scatters it right
+// after (ZeRO-3), and polls the collectives in flight. Checkpoints gather whole tensors
 // to rank 0 and use the one-process format; loading scatters them back (any world size).
 #include <algorithm>
 #include <cstring>
@@ -47,13 +47,13 @@ class FsdpSync : public ParamSync {
     for (const ModuleInfo& m : model.quantizable_modules()) {
       if (GroupedLinear* g = model.grouped_linear(m.module)) {
         dist::Fsdp& f = experts_ ? *experts_ : *fsdp_;
-        index_[m.module] = {&f, f.add(*g)};
+        g->set_hook(hook(f, f.add(*g)));
         module_weights_[&f].push_back(&g->weight);
         sharded.push_back(&g->weight);
       } else {
         Linear* l = model.linear(m.module);
         MXT_CHECK(l, "FSDP: module `", m.module, "` not found in the model");
-        index_[m.module] = {fsdp_.get(), fsdp_->add(*l)};
+        l->set_hook(hook(*fsdp_, fsdp_->add(*l)));
         module_weights_[fsdp_.get()].push_back(&l->weight);
         sharded.push_back(&l->weight);
         if (!l->bias.shape.empty()) sharded.push_back(&l->bias);
@@ -63,18 +63,21 @@ class FsdpSync : public ParamSync {
       params_.push_back(p);
       if (std::find(sharded.begin(), sharded.end(), p) == sharded.end()) fsdp_->add_replicated(*p);
     }
-    // At every module boundary: drop or lend/reduce as the event says, then drive the
-    // collectives in flight (prefetched gathers, gradient reduce-scatters).
-    model.set_module_hook([this](const std::string& module, ModuleEvent e) {
+  }
+
+  // Module i of f's hook: at every boundary of the module's passes, drop or lend/reduce as the
+  // event says, then drive the collectives in flight (prefetched gathers, gradient
+  // reduce-scatters).
+  LayerHook hook(dist::Fsdp& f, int i) {
+    return [this, &f, i](ModuleEvent e) {
       MXT_PROFILE(communication, none);
-      const auto [f, i] = index_.at(module);
       switch (e) {
-        case ModuleEvent::forward_done: f->post_forward(i); break;
-        case ModuleEvent::backward_start: f->pre_backward(i); break;
-        case ModuleEvent::backward_done: f->post_backward(i); break;
+        case ModuleEvent::forward_done: f.post_forward(i); break;
+        case ModuleEvent::backward_start: f.pre_backward(i); break;
+        case ModuleEvent::backward_done: f.post_backward(i); break;
       }
       for (dist::Fsdp* g : fsdps()) g->poll();
-    });
+    };
   }
 
   // The data-parallel rank and size (the ranks of a tensor-parallel group share micro-batches).
@@ -327,7 +330,6 @@ class FsdpSync : public ParamSync {
   dist::Comm& comm_;
   dist::Mesh* mesh_ = nullptr;
   std::unique_ptr<dist::Fsdp> fsdp_, experts_;
-  std::map<std::string, std::pair<dist::Fsdp*, int>> index_;
   std::map<dist::Fsdp*, std::vector<Parameter*>> module_weights_;  // in add() order
   std::vector<Parameter*> params_;
 };

@@ -38,7 +38,7 @@ const bool g_trap = std::getenv("MXTRAIN_ALLOC_TRAP") != nullptr;
 
 void count_one(std::size_t n) {
   if (!g_counting.load(std::memory_order_relaxed)) return;
-  if (mxtrain::detail::in_onednn_call()) {
+  if (mxtrain::gemm_detail::in_onednn_call()) {
     g_dnnl_news.fetch_add(1, std::memory_order_relaxed);
     g_dnnl_bytes.fetch_add(long(n), std::memory_order_relaxed);
     return;

@@ -129,7 +129,7 @@ TEST_P(GemmShaping, RowCountsBuildOnePrimitiveOnlyWithRuntimeShapes) {
   auto w16 = to_bf16(W);
   const int64_t counts[] = {1, 31, 33, 63, 65, 129};
   for (int pass = 0; pass < 2; ++pass) {  // the second pass finds every primitive cached
-    const long before = detail::onednn_primitives_created();
+    const long before = gemm_detail::onednn_primitives_created();
     for (int64_t n : counts) {
       Stored X = make_stored(n, D, 0, rng), G = make_stored(n, N, 0, rng);
       auto x16 = to_bf16(X), g16 = to_bf16(G);
@@ -137,7 +137,7 @@ TEST_P(GemmShaping, RowCountsBuildOnePrimitiveOnlyWithRuntimeShapes) {
       gemm_bf16(false, true, n, N, D, x16.data(), D, w16.data(), D, y.data(), N, false);  // fwd
       gemm_bf16(true, false, N, D, n, g16.data(), N, x16.data(), D, dw.data(), D, false);  // wgrad
     }
-    const long built = detail::onednn_primitives_created() - before;
+    const long built = gemm_detail::onednn_primitives_created() - before;
     if (pass == 1)
       EXPECT_EQ(built, 0);
     else if (GetParam() == GemmShapes::runtime)

@@ -28,10 +28,10 @@
 namespace mxtrain {
 namespace {
 
-using attn_detail::attention_backward_avx512bf16;
-using attn_detail::attention_backward_ref;
-using attn_detail::attention_forward_avx512bf16;
-using attn_detail::attention_forward_ref;
+using nn_detail::attention_backward_avx512bf16;
+using nn_detail::attention_backward_ref;
+using nn_detail::attention_forward_avx512bf16;
+using nn_detail::attention_forward_ref;
 using layer_test::same_bytes;
 using testing_nn::random_vector;
 
@@ -252,7 +252,7 @@ TEST(Attention, FastExpIsAccurate) {
   std::vector<float> x;
   for (double v = -87.0; v <= 88.0; v += 0.000731) x.push_back(float(v));
   std::vector<float> y(x.size());
-  attn_detail::exp_avx512(y.data(), x.data(), int64_t(x.size()));
+  nn_detail::exp_avx512(y.data(), x.data(), int64_t(x.size()));
   double worst = 0;
   for (size_t i = 0; i < x.size(); ++i) {
     const double e = std::exp(double(x[i]));
@@ -264,7 +264,7 @@ TEST(Attention, FastExpIsAccurate) {
   std::vector<float> sx = {0.f, -inf, -200.f, 100.f, inf,
                            std::numeric_limits<float>::quiet_NaN()};
   std::vector<float> sy(sx.size());
-  attn_detail::exp_avx512(sy.data(), sx.data(), int64_t(sx.size()));
+  nn_detail::exp_avx512(sy.data(), sx.data(), int64_t(sx.size()));
   EXPECT_EQ(sy[0], 1.f);
   EXPECT_EQ(sy[1], 0.f);
   EXPECT_EQ(sy[2], 0.f);
@@ -356,16 +356,16 @@ TEST(Attention, DispatchFollowsIsaAndPrecision) {
   const Inputs in = inputs(s, 90);
   const Result ref = run(Via::ref, AttnPrecision::bf16, in.qkv, in.dout, s);
   set_isa(Isa::scalar);
-  EXPECT_EQ(attn_detail::attention_path(AttnPrecision::bf16), Path::scalar);
+  EXPECT_EQ(nn_detail::attention_path(AttnPrecision::bf16), Path::scalar);
   const Result scalar = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
   clear_isa_override();
   EXPECT_TRUE(same_bytes(scalar.out, ref.out) && same_bytes(scalar.dqkv, ref.dqkv));
-  EXPECT_EQ(attn_detail::attention_path(AttnPrecision::fp32), Path::scalar);
+  EXPECT_EQ(nn_detail::attention_path(AttnPrecision::fp32), Path::scalar);
   const Result f32 = run(Via::api, AttnPrecision::fp32, in.qkv, in.dout, s);
   const Result f32ref = run(Via::ref, AttnPrecision::fp32, in.qkv, in.dout, s);
   EXPECT_TRUE(same_bytes(f32.out, f32ref.out) && same_bytes(f32.dqkv, f32ref.dqkv));
   if (fast_available() && active_isa() >= Isa::avx512) {
-    EXPECT_EQ(attn_detail::attention_path(AttnPrecision::bf16), Path::avx512bf16);
+    EXPECT_EQ(nn_detail::attention_path(AttnPrecision::bf16), Path::avx512bf16);
     const Result fast = run(Via::fast, AttnPrecision::bf16, in.qkv, in.dout, s);
     const Result api = run(Via::api, AttnPrecision::bf16, in.qkv, in.dout, s);
     EXPECT_TRUE(same_bytes(api.out, fast.out) && same_bytes(api.dqkv, fast.dqkv));

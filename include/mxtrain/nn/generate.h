@@ -1,11 +1,11 @@
 // mxtrain/nn/generate.h — text generation: the GPT forward one token at a time over a KV
 // cache, sampling, and printing bytes as readable text.
 //
-// InferenceModel computes the same function as GPT's forward (nn/transformer.h) — token
+// InferenceModel runs the training model's blocks (nn/transformer.h, nn/blocks.h) — token
 // embedding, n_layers × [pre-norm causal attention with rotary q/k, pre-norm SwiGLU MLP or
-// top-k MoE], final RMSNorm, untied lm_head —
-// in plain FP32 from the FP32 master weights, whatever recipe trained them. Tokens are added
-// to a KV cache, K and V each [n_layers][max_seq_len][D], so the prompt is read once (one
+// top-k MoE], final RMSNorm, untied lm_head — in their FP32 reference mode: plain FP32 from
+// the FP32 master weights, whatever recipe trained them. Tokens are added to the attention
+// blocks' KV caches, K and V each [max_seq_len, D] per layer, so the prompt is read once (one
 // batched pass) and every later token costs one row through the layers plus attention over
 // the cached keys. Attention, softmax and the MoE routing follow the training forward's
 // arithmetic; the matrix products use gemm_f32 on n rows instead of B·T rows, so logits
@@ -34,13 +34,12 @@ namespace mxtrain {
 class InferenceModel {
  public:
   explicit InferenceModel(const ModelConfig& cfg);  // validates cfg; weights are zero
-  ~InferenceModel();
   InferenceModel(const InferenceModel&) = delete;
   InferenceModel& operator=(const InferenceModel&) = delete;
 
-  const ModelConfig& config() const { return cfg_; }
-  // The weights: same names, shapes and order as GPT::parameters() (value only, no grad).
-  std::vector<Parameter*> parameters();
+  const ModelConfig& config() const { return model_.config(); }
+  // The weights: GPT::parameters() (value only, no grad).
+  std::vector<Parameter*> parameters() { return model_.parameters(); }
 
   int cached() const { return cached_; }  // tokens in the cache (positions 0..cached-1)
   void reset() { cached_ = 0; }           // empty the cache (the weights stay)
@@ -50,19 +49,8 @@ class InferenceModel {
   void append(const int32_t* tokens, int n, float* logits, bool every_position = false);
 
  private:
-  struct Layer;
-  void attend(int layer, int64_t n, const float* qkv, float* out);
-  void mlp(Layer& L, int64_t n, const float* x, float* y);
-
-  ModelConfig cfg_;
-  Parameter embed_, final_norm_, lm_head_;
-  std::vector<Layer> layers_;
-  std::vector<float> kcache_, vcache_;  // [n_layers, max_seq_len, D], k rotated (RoPE)
-  RopeTable rope_;                       // empty when cfg_.rope_theta == 0
+  GPT model_;  // an inference model (GPT(config)): FP32 reference, KV caches, nothing kept
   int cached_ = 0;
-  // Scratch for n rows, grown on demand.
-  std::vector<float> x_, ln_, rstd_, qkv_, att_, branch_, a_, h_, probs_;
-  std::vector<float> moe_logits_, moe_xp_, moe_a_, moe_h_, moe_yp_;
 };
 
 // ---- sampling --------------------------------------------------------------------------------

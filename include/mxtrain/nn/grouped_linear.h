@@ -5,8 +5,10 @@
 // a GroupList (counts or cumulative offsets). Forward, dgrad and wgrad follow nn/linear.h per
 // expert in the layer's recipe; the token-axis (colwise) blocks used by wgrad restart at every
 // group boundary (a partial block at each group's end), so no block straddles two experts.
-// Experts with 0 rows are skipped (their dW gets nothing). Weight reuse and
-// defer_backward_quant behave exactly as in Linear.
+// Experts with 0 rows are skipped (their dW gets nothing). Weight reuse, defer_backward_quant
+// and the FP32 reference mode behave exactly as in Linear. An MoE layer runs its experts once
+// per source rank of the expert group (nn/moe.h), so one pass of the layer is several calls:
+// the layer's owner says when a pass ends (report), and its hook hears it.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +44,17 @@ class GroupedLinear {
   // dy: [T, out]; dx: [T, in] (nullptr: not needed). Accumulates weight.grad.
   void backward(GroupedLinearSaved& saved, const float* dy, float* dx);
 
-  bool keeps_input_copy() const { return !prec_.defer_backward_quant; }
+  // True when forward keeps its own copy of x (not with defer_backward_quant nor in the FP32
+  // reference mode, which keep a reference to the caller's x).
+  bool keeps_input_copy() const { return !prec_.defer_backward_quant && !fp32_ref_; }
+  // Numerics reference: per expert y = x · W[g]^T in plain FP32 from weight.value.
+  void set_fp32_reference(bool on) { fp32_ref_ = on; }
+  bool fp32_reference() const { return fp32_ref_; }
+  // The hook hears the pass boundaries its owner reports (nn/linear.h, ModuleEvent).
+  void set_hook(LayerHook h) { hook_ = std::move(h); }
+  void report(ModuleEvent e) const {
+    if (hook_) hook_(e);
+  }
   int64_t weight_quantizations() const { return weight_quantizations_; }
   // Per-expert caches (E entries) — FSDP may fill them through the provider.
   std::vector<QuantizedWeight>& weight_caches() { return wcache_; }
@@ -59,6 +71,8 @@ class GroupedLinear {
   std::string name_;
   int64_t experts_ = 0, in_ = 0, out_ = 0;
   LinearPrecision prec_;
+  bool fp32_ref_ = false;
+  LayerHook hook_;
   LayerScaleHistories scales_;
   std::vector<QuantizedWeight> wcache_;
   GroupedWeightProvider provider_;

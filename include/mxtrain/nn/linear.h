@@ -17,6 +17,17 @@
 //
 // Weight reuse: the weight copies live in a QuantizedWeight cache keyed by the parameter's
 // version, so k micro-batches within one optimizer step quantize W once.
+//
+// A Linear is constructed with its parallel role (LinearParallel, nn/parallel.h: none, column
+// or row over a tensor-parallel group, with or without sequence parallelism) and does that
+// role's collectives itself: a column-parallel layer under sequence parallelism all-gathers
+// its input as the copies its products read and reduce-scatters its input gradient (else
+// all-reduces it); a row-parallel one reduce-scatters (all-reduces) its output and, under
+// sequence parallelism, all-gathers its output gradient's copies — as TransformerEngine's
+// `_Linear` and Megatron's ColumnParallelLinear / RowParallelLinear do. Its owner sees only
+// the rows it holds. A hook (FSDP, train/param_sync_fsdp.cc) hears the end of each forward and
+// the start and end of each backward. In the FP32 reference mode every product runs in plain
+// FP32 from Parameter::value (gemm_f32), whatever the recipe.
 #pragma once
 
 #include <cstdint>
@@ -26,6 +37,7 @@
 #include <vector>
 
 #include "mxtrain/gemm.h"
+#include "mxtrain/nn/parallel.h"
 #include "mxtrain/nn/parameter.h"
 #include "mxtrain/qtensor.h"
 #include "mxtrain/recipe.h"
@@ -96,57 +108,90 @@ uint32_t layer_hash(const std::string& name);
 // shards).
 using WeightProvider = std::function<void(Use use, QuantizedWeight& cache)>;
 
+// The boundaries of a layer's passes, as its hook hears them (set_hook): the end of a forward,
+// the start and the end of a backward. Recomputed forwards (activation recompute) are silent.
+enum class ModuleEvent : uint8_t { forward_done, backward_start, backward_done };
+using LayerHook = std::function<void(ModuleEvent)>;
+
 // What forward keeps for backward, per row group (one group for a Linear).
 struct LinearSaved {
-  int64_t tokens = 0;
+  int64_t tokens = 0;           // rows of the product
   GroupList groups;
-  const float* x = nullptr;     // defer on: reference to the caller's x [tokens, in]
+  // Reference to the caller's x, kept alive and unchanged by the caller until backward: with
+  // defer on [tokens, in]; in the FP32 reference mode; and for a column-parallel Linear under
+  // sequence parallelism, this rank's rows [tokens / P, in] (gathered again at backward).
+  const float* x = nullptr;
   std::vector<QTensor> xs;      // per group: x's wgrad copy (defer off): bf16 or colwise
   bool x_given = false;         // forward_given: backward takes x's wgrad copy as an argument
   size_t weight_bytes_for_backward = 0;  // weight copies made at forward only for backward
-  // Bytes this layer allocated and holds between forward and backward (x copies + weight
-  // copies made only for backward). References to caller memory are not counted.
+  // Sequence parallelism on the rowwise wire: the gathered forward copy of x [tokens, in],
+  // kept for wgrad's copies (nn/parallel.h, SequenceWire).
+  QTensor gathered;
+  // Bytes this layer allocated and holds between forward and backward (x copies, the gathered
+  // copy, weight copies made only for backward). References to caller memory are not counted.
   size_t held_bytes() const;
 };
 
 class Linear {
  public:
   Linear() = default;
-  Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearPrecision prec);
+  // in, out: this rank's weight [out, in] (a column-parallel layer's slice of the output
+  // features, a row-parallel one's of the input features).
+  Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearPrecision prec,
+         LinearParallel parallel = {});
 
   const std::string& name() const { return name_; }
   int64_t in_features() const { return in_; }
   int64_t out_features() const { return out_; }
   const LinearPrecision& precision() const { return prec_; }
   void set_precision(const LinearPrecision& p);
+  const LinearParallel& parallel() const { return par_; }
 
   Parameter weight;  // [out, in]
   Parameter bias;    // [out], empty shape when the layer has no bias
 
-  // x: [T, in] FP32; y: [T, out] FP32. Throws on T < 1 or nullptr.
+  // x: [T, in] FP32, the rows this rank holds; y: [output_rows(T), out] FP32 (T rows but
+  // under sequence parallelism: a column layer's gathered P·T, a row layer's own T/P). Throws
+  // on T < 1 or nullptr. Reports forward_done to the hook after the product (before a row
+  // layer's reduction).
   void forward(const float* x, int64_t T, float* y, LinearSaved& saved);
+  // forward without the report: activation recompute re-runs a forward whose events were
+  // heard already.
+  void recompute(const float* x, int64_t T, float* y, LinearSaved& saved);
   // What forward keeps for backward, without the product: fills `saved` as forward(x, T, y,
   // saved) would, byte for byte, and writes no output (activation recompute re-creates the
-  // saved state of a layer whose output is still kept). x: [T, in] FP32.
+  // saved state of a layer whose output is still kept). x: [T, in] FP32. Not for a layer
+  // that gathers (sequence parallelism).
   void save_input(const float* x, int64_t T, LinearSaved& saved);
-  // dy: [T, out] FP32; dx: [T, in] FP32 (nullptr: not needed). Accumulates weight.grad
-  // and bias.grad.
+  // dy: [output_rows(T), out] FP32; dx: [T, in] FP32 (nullptr: not needed), this rank's rows,
+  // summed over the group for a column layer. Accumulates weight.grad and bias.grad. Reports
+  // backward_start before and backward_done after the products (before a column layer's
+  // reduction).
   void backward(LinearSaved& saved, const float* dy, float* dx);
+  int64_t output_rows(int64_t T) const;
 
-  // Operands the caller made (sequence parallelism gathers them over the tensor-parallel
-  // group, nn/parallel.h). forward_given: x holds the copy copies_needed(recipe, input,
-  // forward) names, of T = x.rows tokens; it keeps nothing of x, so the backward needs
-  // x_wgrad. backward_given: dy as FP32 [T, out], or dyq holding the copies dgrad (when dx is
-  // wanted) and wgrad read (dy is then ignored; no bias); x_wgrad holds x's wgrad copy (for a
-  // forward_given; null otherwise). The same products, byte for byte, as forward/backward on
-  // the matrices those copies were made from.
+  // Operands the caller made (as sequence parallelism's gathers make them, nn/tp_wire.h).
+  // forward_given: x holds the copy copies_needed(recipe, input, forward) names, of T = x.rows
+  // tokens; it keeps nothing of x, so the backward needs x_wgrad. backward_given: dy as FP32
+  // [T, out], or dyq holding the copies dgrad (when dx is wanted) and wgrad read (dy is then
+  // ignored; no bias); x_wgrad holds x's wgrad copy (for a forward_given; null otherwise). The
+  // same products, byte for byte, as forward/backward on the matrices those copies were made
+  // from. No collectives, no reports.
   void forward_given(const QTensor& x, float* y, LinearSaved& saved);
   void backward_given(LinearSaved& saved, const float* dy, const QTensor* dyq,
                       const QTensor* x_wgrad, float* dx);
 
-  // True when forward keeps its own copy of x for backward (every recipe unless
-  // defer_backward_quant): the caller may then reuse x's memory right after forward.
-  bool keeps_input_copy() const { return !prec_.defer_backward_quant; }
+  // True when forward keeps its own copy of x for backward: the caller may then reuse x's
+  // memory right after forward. False with defer_backward_quant, in the FP32 reference mode,
+  // and for a column layer under sequence parallelism (LinearSaved::x).
+  bool keeps_input_copy() const;
+
+  // Numerics reference: every product in plain FP32 from weight.value (gemm_f32), ignoring
+  // the recipe and the weight provider; gathers carry FP32 rows.
+  void set_fp32_reference(bool on) { fp32_ref_ = on; }
+  bool fp32_reference() const { return fp32_ref_; }
+  // Told of the layer's pass boundaries (ModuleEvent); empty: nobody.
+  void set_hook(LayerHook h) { hook_ = std::move(h); }
 
   // Number of times this layer quantized (or converted) its weight — one per optimizer step
   // and use when weight reuse works.
@@ -160,9 +205,19 @@ class Linear {
 
  private:
   void ensure_weight(Use use, bool dual);
+  void product_forward(const float* x, int64_t T, float* y, LinearSaved& saved);
+  void finish_forward(float* y, int64_t T);
+  void backward_f32(const float* x, int64_t T, const float* dy, float* dx);
+  void backward_products(LinearSaved& saved, const float* dy, float* dx);
+  void report(ModuleEvent e) {
+    if (hook_) hook_(e);
+  }
   std::string name_;
   int64_t in_ = 0, out_ = 0;
   LinearPrecision prec_;
+  LinearParallel par_;
+  bool fp32_ref_ = false;
+  LayerHook hook_;
   LayerScaleHistories scales_;
   QuantizedWeight wcache_;
   WeightProvider provider_;

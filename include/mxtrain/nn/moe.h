@@ -184,10 +184,14 @@ class MoELayer {
   GroupedLinear fc2;  // [E/P, D, F/Q]
 
   // x: [N, D]; y: [N, D] (written). Returns the load-balancing loss of this micro-batch.
+  // Reports forward_done of experts.fc1, then of experts.fc2, to their hooks once both ran.
   double forward(const float* x, int64_t N, float* y);
+  // forward without the reports (activation recompute).
+  double recompute(const float* x, int64_t N, float* y);
   // dy: [N, D]; dx: [N, D] += (through experts and router; Accum::write: written).
   // daux = d objective / d aux. Accumulates router.grad and the experts' weight grads (or
-  // writes them after clear_grad(), nn/parameter.h).
+  // writes them after clear_grad(), nn/parameter.h). Reports backward_start of fc2, then of
+  // fc1, before the experts' backward and backward_done in the same order after it.
   void backward(const float* dy, float daux, float* dx, Accum dx_mode = Accum::add);
 
   // Sizes the block's activation and backward buffers for micro-batches of N tokens (their
@@ -196,8 +200,13 @@ class MoELayer {
   void reserve(int64_t N);
 
   // Numerics reference: when on, the expert products run in plain FP32 from weight.value
-  // (gemm_f32) instead of through GroupedLinear's recipe. For gradient checks and studies.
-  void set_fp32_reference(bool on) { fp32_ref_ = on; }
+  // (gemm_f32) instead of through GroupedLinear's recipe, and the rows travel in FP32. For
+  // gradient checks and studies.
+  void set_fp32_reference(bool on) {
+    fp32_ref_ = on;
+    fc1.set_fp32_reference(on);
+    fc2.set_fp32_reference(on);
+  }
   bool fp32_reference() const { return fp32_ref_; }
   // One process: fc2's forward and fc1's input gradient summed as `etp` expert-tensor-parallel
   // ranks sum them (GPT::set_split_sums; for parity tests).
@@ -261,6 +270,7 @@ class MoELayer {
   Collectives* token_group_ = nullptr;
   ParallelStats* stats_ = nullptr;
   MoEBalance balance(const MoEActivations& A) const;
+  double run_forward(const float* x, int64_t N, float* y);
   int64_t D_ = 0, F_ = 0, Fl_ = 0, E_ = 0, El_ = 0, k_ = 0, N_ = 0;
   const float* x_ = nullptr;
   double aux_ = 0.0;
@@ -270,7 +280,7 @@ class MoELayer {
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
   bool a_fp8() const { return !fp32_ref_ && swiglu_input_fp8(swiglu_, fc1.precision()); }
   // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
-  bool own_input(const GroupedLinear& l) const { return fp32_ref_ || !l.keeps_input_copy(); }
+  bool own_input(const GroupedLinear& l) const { return !l.keeps_input_copy(); }
   MoEActivations own_;
   MoEActivations* shared_ = nullptr;
 };

@@ -1,11 +1,14 @@
-// mxtrain/nn/parallel.h — what a model needs to run its share of a tensor-, sequence- or
-// expert-parallel layer (docs/distributed.md, "Parallel layouts"): each group's size, rank and
-// collectives, and the bytes and time they cost.
+// mxtrain/nn/parallel.h — what a model's layers need to run their share of a tensor-,
+// sequence- or expert-parallel layout (docs/distributed.md, "Parallel layouts"): each group's
+// size, rank and collectives, a Linear's parallel role, the sequence split of a micro-batch,
+// expert parallelism's row payloads, and the bytes and time the collectives cost.
 //
-// The model calls Collectives; dist implements them over MPI sub-communicators
+// The layers call Collectives; dist implements them over MPI sub-communicators
 // (dist/mesh.h, comm_collectives), so nn stays free of MPI. A ModelParallel without groups is
-// one process. The model sorts its traffic into ParallelStats by what it carries, as the metrics
-// report it (docs/config.md, "Outputs"):
+// one process. A Linear constructed with a LinearParallel does its own gathers, reduce-scatters
+// and all-reduces (nn/linear.h); an MoE layer its own expert exchange (nn/moe.h). They sort
+// their traffic into ParallelStats by what it carries, as the metrics report it
+// (docs/config.md, "Outputs"):
 //   tp_comm_bytes      every TP/SP collective this rank sent
 //   tp_allgather_bytes the all-gathers among them: forward activations and backward gradients,
 //                      the traffic that can travel in FP8
@@ -18,9 +21,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "mxtrain/aligned.h"
 #include "mxtrain/common.h"
+#include "mxtrain/nn/parameter.h"
 #include "mxtrain/qtensor.h"
 
 namespace mxtrain {
@@ -52,6 +57,9 @@ struct ParallelStats {
   uint64_t tp_comm_bytes = 0, tp_allgather_bytes = 0;
   uint64_t ep_comm_bytes = 0, ep_dispatch_bytes = 0;
   double tp_ms = 0, ep_ms = 0;
+  // Some sequence-parallel gather sent FP32 rows: a copy whose blocks span two ranks' rows
+  // (colwise blocks longer than a rank's N/tp tokens, a tile or a tensor scale).
+  bool sp_fp32_route = false;
 };
 
 // What sequence parallelism's all-gathers carry (docs/distributed.md, "Sequence parallel"):
@@ -92,46 +100,57 @@ struct ModelParallel {
   int etp_rank() const { return etp ? etp->rank() : 0; }
 };
 
-// ---- sequence parallelism's all-gathers (docs/distributed.md, "Sequence parallel") --------
+// ---- a Linear's role (Megatron's column- and row-parallel pairs) ----------------------------
+//
+// With a group of size P (nn/linear.h does the collectives; `rows` are x's rows on this rank):
+//   none    nothing crosses ranks: every rank computes the whole product on its rows;
+//   column  W holds this rank's rows of the output features. x [rows, in] -> y [rows, out/P];
+//           the input gradient is this rank's part, summed over the group (all-reduce);
+//   row     W holds this rank's columns of the input features. x [rows, in/P] -> y [rows,
+//           out], the ranks' partial products summed over the group (all-reduce).
+// With sequence parallelism the residual stream outside the pair is split by tokens
+// (SequenceShard): a column Linear takes this rank's rows [rows, in] of the norm's output and
+// all-gathers them as the copies its products read (the wire, SequenceWire), giving y
+// [P·rows, out/P]; its input gradient is reduce-scattered back to [rows, in]. A row Linear's
+// partial outputs are reduce-scattered: y [rows/P, out]; its output gradient arrives as this
+// rank's rows [rows/P, out] and is all-gathered as the copies dgrad and wgrad read. The
+// gathered copies are the bytes one process quantizes, so the products are the one-process
+// products. Without a group every mode is none.
+enum class ParallelMode : uint8_t { none, column, row };
 
-// The copies `copies` (format f) of the whole matrix [size·Ns, K] of which rank r holds rows
-// [r·Ns, (r+1)·Ns) in `shard` [Ns, K] FP32: exactly the copies make_copies makes of the whole
-// matrix. A copy whose blocks lie within a shard's rows travels as its codes and scales —
-// bf16 and rowwise always, colwise when Ns is a multiple of the block edge; any other is made
-// from the gathered FP32 shards (4 bytes per element, exact too), and *fp32_route is set.
-// Returns the bytes this rank sent.
-uint64_t gather_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
-                       const TensorFormat& f, CopySet copies, QTensor& out,
-                       bool* fp32_route = nullptr);
-// SequenceWire::rowwise: adds to `q` (a gathered rowwise or BF16 copy of an [M, K] matrix)
-// the copies `want` (format f) quantized from the values it holds; scratch grows to [M·K]
-// floats only when there is a copy to make (under bf16 the gathered copy is all wgrad reads).
-void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch);
-// The whole FP32 matrix: out [size·Ns, K].
-uint64_t gather_rows(Collectives& group, const float* shard, int64_t Ns, int64_t K, float* out);
-
-// A sequence-parallel backward's gathers on either wire, for the model and bench-layers alike.
-// The cost is the gather's alone: quantizing derived copies counts as compute, not as
-// communication.
-struct GatherCost {
-  uint64_t bytes = 0;       // sent by this rank
-  double ms = 0;            // spent in the gather
-  bool fp32_route = false;  // some copy travelled as FP32 rows (gather_copies)
+struct LinearParallel {
+  ParallelMode mode = ParallelMode::none;
+  Collectives* group = nullptr;    // the tensor-parallel group (null: one rank)
+  bool sequence_parallel = false;  // with a group: the residual stream is split by tokens
+  SequenceWire wire = SequenceWire::exact;
+  ParallelStats* stats = nullptr;  // where the collectives are counted (null: nowhere)
+  bool active() const { return group && mode != ParallelMode::none; }
+  bool gathers() const { return active() && sequence_parallel; }
+  int size() const { return group ? group->size() : 1; }
 };
-// Row-parallel backward: into q, the copies of the output gradient [size·Ns, O] (this rank's
-// rows in dy_shard [Ns, O], format f) that dgrad and wgrad read. exact: both gathered;
-// rowwise: dgrad's gathered, wgrad's quantized from them here (scratch grows to [size·Ns, O]).
-GatherCost gather_grad_copies(Collectives& group, const float* dy_shard, int64_t Ns, int64_t O,
-                              const TensorFormat& f, CopySet dgrad, CopySet wgrad,
-                              SequenceWire wire, QTensor& q, FloatBuffer& scratch);
-// Column-parallel backward: the input copies wgrad reads. exact: gathered again from this
-// rank's rows `shard` [Ns, K] into `regathered`, which is returned; rowwise: quantized from
-// `kept` (the forward's gathered copy, [size·Ns, K]) into it, which is returned (scratch
-// grows to [size·Ns, K]).
-QTensor& input_wgrad_copies(Collectives& group, const float* shard, int64_t Ns, int64_t K,
-                            const TensorFormat& f, CopySet wgrad, SequenceWire wire,
-                            QTensor& kept, QTensor& regathered, FloatBuffer& scratch,
-                            GatherCost& cost);
+
+// ---- sequence parallelism's split of a micro-batch ------------------------------------------
+
+// The rows of a micro-batch's N tokens this rank's residual stream holds: rank r of the group
+// rows [r·N/P, (r+1)·N/P); without a group (no sequence parallelism) all N. The embedding,
+// the norms, the residual adds and the LM head run on these rows alone.
+struct SequenceShard {
+  Collectives* group = nullptr;
+  ParallelStats* stats = nullptr;
+
+  int64_t rows(int64_t N) const { return group ? N / group->size() : N; }
+  int64_t first(int64_t N) const { return group ? rows(N) * group->rank() : 0; }
+  bool split() const { return group != nullptr; }
+  int parts() const { return group ? group->size() : 1; }
+  // Throws unless the group's ranks get equal shares of N tokens.
+  void check(int64_t N) const;
+  // `sums` [n]: each rank's part, summed over the group in place (a loss over the micro-batch
+  // from the ranks' shares); nothing without a group.
+  void sum(double* sums, int n) const;
+  // Marks every parameter that is not a slice as holding this rank's part of the group's
+  // gradient (ParamSplit::partial_grad): it saw this rank's rows alone. Nothing without a group.
+  void mark_partial_grads(const std::vector<Parameter*>& params) const;
+};
 
 // ---- expert parallelism's token rows (docs/distributed.md, "Expert parallel") ------------
 // A row of D values travels as its rowwise copy in format f: BF16 values for an unscaled

@@ -1,9 +1,9 @@
-// nn/transformer_config.cc — ModelConfig checks and the static module description
-// (nn/transformer.h): what the precision policy sees before any weight is allocated.
+// nn/model_config.cc — ModelConfig checks and the static module description
+// (nn/model_config.h): what the precision policy sees before any weight is allocated.
 #include <cmath>
 
 #include "mxtrain/common.h"
-#include "mxtrain/nn/transformer.h"
+#include "mxtrain/nn/model_config.h"
 
 namespace mxtrain {
 
