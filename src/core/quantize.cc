@@ -18,6 +18,7 @@
 #include "core/quantize_block_kernels.h"
 #include "core/quantize_fp4_kernels.h"
 #include "core/quantize_kernels.h"
+#include "core/quantize_split.h"
 #include "mxtrain/common.h"
 
 namespace mxtrain {
@@ -188,32 +189,8 @@ uint8_t mx_scale_byte(float amax, const QuantConfig& cfg) {
 
 namespace {
 
-// Below this many elements the work runs on the calling thread only.
-constexpr int64_t kParallelMin = int64_t(1) << 16;
 // Element-wise helpers split into chunks of this many elements.
 constexpr int64_t kElemChunk = int64_t(1) << 16;
-
-// Runs fn(Region) over X[M,K] split among the OpenMP threads. With at least as many B-row
-// strips as threads (B: the block edge, 32 for MX, 128 for FP32-scaled blocks), each thread
-// gets one contiguous range of whole strips (one call, so the kernels can pipeline across
-// it); otherwise every strip is split into one column range per thread. Boundaries are
-// multiples of B, so no block is shared and the bytes written do not depend on the split.
-template <class Fn>
-void for_each_unit(int64_t M, int64_t K, Fn&& fn, int64_t B = kMXBlock) {
-  const int64_t nrb = ceil_div(M, B), ncb = ceil_div(K, B);
-#pragma omp parallel if (M * K >= kParallelMin)
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    if (nrb >= nt) {
-      const int64_t s0 = nrb * t / nt, s1 = nrb * (t + 1) / nt;
-      if (s0 < s1) fn(Region{s0 * B, std::min(M, s1 * B), 0, K});
-    } else {
-      const int64_t b0 = ncb * t / nt, b1 = ncb * (t + 1) / nt;
-      for (int64_t rb = 0; rb < nrb && b0 < b1; ++rb)
-        fn(Region{rb * B, std::min(M, (rb + 1) * B), b0 * B, std::min(K, b1 * B)});
-    }
-  }
-}
 
 void check_input(const void* x, int64_t M, int64_t K, const char* what) {
   MXT_CHECK(M >= 0 && K >= 0, what, ": shape must be non-negative, got ", M, "x", K);
@@ -274,7 +251,7 @@ void quantize_into_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
          : out.layout == MXLayout::colwise ? k.colwise_bf16
                                            : k.tile32_bf16;
   }
-  for_each_unit(M, K, [&](Region g) { fn(x, p, g, o); });
+  for_each_unit(M, K, kMXBlock, [&](Region g) { fn(x, p, g, o); });
 }
 
 template <class T>
@@ -288,9 +265,9 @@ void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
   const QParams p{M, K, cfg.elem, cfg.rounding};
   const QOut ro = view(rowwise), co = view(colwise);
   if constexpr (std::is_same_v<T, float>) {
-    for_each_unit(M, K, [&](Region g) { k.dual_f32(x, p, g, ro, co); });
+    for_each_unit(M, K, kMXBlock, [&](Region g) { k.dual_f32(x, p, g, ro, co); });
   } else {
-    for_each_unit(M, K, [&](Region g) { k.dual_bf16(x, p, g, ro, co); });
+    for_each_unit(M, K, kMXBlock, [&](Region g) { k.dual_bf16(x, p, g, ro, co); });
   }
 }
 
@@ -347,7 +324,7 @@ void quantize_blocks_impl(const T* x, int64_t M, int64_t K, MXLayout layout,
          : layout == MXLayout::colwise ? k.colwise_bf16
                                        : k.tile_bf16;
   }
-  for_each_unit(M, K, [&](Region g) { fn(x, p, g, o); }, kFp32ScaleBlock);
+  for_each_unit(M, K, kFp32ScaleBlock, [&](Region g) { fn(x, p, g, o); });
 }
 
 template <class T>
@@ -362,9 +339,9 @@ void quantize_blocks_dual_impl(const T* x, int64_t M, int64_t K, const BlockQuan
   const kern::BParams p = block_params(M, K, cfg);
   const kern::BOut ro = block_view(rowwise), co = block_view(colwise);
   if constexpr (std::is_same_v<T, float>) {
-    for_each_unit(M, K, [&](Region g) { k.dual_f32(x, p, g, ro, co); }, kFp32ScaleBlock);
+    for_each_unit(M, K, kFp32ScaleBlock, [&](Region g) { k.dual_f32(x, p, g, ro, co); });
   } else {
-    for_each_unit(M, K, [&](Region g) { k.dual_bf16(x, p, g, ro, co); }, kFp32ScaleBlock);
+    for_each_unit(M, K, kFp32ScaleBlock, [&](Region g) { k.dual_bf16(x, p, g, ro, co); });
   }
 }
 

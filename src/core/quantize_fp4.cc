@@ -5,7 +5,7 @@
 // API -> here -> kernels (quantize_fp4_kernels.h) through one PathTable. The per-tensor amax
 // is an integer max of |x| bits over 2^16-element chunks (exact, so the split does not
 // matter); the blocks are split over OpenMP threads in whole strips of B rows or column ranges
-// that are multiples of B (for_each_unit's rule), and the transform in groups of 16 rows:
+// that are multiples of B (core/quantize_split.h), and the transform in groups of 16 rows:
 // nothing depends on the thread count.
 #include <omp.h>
 
@@ -16,6 +16,7 @@
 
 #include "core/dispatch.h"
 #include "core/quantize_fp4_kernels.h"
+#include "core/quantize_split.h"
 #include "mxtrain/common.h"
 
 namespace mxtrain {
@@ -40,7 +41,6 @@ const PathTable<Fp4QuantizeKernels>& fp4_table() {
   return t;
 }
 
-constexpr int64_t kParallelMin = int64_t(1) << 16;
 constexpr int64_t kChunk = int64_t(1) << 16;
 
 // TransformerEngine's wgrad sign vector.
@@ -53,24 +53,6 @@ void check_input(const void* x, int64_t M, int64_t K, const char* what) {
             "x", K, " is too large (", M, " * ", K, " elements exceed 2^48)");
   MXT_CHECK(x != nullptr || n == 0, what, ": input pointer is null for a ", M, "x", K,
             " tensor");
-}
-
-// The blocks split over threads (quantize.cc's for_each_unit rule, block edge B).
-template <class Fn>
-void for_each_unit(int64_t M, int64_t K, int64_t B, Fn&& fn) {
-  const int64_t nrb = ceil_div(M, B), ncb = ceil_div(K, B);
-#pragma omp parallel if (M * K >= kParallelMin)
-  {
-    const int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    if (nrb >= nt) {
-      const int64_t s0 = nrb * t / nt, s1 = nrb * (t + 1) / nt;
-      if (s0 < s1) fn(Region{s0 * B, std::min(M, s1 * B), 0, K});
-    } else {
-      const int64_t b0 = ncb * t / nt, b1 = ncb * (t + 1) / nt;
-      for (int64_t rb = 0; rb < nrb && b0 < b1; ++rb)
-        fn(Region{rb * B, std::min(M, (rb + 1) * B), b0 * B, std::min(K, b1 * B)});
-    }
-  }
 }
 
 template <class T>
