@@ -45,8 +45,9 @@ void BM_GemmBf16(benchmark::State& state) {
 void BM_GemmMx(benchmark::State& state) {
   const int64_t T = state.range(0), in = state.range(1), out = state.range(2);
   const QuantConfig cfg;
-  const MXTensor x = quantize(random_input(T * in, 1).data(), T, in, MXLayout::rowwise, cfg);
-  const MXTensor w = quantize(random_input(out * in, 2).data(), out, in, MXLayout::rowwise, cfg);
+  const ScaledTensor x = quantize(random_input(T * in, 1).data(), T, in, MXLayout::rowwise, cfg);
+  const ScaledTensor w =
+      quantize(random_input(out * in, 2).data(), out, in, MXLayout::rowwise, cfg);
   std::vector<float> y(T * out);
   for (auto _ : state) {
     gemm_mx(false, x, true, w, y.data(), out, false);

@@ -36,11 +36,12 @@ void BM_Quantize(benchmark::State& state) {
   set_isa(isa);
   const std::vector<float> x = random_input(M * K);
   const QuantConfig cfg;
-  MXTensor a = MXTensor::empty(M, K, layout == 1 ? MXLayout::colwise : layout == 3
-                                                          ? MXLayout::tile
-                                                          : MXLayout::rowwise,
-                               cfg.elem);
-  MXTensor b = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);
+  ScaledTensor a = ScaledTensor::empty(M, K,
+                                       layout == 1   ? MXLayout::colwise
+                                       : layout == 3 ? MXLayout::tile
+                                                     : MXLayout::rowwise,
+                                       cfg.elem);
+  ScaledTensor b = ScaledTensor::empty(M, K, MXLayout::colwise, cfg.elem);
   for (auto _ : state) {
     if (layout == 2) quantize_dual(x.data(), M, K, cfg, a, b);
     else quantize_into(x.data(), M, K, cfg, a);

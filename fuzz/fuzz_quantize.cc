@@ -35,7 +35,7 @@ struct Case {
   int64_t M, K;
   std::vector<float> x;
   std::vector<uint16_t> xb;
-  MXTensor q;  // dequantize operand: arbitrary codes and scales
+  ScaledTensor q;  // dequantize operand: arbitrary codes and scales
 };
 
 // Every byte the operation produces, in a fixed order.
@@ -45,7 +45,7 @@ std::vector<uint8_t> run(const Case& c) {
     const uint8_t* b = static_cast<const uint8_t*>(p);
     out.insert(out.end(), b, b + n);
   };
-  auto add_tensor = [&](const MXTensor& t) {
+  auto add_tensor = [&](const ScaledTensor& t) {
     add(t.data.data(), t.data.size());
     add(t.scales.data(), t.scales.size());
   };
@@ -55,7 +55,7 @@ std::vector<uint8_t> run(const Case& c) {
     case kQuantBf16: add_tensor(quantize(c.xb.data(), c.M, c.K, c.layout, c.cfg)); break;
     case kDualF32:
     case kDualBf16: {
-      MXTensor r, col;
+      ScaledTensor r, col;
       if (c.op == kDualF32) quantize_dual(c.x.data(), c.M, c.K, c.cfg, r, col);
       else quantize_dual(c.xb.data(), c.M, c.K, c.cfg, r, col);
       add_tensor(r);
@@ -123,7 +123,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     c.xb[i] = uint16_t(b >> 16);
   }
   if (c.op == kDeqF32 || c.op == kDeqBf16) {
-    c.q = MXTensor::empty(c.M, c.K, c.layout, c.cfg.elem);
+    c.q = ScaledTensor::empty(c.M, c.K, c.layout, c.cfg.elem);
     for (size_t i = 0; i < c.q.data.size(); ++i) c.q.data[i] = byte(i);
     for (size_t i = 0; i < c.q.scales.size(); ++i) c.q.scales[i] = byte(n + i * 7);
   }

@@ -60,7 +60,7 @@ py::dict quantize_fp4_py(const py::handle& x_obj, const std::string& kind,
   }
   py::array xa = matrix_arg(x_obj, "x");
   const int64_t M = xa.shape(0), K = xa.shape(1);
-  MXTensor q;
+  ScaledTensor q;
   float used = 0.f;
   {
     if (!has_dtype<float>(xa) && !has_dtype<uint16_t>(xa))
@@ -100,7 +100,7 @@ py::array dequantize_fp4_py(const py::dict& q, int64_t cols, const std::string& 
   py::array s = matrix_arg(q["scale"], "q['scale']");
   if (!has_dtype<uint8_t>(d) || !has_dtype<uint8_t>(s))
     throw py::type_error("q['data'] and q['scale'] must have dtype uint8");
-  MXTensor t;
+  ScaledTensor t;
   t.rows = d.shape(0);
   t.cols = cols;
   t.layout = layout_arg(layout);

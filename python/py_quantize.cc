@@ -40,7 +40,7 @@ Input input_arg(const py::handle& h, const char* name) {
   return in;
 }
 
-MXTensor quantize_one(const Input& x, MXLayout layout, const QuantConfig& cfg) {
+ScaledTensor quantize_one(const Input& x, MXLayout layout, const QuantConfig& cfg) {
   py::gil_scoped_release nogil;
   return x.f32 ? quantize(x.f32, x.rows, x.cols, layout, cfg)
                : quantize(x.bf16, x.rows, x.cols, layout, cfg);
@@ -49,7 +49,7 @@ MXTensor quantize_one(const Input& x, MXLayout layout, const QuantConfig& cfg) {
 // Whether recipe r keeps a weight as one tile copy (else rowwise + colwise).
 bool weight_tiled(const Recipe& r) { return copies_needed(r, Role::weight).has(Copy::tile); }
 
-void put(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
+void put(py::dict& d, const char* data_key, const char* scale_key, ScaledTensor& t) {
   const int64_t sr = t.scale_rows(), sc = t.scale_cols();
   d[data_key] = owning_array(std::move(t.data), t.rows, t.row_bytes());
   d[scale_key] = owning_array(std::move(t.scales), sr, sc);
@@ -73,7 +73,7 @@ py::dict quantize_fp4_recipe_py(const py::handle& x_obj, const io::QuantizeSetup
                          Names{Copy::colwise, "colwise", "colwise_scale", "colwise_tensor_scale"},
                          Names{Copy::tile, "data", "scale", "tensor_scale"}}) {
     if (!q.has(n.c)) continue;
-    MXTensor& t = q.scaled(n.c);
+    ScaledTensor& t = q.scaled(n.c);
     if (t.has_tensor_scale) {
       py::array_t<float> ts(1);
       ts.mutable_data()[0] = t.tensor_scale;
@@ -85,7 +85,7 @@ py::dict quantize_fp4_recipe_py(const py::handle& x_obj, const io::QuantizeSetup
 }
 
 // An FP32-scaled copy's codes (uint8, owned) and scale_inv grid (float32) into d.
-void put_fp32(py::dict& d, const char* data_key, const char* scale_key, MXTensor& t) {
+void put_fp32(py::dict& d, const char* data_key, const char* scale_key, ScaledTensor& t) {
   const int64_t sr = t.scale_rows(), sc = t.scale_cols();
   std::vector<float> s(size_t(sr * sc));
   std::memcpy(s.data(), t.scales.data(), s.size() * sizeof(float));
@@ -98,7 +98,7 @@ py::dict quantize_blocks_py(const Input& x, const io::QuantizeSetup& s) {
   const TensorFormat& f = s.format();
   const BlockQuantConfig cfg{f.elem, f.scale, f.amax_epsilon};
   py::dict out;
-  MXTensor a, b;
+  ScaledTensor a, b;
   {
     py::gil_scoped_release nogil;
     if (s.role == Role::weight)
@@ -121,7 +121,7 @@ py::dict quantize_blocks_py(const Input& x, const io::QuantizeSetup& s) {
 // fp8-current: one copy ("data") and its one scale_inv, float32 [1].
 py::dict quantize_tensor_py(const Input& x, const io::QuantizeSetup& s) {
   const TensorQuantConfig cfg{s.format().elem, s.format().amax_epsilon};
-  MXTensor t;
+  ScaledTensor t;
   {
     py::gil_scoped_release nogil;
     if (x.f32)
@@ -158,11 +158,11 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
   const QuantConfig cfg = setup.cfg;
   py::dict out;
   if (weight_tiled(r)) {
-    MXTensor t = quantize_one(x, MXLayout::tile, cfg);
+    ScaledTensor t = quantize_one(x, MXLayout::tile, cfg);
     put(out, "data", "scale", t);
     return out;
   }
-  MXTensor row, col;
+  ScaledTensor row, col;
   {
     py::gil_scoped_release nogil;
     if (x.f32)
@@ -186,8 +186,8 @@ py::dict quantize_py(const py::handle& x_obj, const std::string& recipe_name,
 // A copy rebuilt from q[data_key] (uint8 codes) and q[scale_key], checked against each other:
 // MX (uint8 E8M0 bytes), or with `fp32` FP32-scaled 128 blocks (float32 scale_inv values;
 // dequantize reads code * scale_inv whether they were pow2 or not).
-MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
-                          MXLayout layout, Elem elem, bool fp32 = false) {
+ScaledTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* scale_key,
+                              MXLayout layout, Elem elem, bool fp32 = false) {
   for (const char* k : {data_key, scale_key})
     if (!q.contains(k)) missing_key(q, k);
   const std::string dname = std::string("q['") + data_key + "']";
@@ -200,7 +200,7 @@ MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* s
     throw py::type_error(sname + " must have dtype " +
                          (fp32 ? "float32 (scale_inv values)" : "uint8") + ", got " +
                          dtype_of(s));
-  MXTensor t = MXTensor::empty(d.shape(0), d.shape(1), layout, elem);
+  ScaledTensor t = ScaledTensor::empty(d.shape(0), d.shape(1), layout, elem);
   if (fp32) {
     t.scale_type = ScaleType::fp32_pow2;
     t.block = kFp32ScaleBlock;
@@ -219,7 +219,7 @@ MXTensor tensor_from_dict(const py::dict& q, const char* data_key, const char* s
 }
 
 // A per-tensor copy rebuilt from q["data"] (uint8 codes) and q["scale_inv"] (float32 [1]).
-MXTensor tensor_from_scalar_dict(const py::dict& q, Elem elem) {
+ScaledTensor tensor_from_scalar_dict(const py::dict& q, Elem elem) {
   for (const char* k : {"data", "scale_inv"})
     if (!q.contains(k)) missing_key(q, k);
   py::array d = matrix_arg(q["data"], "q['data']");
@@ -233,7 +233,7 @@ MXTensor tensor_from_scalar_dict(const py::dict& q, Elem elem) {
   if (s.ndim() != 1 || s.shape(0) != 1)
     throw py::value_error("q['scale_inv'] has shape " + shape_of(s) +
                           ", but a per-tensor copy has one scale_inv, shape (1,)");
-  MXTensor t;
+  ScaledTensor t;
   t.rows = d.shape(0);
   t.cols = d.shape(1);
   t.layout = MXLayout::tile;
@@ -261,7 +261,7 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
     if (layout_obj && *layout_obj != "tile")
       throw py::value_error("layout '" + *layout_obj + "' does not exist for recipe '" +
                             r.name + "'; valid: tile");
-    MXTensor t = tensor_from_scalar_dict(q, elem);
+    ScaledTensor t = tensor_from_scalar_dict(q, elem);
     std::vector<float> y(size_t(t.rows * t.cols));
     {
       py::gil_scoped_release nogil;
@@ -272,7 +272,7 @@ py::array dequantize_py(const py::handle& q_obj, const std::string& recipe_name,
   // blockwise: a weight's dict holds the tile copy ("data"), an input's the two 1-D copies.
   const bool tiled = fp32 ? q.contains("data") : weight_tiled(r);
   const std::string layout = layout_obj.value_or(tiled ? "tile" : "rowwise");
-  MXTensor t;
+  ScaledTensor t;
   if (fp32 && tiled && layout == "tile")
     t = tensor_from_dict(q, "data", "scale_inv", MXLayout::tile, elem, true);
   else if (fp32 && !tiled && (layout == "rowwise" || layout == "colwise"))

@@ -18,7 +18,8 @@ int main() {
   for (size_t i = 0; i < x.size(); ++i) x[i] = cycle[i % 5];
 
   mxtrain::QuantConfig cfg;  // E4M3 elements, rceil scale rounding
-  mxtrain::MXTensor q = mxtrain::quantize(x.data(), rows, cols, mxtrain::MXLayout::rowwise, cfg);
+  mxtrain::ScaledTensor q =
+      mxtrain::quantize(x.data(), rows, cols, mxtrain::MXLayout::rowwise, cfg);
   std::vector<float> back(x.size());
   mxtrain::dequantize(q, back.data());
 

@@ -82,7 +82,7 @@ struct AlignedAllocator {
   bool operator==(const AlignedAllocator<U, kAlign>&) const noexcept { return true; }
 };
 
-// Bytes on a 64-byte boundary (MXTensor codes and scales).
+// Bytes on a 64-byte boundary (ScaledTensor codes and scales).
 using ByteBuffer = std::vector<uint8_t, AlignedAllocator<uint8_t>>;
 // FP32 tensors a training step streams through (activations, gradients, saved inputs): on a
 // cache line, and on huge pages from kHugeMin bytes on.

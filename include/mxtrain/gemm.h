@@ -74,7 +74,7 @@ void gemm_ref_f64(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
 Path gemm_mx_path();
 
 // MX-scaled GEMM. A, B are whole quantized matrices; M, N, K follow from their shapes.
-void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,
+void gemm_mx(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, float* C,
              int64_t ldc, bool accumulate);
 
 // Group list for experts: offsets[g]..offsets[g+1] are expert g's rows. Built from counts

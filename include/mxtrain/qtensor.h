@@ -9,7 +9,7 @@
 //              output axis dgrad reduces over for a weight);
 //   tile     — scaled, 2-D blocks (or one scale for the tensor), serving both axes.
 // `present` says which copies hold the matrix now — the one presence signal for every copy.
-// A scaled copy is an MXTensor (quantize.h): codes plus a scale grid whose element format,
+// A scaled copy is a ScaledTensor (quantize.h): codes plus a scale grid whose element format,
 // scale type and block size travel with it, so other block sizes and scale types need no new
 // member. How a kernel decodes or packs them is the product's business (gemm.h); layers,
 // FSDP's gathered weights and the CLI fill and read these members and ask copies_needed()
@@ -79,15 +79,15 @@ CopySet copies_needed(const Recipe& r, Role role);
 struct QTensor {
   int64_t rows = 0, cols = 0;
   Bf16Buffer bf16;                  // Copy::bf16: [rows, cols] BF16 bits
-  MXTensor rowwise, colwise, tile;  // the scaled copies
+  ScaledTensor rowwise, colwise, tile;  // the scaled copies
   CopySet present;                  // the copies that hold this matrix now
 
   bool has(Copy c) const { return present.has(c); }
   bool has_all(CopySet s) const { return present.contains(s); }
   bool empty() const { return present.empty(); }
   // The scaled copy of that kind (not bf16).
-  MXTensor& scaled(Copy c);
-  const MXTensor& scaled(Copy c) const;
+  ScaledTensor& scaled(Copy c);
+  const ScaledTensor& scaled(Copy c) const;
   // Bytes of the copies present.
   size_t bytes() const;
   // Marks every copy absent but keeps the storage for the next fill (no page faults).

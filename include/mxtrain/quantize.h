@@ -54,7 +54,7 @@ struct QuantConfig {
 // kernels of this file make and read 8-bit codes with E8M0 scales per 32-element block (MX);
 // a copy with other ones (FP32 scales, 128-element blocks, 4-bit codes) is the same struct,
 // and the functions below refuse it with an error naming it.
-struct MXTensor {
+struct ScaledTensor {
   int64_t rows = 0, cols = 0;
   MXLayout layout = MXLayout::rowwise;
   Elem elem = Elem::e4m3;
@@ -103,7 +103,7 @@ struct MXTensor {
   // E8M0 scale byte that applies to element (r, c) (an MX copy).
   uint8_t scale_at(int64_t r, int64_t c) const;
   // Allocate data and scales for the given shape and layout (contents unspecified), MX.
-  static MXTensor empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem);
+  static ScaledTensor empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem);
 };
 
 // Scale exponent rule (docs/numerics.md, "The scale exponent") for one block's amax (finite,
@@ -114,24 +114,25 @@ uint8_t mx_scale_byte(float amax, const QuantConfig& cfg);
 // x: [M, K] row-major, FP32 or BF16 bits. NaN/Inf anywhere in a block -> scale 0xFF and NaN
 // elements for that block (the tensor-level API never throws on NaN; callers that must
 // reject NaN use has_nonfinite()).
-MXTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout, const QuantConfig& cfg);
-MXTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                  const QuantConfig& cfg);
+ScaledTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout,
+                      const QuantConfig& cfg);
+ScaledTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                      const QuantConfig& cfg);
 // Into preallocated output (shape/layout taken from `out`, which must match M, K).
-void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg, MXTensor& out);
+void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg, ScaledTensor& out);
 void quantize_into(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& out);
+                   ScaledTensor& out);
 
 // Dual-axis: rowwise and colwise copies from one read of x (both from the original values).
 void quantize_dual(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& rowwise, MXTensor& colwise);
+                   ScaledTensor& rowwise, ScaledTensor& colwise);
 void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& rowwise, MXTensor& colwise);
+                   ScaledTensor& rowwise, ScaledTensor& colwise);
 
 // ---- FP32-scaled blocks (docs/numerics.md, "Blockwise FP32 scaling") ----------------------
 // Blocks of 128: rowwise 1x128 along K, colwise 128x1 along M, tile 128x128 (partial blocks
 // at every edge). Each block stores its codes and scale_inv = fl32(1 / scale) as one FP32
-// (MXTensor::scales holds the FP32 values' bytes; scale_type fp32 or fp32_pow2, block 128).
+// (ScaledTensor::scales holds the FP32 values' bytes; scale_type fp32 or fp32_pow2, block 128).
 struct BlockQuantConfig {
   Elem elem = Elem::e4m3;
   ScaleType scale = ScaleType::fp32_pow2;  // fp32_pow2 (scales truncated to 2^k) or fp32
@@ -145,23 +146,23 @@ float block_scale(float amax, const BlockQuantConfig& cfg);
 
 // x: [M, K] FP32 or BF16 bits. Never throws on NaN/Inf: NaN is ignored by the amax and stays
 // NaN; +-Inf saturates to +-max_elem.
-MXTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
-                         const BlockQuantConfig& cfg);
-MXTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                         const BlockQuantConfig& cfg);
-// Into `out` (any MXTensor; reshaped to M x K with that layout, its storage reused).
+ScaledTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
+                             const BlockQuantConfig& cfg);
+ScaledTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                             const BlockQuantConfig& cfg);
+// Into `out` (any ScaledTensor; reshaped to M x K with that layout, its storage reused).
 void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
-                          const BlockQuantConfig& cfg, MXTensor& out);
+                          const BlockQuantConfig& cfg, ScaledTensor& out);
 void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                          const BlockQuantConfig& cfg, MXTensor& out);
+                          const BlockQuantConfig& cfg, ScaledTensor& out);
 // Rowwise (1x128) and colwise (128x1) copies from one read of x.
 void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
-                          MXTensor& rowwise, MXTensor& colwise);
-void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
-                          const BlockQuantConfig& cfg, MXTensor& rowwise, MXTensor& colwise);
+                          ScaledTensor& rowwise, ScaledTensor& colwise);
+void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const BlockQuantConfig& cfg,
+                          ScaledTensor& rowwise, ScaledTensor& colwise);
 
 // ---- one FP32 scale for the whole tensor (docs/numerics.md, "Per-tensor FP32 scaling") ----
-// The copy is an MXTensor with layout tile, scale_type fp32, block 0 (one scale for the
+// The copy is a ScaledTensor with layout tile, scale_type fp32, block 0 (one scale for the
 // tensor) and a [1, 1] scale grid holding scale_inv = fl32(1 / scale) as one FP32. Elements
 // are the blockwise ones: saturating RNE of fl32(x * scale); NaN stays NaN.
 struct TensorQuantConfig {
@@ -177,15 +178,15 @@ float tensor_scale(float amax, const TensorQuantConfig& cfg);
 // Current scaling: x [M, K] quantized with tensor_scale(tensor_amax(x)) into `out` (reshaped,
 // storage reused). Returns that amax.
 float quantize_tensor_scaled(const float* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
-                             MXTensor& out);
+                             ScaledTensor& out);
 float quantize_tensor_scaled(const uint16_t* x_bf16, int64_t M, int64_t K,
-                             const TensorQuantConfig& cfg, MXTensor& out);
+                             const TensorQuantConfig& cfg, ScaledTensor& out);
 // A given scale (delayed scaling; finite and > 0): x [M, K] quantized with it. Returns the
 // amax of x, for the history that gives the next step's scale.
 float quantize_tensor_given_scale(const float* x, int64_t M, int64_t K, Elem elem, float scale,
-                                  MXTensor& out);
+                                  ScaledTensor& out);
 float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, Elem elem,
-                                  float scale, MXTensor& out);
+                                  float scale, ScaledTensor& out);
 
 // ---- 4-bit: NVFP4 and MXFP4 (docs/numerics.md, "4-bit formats") ----------------------------
 // E2M1 codes, two per byte (formats.h), in blocks along one axis or square tiles:
@@ -250,13 +251,13 @@ float nvfp4_tensor_scale(float amax);
 // Returns that amax (0 when the copy has no tensor scale). Never throws on NaN/Inf: special
 // blocks follow torchao's rules (docs/numerics.md, "4-bit formats").
 float quantize_fp4(const float* x, int64_t M, int64_t K, MXLayout layout, const Fp4Config& cfg,
-                   MXTensor& out, std::optional<float> amax = {});
+                   ScaledTensor& out, std::optional<float> amax = {});
 float quantize_fp4(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                   const Fp4Config& cfg, MXTensor& out, std::optional<float> amax = {});
+                   const Fp4Config& cfg, ScaledTensor& out, std::optional<float> amax = {});
 // NVFP4 with a given per-tensor decode scale (torchao's per_tensor_scale argument, taken as
 // it is: 0, Inf or NaN give what torchao's formulas give); torchao order only.
 void quantize_nvfp4_given_scale(const float* x, int64_t M, int64_t K, MXLayout layout,
-                                const Fp4Config& cfg, float tensor_scale, MXTensor& out);
+                                const Fp4Config& cfg, float tensor_scale, ScaledTensor& out);
 
 // The random Hadamard transform of x [M, K] along its rows (docs/numerics.md, "The random
 // Hadamard transform"): each group of 16 consecutive rows, per column, becomes
@@ -275,11 +276,11 @@ constexpr int64_t kRhtSize = 16;
 // NVFP4: value = e2m1(code) * fl32(tensor_scale * e4m3(scale)) (torchao's dequantize; the
 // block scale alone without a tensor scale); MXFP4: e2m1(code) * 2^(scale-127). A NaN scale
 // gives NaN. RHT copies give the transformed matrix's values.
-void dequantize(const MXTensor& q, float* out);
+void dequantize(const ScaledTensor& q, float* out);
 // BF16 output with the power-of-two scale folded in (MX copies only). Exact while fp8 * 2^e
 // stays inside BF16's range (which equals FP32's; below 2^-133 results are BF16
 // subnormals/rounded).
-void dequantize_bf16(const MXTensor& q, uint16_t* out);
+void dequantize_bf16(const ScaledTensor& q, uint16_t* out);
 
 // ---- helpers --------------------------------------------------------------------------------
 bool has_nonfinite(const float* x, int64_t n);

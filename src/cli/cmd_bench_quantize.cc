@@ -147,13 +147,13 @@ int run_bench_quantize(const BenchQuantOptions& o) {
   f32_to_bf16_array(in.f32.data(), in.bf16.data(), M * K);
 
   const QuantConfig cfg;  // E4M3, rceil
-  MXTensor row = MXTensor::empty(M, K, MXLayout::rowwise, cfg.elem);
-  MXTensor col = MXTensor::empty(M, K, MXLayout::colwise, cfg.elem);
-  MXTensor tile = MXTensor::empty(M, K, MXLayout::tile, cfg.elem);
+  ScaledTensor row = ScaledTensor::empty(M, K, MXLayout::rowwise, cfg.elem);
+  ScaledTensor col = ScaledTensor::empty(M, K, MXLayout::colwise, cfg.elem);
+  ScaledTensor tile = ScaledTensor::empty(M, K, MXLayout::tile, cfg.elem);
   const BlockQuantConfig bcfg;  // E4M3, fp32_pow2, epsilon 0 (the blockwise recipe's)
-  MXTensor brow = quantize_blocks(in.f32.data(), M, K, MXLayout::rowwise, bcfg);
-  MXTensor bcol = quantize_blocks(in.f32.data(), M, K, MXLayout::colwise, bcfg);
-  MXTensor btile = quantize_blocks(in.f32.data(), M, K, MXLayout::tile, bcfg);
+  ScaledTensor brow = quantize_blocks(in.f32.data(), M, K, MXLayout::rowwise, bcfg);
+  ScaledTensor bcol = quantize_blocks(in.f32.data(), M, K, MXLayout::colwise, bcfg);
+  ScaledTensor btile = quantize_blocks(in.f32.data(), M, K, MXLayout::tile, bcfg);
   const Isa fast = active_isa();
   std::vector<Isa> isas = {fast};
   if (o.scalar && fast != Isa::scalar) isas.push_back(Isa::scalar);

@@ -32,7 +32,7 @@ int run_info(bool json) {
   std::cout << "\nactive path: " << e.active_isa << " (best " << e.best_isa
             << "; override with --isa or MXTRAIN_ISA=scalar|avx2|avx512|avx512vbmi)\n";
   std::cout << "OpenMP threads: " << e.omp_max_threads << "\n";
-  std::cout << "MX GEMM path: " << e.gemm_path << "\n\n";
+  std::cout << "scaled FP8 GEMM path: " << e.gemm_path << "\n\n";
   size_t wop = 0, wpath = 0;
   for (const KernelPath& o : e.kernels) {
     wop = std::max(wop, o.op.size());

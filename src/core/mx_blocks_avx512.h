@@ -52,7 +52,7 @@ constexpr int64_t kStreamMin = int64_t(1) << 23;
 
 // Writes one output row run (a contiguous byte range) 64 bytes at a time, in order. With
 // `nt`, and when the run's start is 4-byte aligned, it uses non-temporal stores. A run that
-// starts on a 64-byte line (the usual case: MXTensor buffers are 64-byte aligned) streams
+// starts on a 64-byte line (the usual case: ScaledTensor buffers are 64-byte aligned) streams
 // each vector as it comes. Otherwise the bytes up to the first 64-byte boundary go out with
 // a masked ordinary store, each later line is assembled from two consecutive input vectors
 // (a dword permute) and streamed to its aligned address, and the bytes after the last

@@ -68,12 +68,12 @@ CopySet copies_needed(const Recipe& r, Role role) {
          copies_needed(r, role, Use::wgrad);
 }
 
-MXTensor& QTensor::scaled(Copy c) {
+ScaledTensor& QTensor::scaled(Copy c) {
   MXT_CHECK(c != Copy::bf16, "internal: the bf16 copy is not a scaled copy");
   return c == Copy::rowwise ? rowwise : c == Copy::colwise ? colwise : tile;
 }
 
-const MXTensor& QTensor::scaled(Copy c) const { return const_cast<QTensor*>(this)->scaled(c); }
+const ScaledTensor& QTensor::scaled(Copy c) const { return const_cast<QTensor*>(this)->scaled(c); }
 
 size_t QTensor::bytes() const {
   size_t n = has(Copy::bf16) ? bf16.size() * sizeof(uint16_t) : 0;
@@ -84,17 +84,17 @@ size_t QTensor::bytes() const {
 
 void QTensor::release() {
   Bf16Buffer().swap(bf16);
-  rowwise = MXTensor{};
-  colwise = MXTensor{};
-  tile = MXTensor{};
+  rowwise = ScaledTensor{};
+  colwise = ScaledTensor{};
+  tile = ScaledTensor{};
   present = {};
 }
 
 namespace {
 
 // out = quantize(x [M, K], layout, cfg), reusing out's storage.
-void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout,
-                    const QuantConfig& cfg, MXTensor& out) {
+void quantize_reuse(const float* x, int64_t M, int64_t K, MXLayout layout, const QuantConfig& cfg,
+                    ScaledTensor& out) {
   out.rows = M;
   out.cols = K;
   out.layout = layout;

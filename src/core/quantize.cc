@@ -142,19 +142,19 @@ const char* layout_name(MXLayout l) {
   return "?";
 }
 
-int64_t MXTensor::scale_rows() const {
+int64_t ScaledTensor::scale_rows() const {
   if (block == 0) return 1;  // one scale for the tensor
   return layout == MXLayout::rowwise ? rows : ceil_div(rows, block);
 }
-int64_t MXTensor::scale_cols() const {
+int64_t ScaledTensor::scale_cols() const {
   if (block == 0) return 1;
   return layout == MXLayout::colwise ? cols : ceil_div(cols, block);
 }
-size_t MXTensor::scale_bytes() const {
+size_t ScaledTensor::scale_bytes() const {
   return size_t(scale_rows() * scale_cols()) * size_t(scale_type_bytes(scale_type));
 }
 
-uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
+uint8_t ScaledTensor::scale_at(int64_t r, int64_t c) const {
   MXT_CHECK(is_mx(), "scale_at: the copy holds ", scale_type_name(scale_type), " scales per ",
             block, "-element block, not E8M0 per 32");
   MXT_CHECK(r >= 0 && r < rows && c >= 0 && c < cols, "scale_at(", r, ", ", c,
@@ -164,16 +164,16 @@ uint8_t MXTensor::scale_at(int64_t r, int64_t c) const {
   return scales[size_t(sr * scale_cols() + sc)];
 }
 
-MXTensor MXTensor::empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem) {
-  MXT_CHECK(rows >= 0 && cols >= 0, "MXTensor shape must be non-negative, got ", rows, "x",
+ScaledTensor ScaledTensor::empty(int64_t rows, int64_t cols, MXLayout layout, Elem elem) {
+  MXT_CHECK(rows >= 0 && cols >= 0, "ScaledTensor shape must be non-negative, got ", rows, "x",
             cols);
   // rows * cols must fit in a signed 64-bit product and in memory addressing; checked
   // before anything is multiplied or allocated.
   int64_t n = 0;
   MXT_CHECK(!__builtin_mul_overflow(rows, cols, &n) && n <= (int64_t(1) << 48),
-            "MXTensor shape ", rows, "x", cols, " is too large (", rows, " * ", cols,
+            "ScaledTensor shape ", rows, "x", cols, " is too large (", rows, " * ", cols,
             " elements exceed 2^48)");
-  MXTensor t;
+  ScaledTensor t;
   t.rows = rows;
   t.cols = cols;
   t.layout = layout;
@@ -199,30 +199,30 @@ void check_input(const void* x, int64_t M, int64_t K, const char* what) {
 }
 
 // The kernels here make and read MX copies only (E8M0 scales per 32-element block).
-void check_is_mx(const MXTensor& t, const char* what) {
+void check_is_mx(const ScaledTensor& t, const char* what) {
   MXT_CHECK(t.is_mx(), what, ": the copy holds ", elem_name(t.elem), " codes with ",
             scale_type_name(t.scale_type), " scales per ", t.block,
             "-element block; the MX kernels handle 8-bit codes with E8M0 scales per 32 only");
 }
 
-void check_out(const MXTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
+void check_out(const ScaledTensor& out, int64_t M, int64_t K, const QuantConfig& cfg,
                const char* what) {
   check_is_mx(out, what);
   MXT_CHECK(out.rows == M && out.cols == K, what, ": output is ", out.rows, "x", out.cols,
-            " but the input is ", M, "x", K, "; allocate it with MXTensor::empty(", M, ", ",
-            K, ", layout, elem)");
+            " but the input is ", M, "x", K, "; allocate it with ScaledTensor::empty(", M, ", ", K,
+            ", layout, elem)");
   MXT_CHECK(out.elem == cfg.elem, what, ": output element format is ", elem_name(out.elem),
             " but the config asks for ", elem_name(cfg.elem));
   MXT_CHECK(out.data.size() == size_t(M * K) &&
                 out.scales.size() == size_t(out.scale_rows() * out.scale_cols()),
             what, ": output buffers have the wrong size (data ", out.data.size(), ", scales ",
-            out.scales.size(), "); allocate it with MXTensor::empty()");
+            out.scales.size(), "); allocate it with ScaledTensor::empty()");
 }
 
-QOut view(MXTensor& t) { return QOut{t.data.data(), t.scales.data(), t.scale_cols()}; }
+QOut view(ScaledTensor& t) { return QOut{t.data.data(), t.scales.data(), t.scale_cols()}; }
 
 // Makes `t` an M x K copy with the given layout/elem, reusing its buffers when possible.
-void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
+void reshape(ScaledTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
   t.rows = M;
   t.cols = K;
   t.layout = layout;
@@ -235,7 +235,7 @@ void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Elem elem) {
 
 template <class T>
 void quantize_into_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg,
-                        MXTensor& out) {
+                        ScaledTensor& out) {
   check_input(x, M, K, "quantize");
   check_out(out, M, K, cfg, "quantize");
   const kern::QuantizeKernels& k = quantize_table().get();
@@ -256,7 +256,7 @@ void quantize_into_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg
 
 template <class T>
 void quantize_dual_impl(const T* x, int64_t M, int64_t K, const QuantConfig& cfg,
-                        MXTensor& rowwise, MXTensor& colwise) {
+                        ScaledTensor& rowwise, ScaledTensor& colwise) {
   check_input(x, M, K, "quantize_dual");
   MXT_CHECK(&rowwise != &colwise, "quantize_dual: rowwise and colwise must be two tensors");
   reshape(rowwise, M, K, MXLayout::rowwise, cfg.elem);
@@ -286,7 +286,7 @@ kern::BParams block_params(int64_t M, int64_t K, const BlockQuantConfig& cfg) {
 }
 
 // Makes `t` an M x K FP32-scaled copy with that layout, reusing its buffers.
-void reshape_blocks(MXTensor& t, int64_t M, int64_t K, MXLayout layout,
+void reshape_blocks(ScaledTensor& t, int64_t M, int64_t K, MXLayout layout,
                     const BlockQuantConfig& cfg) {
   int64_t n = 0;
   MXT_CHECK(!__builtin_mul_overflow(M, K, &n) && n <= (int64_t(1) << 48), "quantize_blocks: ",
@@ -301,13 +301,13 @@ void reshape_blocks(MXTensor& t, int64_t M, int64_t K, MXLayout layout,
   t.scales.resize(t.scale_bytes());
 }
 
-kern::BOut block_view(MXTensor& t) {
+kern::BOut block_view(ScaledTensor& t) {
   return kern::BOut{t.data.data(), reinterpret_cast<float*>(t.scales.data()), t.scale_cols()};
 }
 
 template <class T>
 void quantize_blocks_impl(const T* x, int64_t M, int64_t K, MXLayout layout,
-                          const BlockQuantConfig& cfg, MXTensor& out) {
+                          const BlockQuantConfig& cfg, ScaledTensor& out) {
   check_input(x, M, K, "quantize_blocks");
   check_block_config(cfg, "quantize_blocks");
   reshape_blocks(out, M, K, layout, cfg);
@@ -329,7 +329,7 @@ void quantize_blocks_impl(const T* x, int64_t M, int64_t K, MXLayout layout,
 
 template <class T>
 void quantize_blocks_dual_impl(const T* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
-                               MXTensor& rowwise, MXTensor& colwise) {
+                               ScaledTensor& rowwise, ScaledTensor& colwise) {
   check_input(x, M, K, "quantize_blocks_dual");
   check_block_config(cfg, "quantize_blocks_dual");
   MXT_CHECK(&rowwise != &colwise, "quantize_blocks_dual: rowwise and colwise must be two tensors");
@@ -348,7 +348,7 @@ void quantize_blocks_dual_impl(const T* x, int64_t M, int64_t K, const BlockQuan
 // ---- one FP32 scale for the whole tensor ----
 
 // Makes `t` an M x K per-tensor copy (tile, fp32, block 0, one scale), reusing its buffers.
-void reshape_tensor(MXTensor& t, int64_t M, int64_t K, Elem elem, const char* what) {
+void reshape_tensor(ScaledTensor& t, int64_t M, int64_t K, Elem elem, const char* what) {
   int64_t n = 0;
   MXT_CHECK(!__builtin_mul_overflow(M, K, &n) && n <= (int64_t(1) << 48), what, ": shape ", M,
             "x", K, " is too large (", M, " * ", K, " elements exceed 2^48)");
@@ -383,7 +383,7 @@ float tensor_amax_impl(const T* x, int64_t n) {
 
 // Quantizes x [M, K] with scale s (finite, > 0) into out: codes and scale_inv = fl32(1 / s).
 template <class T>
-void tensor_cast_impl(const T* x, int64_t M, int64_t K, Elem elem, float s, MXTensor& out,
+void tensor_cast_impl(const T* x, int64_t M, int64_t K, Elem elem, float s, ScaledTensor& out,
                       const char* what) {
   reshape_tensor(out, M, K, elem, what);
   const kern::TensorScaleKernels& k = tensor_scale_table().get();
@@ -407,7 +407,7 @@ void check_tensor_config(const TensorQuantConfig& cfg, const char* what) {
 
 template <class T>
 float quantize_tensor_scaled_impl(const T* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
-                                  MXTensor& out) {
+                                  ScaledTensor& out) {
   check_input(x, M, K, "quantize_tensor_scaled");
   check_tensor_config(cfg, "quantize_tensor_scaled");
   const float amax = tensor_amax_impl(x, M * K);
@@ -417,7 +417,7 @@ float quantize_tensor_scaled_impl(const T* x, int64_t M, int64_t K, const Tensor
 
 template <class T>
 float quantize_tensor_given_scale_impl(const T* x, int64_t M, int64_t K, Elem elem, float scale,
-                                       MXTensor& out) {
+                                       ScaledTensor& out) {
   check_input(x, M, K, "quantize_tensor_given_scale");
   MXT_CHECK(scale > 0.f && scale <= FLT_MAX, "quantize_tensor_given_scale: the scale must be ",
             "a finite number > 0, got ", scale);
@@ -428,15 +428,15 @@ float quantize_tensor_given_scale_impl(const T* x, int64_t M, int64_t K, Elem el
 
 // A copy either kind of dequantize reads: its buffers match its shape, element format and
 // layout.
-void check_sizes(const MXTensor& q, const char* what) {
+void check_sizes(const ScaledTensor& q, const char* what) {
   MXT_CHECK(q.rows >= 0 && q.cols >= 0 && q.data.size() == q.data_bytes() &&
                 q.scales.size() == q.scale_bytes(),
-            what, ": malformed MXTensor (", q.rows, "x", q.cols, " ", elem_name(q.elem), ", ",
+            what, ": malformed ScaledTensor (", q.rows, "x", q.cols, " ", elem_name(q.elem), ", ",
             q.data.size(), " data bytes for ", q.data_bytes(), ", ", q.scales.size(),
             " scale bytes for layout ", layout_name(q.layout), ")");
 }
 
-void check_mx(const MXTensor& q, const char* what) {
+void check_mx(const ScaledTensor& q, const char* what) {
   check_is_mx(q, what);
   check_sizes(q, what);
 }
@@ -454,37 +454,39 @@ void for_each_row_chunk(int64_t M, int64_t K, Fn&& fn) {
 
 }  // namespace
 
-MXTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout, const QuantConfig& cfg) {
+ScaledTensor quantize(const float* x, int64_t M, int64_t K, MXLayout layout,
+                      const QuantConfig& cfg) {
   check_input(x, M, K, "quantize");
-  MXTensor out = MXTensor::empty(M, K, layout, cfg.elem);
+  ScaledTensor out = ScaledTensor::empty(M, K, layout, cfg.elem);
   quantize_into_impl(x, M, K, cfg, out);
   return out;
 }
 
-MXTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                  const QuantConfig& cfg) {
+ScaledTensor quantize(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                      const QuantConfig& cfg) {
   check_input(x_bf16, M, K, "quantize");
-  MXTensor out = MXTensor::empty(M, K, layout, cfg.elem);
+  ScaledTensor out = ScaledTensor::empty(M, K, layout, cfg.elem);
   quantize_into_impl(x_bf16, M, K, cfg, out);
   return out;
 }
 
-void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg, MXTensor& out) {
+void quantize_into(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
+                   ScaledTensor& out) {
   quantize_into_impl(x, M, K, cfg, out);
 }
 
 void quantize_into(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& out) {
+                   ScaledTensor& out) {
   quantize_into_impl(x_bf16, M, K, cfg, out);
 }
 
 void quantize_dual(const float* x, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& rowwise, MXTensor& colwise) {
+                   ScaledTensor& rowwise, ScaledTensor& colwise) {
   quantize_dual_impl(x, M, K, cfg, rowwise, colwise);
 }
 
 void quantize_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const QuantConfig& cfg,
-                   MXTensor& rowwise, MXTensor& colwise) {
+                   ScaledTensor& rowwise, ScaledTensor& colwise) {
   quantize_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
 }
 
@@ -494,37 +496,37 @@ float block_scale(float amax, const BlockQuantConfig& cfg) {
                            cfg.scale == ScaleType::fp32_pow2);
 }
 
-MXTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
-                         const BlockQuantConfig& cfg) {
-  MXTensor out;
+ScaledTensor quantize_blocks(const float* x, int64_t M, int64_t K, MXLayout layout,
+                             const BlockQuantConfig& cfg) {
+  ScaledTensor out;
   quantize_blocks_impl(x, M, K, layout, cfg, out);
   return out;
 }
 
-MXTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                         const BlockQuantConfig& cfg) {
-  MXTensor out;
+ScaledTensor quantize_blocks(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
+                             const BlockQuantConfig& cfg) {
+  ScaledTensor out;
   quantize_blocks_impl(x_bf16, M, K, layout, cfg, out);
   return out;
 }
 
 void quantize_blocks_into(const float* x, int64_t M, int64_t K, MXLayout layout,
-                          const BlockQuantConfig& cfg, MXTensor& out) {
+                          const BlockQuantConfig& cfg, ScaledTensor& out) {
   quantize_blocks_impl(x, M, K, layout, cfg, out);
 }
 
 void quantize_blocks_into(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                          const BlockQuantConfig& cfg, MXTensor& out) {
+                          const BlockQuantConfig& cfg, ScaledTensor& out) {
   quantize_blocks_impl(x_bf16, M, K, layout, cfg, out);
 }
 
 void quantize_blocks_dual(const float* x, int64_t M, int64_t K, const BlockQuantConfig& cfg,
-                          MXTensor& rowwise, MXTensor& colwise) {
+                          ScaledTensor& rowwise, ScaledTensor& colwise) {
   quantize_blocks_dual_impl(x, M, K, cfg, rowwise, colwise);
 }
 
-void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K,
-                          const BlockQuantConfig& cfg, MXTensor& rowwise, MXTensor& colwise) {
+void quantize_blocks_dual(const uint16_t* x_bf16, int64_t M, int64_t K, const BlockQuantConfig& cfg,
+                          ScaledTensor& rowwise, ScaledTensor& colwise) {
   quantize_blocks_dual_impl(x_bf16, M, K, cfg, rowwise, colwise);
 }
 
@@ -537,23 +539,23 @@ float tensor_scale(float amax, const TensorQuantConfig& cfg) {
 }
 
 float quantize_tensor_scaled(const float* x, int64_t M, int64_t K, const TensorQuantConfig& cfg,
-                             MXTensor& out) {
+                             ScaledTensor& out) {
   return quantize_tensor_scaled_impl(x, M, K, cfg, out);
 }
 float quantize_tensor_scaled(const uint16_t* x_bf16, int64_t M, int64_t K,
-                             const TensorQuantConfig& cfg, MXTensor& out) {
+                             const TensorQuantConfig& cfg, ScaledTensor& out) {
   return quantize_tensor_scaled_impl(x_bf16, M, K, cfg, out);
 }
 float quantize_tensor_given_scale(const float* x, int64_t M, int64_t K, Elem elem, float scale,
-                                  MXTensor& out) {
+                                  ScaledTensor& out) {
   return quantize_tensor_given_scale_impl(x, M, K, elem, scale, out);
 }
 float quantize_tensor_given_scale(const uint16_t* x_bf16, int64_t M, int64_t K, Elem elem,
-                                  float scale, MXTensor& out) {
+                                  float scale, ScaledTensor& out) {
   return quantize_tensor_given_scale_impl(x_bf16, M, K, elem, scale, out);
 }
 
-void dequantize(const MXTensor& q, float* out) {
+void dequantize(const ScaledTensor& q, float* out) {
   if (q.is_fp4()) {
     check_sizes(q, "dequantize");
     MXT_CHECK(out != nullptr || q.data.empty(), "dequantize: output pointer is null");
@@ -595,7 +597,7 @@ void dequantize(const MXTensor& q, float* out) {
   });
 }
 
-void dequantize_bf16(const MXTensor& q, uint16_t* out) {
+void dequantize_bf16(const ScaledTensor& q, uint16_t* out) {
   check_mx(q, "dequantize_bf16");
   MXT_CHECK(out != nullptr || q.data.empty(), "dequantize_bf16: output pointer is null");
   const kern::DequantizeKernels& k = dequantize_table().get();

@@ -31,7 +31,7 @@ struct BParams {
 struct BOut {
   uint8_t* data;
   float* scale_inv;
-  int64_t ld;  // row stride of the scale grid (= MXTensor::scale_cols())
+  int64_t ld;  // row stride of the scale grid (= ScaledTensor::scale_cols())
 };
 
 // Internal linkage on purpose (see quantize_kernels.h): the AVX-512 files include these too.

@@ -74,7 +74,7 @@ uint32_t amax_bits(const T* x, int64_t n) {
 }
 
 // Makes `t` an M x K 4-bit copy with that layout, reusing its buffers.
-void reshape(MXTensor& t, int64_t M, int64_t K, MXLayout layout, Fp4Kind kind) {
+void reshape(ScaledTensor& t, int64_t M, int64_t K, MXLayout layout, Fp4Kind kind) {
   t.rows = M;
   t.cols = K;
   t.layout = layout;
@@ -135,7 +135,7 @@ float set_te(Fp4Params& p, float amax) {
 }
 
 template <class T>
-void run(const T* x, MXLayout layout, const Fp4Params& p, MXTensor& out) {
+void run(const T* x, MXLayout layout, const Fp4Params& p, ScaledTensor& out) {
   const Fp4QuantizeKernels& k = fp4_table().get();
   const Fp4Out o{out.data.data(), out.scales.data(), out.scale_cols(), out.row_bytes()};
   void (*fn)(const T*, const Fp4Params&, Region, Fp4Out);
@@ -160,7 +160,7 @@ FloatBuffer& rht_scratch() {
 
 template <class T>
 float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const Fp4Config& cfg,
-                        MXTensor& out, std::optional<float> amax) {
+                        ScaledTensor& out, std::optional<float> amax) {
   check_input(x, M, K, "quantize_fp4");
   MXT_CHECK(!cfg.rht || layout == MXLayout::colwise, "quantize_fp4: the random Hadamard ",
             "transform runs along the rows (tokens), for colwise copies only; got a ",
@@ -231,16 +231,16 @@ float nvfp4_tensor_scale(float amax) {
 }
 
 float quantize_fp4(const float* x, int64_t M, int64_t K, MXLayout layout, const Fp4Config& cfg,
-                   MXTensor& out, std::optional<float> amax) {
+                   ScaledTensor& out, std::optional<float> amax) {
   return quantize_fp4_impl(x, M, K, layout, cfg, out, amax);
 }
 float quantize_fp4(const uint16_t* x_bf16, int64_t M, int64_t K, MXLayout layout,
-                   const Fp4Config& cfg, MXTensor& out, std::optional<float> amax) {
+                   const Fp4Config& cfg, ScaledTensor& out, std::optional<float> amax) {
   return quantize_fp4_impl(x_bf16, M, K, layout, cfg, out, amax);
 }
 
 void quantize_nvfp4_given_scale(const float* x, int64_t M, int64_t K, MXLayout layout,
-                                const Fp4Config& cfg, float tensor_scale, MXTensor& out) {
+                                const Fp4Config& cfg, float tensor_scale, ScaledTensor& out) {
   check_input(x, M, K, "quantize_nvfp4_given_scale");
   MXT_CHECK(cfg.kind == Fp4Kind::nvfp4 && cfg.order == Nvfp4Order::torchao && !cfg.rht,
             "quantize_nvfp4_given_scale: NVFP4 in torchao's order, without the transform");

@@ -192,7 +192,7 @@ uint32_t fp4_amax_f32_ref(const float* x, int64_t n);
 uint32_t fp4_amax_bf16_ref(const uint16_t* x, int64_t n);
 void rht_rows_f32_ref(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1, float* out);
 // Dequantize rows [r0, r1) of a 4-bit copy to FP32 (docs/numerics.md, "4-bit formats").
-void dequantize_fp4_f32_ref(const MXTensor& q, int64_t r0, int64_t r1, float* out);
+void dequantize_fp4_f32_ref(const ScaledTensor& q, int64_t r0, int64_t r1, float* out);
 
 // ---- AVX-512 (quantize_fp4_avx512.cc) ------------------------------------------------------
 void quantize_fp4_rowwise_f32_avx512(const float* x, const Fp4Params& p, Region g, Fp4Out out);

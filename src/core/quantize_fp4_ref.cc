@@ -128,7 +128,7 @@ void rht_rows_f32_ref(const float* x, int64_t M, int64_t K, int64_t r0, int64_t 
 
 // NVFP4: e2m1(code) * fl(tensor_scale * e4m3(s)) (the block scale alone without a tensor
 // scale); MXFP4: e2m1(code) * 2^(s - 127). NaN scale: the canonical quiet NaN.
-void dequantize_fp4_f32_ref(const MXTensor& q, int64_t r0, int64_t r1, float* out) {
+void dequantize_fp4_f32_ref(const ScaledTensor& q, int64_t r0, int64_t r1, float* out) {
   const Grid grid{q.layout, q.block};
   const int64_t ld = q.scale_cols(), rb = q.row_bytes();
   for (int64_t r = r0; r < r1; ++r)

@@ -38,7 +38,7 @@ struct QParams {
 struct QOut {
   uint8_t* data;
   uint8_t* scales;
-  int64_t scale_ld;  // row stride of the scale grid (= MXTensor::scale_cols())
+  int64_t scale_ld;  // row stride of the scale grid (= ScaledTensor::scale_cols())
 };
 
 // ---- the scale rule (docs/numerics.md, "The scale exponent") -------------------------------

@@ -24,7 +24,7 @@
 // the sign bytes are picked from the input words once for all the copies of a dual-axis
 // pass; without VBMI a pack, a lane fix-up and a sign merge per copy.
 // For big tensors (kStreamMin) the full pieces' codes go out as non-temporal stores through
-// RowWriter (mx_blocks_avx512.h), whole 64-byte lines (MXTensor buffers are 64-byte aligned;
+// RowWriter (mx_blocks_avx512.h), whole 64-byte lines (ScaledTensor buffers are 64-byte aligned;
 // a row that does not start on a line is realigned); the bytes are the same either way.
 #pragma once
 

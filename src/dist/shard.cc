@@ -122,12 +122,12 @@ int64_t scale_rows_of(MXLayout l, int64_t rows, int64_t B) {
 }
 
 // Bytes of one row of q's scale grid.
-size_t scale_row_bytes(const MXTensor& q) {
+size_t scale_row_bytes(const ScaledTensor& q) {
   return size_t(q.scale_cols()) * size_t(scale_type_bytes(q.scale_type));
 }
 
 // Copies a quantized piece (q: [rows, K]) into a pack part at shard row local_row.
-void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t* out) {
+void put_piece(const ScaledTensor& q, const MxPart& part, int64_t local_row, uint8_t* out) {
   std::memcpy(out + part.data + size_t(local_row * q.row_bytes()), q.data.data(), q.data.size());
   std::memcpy(out + part.scales + size_t(scale_row0(q.layout, local_row, q.block)) *
                                       scale_row_bytes(q),
@@ -136,7 +136,7 @@ void put_piece(const MXTensor& q, const MxPart& part, int64_t local_row, uint8_t
 
 // Copies one piece of a gathered pack part into the full group tensor `dst`.
 void get_piece(const uint8_t* pack, const MxPart& part, int64_t local_row, int64_t group_row,
-               int64_t rows, MXTensor& dst) {
+               int64_t rows, ScaledTensor& dst) {
   const int64_t Kb = dst.row_bytes(), B = dst.block;
   const size_t sr = scale_row_bytes(dst);
   std::memcpy(dst.data.data() + size_t(group_row * Kb),
@@ -223,7 +223,7 @@ void pack_shard(const ShardLayout& L, int rank, const float* shard, CopySet copi
       for (Copy c : kScaled) {
         if (!scaled.has(c)) continue;
         const MXLayout l = layout_of(c);
-        MXTensor& t = q.scaled(c);
+        ScaledTensor& t = q.scaled(c);
         quantize_fp4(x, p.rows, K, l, f.fp4_config(l), t, group_scales[p.group]);
         put_piece(t, pp.part[int(c)], p.local_row, out);
         std::memcpy(out + pp.part[int(c)].tensor_scales + sizeof(float) * size_t(p.group),
@@ -247,7 +247,7 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
   if (copies.has(Copy::bf16)) out.bf16.resize(size_t(L.rows * K));
   for (Copy c : kScaled) {  // reuses the copy's storage when it has some
     if (!copies.has(c)) continue;
-    MXTensor& t = out.scaled(c);
+    ScaledTensor& t = out.scaled(c);
     t.rows = L.rows;
     t.cols = K;
     t.layout = layout_of(c);
@@ -280,7 +280,7 @@ void unpack_group(const ShardLayout& L, CopySet copies, const TensorFormat& f,
     for (Copy c : kScaled) {
       if (!copies.has(c)) continue;
       if (L.tensor_scale) {  // codes in place; the group's one scale_inv (every rank's alike)
-        MXTensor& t = out.scaled(c);
+        ScaledTensor& t = out.scaled(c);
         const MxPart& part = pp.part[int(c)];
         std::memcpy(t.data.data() + size_t(group_row * L.row_bytes),
                     pack + part.data + size_t(local_row * L.row_bytes),

@@ -65,7 +65,7 @@ inline float scale_value(uint8_t b, bool nv) { return nv ? e4m3_to_f32(b) : e8m0
 
 }  // namespace
 
-void decode_fp4_bf16_avx512(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
+void decode_fp4_bf16_avx512(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
   const int64_t ld = t.scale_cols(), rb = t.row_bytes(), B = t.block, K = t.cols;
   const bool nv = t.is_nvfp4();
   for (int64_t r = r0; r < r1; ++r) {

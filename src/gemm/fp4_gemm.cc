@@ -76,7 +76,7 @@ const PathTable<Fp4ProductKernels>& fp4_table() {
   return t;
 }
 
-void decode(DecodeFp4 k, const MXTensor& t, std::vector<uint16_t>& out) {
+void decode(DecodeFp4 k, const ScaledTensor& t, std::vector<uint16_t>& out) {
   out.resize(size_t(t.rows * t.cols));
   constexpr int64_t kRows = 32;
   const int64_t chunks = ceil_div(t.rows, kRows);
@@ -85,7 +85,7 @@ void decode(DecodeFp4 k, const MXTensor& t, std::vector<uint16_t>& out) {
     k(t, i * kRows, std::min(t.rows, (i + 1) * kRows), out.data());
 }
 
-float tensor_scale(const MXTensor& t) { return t.has_tensor_scale ? t.tensor_scale : 1.f; }
+float tensor_scale(const ScaledTensor& t) { return t.has_tensor_scale ? t.tensor_scale : 1.f; }
 
 }  // namespace
 
@@ -116,7 +116,7 @@ const Fp4Tables& fp4_tables(bool nvfp4) {
   return nvfp4 ? static_cast<const Fp4Tables&>(nv) : mx;
 }
 
-void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
+void decode_fp4_bf16_ref(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t* out) {
   const int64_t ld = t.scale_cols(), rb = t.row_bytes(), B = t.block;
   const bool nv = t.is_nvfp4();
   for (int64_t r = r0; r < r1; ++r)
@@ -130,7 +130,7 @@ void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* ou
 
 PathChoice fp4_product_choice() { return fp4_table().choice(); }
 
-void gemm_fp4(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, int64_t M,
               int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
   MXT_CHECK(A.rht == B.rht, "gemm_mx: one operand holds the random-Hadamard-transformed matrix "
             "and the other does not (A ", A.rht ? "transformed" : "plain", ", B ",

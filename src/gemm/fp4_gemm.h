@@ -42,9 +42,9 @@ struct Fp4Tables {
 const Fp4Tables& fp4_tables(bool nvfp4);
 
 // Rows [r0, r1) of the 4-bit copy t as BF16 values into out [t.rows, t.cols].
-using DecodeFp4 = void (*)(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out);
-void decode_fp4_bf16_ref(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out);
-void decode_fp4_bf16_avx512(const MXTensor& t, int64_t r0, int64_t r1, uint16_t* out);
+using DecodeFp4 = void (*)(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t* out);
+void decode_fp4_bf16_ref(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t* out);
+void decode_fp4_bf16_avx512(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t* out);
 
 // The sums of the AVX512-BF16 kernels, stated one element at a time (fp4_gemm_ref.cc): for
 // C [M, N] = op(A) · op(B) in orientation o (mx_gemm.h) with 4-bit operands, each element is
@@ -78,7 +78,7 @@ void fp4_pack_transposed_avx512bf16(const MXOperand& B, int64_t c0, int64_t k0, 
                                     uint32_t* Bp);
 
 // Both operands 4-bit, layouts and shapes checked by gemm_mx; M, N, K > 0.
-void gemm_fp4(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
+void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, int64_t M,
               int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 
 // What the 4-bit product's dispatch table chooses now (mxtrain info).

@@ -36,7 +36,7 @@ const char* wanted(bool k_along_cols) {
   return k_along_cols ? "rowwise or tile32" : "colwise or tile32";
 }
 
-void check_tensor(const char* what, const MXTensor& t) {
+void check_tensor(const char* what, const ScaledTensor& t) {
   MXT_CHECK(t.rows >= 0 && t.cols >= 0, "gemm_mx: ", what, " has a negative shape");
   MXT_CHECK(t.is_mx() || t.is_fp32_blocks() || t.is_fp32_tensor() || t.is_fp4(), "gemm_mx: ",
             what, " holds ", elem_name(t.elem), " codes with ", scale_type_name(t.scale_type),
@@ -54,7 +54,7 @@ using namespace gemm_detail;
 
 // Expansion path: both operands whole in BF16 (per-thread buffers reused across calls, so a
 // training step's repeated shapes do not fault in fresh pages), then oneDNN.
-void mx_gemm_expanded(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+void mx_gemm_expanded(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B,
                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
   thread_local std::vector<uint16_t> a16, b16;
   a16.resize(A.data.size());
@@ -84,8 +84,9 @@ void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64
 
 const PathTable<MxProductKernels>& mx_table() {
   static const PathTable<MxProductKernels> t(
-      "GEMM MX (mxfp8 recipes)",
-      {{Path::scalar, "mx_gemm_ref; fp32 scales: fp32_block_gemm_ref",
+      "GEMM scaled FP8 (mxfp8, blockwise, fp8-current, fp8-delayed)",
+      {{Path::scalar,
+        "mx_gemm_ref; fp32 scales: fp32_block_gemm_ref",
         {mx_gemm_ref, nullptr, false, fp32_block_gemm_ref_entry}},
        {Path::avx2,
         "mx_gemm_expanded (dequantize_bf16 + oneDNN BF16 matmul); fp32 scales: "
@@ -102,8 +103,8 @@ const PathTable<MxProductKernels>& mx_table() {
   return t;
 }
 
-// t's codes and scales as an MXTensor (the expansion path reads whole tensors), into `out`.
-void copy_operand(const MXOperand& t, MXTensor& out) {
+// t's codes and scales as a ScaledTensor (the expansion path reads whole tensors), into `out`.
+void copy_operand(const MXOperand& t, ScaledTensor& out) {
   out.rows = t.rows;
   out.cols = t.cols;
   out.layout = t.layout;
@@ -156,7 +157,7 @@ PathChoice gemm_detail::mx_product_choice() { return mx_table().choice(); }
 
 // C: [M, N] (row stride ldc) = op(A) · op(B); A stored [M,K] or [K,M] (trans_a), B stored
 // [K,N] or [N,K] (trans_b).
-void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, float* C,
+void gemm_mx(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, float* C,
              int64_t ldc, bool accumulate) {
   check_tensor("A", A);
   check_tensor("B", B);
@@ -180,7 +181,7 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
         for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 0.f;
     return;
   }
-  auto family = [](const MXTensor& t) {
+  auto family = [](const ScaledTensor& t) {
     return t.is_fp4() ? "4-bit" : t.is_mx() ? "MX" : "FP32-scaled";
   };
   MXT_CHECK(A.is_mx() == B.is_mx() && A.is_fp4() == B.is_fp4(), "gemm_mx: A is ", family(A),
@@ -191,9 +192,9 @@ void gemm_mx(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, f
   gemm_mx_run(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
 }
 
-void gemm_detail::gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
-                              int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
-                              bool accumulate) {
+void gemm_detail::gemm_mx_run(bool trans_a, const ScaledTensor& A, bool trans_b,
+                              const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                              int64_t ldc, bool accumulate) {
   const MxProductKernels& k = mx_table().get();
   // A^T · B^T (no layer needs it) and the avx2 path: the expansion.
   if ((trans_a && trans_b) || !k.gemm)
@@ -202,8 +203,8 @@ void gemm_detail::gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, con
   run_kernels(k, o, MXOperand::of(A), MXOperand::of(B), M, C, ldc, accumulate);
 }
 
-void gemm_detail::gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b,
-                                const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+void gemm_detail::gemm_fp32_run(bool trans_a, const ScaledTensor& A, bool trans_b,
+                                const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
                                 int64_t ldc, bool accumulate) {
   mx_table().get().fp32(trans_a, A, trans_b, B, M, N, K, C, ldc, accumulate);
 }
@@ -213,7 +214,7 @@ void gemm_detail::gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b,
                               int64_t ldc, bool accumulate) {
   const MxProductKernels& k = mx_table().get();
   if ((trans_a && trans_b) || !k.gemm) {
-    thread_local MXTensor ea, eb;  // reused: no fresh pages per call
+    thread_local ScaledTensor ea, eb;  // reused: no fresh pages per call
     copy_operand(A, ea);
     copy_operand(B, eb);
     return mx_gemm_expanded(trans_a, ea, trans_b, eb, M, N, K, C, ldc, accumulate);

@@ -26,7 +26,7 @@ namespace gemm_detail {
 namespace {
 
 // FP32 scale_inv of stored element (r, c) of an FP32-scaled copy t.
-float scale_of(const MXTensor& t, int64_t r, int64_t c) {
+float scale_of(const ScaledTensor& t, int64_t r, int64_t c) {
   const float* s = reinterpret_cast<const float*>(t.scales.data());
   if (t.is_fp32_tensor()) return s[0];
   const int64_t sr = t.layout == MXLayout::rowwise ? r : r / t.block;
@@ -51,7 +51,7 @@ inline int e8m0_of_pow2(float s) {
 // E8M0 grid per 32 written into `grid` (a 1x128 block's byte repeated over its four 1x32
 // blocks, a 128x1 block's over its four 32x1, a 128x128 tile's over its sixteen 32x32 tiles).
 // False, with nothing usable in `out`, if a scale is not a foldable power of two.
-bool pow2_view(const MXTensor& t, ByteBuffer& grid, MXOperand& out) {
+bool pow2_view(const ScaledTensor& t, ByteBuffer& grid, MXOperand& out) {
   if (t.scale_type != ScaleType::fp32_pow2) return false;  // per-tensor copies are fp32
   const float* s = reinterpret_cast<const float*>(t.scales.data());
   const int64_t fc = t.scale_cols();  // the FP32 grid's row stride
@@ -83,7 +83,7 @@ bool pow2_view(const MXTensor& t, ByteBuffer& grid, MXOperand& out) {
 }
 
 // Unscaled BF16 values of the codes (exact: FP8 values are BF16 values; NaN codes NaN).
-void decode_unscaled(const MXTensor& t, std::vector<uint16_t>& out) {
+void decode_unscaled(const ScaledTensor& t, std::vector<uint16_t>& out) {
   uint16_t lut[256];
   for (int i = 0; i < 256; ++i) lut[i] = f32_to_bf16(fp8_to_f32(uint8_t(i), t.elem));
   out.resize(t.data.size());
@@ -100,22 +100,22 @@ struct Dims {
 // The depth of the K chunks whose partial sums are scaled: the whole K when both operands have
 // one scale for the tensor, else 128 (a per-tensor operand's scale is then the same for every
 // chunk).
-int64_t chunk_depth(const MXTensor& A, const MXTensor& B, int64_t K) {
+int64_t chunk_depth(const ScaledTensor& A, const ScaledTensor& B, int64_t K) {
   return A.is_fp32_tensor() && B.is_fp32_tensor() ? std::max<int64_t>(K, 1) : kFp32ScaleBlock;
 }
 
 // Scale of op(A) row i (A stored [M,K] or [K,M]) at K index k, and of op(B) column j.
-float sa_at(bool ta, const MXTensor& A, int64_t i, int64_t k) {
+float sa_at(bool ta, const ScaledTensor& A, int64_t i, int64_t k) {
   return ta ? scale_of(A, k, i) : scale_of(A, i, k);
 }
-float sb_at(bool tb, const MXTensor& B, int64_t k, int64_t j) {
+float sb_at(bool tb, const ScaledTensor& B, int64_t k, int64_t j) {
   return tb ? scale_of(B, j, k) : scale_of(B, k, j);
 }
 
 // t's codes as an MX operand whose every E8M0 scale is 127 (factor 1): the panels then hold
 // the unscaled code values. The grid has the MX shape of t's layout (a per-tensor copy is a
 // tile).
-MXOperand unit_view(const MXTensor& t, ByteBuffer& grid) {
+MXOperand unit_view(const ScaledTensor& t, ByteBuffer& grid) {
   const int64_t gr = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, kMXBlock);
   const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, kMXBlock);
   grid.resize(size_t(gr * gc));
@@ -125,7 +125,7 @@ MXOperand unit_view(const MXTensor& t, ByteBuffer& grid) {
 }
 
 // The per-chunk scale tables of ChunkScales (gemm/mx_gemm.h): sa [chunks][M], sb [chunks][N].
-void chunk_scales(bool ta, const MXTensor& A, bool tb, const MXTensor& B, Dims d,
+void chunk_scales(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, Dims d,
                   FloatBuffer& sa, FloatBuffer& sb) {
   const int64_t chunks = ceil_div(d.K, kFp32ScaleBlock);
   sa.resize(size_t(chunks * d.M));
@@ -141,7 +141,7 @@ using PanelKernel = void (*)(Orient, const MXOperand&, const MXOperand&, const C
 
 // The panel kernel's product, or the oneDNN path for what it does not serve: A^T · B^T (no
 // layer needs it) and two per-tensor operands (one chunk over the whole K).
-void panels(PanelKernel kernel, bool ta, const MXTensor& A, bool tb, const MXTensor& B,
+void panels(PanelKernel kernel, bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B,
             Dims d, float* C, int64_t ldc, bool accumulate) {
   if ((ta && tb) || (A.is_fp32_tensor() && B.is_fp32_tensor()))
     return fp32_block_gemm_onednn(ta, A, tb, B, d.M, d.N, d.K, C, ldc, accumulate);
@@ -155,7 +155,7 @@ void panels(PanelKernel kernel, bool ta, const MXTensor& A, bool tb, const MXTen
 
 }  // namespace
 
-void fp32_block_gemm_ref(bool ta, const MXTensor& A, bool tb, const MXTensor& B, float* C,
+void fp32_block_gemm_ref(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, float* C,
                          int64_t ldc, bool accumulate) {
   const int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
   const int64_t N = tb ? B.rows : B.cols;
@@ -181,13 +181,14 @@ void fp32_block_gemm_ref(bool ta, const MXTensor& A, bool tb, const MXTensor& B,
     }
 }
 
-void fp32_block_gemm_ref_entry(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t,
-                               int64_t, int64_t, float* C, int64_t ldc, bool accumulate) {
+void fp32_block_gemm_ref_entry(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B,
+                               int64_t, int64_t, int64_t, float* C, int64_t ldc, bool accumulate) {
   fp32_block_gemm_ref(ta, A, tb, B, C, ldc, accumulate);
 }
 
-void fp32_block_gemm_onednn(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t M,
-                            int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
+void fp32_block_gemm_onednn(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B,
+                            int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
+                            bool accumulate) {
   const Dims d{M, N, K};
   thread_local std::vector<uint16_t> a16, b16;
   thread_local std::vector<float> P;
@@ -213,20 +214,20 @@ void fp32_block_gemm_onednn(bool ta, const MXTensor& A, bool tb, const MXTensor&
   }
 }
 
-void fp32_block_gemm_panels_avx512bf16(bool ta, const MXTensor& A, bool tb, const MXTensor& B,
-                                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
-                                       bool accumulate) {
+void fp32_block_gemm_panels_avx512bf16(bool ta, const ScaledTensor& A, bool tb,
+                                       const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
+                                       float* C, int64_t ldc, bool accumulate) {
   panels(fp32_block_gemm_avx512bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
 }
 
-void fp32_block_gemm_panels_avx512vbmi_bf16(bool ta, const MXTensor& A, bool tb,
-                                            const MXTensor& B, int64_t M, int64_t N, int64_t K,
+void fp32_block_gemm_panels_avx512vbmi_bf16(bool ta, const ScaledTensor& A, bool tb,
+                                            const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
                                             float* C, int64_t ldc, bool accumulate) {
   panels(fp32_block_gemm_avx512vbmi_bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
 }
 
 // Both operands FP32-scaled, checked by gemm_mx; K > 0, M, N > 0.
-void gemm_fp32_scaled(bool ta, const MXTensor& A, bool tb, const MXTensor& B, int64_t M,
+void gemm_fp32_scaled(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, int64_t M,
                       int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
   thread_local ByteBuffer ga, gb;  // the E8M0 grids, reused: no fresh pages per call
   MXOperand va, vb;

@@ -40,10 +40,10 @@ QTensor k_slices(const QTensor& t, Copy c, bool k_cols,
       }
     return o;
   }
-  const MXTensor& m = t.scaled(c);
+  const ScaledTensor& m = t.scaled(c);
   MXT_CHECK(m.block > 0 && m.layout != (k_cols ? MXLayout::colwise : MXLayout::rowwise),
             "SplitSumsScope: the ", copy_name(c), " copy's blocks do not run along K");
-  MXTensor& s = o.scaled(c);
+  ScaledTensor& s = o.scaled(c);
   s.rows = o.rows;
   s.cols = o.cols;
   s.layout = m.layout;
@@ -90,7 +90,7 @@ Copy copy_read(const Recipe& r, Role role, Use use, const QTensor& t, int64_t ro
   MXT_CHECK(t.has(c), use_name(use), ": the ", what, "'s ", copy_name(c),
             " copy this product reads is missing");
   // Its buffer holds what the copy's element format packs rows x cols into (bf16: a value
-  // each; scaled: MXTensor::data_bytes()).
+  // each; scaled: ScaledTensor::data_bytes()).
   const size_t n = c == Copy::bf16 ? t.bf16.size() : t.scaled(c).data.size();
   const size_t want = c == Copy::bf16 ? size_t(rows * cols)
                                       : size_t(elem_bytes(t.scaled(c).elem, rows, cols));

@@ -45,7 +45,7 @@ struct MXOperand {
   int64_t block = kMXBlock;  // the block edge (16: NVFP4)
   bool nvfp4 = false;        // E4M3 block scales (4-bit copies)
 
-  static MXOperand of(const MXTensor& t) {
+  static MXOperand of(const ScaledTensor& t) {
     return MXOperand{t.data.data(), t.scales.data(), t.rows, t.cols, t.scale_cols(), t.layout,
                      t.elem, t.block, t.is_nvfp4()};
   }
@@ -121,8 +121,8 @@ constexpr int64_t kGemvMaxRows = 16;
 
 // The MX product once gemm_mx has checked its operands (both MX; M, N, K > 0): the kernel
 // its dispatch table and the operands choose (gemm_mx.cc).
-void gemm_mx_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
-                 int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+void gemm_mx_run(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B,
+                 int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 // The same on views (an FP32-scaled copy's own codes with an E8M0 grid made for it,
 // gemm_scaled.cc): the panel, streaming and reference kernels read the views as they are; the
 // expansion path (avx2, A^T · B^T), which reads whole tensors, copies them first.
@@ -131,14 +131,14 @@ void gemm_mx_run(bool trans_a, const MXOperand& A, bool trans_b, const MXOperand
 // Products of FP32-scaled copies (gemm_scaled.cc; docs/numerics.md, "FP32-scaled products"):
 // the reference (FP32 partial sum per 128-deep K chunk of unscaled code values, then
 // C += (sa · sb) · P), and the entry gemm_mx calls once both operands are FP32-scaled.
-void fp32_block_gemm_ref(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+void fp32_block_gemm_ref(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B,
                          float* C, int64_t ldc, bool accumulate);
-void gemm_fp32_scaled(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
+void gemm_fp32_scaled(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B,
                       int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 // Its product once the pow2 fold is ruled out: the fp32 kernel of the MX product's dispatch
 // table (gemm_mx.cc).
-void gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B, int64_t M,
-                   int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
+void gemm_fp32_run(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B,
+                   int64_t M, int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate);
 
 // The FP32-scaled product's kernels, one per path of the MX product's dispatch table
 // (gemm_mx.cc), called as gemm_fp32_scaled's last step (ta && tb never reaches the panels):
@@ -147,20 +147,20 @@ void gemm_fp32_run(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor
 //                               chunk into a full-size buffer, then the scaled add;
 //   fp32_block_gemm_panels_avx512bf16 / _avx512vbmi_bf16 — the panel kernels below (both
 //                               operands per-tensor: the oneDNN path, one chunk).
-using Fp32Product = void (*)(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
-                             int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
-                             bool accumulate);
-void fp32_block_gemm_ref_entry(bool trans_a, const MXTensor& A, bool trans_b,
-                               const MXTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+using Fp32Product = void (*)(bool trans_a, const ScaledTensor& A, bool trans_b,
+                             const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                             int64_t ldc, bool accumulate);
+void fp32_block_gemm_ref_entry(bool trans_a, const ScaledTensor& A, bool trans_b,
+                               const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
                                int64_t ldc, bool accumulate);
-void fp32_block_gemm_onednn(bool trans_a, const MXTensor& A, bool trans_b, const MXTensor& B,
-                            int64_t M, int64_t N, int64_t K, float* C, int64_t ldc,
-                            bool accumulate);
-void fp32_block_gemm_panels_avx512bf16(bool trans_a, const MXTensor& A, bool trans_b,
-                                       const MXTensor& B, int64_t M, int64_t N, int64_t K,
+void fp32_block_gemm_onednn(bool trans_a, const ScaledTensor& A, bool trans_b,
+                            const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
+                            int64_t ldc, bool accumulate);
+void fp32_block_gemm_panels_avx512bf16(bool trans_a, const ScaledTensor& A, bool trans_b,
+                                       const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
                                        float* C, int64_t ldc, bool accumulate);
-void fp32_block_gemm_panels_avx512vbmi_bf16(bool trans_a, const MXTensor& A, bool trans_b,
-                                            const MXTensor& B, int64_t M, int64_t N, int64_t K,
+void fp32_block_gemm_panels_avx512vbmi_bf16(bool trans_a, const ScaledTensor& A, bool trans_b,
+                                            const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
                                             float* C, int64_t ldc, bool accumulate);
 
 // The scales of an FP32-scaled product per 128-deep K chunk c (ceil(K / 128) chunks): op(A)'s

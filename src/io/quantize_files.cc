@@ -103,7 +103,7 @@ int64_t block_label(const Recipe& r, Role role = Role::weight) {
 
 // A copy's scale grid as .npy: uint8 E8M0 / E4M3 bytes, float32 scale_inv values, or one
 // float32 scale_inv [1] for a per-tensor copy.
-NpyArray scale_array(const MXTensor& t) {
+NpyArray scale_array(const ScaledTensor& t) {
   if (t.is_mx() || t.is_fp4()) return u8_array(t.scales, t.scale_rows(), t.scale_cols());
   if (t.is_fp32_tensor()) return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()), {1});
   return npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
@@ -226,7 +226,7 @@ QuantizeFilesResult quantize_npy_to_dir(const std::string& input_npy, const std:
   for (size_t i = 0; i < copies.size(); ++i) {
     const Copy c = copies[i].copy;
     MXT_CHECK(q.has(c), "internal error: the recipe made no ", copy_name(c), " copy");
-    const MXTensor& t = q.scaled(c);
+    const ScaledTensor& t = q.scaled(c);
     MXT_CHECK(t.rows == M && t.cols == K,
               "internal error: quantize returned a ", layout_name(t.layout), " ", t.rows, "x",
               t.cols, " tensor");
@@ -348,7 +348,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
 
   // Every file must be present with the shape meta.json implies (mismatched files are an
   // error even for the copy that is not used).
-  std::vector<MXTensor> copies;
+  std::vector<ScaledTensor> copies;
   const char* scale_dtype = fp32 ? "<f4" : "|u1";
   for (const CopyFiles& c : copies_for(recipe, role)) {
     // The data files are read (their size is what they hold) and checked against meta.json
@@ -365,7 +365,7 @@ DequantizeFilesResult dequantize_dir_to_npy(const std::string& in_dir,
     const MXLayout layout = c.copy == Copy::rowwise   ? MXLayout::rowwise
                             : c.copy == Copy::colwise ? MXLayout::colwise
                                                       : MXLayout::tile;
-    MXTensor t = MXTensor::empty(res.rows, res.cols, layout, res.elem);
+    ScaledTensor t = ScaledTensor::empty(res.rows, res.cols, layout, res.elem);
     if (fp32) {
       t.scale_type = scale;
       t.block = block_label(recipe);

@@ -158,7 +158,7 @@ void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, u
   QTensor& q = scratch;
   q.invalidate();
   make_copies(x, rows, D, f, q, {Copy::rowwise});
-  const MXTensor& t = q.rowwise;
+  const ScaledTensor& t = q.rowwise;
   const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));  // one row's scales
   const size_t rb = size_t(t.row_bytes());                                  // one row's codes
 #pragma omp parallel for schedule(static) if (rows >= 256)
@@ -181,8 +181,8 @@ void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat&
     bf16_to_f32_array(b.data(), x, rows * D);
     return;
   }
-  thread_local MXTensor scratch;  // storage reused across calls
-  MXTensor& t = scratch;           // (the OpenMP threads below share this one, not their own)
+  thread_local ScaledTensor scratch;  // storage reused across calls
+  ScaledTensor& t = scratch;          // (the OpenMP threads below share this one, not their own)
   t.rows = rows;
   t.cols = D;
   t.layout = MXLayout::rowwise;

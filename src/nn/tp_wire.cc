@@ -116,8 +116,8 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
     if (exact.has(Copy::bf16)) out.bf16.resize(size_t(M * K));
     for (Copy c : {Copy::rowwise, Copy::colwise})
       if (exact.has(c)) {
-        const MXTensor& l = local.scaled(c);
-        MXTensor& o = out.scaled(c);
+        const ScaledTensor& l = local.scaled(c);
+        ScaledTensor& o = out.scaled(c);
         o.rows = M;
         o.cols = K;
         o.layout = l.layout;
@@ -142,8 +142,8 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
       }
       for (Copy c : {Copy::rowwise, Copy::colwise})
         if (exact.has(c)) {
-          const MXTensor& l = local.scaled(c);
-          MXTensor& o = out.scaled(c);
+          const ScaledTensor& l = local.scaled(c);
+          ScaledTensor& o = out.scaled(c);
           std::memcpy(o.data.data() + l.data.size() * size_t(r), pack + off, l.data.size());
           off += l.data.size();
           std::memcpy(o.scales.data() + l.scales.size() * size_t(r), pack + off, l.scales.size());

@@ -19,9 +19,9 @@ has "$out" '"gemm_path"' "info --json"
 
 out=$(MXTRAIN_ISA=scalar "$MXTRAIN" info) || fail "MXTRAIN_ISA=scalar info exited $?"
 has "$out" "active path: scalar" "MXTRAIN_ISA=scalar info"
-has "$out" "MX GEMM path: scalar" "MXTRAIN_ISA=scalar info"
+has "$out" "scaled FP8 GEMM path: scalar" "MXTRAIN_ISA=scalar info"
 out=$(MXTRAIN_ISA=avx2 "$MXTRAIN" info 2>/dev/null) &&
-  has "$out" "MX GEMM path: avx2" "MXTRAIN_ISA=avx2 info"
+  has "$out" "scaled FP8 GEMM path: avx2" "MXTRAIN_ISA=avx2 info"
 
 out=$("$MXTRAIN" bench gemm --m 3 --k 70 --n 33 --iters 1 --warmup 0 --json) ||
   fail "bench gemm exited $?"

@@ -111,7 +111,7 @@ TEST(Packing, NibbleOrderIsTorchaosPackUint4) {
   EXPECT_EQ(nibble_get(row, 1), 0x2);
   // A quantized odd-length row ends in a byte whose high nibble is 0.
   const std::vector<float> x = {6.f, -1.f, 0.5f};
-  MXTensor q;
+  ScaledTensor q;
   quantize_fp4(x.data(), 1, 3, MXLayout::rowwise, mxfp4(), q);
   ASSERT_EQ(q.data.size(), 2u);
   EXPECT_EQ(q.data[0], 0xA7);  // 6 -> 7, -1 -> 0xA
@@ -271,7 +271,7 @@ TEST(Fp4Quantize, MatchesTheDefinitionElementByElement) {
       for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
         for (ScaleRounding rule : {ScaleRounding::rceil, ScaleRounding::floor}) {
           Fp4Config cfg = mxfp4(rule);
-          MXTensor q;
+          ScaledTensor q;
           quantize_fp4(x.data(), M, K, l, cfg, q);
           const Def d = definition(x, M, K, l, Fp4Kind::mxfp4, rule, Nvfp4Order::torchao, false);
           const std::string what = "mxfp4 " + std::string(rounding_name(rule)) + " " +
@@ -285,7 +285,7 @@ TEST(Fp4Quantize, MatchesTheDefinitionElementByElement) {
           Fp4Config cfg;
           cfg.tensor_scale = mode > 0;
           cfg.order = mode == 2 ? Nvfp4Order::te : Nvfp4Order::torchao;
-          MXTensor q;
+          ScaledTensor q;
           quantize_fp4(x.data(), M, K, l, cfg, q);
           const Def d = definition(x, M, K, l, Fp4Kind::nvfp4, ScaleRounding::rceil, cfg.order,
                                    cfg.tensor_scale);
@@ -320,7 +320,7 @@ TEST(Fp4Quantize, TensorScaleRule) {
 TEST(Fp4Quantize, DequantizeIsCodeTimesScales) {
   std::vector<float> x(32);
   for (int i = 0; i < 32; ++i) x[size_t(i)] = float(i % 8) * (i % 3 ? 1.f : -1.f);
-  MXTensor q;
+  ScaledTensor q;
   const float amax = quantize_fp4(x.data(), 2, 16, MXLayout::rowwise, {}, q);
   EXPECT_EQ(amax, 7.f);
   EXPECT_EQ(q.tensor_scale, 7.f / 2688.f);
@@ -369,7 +369,7 @@ std::vector<Setting> settings() {
   return out;
 }
 
-void expect_same_copy(const MXTensor& a, const MXTensor& b, const std::string& what) {
+void expect_same_copy(const ScaledTensor& a, const ScaledTensor& b, const std::string& what) {
   ASSERT_EQ(a.data.size(), b.data.size()) << what;
   EXPECT_TRUE(std::equal(a.data.begin(), a.data.end(), b.data.begin())) << what << " data";
   EXPECT_TRUE(std::equal(a.scales.begin(), a.scales.end(), b.scales.begin()))
@@ -393,13 +393,13 @@ TEST(Fp4Paths, EveryIsaMatchesScalarReference) {
     const std::vector<uint16_t> xb = testdata::to_bf16(x);
     for (const Setting& s : settings()) {
       set_isa(Isa::scalar);
-      MXTensor ref, ref_b;
+      ScaledTensor ref, ref_b;
       quantize_fp4(x.data(), M, K, s.layout, s.cfg, ref);
       quantize_fp4(xb.data(), M, K, s.layout, s.cfg, ref_b);
       for (Isa isa : supported_isas()) {
         if (isa == Isa::scalar) continue;
         set_isa(isa);
-        MXTensor got, got_b;
+        ScaledTensor got, got_b;
         quantize_fp4(x.data(), M, K, s.layout, s.cfg, got);
         quantize_fp4(xb.data(), M, K, s.layout, s.cfg, got_b);
         const std::string what = s.name + " " + std::to_string(M) + "x" + std::to_string(K) +
@@ -419,7 +419,7 @@ TEST(Fp4Paths, ThreadCountDoesNotChangeBytes) {
     for (Isa isa : supported_isas()) {
       set_isa(isa);
       for (const Setting& s : settings()) {
-        MXTensor one, three;
+        ScaledTensor one, three;
         omp_set_num_threads(1);
         quantize_fp4(x.data(), M, K, s.layout, s.cfg, one);
         omp_set_num_threads(3);
@@ -439,11 +439,11 @@ TEST(StochasticRounding, KeyedAndDeterministic) {
   Fp4Config c;
   c.stochastic = true;
   c.sr = {11, 2, 3};
-  MXTensor a, b, other_step, other_tensor, other_seed;
+  ScaledTensor a, b, other_step, other_tensor, other_seed;
   quantize_fp4(x.data(), M, K, MXLayout::rowwise, c, a);
   quantize_fp4(x.data(), M, K, MXLayout::rowwise, c, b);
   EXPECT_TRUE(std::equal(a.data.begin(), a.data.end(), b.data.begin()));
-  auto differs = [&](Fp4Config cc, MXTensor& t) {
+  auto differs = [&](Fp4Config cc, ScaledTensor& t) {
     quantize_fp4(x.data(), M, K, MXLayout::rowwise, cc, t);
     return !std::equal(a.data.begin(), a.data.end(), t.data.begin());
   };
@@ -482,7 +482,7 @@ TEST(StochasticRounding, MeanErrorIsWithinTheBound) {
       Fp4Config c = mxfp4();
       c.stochastic = true;
       c.sr = {2024, uint32_t(s), 9};
-      MXTensor q;
+      ScaledTensor q;
       quantize_fp4(x.data(), M, K, MXLayout::rowwise, c, q);
       ASSERT_EQ(q.scales[0], 127);
       dequantize(q, y.data());
@@ -490,7 +490,7 @@ TEST(StochasticRounding, MeanErrorIsWithinTheBound) {
         for (int64_t k = 1; k < K; ++k, ++n) sum += y[size_t(r * K + k)];
     }
     Fp4Config c = mxfp4();
-    MXTensor q;
+    ScaledTensor q;
     quantize_fp4(x.data(), M, K, MXLayout::rowwise, c, q);
     dequantize(q, y.data());
     sum_rne = y[1];
@@ -592,7 +592,7 @@ TEST(Rht, ColwiseCopyIsTheTransformedMatrixQuantized) {
   rht_rows(clean.data(), M, K, t.data());
   Fp4Config c;
   c.rht = true;
-  MXTensor a, b;
+  ScaledTensor a, b;
   quantize_fp4(clean.data(), M, K, MXLayout::colwise, c, a);
   c.rht = false;
   quantize_fp4(t.data(), M, K, MXLayout::colwise, c, b);

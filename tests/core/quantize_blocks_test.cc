@@ -28,7 +28,7 @@ using testdata::PathGuard;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-float scale_inv(const MXTensor& t, int64_t i) {
+float scale_inv(const ScaledTensor& t, int64_t i) {
   float v;
   std::memcpy(&v, t.scales.data() + 4 * i, 4);
   return v;
@@ -40,8 +40,7 @@ struct Block {
   float scale_inv;
 };
 Block row_block(const std::vector<float>& x, BlockQuantConfig cfg = {}) {
-  const MXTensor t =
-      quantize_blocks(x.data(), 1, int64_t(x.size()), MXLayout::rowwise, cfg);
+  const ScaledTensor t = quantize_blocks(x.data(), 1, int64_t(x.size()), MXLayout::rowwise, cfg);
   EXPECT_EQ(t.scale_type, cfg.scale);
   EXPECT_EQ(t.block, 128);
   EXPECT_EQ(t.scales.size(), 4u);
@@ -146,9 +145,9 @@ TEST(QuantizeBlocks, BlockBoundariesAndGrids) {
   x[127 * K + 127] = 4.f;
   x[128 * K + 0] = 8.f;
   const float s1 = 1.f / 256, s4 = 1.f / 64, s8 = 1.f / 32;  // amax 1, 4, 8 (pow2)
-  const MXTensor row = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
-  const MXTensor col = quantize_blocks(x.data(), M, K, MXLayout::colwise, {});
-  const MXTensor tile = quantize_blocks(x.data(), M, K, MXLayout::tile, {});
+  const ScaledTensor row = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
+  const ScaledTensor col = quantize_blocks(x.data(), M, K, MXLayout::colwise, {});
+  const ScaledTensor tile = quantize_blocks(x.data(), M, K, MXLayout::tile, {});
   EXPECT_EQ(row.scale_rows(), 130);
   EXPECT_EQ(row.scale_cols(), 2);
   EXPECT_EQ(col.scale_rows(), 2);
@@ -170,7 +169,7 @@ TEST(QuantizeBlocks, BlockBoundariesAndGrids) {
   EXPECT_EQ(scale_inv(tile, 2), s8);
   EXPECT_EQ(scale_inv(tile, 3), s1);
   // Every value here is exact in E4M3 after scaling: dequantize gives x back.
-  for (const MXTensor* t : {&row, &col, &tile}) {
+  for (const ScaledTensor* t : {&row, &col, &tile}) {
     std::vector<float> y(x.size());
     dequantize(*t, y.data());
     EXPECT_EQ(y, x) << layout_name(t->layout);
@@ -188,7 +187,7 @@ TEST(QuantizeBlocks, DequantizeIsCodeTimesScaleInv) {
   for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile})
     for (Elem e : {Elem::e4m3, Elem::e5m2})
       for (ScaleType st : {ScaleType::fp32, ScaleType::fp32_pow2}) {
-        const MXTensor t = quantize_blocks(x.data(), M, K, l, {e, st, 0.f});
+        const ScaledTensor t = quantize_blocks(x.data(), M, K, l, {e, st, 0.f});
         std::vector<float> y(x.size());
         dequantize(t, y.data());
         for (int64_t r = 0; r < M; ++r)
@@ -204,7 +203,7 @@ TEST(QuantizeBlocks, DequantizeIsCodeTimesScaleInv) {
           }
       }
   // FP32-scaled copies have no BF16 dequantize.
-  const MXTensor t = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
+  const ScaledTensor t = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
   std::vector<uint16_t> yb(x.size());
   EXPECT_THROW(dequantize_bf16(t, yb.data()), Error);
 }
@@ -225,10 +224,10 @@ TEST(QuantizeBlocks, ApiErrors) {
   EXPECT_NE(msg({Elem::e4m3, ScaleType::e8m0, 0.f}).find("fp32"), std::string::npos);
   EXPECT_THROW(quantize_blocks(static_cast<const float*>(nullptr), 2, 2, MXLayout::rowwise, {}),
                Error);
-  MXTensor a;
+  ScaledTensor a;
   EXPECT_THROW(quantize_blocks_dual(x.data(), 2, 2, {}, a, a), Error);
   // The MX kernels refuse an FP32-scaled copy, naming what it holds.
-  MXTensor t = quantize_blocks(x.data(), 2, 2, MXLayout::rowwise, {});
+  ScaledTensor t = quantize_blocks(x.data(), 2, 2, MXLayout::rowwise, {});
   try {
     quantize_into(x.data(), 2, 2, {}, t);
     FAIL() << "no error";
@@ -240,7 +239,7 @@ TEST(QuantizeBlocks, ApiErrors) {
 // ---- every path against the scalar reference ----------------------------------------------
 
 struct Outputs {
-  MXTensor row, col, tile, dual_row, dual_col;
+  ScaledTensor row, col, tile, dual_row, dual_col;
 };
 
 template <class T>

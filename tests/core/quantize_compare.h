@@ -17,7 +17,7 @@ namespace mxtrain::testdata {
 
 // Everything one quantization setting produces on the current path.
 struct AllOutputs {
-  MXTensor row, col, tile, dual_row, dual_col;
+  ScaledTensor row, col, tile, dual_row, dual_col;
 };
 
 template <class T>
@@ -30,7 +30,8 @@ AllOutputs run_all(const std::vector<T>& x, int64_t M, int64_t K, QuantConfig cf
   return o;
 }
 
-inline void expect_same(const MXTensor& got, const MXTensor& want, const std::string& what) {
+inline void expect_same(const ScaledTensor& got, const ScaledTensor& want,
+                        const std::string& what) {
   ASSERT_EQ(got.scales.size(), want.scales.size()) << what;
   ASSERT_EQ(got.data.size(), want.data.size()) << what;
   if (got.scales == want.scales && got.data == want.data) return;  // fast path; else locate

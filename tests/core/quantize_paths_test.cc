@@ -90,7 +90,7 @@ TEST(QuantizePaths, DequantizeMatchesScalarReference) {
     for (Elem e : {Elem::e4m3, Elem::e5m2})
       for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
         set_isa(Isa::scalar);
-        MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
+        ScaledTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
         // Also decode arbitrary bytes (including NaN/Inf codes and any scale).
         for (size_t i = 0; i < q.data.size(); i += 7) q.data[i] = uint8_t(i * 13);
         for (size_t i = 0; i < q.scales.size(); i += 5) q.scales[i] = uint8_t(i * 29);

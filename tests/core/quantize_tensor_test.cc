@@ -28,14 +28,14 @@ using testdata::PathGuard;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 const float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-float scale_inv(const MXTensor& t) {
+float scale_inv(const ScaledTensor& t) {
   EXPECT_EQ(t.scales.size(), 4u);
   float v;
   std::memcpy(&v, t.scales.data(), 4);
   return v;
 }
 
-std::vector<uint8_t> codes(const MXTensor& t) { return {t.data.begin(), t.data.end()}; }
+std::vector<uint8_t> codes(const ScaledTensor& t) { return {t.data.begin(), t.data.end()}; }
 
 TEST(QuantizeTensor, ScaleRule) {
   const TensorQuantConfig c{};
@@ -57,7 +57,7 @@ TEST(QuantizeTensor, HandComputedTensor) {
   // 5 -> 448 (0x7E), 1 -> 89.6 -> 88 (0x6B), -2.5 -> -224 (0xF6), 0 -> 0, NaN -> 0x7F,
   // -5 -> -448 (0xFE).
   const std::vector<float> x{5.f, 1.f, -2.5f, 0.f, kNaN, -5.f};
-  MXTensor t;
+  ScaledTensor t;
   EXPECT_EQ(quantize_tensor_scaled(x.data(), 2, 3, {}, t), 5.f);
   EXPECT_EQ(t.rows, 2);
   EXPECT_EQ(t.cols, 3);
@@ -99,14 +99,14 @@ TEST(QuantizeTensor, GivenScale) {
   // Scale 2 (not from this tensor's amax): 1 -> 2 (0x40), 300 -> 600 saturates to 448
   // (0x7E), -0.75 -> -1.5 (0xBC); scale_inv 0.5; the returned amax is the tensor's, 300.
   const std::vector<float> x{1.f, 300.f, -0.75f};
-  MXTensor t;
+  ScaledTensor t;
   EXPECT_EQ(quantize_tensor_given_scale(x.data(), 1, 3, Elem::e4m3, 2.f, t), 300.f);
   EXPECT_EQ(codes(t), (std::vector<uint8_t>{0x40, 0x7E, 0xBC}));
   EXPECT_EQ(scale_inv(t), 0.5f);
   EXPECT_TRUE(t.is_fp32_tensor());
   // The current scale given explicitly gives the current bytes.
   const std::vector<float> y = testdata::awkward_matrix(33, 31, 3, false);
-  MXTensor cur, given;
+  ScaledTensor cur, given;
   const float amax = quantize_tensor_scaled(y.data(), 33, 31, {}, cur);
   EXPECT_EQ(quantize_tensor_given_scale(y.data(), 33, 31, Elem::e4m3, tensor_scale(amax, {}),
                                         given),
@@ -119,7 +119,7 @@ TEST(QuantizeTensor, GivenScale) {
 TEST(QuantizeTensor, DequantizeIsCodeTimesScaleInv) {
   const std::vector<float> x = testdata::awkward_matrix(37, 129, 11);
   for (Elem e : {Elem::e4m3, Elem::e5m2}) {
-    MXTensor t;
+    ScaledTensor t;
     quantize_tensor_scaled(x.data(), 37, 129, {e, 0.f}, t);
     std::vector<float> out(x.size());
     dequantize(t, out.data());
@@ -135,7 +135,7 @@ TEST(QuantizeTensor, DequantizeIsCodeTimesScaleInv) {
 }
 
 TEST(QuantizeTensor, ApiErrors) {
-  MXTensor t;
+  ScaledTensor t;
   const float one = 1.f;
   EXPECT_THROW(quantize_tensor_scaled(&one, -1, 1, {}, t), Error);
   EXPECT_THROW(quantize_tensor_scaled(static_cast<const float*>(nullptr), 1, 1, {}, t), Error);
@@ -176,8 +176,8 @@ std::vector<std::vector<float>> inputs(int64_t M, int64_t K) {
 
 // Current scale with each config and a given scale, f32 and bf16 input.
 template <class T>
-std::vector<MXTensor> run_tensor(const std::vector<T>& x, int64_t M, int64_t K) {
-  std::vector<MXTensor> o;
+std::vector<ScaledTensor> run_tensor(const std::vector<T>& x, int64_t M, int64_t K) {
+  std::vector<ScaledTensor> o;
   for (TensorQuantConfig c : {TensorQuantConfig{Elem::e4m3, 0.f},
                               TensorQuantConfig{Elem::e5m2, 0.f},
                               TensorQuantConfig{Elem::e4m3, 1e-3f}}) {
@@ -190,7 +190,7 @@ std::vector<MXTensor> run_tensor(const std::vector<T>& x, int64_t M, int64_t K) 
 }
 
 template <class T>
-void expect_same_all(const std::vector<MXTensor>& got, const std::vector<MXTensor>& want,
+void expect_same_all(const std::vector<ScaledTensor>& got, const std::vector<ScaledTensor>& want,
                      const std::string& what, const T*) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i)

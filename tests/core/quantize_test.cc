@@ -47,9 +47,9 @@ int spec_exponent(double amax, Elem elem, ScaleRounding r) {
 }
 
 // The whole tensor quantized by the definition, element by element.
-MXTensor spec_quantize(const std::vector<float>& x, int64_t M, int64_t K, MXLayout layout,
-                       QuantConfig cfg) {
-  MXTensor t = MXTensor::empty(M, K, layout, cfg.elem);
+ScaledTensor spec_quantize(const std::vector<float>& x, int64_t M, int64_t K, MXLayout layout,
+                           QuantConfig cfg) {
+  ScaledTensor t = ScaledTensor::empty(M, K, layout, cfg.elem);
   const int64_t br = layout == MXLayout::rowwise ? 1 : 32;
   const int64_t bc = layout == MXLayout::colwise ? 1 : 32;
   for (int64_t i0 = 0; i0 < M; i0 += br) {
@@ -86,7 +86,7 @@ TEST(Quantize, SanityVectorsE4M3) {
   for (const Case& c : {Case{fmax, 246, 0x7E, 247, 0x78}, Case{480.f, 127, 0x7E, 128, 0x77},
                         Case{std::ldexp(1.f, -126), 0, 0x40, 0, 0x40}}) {
     for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
-      const MXTensor qf = quantize(&c.x, 1, 1, l, fl), qr = quantize(&c.x, 1, 1, l, rc);
+      const ScaledTensor qf = quantize(&c.x, 1, 1, l, fl), qr = quantize(&c.x, 1, 1, l, rc);
       EXPECT_EQ(qf.scales[0], c.floor_scale) << c.x;
       EXPECT_EQ(qf.data[0], c.floor_code) << c.x;
       EXPECT_EQ(qr.scales[0], c.rceil_scale) << c.x;
@@ -122,10 +122,10 @@ TEST(Quantize, RceilNeverSaturatesFloorMay) {
   ScalarPath scalar;
   std::vector<float> row(32, 0.f);
   row[0] = 480.f;
-  const MXTensor r = quantize(row.data(), 1, 32, MXLayout::rowwise, {});
+  const ScaledTensor r = quantize(row.data(), 1, 32, MXLayout::rowwise, {});
   EXPECT_EQ(fp8_to_f32(r.data[0], Elem::e4m3) * e8m0_to_f32(r.scales[0]), 480.f);
-  const MXTensor f = quantize(row.data(), 1, 32, MXLayout::rowwise,
-                              {Elem::e4m3, ScaleRounding::floor});
+  const ScaledTensor f =
+      quantize(row.data(), 1, 32, MXLayout::rowwise, {Elem::e4m3, ScaleRounding::floor});
   EXPECT_EQ(fp8_to_f32(f.data[0], Elem::e4m3) * e8m0_to_f32(f.scales[0]), 448.f);
 }
 
@@ -141,12 +141,12 @@ TEST(Quantize, MatchesDefinitionOnAwkwardData) {
       for (Elem e : {Elem::e4m3, Elem::e5m2})
         for (ScaleRounding r : {ScaleRounding::rceil, ScaleRounding::floor}) {
           const QuantConfig cfg{e, r};
-          const MXTensor want = spec_quantize(x, M, K, l, cfg);
-          const MXTensor got = quantize(x.data(), M, K, l, cfg);
+          const ScaledTensor want = spec_quantize(x, M, K, l, cfg);
+          const ScaledTensor got = quantize(x.data(), M, K, l, cfg);
           EXPECT_EQ(got.scales, want.scales) << M << "x" << K << " " << layout_name(l);
           EXPECT_EQ(got.data, want.data) << M << "x" << K << " " << layout_name(l);
-          const MXTensor want_b = spec_quantize(xb_f32, M, K, l, cfg);
-          const MXTensor got_b = quantize(xb.data(), M, K, l, cfg);
+          const ScaledTensor want_b = spec_quantize(xb_f32, M, K, l, cfg);
+          const ScaledTensor got_b = quantize(xb.data(), M, K, l, cfg);
           EXPECT_EQ(got_b.scales, want_b.scales) << "bf16 " << M << "x" << K;
           EXPECT_EQ(got_b.data, want_b.data) << "bf16 " << M << "x" << K;
         }
@@ -163,7 +163,7 @@ TEST(Quantize, BlockRules) {
   x[32] = 1000.f;  // partial block: amax over this one element only
   x[K + 5] = -kInf;
   x[K + 32] = kNaN;
-  const MXTensor q = quantize(x.data(), 2, K, MXLayout::rowwise, {});
+  const ScaledTensor q = quantize(x.data(), 2, K, MXLayout::rowwise, {});
   ASSERT_EQ(q.scale_cols(), 2);
   EXPECT_EQ(q.scales[0], 0x00);
   for (int j = 0; j < 32; ++j) EXPECT_EQ(q.data[j], 0x00);
@@ -177,7 +177,7 @@ TEST(Quantize, BlockRules) {
   // Colwise: a ragged 33-row tensor has a second block row holding only row 32.
   std::vector<float> col(33, 2.0f);
   col[32] = 0.5f;
-  const MXTensor c = quantize(col.data(), 33, 1, MXLayout::colwise, {});
+  const ScaledTensor c = quantize(col.data(), 33, 1, MXLayout::colwise, {});
   ASSERT_EQ(c.scale_rows(), 2);
   EXPECT_EQ(c.scales[1], mx_scale_byte(0.5f, {}));
   EXPECT_EQ(c.scale_at(32, 0), c.scales[1]);
@@ -190,7 +190,7 @@ TEST(Quantize, DequantizeIsCodeTimesScale) {
   const std::vector<float> x = testdata::awkward_matrix(M, K, 11);
   for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile})
     for (Elem e : {Elem::e4m3, Elem::e5m2}) {
-      const MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
+      const ScaledTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
       std::vector<float> y(size_t(M * K));
       std::vector<uint16_t> yb(size_t(M * K));
       dequantize(q, y.data());
@@ -226,7 +226,7 @@ TEST(Quantize, RoundTripErrorWithinFormatBound) {
     const double rel = e == Elem::e4m3 ? std::ldexp(1.0, -4) : std::ldexp(1.0, -3);
     const int sub_half = e == Elem::e4m3 ? -10 : -17;
     for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
-      const MXTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
+      const ScaledTensor q = quantize(x.data(), M, K, l, {e, ScaleRounding::rceil});
       std::vector<float> y(x.size());
       dequantize(q, y.data());
       for (int64_t i = 0; i < M; ++i)
@@ -246,9 +246,9 @@ TEST(Quantize, RoundTripErrorWithinFormatBound) {
 }
 
 TEST(Quantize, LayoutsAndShapes) {
-  const MXTensor r = MXTensor::empty(33, 65, MXLayout::rowwise, Elem::e4m3);
-  const MXTensor c = MXTensor::empty(33, 65, MXLayout::colwise, Elem::e4m3);
-  const MXTensor t = MXTensor::empty(33, 65, MXLayout::tile, Elem::e5m2);
+  const ScaledTensor r = ScaledTensor::empty(33, 65, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor c = ScaledTensor::empty(33, 65, MXLayout::colwise, Elem::e4m3);
+  const ScaledTensor t = ScaledTensor::empty(33, 65, MXLayout::tile, Elem::e5m2);
   EXPECT_EQ(r.scale_rows(), 33);
   EXPECT_EQ(r.scale_cols(), 3);
   EXPECT_EQ(c.scale_rows(), 2);
@@ -263,17 +263,17 @@ TEST(Quantize, LayoutsAndShapes) {
   EXPECT_THROW(parse_rounding("ceil"), Error);
   EXPECT_THROW(r.scale_at(33, 0), Error);
   // Empty tensors are fine.
-  const MXTensor z = quantize(static_cast<const float*>(nullptr), 0, 5, MXLayout::colwise, {});
+  const ScaledTensor z = quantize(static_cast<const float*>(nullptr), 0, 5, MXLayout::colwise, {});
   EXPECT_EQ(z.data.size(), 0u);
   EXPECT_EQ(z.scales.size(), 0u);
 }
 
-// MXTensor storage starts on a 64-byte line for every size, and survives copies, growth
+// ScaledTensor storage starts on a 64-byte line for every size, and survives copies, growth
 // and moves with its contents and alignment.
 TEST(Quantize, StorageIsCacheLineAligned) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 64 == 0; };
   for (int64_t n : {1, 31, 64, 1000, 200000, 5000000}) {
-    const MXTensor t = MXTensor::empty(1, n, MXLayout::rowwise, Elem::e4m3);
+    const ScaledTensor t = ScaledTensor::empty(1, n, MXLayout::rowwise, Elem::e4m3);
     EXPECT_TRUE(aligned(t.data.data())) << n;
     EXPECT_TRUE(aligned(t.scales.data())) << n;
   }
@@ -292,7 +292,7 @@ TEST(Quantize, StorageIsCacheLineAligned) {
 
 TEST(Quantize, ApiErrorsAreClear) {
   std::vector<float> x(64, 1.f);
-  MXTensor wrong = MXTensor::empty(4, 16, MXLayout::rowwise, Elem::e4m3);
+  ScaledTensor wrong = ScaledTensor::empty(4, 16, MXLayout::rowwise, Elem::e4m3);
   try {
     quantize_into(x.data(), 8, 8, {}, wrong);
     FAIL() << "expected an error";
@@ -300,15 +300,15 @@ TEST(Quantize, ApiErrorsAreClear) {
     EXPECT_NE(std::string(e.what()).find("output is 4x16 but the input is 8x8"),
               std::string::npos) << e.what();
   }
-  MXTensor e5 = MXTensor::empty(8, 8, MXLayout::rowwise, Elem::e5m2);
+  ScaledTensor e5 = ScaledTensor::empty(8, 8, MXLayout::rowwise, Elem::e5m2);
   EXPECT_THROW(quantize_into(x.data(), 8, 8, {}, e5), Error);
   EXPECT_THROW(quantize(x.data(), -1, 8, MXLayout::rowwise, {}), Error);
   EXPECT_THROW(quantize(static_cast<const float*>(nullptr), 2, 2, MXLayout::rowwise, {}), Error);
-  MXTensor broken = MXTensor::empty(8, 8, MXLayout::tile, Elem::e4m3);
+  ScaledTensor broken = ScaledTensor::empty(8, 8, MXLayout::tile, Elem::e4m3);
   broken.scales.clear();
   std::vector<float> out(64);
   EXPECT_THROW(dequantize(broken, out.data()), Error);
-  MXTensor a, b;
+  ScaledTensor a, b;
   EXPECT_THROW(quantize_dual(x.data(), 8, 8, {}, a, a), Error);
   quantize_dual(x.data(), 8, 8, {}, a, b);  // outputs are (re)shaped as needed
   EXPECT_EQ(a.layout, MXLayout::rowwise);

@@ -221,7 +221,7 @@ TEST(Recipe, MakeCopiesAndUnsupportedFormats) {
   EXPECT_NE(error_of([&] { make_copies(x.data(), M, K, f, d, {Copy::rowwise}); }).find("fp32"),
             std::string::npos);
 
-  MXTensor big = MXTensor::empty(M, K, MXLayout::rowwise, Elem::e4m3);
+  ScaledTensor big = ScaledTensor::empty(M, K, MXLayout::rowwise, Elem::e4m3);
   big.block = 128;
   const std::string q = error_of([&] { quantize_into(x.data(), M, K, cfg, big); });
   EXPECT_NE(q.find("per 128-element block"), std::string::npos) << q;
@@ -297,9 +297,9 @@ TEST(Recipe, MakeCopiesBlockwise) {
   const QTensor w = quantize_qtensor(x.data(), M, K, r, Role::weight, {});
   EXPECT_EQ(in.present, CopySet({Copy::rowwise, Copy::colwise}));
   EXPECT_EQ(w.present, CopySet{Copy::tile});
-  const MXTensor row = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
-  const MXTensor col = quantize_blocks(x.data(), M, K, MXLayout::colwise, {});
-  const MXTensor tile =
+  const ScaledTensor row = quantize_blocks(x.data(), M, K, MXLayout::rowwise, {});
+  const ScaledTensor col = quantize_blocks(x.data(), M, K, MXLayout::colwise, {});
+  const ScaledTensor tile =
       quantize_blocks(x.data(), M, K, MXLayout::tile, {Elem::e4m3, ScaleType::fp32, 100.f});
   EXPECT_TRUE(in.rowwise.data == row.data && in.rowwise.scales == row.scales);
   EXPECT_TRUE(in.colwise.data == col.data && in.colwise.scales == col.scales);
@@ -322,7 +322,7 @@ TEST(Recipe, MakeCopiesPerTensor) {
     QTensor q;
     make_copies(x.data(), M, K, r.role(role), q, copies_needed(r, role));
     EXPECT_EQ(q.present, CopySet{Copy::tile});
-    MXTensor want;
+    ScaledTensor want;
     EXPECT_EQ(quantize_tensor_scaled(x.data(), M, K, {r.role(role).elem, 0.f}, want),
               14.f * 0.37f);
     EXPECT_TRUE(q.tile.is_fp32_tensor());

@@ -12,7 +12,7 @@ namespace {
 
 std::string error_of(int64_t rows, int64_t cols) {
   try {
-    MXTensor::empty(rows, cols, MXLayout::rowwise, Elem::e4m3);
+    ScaledTensor::empty(rows, cols, MXLayout::rowwise, Elem::e4m3);
   } catch (const Error& e) {
     // The message without the " [file:line]" MXT_CHECK appends.
     std::string m = e.what();
@@ -25,17 +25,17 @@ std::string error_of(int64_t rows, int64_t cols) {
 TEST(TensorSize, OverflowingShapeIsRefused) {
   const int64_t big = int64_t(1) << 40;
   EXPECT_EQ(error_of(big, big),
-            "MXTensor shape 1099511627776x1099511627776 is too large (1099511627776 * "
+            "ScaledTensor shape 1099511627776x1099511627776 is too large (1099511627776 * "
             "1099511627776 elements exceed 2^48)");
   EXPECT_NE(error_of(INT64_MAX, 2).find("too large"), std::string::npos);
   EXPECT_NE(error_of(-1, 2).find("non-negative"), std::string::npos);
 }
 
 TEST(TensorSize, ValidShapesAllocateExactly) {
-  MXTensor t = MXTensor::empty(33, 65, MXLayout::rowwise, Elem::e4m3);
+  ScaledTensor t = ScaledTensor::empty(33, 65, MXLayout::rowwise, Elem::e4m3);
   EXPECT_EQ(t.data.size(), 33u * 65u);
   EXPECT_EQ(t.scales.size(), 33u * 3u);
-  MXTensor z = MXTensor::empty(0, 1 << 20, MXLayout::colwise, Elem::e5m2);
+  ScaledTensor z = ScaledTensor::empty(0, 1 << 20, MXLayout::colwise, Elem::e5m2);
   EXPECT_EQ(z.data.size(), 0u);
 }
 

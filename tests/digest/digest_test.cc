@@ -146,7 +146,7 @@ const std::vector<std::pair<int64_t, int64_t>> kShapes = {
 
 void feed(uint32_t& crc, const void* p, size_t n) { crc = io::crc32_update(crc, p, n); }
 
-void feed_copy(uint32_t& crc, const MXTensor& q) {
+void feed_copy(uint32_t& crc, const ScaledTensor& q) {
   feed(crc, q.data.data(), q.data.size());
   feed(crc, q.scales.data(), q.scales.size());
   std::vector<float> f(q.data.size());
@@ -170,7 +170,7 @@ uint32_t quantize_digest(const std::string& layout, const QuantConfig& cfg, bool
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
     auto run = [&](auto* in) {
       if (layout == "dual") {
-        MXTensor r, c;
+        ScaledTensor r, c;
         quantize_dual(in, M, K, cfg, r, c);
         feed_copy(crc, r);
         feed_copy(crc, c);
@@ -190,7 +190,7 @@ uint32_t quantize_digest(const std::string& layout, const QuantConfig& cfg, bool
 std::string hex(uint32_t crc) { return io::crc32_hex(crc); }
 
 // A 4-bit copy: its packed codes, scales, tensor scale and its dequantize() output.
-void feed_fp4_copy(uint32_t& crc, const MXTensor& q) {
+void feed_fp4_copy(uint32_t& crc, const ScaledTensor& q) {
   feed(crc, q.data.data(), q.data.size());
   feed(crc, q.scales.data(), q.scales.size());
   const uint32_t ts = f32_bits(q.has_tensor_scale ? q.tensor_scale : 0.f);
@@ -212,7 +212,7 @@ uint32_t fp4_digest(const std::string& layout, const Fp4Config& cfg, bool bf16_i
     const std::vector<float> x = awkward(M, K, seed++);
     std::vector<uint16_t> xb(x.size());
     for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
-    MXTensor q;
+    ScaledTensor q;
     if (bf16_input)
       quantize_fp4(xb.data(), M, K, l, cfg, q);
     else

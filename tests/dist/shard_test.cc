@@ -49,7 +49,7 @@ int64_t numel(const std::vector<int64_t>& s) {
   return n;
 }
 
-void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) {
+void expect_same(const ScaledTensor& a, const ScaledTensor& b, const std::string& what) {
   EXPECT_EQ(a.rows, b.rows) << what;
   EXPECT_EQ(a.cols, b.cols) << what;
   EXPECT_EQ(a.layout, b.layout) << what;

@@ -38,7 +38,7 @@ struct PathGuard {
 };
 
 // The BF16 values of a 4-bit copy's elements without the tensor scale, as floats.
-std::vector<float> values(const MXTensor& t) {
+std::vector<float> values(const ScaledTensor& t) {
   std::vector<uint16_t> b(size_t(t.rows * t.cols));
   gemm_detail::decode_fp4_bf16_ref(t, 0, t.rows, b.data());
   std::vector<float> f(b.size());
@@ -66,7 +66,7 @@ TEST(Fp4Decode, IsCodeTimesBlockScaleOnEveryPath) {
     x[0] = 1e-38f;  // a tiny block under MXFP4: values below 2^-126 flush
     for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile})
       for (const Fp4Config& c : {nv(), mx(), mx(ScaleRounding::floor)}) {
-        MXTensor q;
+        ScaledTensor q;
         quantize_fp4(x.data(), M, K, l, c, q);
         std::vector<uint16_t> ref(size_t(M * K)), got(size_t(M * K));
         gemm_detail::decode_fp4_bf16_ref(q, 0, M, ref.data());
@@ -112,7 +112,7 @@ TEST(Fp4Gemm, EveryPathWithinTheSumBoundOfTheDecodedProduct) {
           const int64_t br = o.tb ? N : K, bc = o.tb ? K : N;
           const std::vector<float> a = rnd(ar * ac, uint32_t(M * 7 + N)),
                                    b = rnd(br * bc, uint32_t(K * 3 + N));
-          MXTensor A, B;
+          ScaledTensor A, B;
           quantize_fp4(a.data(), ar, ac, o.la, c, A);
           quantize_fp4(b.data(), br, bc, o.lb, c, B);
           const std::vector<float> av = values(A), bv = values(B);
@@ -159,7 +159,7 @@ TEST(Fp4Gemm, EveryPathWithinTheSumBoundOfTheDecodedProduct) {
 
 TEST(Fp4Gemm, RefusesMixedTransformAndFamilies) {
   const std::vector<float> a = rnd(32 * 16, 1), b = rnd(32 * 8, 2);
-  MXTensor x, dy, dy_plain, m8;
+  ScaledTensor x, dy, dy_plain, m8;
   Fp4Config c = nv();
   c.rht = true;
   quantize_fp4(a.data(), 32, 16, MXLayout::colwise, c, x);
@@ -186,7 +186,7 @@ TEST(Fp4Gemm, TransformedWgradEstimatesThePlainProduct) {
   for (bool rht : {false, true}) {
     Fp4Config c = nv();
     c.rht = rht;
-    MXTensor qd, qx;
+    ScaledTensor qd, qx;
     quantize_fp4(dy.data(), T, N, MXLayout::colwise, c, qd);
     quantize_fp4(x.data(), T, K, MXLayout::colwise, c, qx);
     std::vector<float> dw(size_t(N * K));

@@ -218,7 +218,7 @@ std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.f) {
 
 // Expected result from the DEQUANTIZED operands (FP32 values, exact), FP64 accumulation.
 // Tolerance: FP32 accumulation of the expanded products, K * u * Σ|a||b| (see top of file).
-void expect_mx_matches(bool ta, const MXTensor& A, bool tb, const MXTensor& B, bool acc) {
+void expect_mx_matches(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, bool acc) {
   const int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
   const int64_t N = tb ? B.rows : B.cols;
   std::vector<float> a(A.data.size()), b(B.data.size());
@@ -252,8 +252,8 @@ TEST(GemmMx, ForwardRowwiseTimesRowwiseTransposed) {
     for (int acc = 0; acc < 2; ++acc) {
       SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K << " acc=" << acc);
       auto x = randn(s.M * s.K, 1), w = randn(s.N * s.K, 2, 0.05f);
-      MXTensor xq = quantize(x.data(), s.M, s.K, MXLayout::rowwise, kCfg);
-      MXTensor wq = quantize(w.data(), s.N, s.K, MXLayout::rowwise, kCfg);
+      ScaledTensor xq = quantize(x.data(), s.M, s.K, MXLayout::rowwise, kCfg);
+      ScaledTensor wq = quantize(w.data(), s.N, s.K, MXLayout::rowwise, kCfg);
       expect_mx_matches(false, xq, true, wq, acc);
     }
 }
@@ -263,8 +263,8 @@ TEST(GemmMx, DgradRowwiseTimesColwise) {
     SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
     // dx[T,in] = dy[T,out] · W[out,in]: K = out.
     auto dy = randn(s.M * s.K, 3, 1e-3f), w = randn(s.K * s.N, 4, 0.05f);
-    MXTensor dyq = quantize(dy.data(), s.M, s.K, MXLayout::rowwise, kCfg);
-    MXTensor wq = quantize(w.data(), s.K, s.N, MXLayout::colwise, kCfg);
+    ScaledTensor dyq = quantize(dy.data(), s.M, s.K, MXLayout::rowwise, kCfg);
+    ScaledTensor wq = quantize(w.data(), s.K, s.N, MXLayout::colwise, kCfg);
     expect_mx_matches(false, dyq, false, wq, false);
   }
 }
@@ -275,8 +275,8 @@ TEST(GemmMx, WgradColwiseTransposedTimesColwise) {
       SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K << " acc=" << acc);
       // dW[out,in] = dy[T,out]^T · x[T,in]: K = T.
       auto dy = randn(s.K * s.M, 5, 1e-3f), x = randn(s.K * s.N, 6);
-      MXTensor dyq = quantize(dy.data(), s.K, s.M, MXLayout::colwise, kCfg);
-      MXTensor xq = quantize(x.data(), s.K, s.N, MXLayout::colwise, kCfg);
+      ScaledTensor dyq = quantize(dy.data(), s.K, s.M, MXLayout::colwise, kCfg);
+      ScaledTensor xq = quantize(x.data(), s.K, s.N, MXLayout::colwise, kCfg);
       expect_mx_matches(true, dyq, false, xq, acc);
     }
 }
@@ -285,11 +285,11 @@ TEST(GemmMx, Tile32WeightServesForwardAndDgrad) {
   for (auto s : kMxShapes) {
     SCOPED_TRACE(::testing::Message() << s.M << "x" << s.N << "x" << s.K);
     auto x = randn(s.M * s.K, 7), w = randn(s.N * s.K, 8, 0.05f);
-    MXTensor xq = quantize(x.data(), s.M, s.K, MXLayout::rowwise, kCfg);
-    MXTensor wt = quantize(w.data(), s.N, s.K, MXLayout::tile, kCfg);  // W [out=N, in=K]
+    ScaledTensor xq = quantize(x.data(), s.M, s.K, MXLayout::rowwise, kCfg);
+    ScaledTensor wt = quantize(w.data(), s.N, s.K, MXLayout::tile, kCfg);  // W [out=N, in=K]
     expect_mx_matches(false, xq, true, wt, false);                      // forward
     auto dy = randn(s.M * s.N, 9, 1e-3f);
-    MXTensor dyq = quantize(dy.data(), s.M, s.N, MXLayout::rowwise, kCfg);
+    ScaledTensor dyq = quantize(dy.data(), s.M, s.N, MXLayout::rowwise, kCfg);
     expect_mx_matches(false, dyq, false, wt, false);  // dgrad: dy[M,out] · W[out,in]
   }
 }
@@ -297,15 +297,15 @@ TEST(GemmMx, Tile32WeightServesForwardAndDgrad) {
 TEST(GemmMx, E5M2AndFloorRoundingOperands) {
   QuantConfig g{Elem::e5m2, ScaleRounding::floor};
   auto dy = randn(33 * 70, 10, 1e-2f), w = randn(70 * 45, 11, 0.05f);
-  MXTensor dyq = quantize(dy.data(), 33, 70, MXLayout::rowwise, g);
-  MXTensor wq = quantize(w.data(), 70, 45, MXLayout::colwise, kCfg);
+  ScaledTensor dyq = quantize(dy.data(), 33, 70, MXLayout::rowwise, g);
+  ScaledTensor wq = quantize(w.data(), 70, 45, MXLayout::colwise, kCfg);
   expect_mx_matches(false, dyq, false, wq, true);
 }
 
 TEST(GemmMx, WrongOrientationIsAnError) {
   auto v = randn(64 * 64, 12);
-  MXTensor row = quantize(v.data(), 64, 64, MXLayout::rowwise, kCfg);
-  MXTensor col = quantize(v.data(), 64, 64, MXLayout::colwise, kCfg);
+  ScaledTensor row = quantize(v.data(), 64, 64, MXLayout::rowwise, kCfg);
+  ScaledTensor col = quantize(v.data(), 64, 64, MXLayout::colwise, kCfg);
   std::vector<float> c(64 * 64);
   EXPECT_THROW(gemm_mx(false, col, true, row, c.data(), 64, false), Error);  // A blocks along M
   EXPECT_THROW(gemm_mx(true, row, false, col, c.data(), 64, false), Error);  // A^T needs colwise
@@ -316,7 +316,7 @@ TEST(GemmMx, WrongOrientationIsAnError) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("colwise or tile32"), std::string::npos) << e.what();
   }
-  MXTensor other = quantize(v.data(), 32, 128, MXLayout::rowwise, kCfg);
+  ScaledTensor other = quantize(v.data(), 32, 128, MXLayout::rowwise, kCfg);
   EXPECT_THROW(gemm_mx(false, row, true, other, c.data(), 64, false), Error);  // K 64 vs 128
   EXPECT_THROW(gemm_mx(false, row, true, row, c.data(), 10, false), Error);    // ldc < N
 }
@@ -324,8 +324,8 @@ TEST(GemmMx, WrongOrientationIsAnError) {
 TEST(GemmMx, NanBlockPropagatesOnlyWhereItIsUsed) {
   auto x = randn(4 * 64, 13), w = randn(8 * 64, 14);
   x[size_t(1 * 64 + 40)] = kNaN;  // row 1, second K-block
-  MXTensor xq = quantize(x.data(), 4, 64, MXLayout::rowwise, kCfg);
-  MXTensor wq = quantize(w.data(), 8, 64, MXLayout::rowwise, kCfg);
+  ScaledTensor xq = quantize(x.data(), 4, 64, MXLayout::rowwise, kCfg);
+  ScaledTensor wq = quantize(w.data(), 8, 64, MXLayout::rowwise, kCfg);
   std::vector<float> c(4 * 8);
   gemm_mx(false, xq, true, wq, c.data(), 8, false);
   for (int64_t i = 0; i < 4; ++i)

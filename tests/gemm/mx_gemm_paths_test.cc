@@ -41,7 +41,7 @@ std::vector<float> randn(int64_t n, uint32_t seed, float sigma = 1.f) {
 }
 
 // The value the kernels multiply at stored (r, c).
-double value(const MXTensor& t, int64_t r, int64_t c) {
+double value(const ScaledTensor& t, int64_t r, int64_t c) {
   return mx_operand_value(t.data[size_t(r * t.cols + c)], t.scale_at(r, c), t.elem);
 }
 
@@ -59,7 +59,7 @@ struct IsaGuard {
 };
 
 // op(A) · op(B) for stored A, B as gemm_mx sees them; checks every available path.
-void check_all_paths(bool ta, const MXTensor& A, bool tb, const MXTensor& B, bool acc,
+void check_all_paths(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, bool acc,
                      const char* what) {
   const int64_t M = ta ? A.cols : A.rows, K = ta ? A.rows : A.cols;
   const int64_t N = tb ? B.rows : B.cols;
@@ -109,8 +109,8 @@ const Shape kShapes[] = {{1, 1, 1},      {1, 64, 32},    {4, 65, 33},   {31, 33,
                          {193, 17, 65},  {2, 200, 1025}, {70, 300, 100}, {200, 1100, 70},
                          {250, 40, 64},  {9, 65, 97},    {16, 48, 130}};
 
-MXTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
-           ScaleRounding rnd = ScaleRounding::rceil) {
+ScaledTensor q(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, Elem e,
+               ScaleRounding rnd = ScaleRounding::rceil) {
   return quantize(x.data(), r, c, l, QuantConfig{e, rnd});
 }
 
@@ -118,8 +118,8 @@ TEST(MxGemmPaths, ForwardAllLayoutsAndFormats) {
   for (const Shape& s : kShapes)
     for (MXLayout wl : {MXLayout::rowwise, MXLayout::tile}) {
       const auto x = randn(s.M * s.K, 1), w = randn(s.N * s.K, 2, 0.05f);
-      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
-      const MXTensor wq = q(w, s.N, s.K, wl, Elem::e4m3, ScaleRounding::floor);
+      const ScaledTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const ScaledTensor wq = q(w, s.N, s.K, wl, Elem::e4m3, ScaleRounding::floor);
       check_all_paths(false, xq, true, wq, false, "forward");
     }
 }
@@ -129,8 +129,8 @@ TEST(MxGemmPaths, DgradAllLayoutsAndFormats) {
     for (MXLayout wl : {MXLayout::colwise, MXLayout::tile}) {
       // dx[M, N] = dy[M, K] · W[K, N]: dy E5M2 rowwise, W stored [K, N].
       const auto dy = randn(s.M * s.K, 3, 1e-3f), w = randn(s.K * s.N, 4, 0.05f);
-      const MXTensor dq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e5m2);
-      const MXTensor wq = q(w, s.K, s.N, wl, Elem::e4m3);
+      const ScaledTensor dq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e5m2);
+      const ScaledTensor wq = q(w, s.K, s.N, wl, Elem::e4m3);
       check_all_paths(false, dq, false, wq, true, "dgrad");
     }
 }
@@ -140,8 +140,8 @@ TEST(MxGemmPaths, WgradAllLayoutsAndFormats) {
     for (MXLayout al : {MXLayout::colwise, MXLayout::tile}) {
       // dW[M, N] += dy^T · x with dy stored [K, M], x stored [K, N] (K = tokens).
       const auto dy = randn(s.K * s.M, 5, 1e-2f), x = randn(s.K * s.N, 6);
-      const MXTensor dq = q(dy, s.K, s.M, al, Elem::e5m2);
-      const MXTensor xq = q(x, s.K, s.N, MXLayout::colwise, Elem::e4m3);
+      const ScaledTensor dq = q(dy, s.K, s.M, al, Elem::e5m2);
+      const ScaledTensor xq = q(x, s.K, s.N, MXLayout::colwise, Elem::e4m3);
       check_all_paths(true, dq, false, xq, true, "wgrad");
     }
 }
@@ -155,8 +155,8 @@ TEST(MxGemmPaths, TinyScalesFlushTheSameWayOnEveryPath) {
     for (int64_t c = 0; c < 32; ++c) w[size_t(5 * 70 + c)] *= 0x1p-125f;     // and one of W's
     for (float& v : w) v *= 0x1p-10f;
     for (Elem e : {Elem::e4m3, Elem::e5m2}) {
-      const MXTensor xq = q(x, rows, 70, MXLayout::rowwise, e);
-      const MXTensor wq = q(w, 50, 70, MXLayout::rowwise, e);
+      const ScaledTensor xq = q(x, rows, 70, MXLayout::rowwise, e);
+      const ScaledTensor wq = q(w, 50, 70, MXLayout::rowwise, e);
       check_all_paths(false, xq, true, wq, false, "tiny scales");
     }
   }
@@ -167,8 +167,8 @@ TEST(MxGemmPaths, TinyScalesFlushTheSameWayOnEveryPath) {
 TEST(MxGemmPaths, HugeE4M3ScalesGiveTheReferenceBytes) {
   std::vector<float> x = randn(9 * 64, 10), w = randn(12 * 64, 11, 1e-30f);
   x[5] = 3e38f;
-  const MXTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
-  const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
   ASSERT_GE(xq.scale_at(0, 5), 247);
   check_all_paths(false, xq, true, wq, false, "huge scale");
 }
@@ -177,8 +177,8 @@ TEST(MxGemmPaths, HugeE4M3ScalesOnAvx512GiveTheReferenceBytes) {
   if (!isa_supported(Isa::avx512)) GTEST_SKIP() << "this CPU has no AVX-512 path";
   std::vector<float> x = randn(9 * 64, 10), w = randn(12 * 64, 11, 1e-30f);
   x[5] = 3e38f;
-  const MXTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
-  const MXTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor xq = q(x, 9, 64, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor wq = q(w, 12, 64, MXLayout::rowwise, Elem::e4m3);
   ASSERT_GE(xq.scale_at(0, 5), 247);
   IsaGuard guard;
   std::vector<float> ref(9 * 12), fast(9 * 12);
@@ -193,8 +193,8 @@ TEST(MxGemmPaths, HugeE4M3ScalesOnAvx512GiveTheReferenceBytes) {
 TEST(MxGemmPaths, NanBlockReachesOnlyItsOutputsOnEveryPath) {
   std::vector<float> x = randn(10 * 96, 12), w = randn(70 * 96, 13);
   x[3 * 96 + 40] = NAN;  // row 3, K block 1
-  const MXTensor xq = q(x, 10, 96, MXLayout::rowwise, Elem::e4m3);
-  const MXTensor wq = q(w, 70, 96, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor xq = q(x, 10, 96, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor wq = q(w, 70, 96, MXLayout::rowwise, Elem::e4m3);
   IsaGuard guard;
   for (Isa isa : path_isas()) {
     set_isa(isa);
@@ -245,8 +245,8 @@ TEST(MxGemmPaths, TransposedForwardIsTheTransposeOfTheDirectProduct) {
     set_isa(isa);
     for (const Shape& s : {Shape{64, 300, 100}, Shape{100, 130, 1100}, Shape{200, 1100, 70}}) {
       const auto x = randn(s.M * s.K, 21), w = randn(s.N * s.K, 22, 0.05f);
-      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
-      const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, Elem::e4m3);
+      const ScaledTensor xq = q(x, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const ScaledTensor wq = q(w, s.N, s.K, MXLayout::rowwise, Elem::e4m3);
       std::vector<float> ct(size_t(s.N * s.M));
       gemm_mx(false, wq, true, xq, ct.data(), s.M, false);  // N > M rows: direct
       expect_transpose_of_direct(
@@ -277,9 +277,9 @@ TEST(MxGemmPaths, TransposedDgradIsTheTransposeOfTheDirectProduct) {
       std::vector<float> dyt(dy.size());
       for (int64_t i = 0; i < s.M; ++i)
         for (int64_t k = 0; k < s.K; ++k) dyt[size_t(k * s.M + i)] = dy[size_t(i * s.K + k)];
-      const MXTensor dyq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
-      const MXTensor dytq = q(dyt, s.K, s.M, MXLayout::colwise, Elem::e4m3);
-      const MXTensor wq = q(w, s.K, s.N, MXLayout::colwise, Elem::e4m3);
+      const ScaledTensor dyq = q(dy, s.M, s.K, MXLayout::rowwise, Elem::e4m3);
+      const ScaledTensor dytq = q(dyt, s.K, s.M, MXLayout::colwise, Elem::e4m3);
+      const ScaledTensor wq = q(w, s.K, s.N, MXLayout::colwise, Elem::e4m3);
       std::vector<float> ct(size_t(s.N * s.M));
       gemm_mx(true, wq, false, dytq, ct.data(), s.M, false);  // tn, N > M rows: direct
       expect_transpose_of_direct(
@@ -309,11 +309,11 @@ TEST(MxGemmPaths, VbmiRowPackerGivesTheSameBytes) {
         x[size_t(s.K + k)] *= 0x1p120f;  // row 1, first block
       }
       if (s.M > 2) x[size_t(2 * s.K + s.K / 2)] = NAN;  // a NaN block in row 2
-      const MXTensor xq = q(x, s.M, s.K, MXLayout::rowwise, e);
-      const MXTensor wq = q(w, s.N, s.K, MXLayout::rowwise, e);
+      const ScaledTensor xq = q(x, s.M, s.K, MXLayout::rowwise, e);
+      const ScaledTensor wq = q(w, s.N, s.K, MXLayout::rowwise, e);
       const auto dy = randn(s.M * s.N, 43);
-      const MXTensor dyq = q(dy, s.M, s.N, MXLayout::rowwise, e);
-      const MXTensor wc = q(w, s.N, s.K, MXLayout::colwise, e);
+      const ScaledTensor dyq = q(dy, s.M, s.N, MXLayout::rowwise, e);
+      const ScaledTensor wc = q(w, s.N, s.K, MXLayout::colwise, e);
       std::vector<float> f[2], ft[2], d[2];
       IsaGuard guard;
       int i = 0;
@@ -371,10 +371,10 @@ TEST(MxGemmPaths, VbmiPairPackerGivesTheSameBytes) {
         poke(w, s.N, s.K);
         poke(x, s.M, s.K);
         poke(dy, s.M, s.N);
-        const MXTensor wq = q(w, s.N, s.K, wl, e);
-        const MXTensor dyr = q(dy, s.M, s.N, MXLayout::rowwise, e);
-        const MXTensor dyc = q(dy, s.M, s.N, MXLayout::colwise, e);
-        const MXTensor xc = q(x, s.M, s.K, MXLayout::colwise, e);
+        const ScaledTensor wq = q(w, s.N, s.K, wl, e);
+        const ScaledTensor dyr = q(dy, s.M, s.N, MXLayout::rowwise, e);
+        const ScaledTensor dyc = q(dy, s.M, s.N, MXLayout::colwise, e);
+        const ScaledTensor xc = q(x, s.M, s.K, MXLayout::colwise, e);
         std::vector<float> d[2], g[2];
         IsaGuard guard;
         for (int i = 0; i < 2; ++i) {
@@ -394,8 +394,8 @@ TEST(MxGemmPaths, VbmiPairPackerGivesTheSameBytes) {
 
 TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
   const auto x = randn(100 * 300, 14), w = randn(130 * 300, 15);
-  const MXTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
-  const MXTensor wq = q(w, 130, 300, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor xq = q(x, 100, 300, MXLayout::rowwise, Elem::e4m3);
+  const ScaledTensor wq = q(w, 130, 300, MXLayout::rowwise, Elem::e4m3);
   const int saved = omp_get_max_threads();
   std::vector<float> c1(100 * 130), c2(100 * 130);
   omp_set_num_threads(1);
@@ -454,15 +454,16 @@ Fp4Config mxfp4_cfg() {
   return c;
 }
 
-MXTensor q4(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l, const Fp4Config& cfg) {
-  MXTensor t;
+ScaledTensor q4(const std::vector<float>& x, int64_t r, int64_t c, MXLayout l,
+                const Fp4Config& cfg) {
+  ScaledTensor t;
   quantize_fp4(x.data(), r, c, l, cfg, t);
   return t;
 }
 
 // op(A) · op(B) on every 4-bit panel path (and, for a forward of at most 16 rows, on the panel
 // kernel besides the streaming one, and with one thread) against fp4_gemm_panel_ref, bytes.
-void check_fp4_bytes(bool ta, const MXTensor& A, bool tb, const MXTensor& B, bool acc,
+void check_fp4_bytes(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, bool acc,
                      const std::string& what) {
   const int64_t M = ta ? A.cols : A.rows, N = tb ? B.rows : B.cols;
   const gemm_detail::Orient o = ta ? gemm_detail::Orient::tn
@@ -549,8 +550,8 @@ TEST(Fp4GemmPaths, EveryPanelPathGivesTheReferenceBytes) {
           if (l != MXLayout::colwise) c.rht = false;
           return c;
         };
-        const MXTensor A = q4(a, ar, ac, op.la, cfg(op.role_a, op.la));
-        const MXTensor B = q4(b, br, bc, op.lb, cfg(op.role_b, op.lb));
+        const ScaledTensor A = q4(a, ar, ac, op.la, cfg(op.role_a, op.la));
+        const ScaledTensor B = q4(b, br, bc, op.lb, cfg(op.role_b, op.lb));
         for (bool acc : {false, true})
           check_fp4_bytes(op.ta, A, op.tb, B, acc,
                           std::string(st.name) + " " + op.name + (acc ? " acc" : "") + " " +
@@ -589,17 +590,17 @@ TEST(Fp4GemmPaths, SpecialBlocksGiveTheReferenceBytes) {
                                std::to_string(s.K);
       // forward y [M, N] = x · W^T; dgrad [M, K] = (x as dy [M, K'=N]) ...: use the same
       // tensors in every orientation.
-      const MXTensor xr = q4(x, s.M, s.K, MXLayout::rowwise, c);
-      const MXTensor wr = q4(w, s.N, s.K, MXLayout::rowwise, c);
+      const ScaledTensor xr = q4(x, s.M, s.K, MXLayout::rowwise, c);
+      const ScaledTensor wr = q4(w, s.N, s.K, MXLayout::rowwise, c);
       check_fp4_bytes(false, xr, true, wr, false, what + " forward");
       check_fp4_bytes(false, xr, true, wr, true, what + " forward acc");
-      const MXTensor wc = q4(w, s.K, s.N, MXLayout::colwise, c);  // W as [K, N]
+      const ScaledTensor wc = q4(w, s.K, s.N, MXLayout::colwise, c);  // W as [K, N]
       check_fp4_bytes(false, xr, false, wc, false, what + " dgrad colwise");
-      const MXTensor xc = q4(x, s.M, s.K, MXLayout::colwise, c);  // tokens M
-      const MXTensor wt = q4(w, s.M, s.N, MXLayout::colwise, c);  // "dy" [M, N], from w
+      const ScaledTensor xc = q4(x, s.M, s.K, MXLayout::colwise, c);  // tokens M
+      const ScaledTensor wt = q4(w, s.M, s.N, MXLayout::colwise, c);  // "dy" [M, N], from w
       check_fp4_bytes(true, wt, false, xc, true, what + " wgrad acc");
       if (nv) {
-        const MXTensor wtile = q4(w, s.N, s.K, MXLayout::tile, c);
+        const ScaledTensor wtile = q4(w, s.N, s.K, MXLayout::tile, c);
         check_fp4_bytes(false, xr, true, wtile, false, what + " forward tile");
       }
     }

@@ -41,7 +41,7 @@ const Op kOps[] = {{false, true, MXLayout::rowwise, MXLayout::tile},
                    {true, false, MXLayout::colwise, MXLayout::colwise}};
 
 // op(A) [M,K] · op(B) [K,N] in FP64 from the dequantized copies; also Σ|a||b| per element.
-void f64_product(const Op& o, const MXTensor& A, const MXTensor& B, int64_t M, int64_t N,
+void f64_product(const Op& o, const ScaledTensor& A, const ScaledTensor& B, int64_t M, int64_t N,
                  int64_t K, std::vector<double>& C, std::vector<double>& mag) {
   std::vector<float> a(A.data.size()), b(B.data.size());
   dequantize(A, a.data());
@@ -59,8 +59,8 @@ void f64_product(const Op& o, const MXTensor& A, const MXTensor& B, int64_t M, i
     }
 }
 
-MXTensor make_op(bool trans, bool is_a, MXLayout l, int64_t outer, int64_t K, Elem e,
-                 ScaleType s, uint32_t seed) {
+ScaledTensor make_op(bool trans, bool is_a, MXLayout l, int64_t outer, int64_t K, Elem e,
+                     ScaleType s, uint32_t seed) {
   // stored [outer, K] unless (A and trans) or (B and !trans): then [K, outer]
   const bool k_rows = is_a ? trans : !trans;
   const int64_t r = k_rows ? K : outer, c = k_rows ? outer : K;
@@ -77,7 +77,7 @@ MXTensor make_op(bool trans, bool is_a, MXLayout l, int64_t outer, int64_t K, El
 // reference within twice that; `extra` counts further roundings (the per-tensor path's
 // sa · sb · P), `flush` the pow2 path's flush of |v| < 2^-126. Reports the first failures
 // (labelled) and counts every one in `bad`.
-void check_against_reference(const Op& o, const MXTensor& A, const MXTensor& B, int64_t M,
+void check_against_reference(const Op& o, const ScaledTensor& A, const ScaledTensor& B, int64_t M,
                              int64_t N, int64_t K, bool acc, int extra, double flush,
                              const std::string& label, int& bad) {
   std::vector<float> c0 = rnd(M * N, 99);
@@ -110,8 +110,8 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
         for (const auto& sh : shapes)
           for (bool acc : {false, true}) {
             const int64_t M = sh[0], N = sh[1], K = sh[2];
-            const MXTensor A = make_op(o.ta, true, o.la, M, K, e, s, uint32_t(M * 7 + K));
-            const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, s, uint32_t(N * 13 + K));
+            const ScaledTensor A = make_op(o.ta, true, o.la, M, K, e, s, uint32_t(M * 7 + K));
+            const ScaledTensor B = make_op(o.tb, false, o.lb, N, K, e, s, uint32_t(N * 13 + K));
             check_against_reference(o, A, B, M, N, K, acc, 0, double(K) * 0x1.0p-126,
                                     scale_type_name(s), bad);
           }
@@ -134,13 +134,13 @@ TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
                                {65, 129, 2049}, {255, 33, 1023}, {200, 97, 385}};
   // Unit-grid view and per-chunk scales, as the fp32 path defines them (docs/numerics.md,
   // "FP32-scaled products"): op(A) row i and op(B) column j in 128-deep chunk c.
-  auto view = [](const MXTensor& t, std::vector<uint8_t>& g) {
+  auto view = [](const ScaledTensor& t, std::vector<uint8_t>& g) {
     const int64_t gr = t.layout == MXLayout::rowwise ? t.rows : ceil_div(t.rows, 32);
     const int64_t gc = t.layout == MXLayout::colwise ? t.cols : ceil_div(t.cols, 32);
     g.assign(size_t(gr * gc), 127);
     return gemm_detail::MXOperand{t.data.data(), g.data(), t.rows, t.cols, gc, t.layout, t.elem};
   };
-  auto scale = [](const MXTensor& t, int64_t r, int64_t c) {
+  auto scale = [](const ScaledTensor& t, int64_t r, int64_t c) {
     const float* sc = reinterpret_cast<const float*>(t.scales.data());
     if (t.is_fp32_tensor()) return sc[0];
     const int64_t sr = t.layout == MXLayout::rowwise ? r : r / 128;
@@ -154,8 +154,10 @@ TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
         for (const auto& sh : shapes)
           for (bool acc : {false, true}) {
             const int64_t M = sh[0], N = sh[1], K = sh[2];
-            MXTensor A = make_op(o.ta, true, o.la, M, K, e, ScaleType::fp32, uint32_t(M + 3 * K));
-            const MXTensor B = make_op(o.tb, false, o.lb, N, K, e, ScaleType::fp32, uint32_t(N + 5 * K));
+            ScaledTensor A =
+                make_op(o.ta, true, o.la, M, K, e, ScaleType::fp32, uint32_t(M + 3 * K));
+            const ScaledTensor B =
+                make_op(o.tb, false, o.lb, N, K, e, ScaleType::fp32, uint32_t(N + 5 * K));
             if (tensor_a) {  // op(A) with one scale for the tensor, against blockwise B
               const std::vector<float> va = rnd(M * K, uint32_t(M * 9 + K));
               quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
@@ -203,7 +205,7 @@ TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
           // stored shapes as make_op: A [M,K] or [K,M] (ta), B [K,N] or [N,K] (tb)
           const std::vector<float> va = rnd(M * K, uint32_t(M * 5 + K)),
                                    vb = rnd(N * K, uint32_t(N * 11 + K));
-          MXTensor A, B;
+          ScaledTensor A, B;
           quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
           quantize_tensor_scaled(vb.data(), o.tb ? N : K, o.tb ? K : N, {e, 0.f}, B);
           ASSERT_TRUE(A.is_fp32_tensor() && B.is_fp32_tensor());
@@ -216,8 +218,8 @@ TEST(ScaledGemm, PerTensorAgreesWithReferenceAndFp64AllOrientations) {
 // path this CPU has (it reads the copy's own codes beside a grid made for them; the expansion
 // path, avx2 and A^T · B^T, copies them), in all four orientations, on ragged shapes.
 TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGridOnEveryPath) {
-  auto expand = [](const MXTensor& t) {
-    MXTensor m = MXTensor::empty(t.rows, t.cols, t.layout, t.elem);
+  auto expand = [](const ScaledTensor& t) {
+    ScaledTensor m = ScaledTensor::empty(t.rows, t.cols, t.layout, t.elem);
     std::memcpy(m.data.data(), t.data.data(), t.data.size());
     const float* s = reinterpret_cast<const float*>(t.scales.data());
     for (int64_t i = 0; i < m.scale_rows(); ++i)
@@ -240,8 +242,9 @@ TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGridOnEveryPath) {
     for (const Op& o : ops)
       for (const auto& sh : shapes) {
         const int64_t M = sh[0], N = sh[1], K = sh[2];
-        const MXTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
-        const MXTensor B = make_op(o.tb, false, o.lb, N, K, Elem::e5m2, ScaleType::fp32_pow2, 2);
+        const ScaledTensor A = make_op(o.ta, true, o.la, M, K, Elem::e4m3, ScaleType::fp32_pow2, 1);
+        const ScaledTensor B =
+            make_op(o.tb, false, o.lb, N, K, Elem::e5m2, ScaleType::fp32_pow2, 2);
         std::vector<float> got(size_t(M * N)), want(size_t(M * N));
         gemm_mx(o.ta, A, o.tb, B, got.data(), N, false);
         gemm_mx(o.ta, expand(A), o.tb, expand(B), want.data(), N, false);
@@ -255,18 +258,18 @@ TEST(ScaledGemm, Pow2EqualsMxProductOfExpandedGridOnEveryPath) {
 
 TEST(ScaledGemm, NanCodePropagatesAndMixedFamiliesRefused) {
   for (ScaleType s : {ScaleType::fp32_pow2, ScaleType::fp32}) {
-    MXTensor A = make_op(false, true, MXLayout::rowwise, 3, 200, Elem::e4m3, s, 5);
-    const MXTensor B = make_op(true, false, MXLayout::tile, 4, 200, Elem::e4m3, s, 6);
+    ScaledTensor A = make_op(false, true, MXLayout::rowwise, 3, 200, Elem::e4m3, s, 5);
+    const ScaledTensor B = make_op(true, false, MXLayout::tile, 4, 200, Elem::e4m3, s, 6);
     A.data[size_t(1 * 200 + 150)] = 0x7F;  // E4M3 NaN in row 1, second K chunk
     std::vector<float> c(12);
     gemm_mx(false, A, true, B, c.data(), 4, false);
     for (int64_t i = 0; i < 3; ++i)
       for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(std::isnan(c[size_t(i * 4 + j)]), i == 1);
   }
-  const MXTensor A = make_op(false, true, MXLayout::rowwise, 3, 64, Elem::e4m3,
-                             ScaleType::fp32_pow2, 7);
+  const ScaledTensor A =
+      make_op(false, true, MXLayout::rowwise, 3, 64, Elem::e4m3, ScaleType::fp32_pow2, 7);
   std::vector<float> w = rnd(4 * 64, 8);
-  const MXTensor B = quantize(w.data(), 4, 64, MXLayout::rowwise, QuantConfig{});
+  const ScaledTensor B = quantize(w.data(), 4, 64, MXLayout::rowwise, QuantConfig{});
   std::vector<float> c(12);
   try {
     gemm_mx(false, A, true, B, c.data(), 4, false);

@@ -61,8 +61,8 @@ TEST(QuantizeFiles, Mxfp8FilesEqualCoreQuantize) {
     EXPECT_EQ(list_dir(d / "q"),
               (std::vector<std::string>{".mxtrain-manifest", "colwise.npy", "colwise_scale.npy", "meta.json",
                                         "rowwise.npy", "rowwise_scale.npy"}));
-    const MXTensor row = quantize(x.data(), M, K, MXLayout::rowwise, r.cfg);
-    const MXTensor col = quantize(x.data(), M, K, MXLayout::colwise, r.cfg);
+    const ScaledTensor row = quantize(x.data(), M, K, MXLayout::rowwise, r.cfg);
+    const ScaledTensor col = quantize(x.data(), M, K, MXLayout::colwise, r.cfg);
     EXPECT_EQ(read_file(d / "q/rowwise.npy"), u8_npy(row.data, M, K)) << M << "x" << K;
     EXPECT_EQ(read_file(d / "q/rowwise_scale.npy"), u8_npy(row.scales, M, (K + 31) / 32));
     EXPECT_EQ(read_file(d / "q/colwise.npy"), u8_npy(col.data, M, K));
@@ -94,7 +94,7 @@ TEST(QuantizeFiles, Tile32FilesEqualCoreQuantize) {
     QuantizeFilesResult r = quantize_npy_to_dir(in, d / "q", {"mxfp8-32x32", {}, {}});
     EXPECT_EQ(list_dir(d / "q"), (std::vector<std::string>{".mxtrain-manifest", "data.npy",
                                                            "meta.json", "scale.npy"}));
-    const MXTensor t = quantize(x.data(), M, K, MXLayout::tile, r.cfg);
+    const ScaledTensor t = quantize(x.data(), M, K, MXLayout::tile, r.cfg);
     EXPECT_EQ(read_file(d / "q/data.npy"), u8_npy(t.data, M, K));
     EXPECT_EQ(read_file(d / "q/scale.npy"), u8_npy(t.scales, (M + 31) / 32, (K + 31) / 32));
     dequantize_dir_to_npy(d / "q", d / "y.npy", {"mxfp8-32x32", Elem::e4m3});
@@ -105,7 +105,7 @@ TEST(QuantizeFiles, Tile32FilesEqualCoreQuantize) {
   }
 }
 
-std::vector<uint8_t> f32_npy(const MXTensor& t) {
+std::vector<uint8_t> f32_npy(const ScaledTensor& t) {
   return npy_encode(npy_from_f32(reinterpret_cast<const float*>(t.scales.data()),
                                  {t.scale_rows(), t.scale_cols()}));
 }
@@ -125,7 +125,7 @@ TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
               (std::vector<std::string>{".mxtrain-manifest", "colwise.npy",
                                         "colwise_scale_inv.npy", "meta.json",
                                         "rowwise.npy", "rowwise_scale_inv.npy"}));
-    MXTensor row, col;
+    ScaledTensor row, col;
     quantize_blocks_dual(x.data(), M, K, {}, row, col);
     EXPECT_EQ(read_file(d / "i/rowwise.npy"), u8_npy(row.data, M, K));
     EXPECT_EQ(read_file(d / "i/rowwise_scale_inv.npy"), f32_npy(row));
@@ -150,7 +150,7 @@ TEST(QuantizeFiles, BlockwiseFilesEqualCoreQuantize) {
     EXPECT_EQ(list_dir(d / "w"),
               (std::vector<std::string>{".mxtrain-manifest", "data.npy", "meta.json",
                                         "scale_inv.npy"}));
-    const MXTensor t =
+    const ScaledTensor t =
         quantize_blocks(x.data(), M, K, MXLayout::tile, {Elem::e5m2, ScaleType::fp32, 0.25f});
     EXPECT_EQ(read_file(d / "w/data.npy"), u8_npy(t.data, M, K));
     EXPECT_EQ(read_file(d / "w/scale_inv.npy"), f32_npy(t));
@@ -188,7 +188,7 @@ TEST(QuantizeFiles, PerTensorFilesEqualCoreQuantize) {
       EXPECT_EQ(r.scale, ScaleType::fp32);
       EXPECT_EQ(list_dir(q), (std::vector<std::string>{".mxtrain-manifest", "data.npy",
                                                        "meta.json", "scale_inv.npy"}));
-      MXTensor t;
+      ScaledTensor t;
       quantize_tensor_scaled(x.data(), M, K, {elem, *o.amax_epsilon}, t);
       EXPECT_EQ(read_file(q + "/data.npy"), u8_npy(t.data, M, K));
       EXPECT_EQ(read_file(q + "/scale_inv.npy"),
@@ -266,7 +266,7 @@ TEST(QuantizeFiles, ElemAndRoundingOptionsReachTheBytes) {
   const std::string in = write_input(d, x, M, K);
   quantize_npy_to_dir(in, d / "q", {"mxfp8", Elem::e5m2, ScaleRounding::floor});
   const QuantConfig cfg{Elem::e5m2, ScaleRounding::floor};
-  const MXTensor row = quantize(x.data(), M, K, MXLayout::rowwise, cfg);
+  const ScaledTensor row = quantize(x.data(), M, K, MXLayout::rowwise, cfg);
   EXPECT_EQ(read_file(d / "q/rowwise.npy"), u8_npy(row.data, M, K));
   EXPECT_EQ(read_file(d / "q/rowwise_scale.npy"), u8_npy(row.scales, M, 2));
   const auto meta = nlohmann::json::parse(read_text_file(d / "q/meta.json"));

@@ -50,7 +50,7 @@ void fill(std::span<float> v, int64_t cols, uint32_t seed) {
     v[i] = nd(rng) * std::ldexp(1.f, int((int64_t(i) / cols * 5 + int64_t(i) % cols / 32) % 13) - 6);
 }
 
-void expect_same(const MXTensor& a, const MXTensor& b, const std::string& what) {
+void expect_same(const ScaledTensor& a, const ScaledTensor& b, const std::string& what) {
   EXPECT_EQ(a.rows, b.rows) << what;
   EXPECT_EQ(a.cols, b.cols) << what;
   EXPECT_EQ(a.layout, b.layout) << what;

@@ -150,8 +150,8 @@ TEST(GroupedLinear, WgradBlocksDoNotStraddleExperts) {
   EXPECT_GE(cosine(dW1, exact_f), kCosine);
   // What a joint pass would have given expert 1's x rows: mostly flushed to zero.
   Recipe rc = get_recipe("mxfp8");
-  MXTensor joint = quantize(x.data(), 38, in, MXLayout::colwise,
-                            rc.role(Role::input).quant_config());
+  ScaledTensor joint =
+      quantize(x.data(), 38, in, MXLayout::colwise, rc.role(Role::input).quant_config());
   std::vector<float> a(joint.data.size());
   dequantize(joint, a.data());
   std::vector<float> x1_joint(a.begin() + 33 * in, a.end());

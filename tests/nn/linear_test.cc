@@ -234,12 +234,12 @@ TEST(LinearMx, ProductsEqualGemmMxOnPrescribedOperands) {
     MXLayout fwd_w = tiled ? MXLayout::tile : MXLayout::rowwise;
     MXLayout bwd_w = tiled ? MXLayout::tile : MXLayout::colwise;
     const float* W = l.weight.value.data();
-    MXTensor xr = quantize(x.data(), T, in, MXLayout::rowwise, cfg);
-    MXTensor xc = quantize(x.data(), T, in, MXLayout::colwise, cfg);
-    MXTensor wf = quantize(W, out, in, fwd_w, cfg);
-    MXTensor wb = quantize(W, out, in, bwd_w, cfg);
-    MXTensor dyr = quantize(dy.data(), T, out, MXLayout::rowwise, cfg);
-    MXTensor dyc = quantize(dy.data(), T, out, MXLayout::colwise, cfg);
+    ScaledTensor xr = quantize(x.data(), T, in, MXLayout::rowwise, cfg);
+    ScaledTensor xc = quantize(x.data(), T, in, MXLayout::colwise, cfg);
+    ScaledTensor wf = quantize(W, out, in, fwd_w, cfg);
+    ScaledTensor wb = quantize(W, out, in, bwd_w, cfg);
+    ScaledTensor dyr = quantize(dy.data(), T, out, MXLayout::rowwise, cfg);
+    ScaledTensor dyc = quantize(dy.data(), T, out, MXLayout::colwise, cfg);
     std::vector<float> y(size_t(T * out)), dx(size_t(T * in)), dW(size_t(out * in), 0.f);
     gemm_mx(false, xr, true, wf, y.data(), out, false);
     gemm_mx(false, dyr, false, wb, dx.data(), in, false);
@@ -331,7 +331,7 @@ TEST(LinearDelayed, QuantizesWithTheHistoryScaleAndRecordsAmaxes) {
     EXPECT_EQ(hx.step_amax(), tensor_amax(x.data(), T * in));
     EXPECT_EQ(hw.step_amax(), tensor_amax(l.weight.value.data(), out * in));
     EXPECT_EQ(hg.step_amax(), tensor_amax(dy.data(), T * out));
-    MXTensor xq, wq, dyq;
+    ScaledTensor xq, wq, dyq;
     quantize_tensor_given_scale(x.data(), T, in, Elem::e4m3, sx, xq);
     quantize_tensor_given_scale(l.weight.value.data(), out, in, Elem::e4m3, sw, wq);
     quantize_tensor_given_scale(dy.data(), T, out, Elem::e5m2, sg, dyq);

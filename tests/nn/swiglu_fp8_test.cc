@@ -51,8 +51,8 @@ TEST(Fp8Activation, KeepsTheRowwiseE4M3CopyAndRestoresItsValues) {
     for (float& v : x) v = nd(rng);
     Fp8Activation a;
     a.keep(x.data(), rows, cols, ScaleRounding::rceil);
-    const MXTensor q = quantize(x.data(), rows, cols, MXLayout::rowwise,
-                                QuantConfig{Elem::e4m3, ScaleRounding::rceil});
+    const ScaledTensor q = quantize(x.data(), rows, cols, MXLayout::rowwise,
+                                    QuantConfig{Elem::e4m3, ScaleRounding::rceil});
     EXPECT_EQ(a.bytes(), q.bytes());
     EXPECT_EQ(a.bytes(), size_t(rows * cols + rows * ceil_div(cols, 32)));
     std::vector<float> got(x.size()), want(x.size());

@@ -5,7 +5,7 @@ Reference: torchao 0.18's MXFP8 training linear,
 torchao.prototype.moe_training.mxfp8_linear.MXFP8Linear(in, out, bias,
 kernel_preference=KernelPreference.EMULATED, scale_calculation_mode=ScaleCalculationMode.RCEIL)
 — its forward is `_to_mxfp8_then_scaled_mm` → the autograd function `mx_mm` of the same file,
-which quantizes with MXTensor.to_mx (→ torchao.prototype.mx_formats.mx_tensor.to_mx) and
+which quantizes with ScaledTensor.to_mx (→ torchao.prototype.mx_formats.mx_tensor.to_mx) and
 multiplies the dequantized operands with torch.mm in the input's dtype (the EMULATED gemm of
 mx_tensor._addmm_mx_dispatch). For E5M2 gradients, mx_mm.apply is called directly with
 grad_elem_dtype=torch.float8_e5m2 (MXFP8Linear fixes E4M3). mxtrain: MXLinear.from_linear with

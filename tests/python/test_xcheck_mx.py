@@ -1,7 +1,7 @@
 """tests/python/test_xcheck_mx.py — mxtrain's MX quantizer against torchao's (0.18).
 
 Reference function: torchao.prototype.mx_formats.mx_tensor.to_mx(data_hp, elem_dtype,
-block_size=32, scaling_mode) — the eager PyTorch quantizer behind MXTensor.to_mx and torchao's
+block_size=32, scaling_mode) — the eager PyTorch quantizer behind ScaledTensor.to_mx and torchao's
 emulated MX training (KernelPreference.EMULATED) — with elem_dtype torch.float8_e4m3fn /
 torch.float8_e5m2 and scaling_mode config.ScaleCalculationMode.RCEIL / FLOOR, matched to
 mxtrain's scale rules `rceil` / `floor`. It returns (scale as float8_e8m0fnu, data as the

@@ -46,10 +46,10 @@ class Fp8Activation {
   // the bytes equal those of one keep + restore).
   void round_trip(float* x, int64_t rows, int64_t cols, ScaleRounding rounding);
   size_t bytes() const { return q_.bytes(); }
-  void clear() { q_ = MXTensor(); }
+  void clear() { q_ = ScaledTensor(); }
 
  private:
-  MXTensor q_;
+  ScaledTensor q_;
 };
 
 }  // namespace mxtrain

@@ -9,7 +9,7 @@
 // training step never zero-fills its gradients. zero_grad() is the eager form (fills zeros).
 // Under FSDP `value` may be empty on a rank: the layer then receives its (quantized) weight
 // from a weight provider instead (dist/fsdp.h). init() checks the element count for overflow
-// (at most 2^48, as MXTensor) and the bytes against the machine's memory, and turns a failed
+// (at most 2^48, as ScaledTensor) and the bytes against the machine's memory, and turns a failed
 // allocation into mxtrain::Error naming the parameter and the bytes, never std::bad_alloc.
 #pragma once
 
