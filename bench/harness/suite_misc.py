@@ -22,27 +22,28 @@ def steady(steps):
     return rows[1:] or rows
 
 
-def train_run(ctx, suite, case, rnd, argv, metrics, env=None, mpi=0, **fields):
+def train_run(ctx, suite, case, rnd, argv, metrics, env=None, mpi=0, exe=None, **fields):
     """One `mxtrain train` (argv without the binary), timed by the OS; mpi=N runs it on N
     ranks (OMP_NUM_THREADS=1 each) with every rank under /usr/bin/time, and the row's peak RSS
-    is the largest rank's."""
+    is the largest rank's. exe: another mxtrain than the run's (an A/B's "before")."""
     tag = f"{suite}-{case}-r{rnd}"
+    exe = exe or ctx.binary
     if mpi:
         rss = os.path.join(ctx.work, tag + ".rss")
         inner = " ".join(["/usr/bin/time", "-f", "%M", "-o", rss + ".$OMPI_COMM_WORLD_RANK",
-                          ctx.binary, "train"] + argv + ["--metrics-out", metrics])
+                          exe, "train"] + argv + ["--metrics-out", metrics])
         full = ["mpirun", "--oversubscribe", "-np", str(mpi), "sh", "-c", inner]
         e = {"OMP_NUM_THREADS": "1", "OMPI_ALLOW_RUN_AS_ROOT": "1",
              "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1", **(env or {})}
         t = ctx.timed(full, tag, env=e)
         ranks = [int(open(f).read().split()[-1]) for f in glob.glob(rss + ".*")]
         t = (max(ranks),) + t[1:]
-        shown = ["mpirun", "--oversubscribe", "-np", str(mpi), ctx.binary, "train"] + argv + [
+        shown = ["mpirun", "--oversubscribe", "-np", str(mpi), exe, "train"] + argv + [
             "--metrics-out", metrics]
         row = ctx.row(suite, case, rnd, shown, t, env={"OMP_NUM_THREADS": "1", **(env or {})},
                       ranks=mpi, **fields)
     else:
-        full = [ctx.binary, "train"] + argv + ["--metrics-out", metrics]
+        full = [exe, "train"] + argv + ["--metrics-out", metrics]
         t = ctx.timed(full, tag, env=env)
         row = ctx.row(suite, case, rnd, full, t, env=env, **fields)
     s, steps = metrics_summary(metrics)
@@ -65,22 +66,43 @@ def cases_rounds(ctx, cases):
 
 def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
-    and bf16 alternately."""
+    and bf16 alternately. mainjob:before=BINARY makes it an A/B: each round runs both recipes
+    with BINARY (rows labelled `before <its git describe>`, or before=... label=NAME) and with
+    the run's binary, alternating, into mainjob_ab_<class>.jsonl (table mainjob.ab)."""
     steps = args.get("steps", "20" if ctx.quick else "120")
     subprocess.run(["bash", "scripts/demo_data.sh", ctx.binary], check=True, cwd=ROOT)
-    path = ctx.rows_path("mainjob")
-    for rnd, recipe in cases_rounds(ctx, ["mxfp8", "bf16"]):
-        log(f"mainjob: round {rnd}, {recipe}")
+    before = args.get("before")
+    if before:
+        label = "before " + args.get("label", describe(before))
+        path = ctx.rows_path("mainjob_ab")
+        cases = [(b, r) for r in ("mxfp8", "bf16") for b in (before, ctx.binary)]
+    else:
+        path = ctx.rows_path("mainjob")
+        cases = [(ctx.binary, r) for r in ("mxfp8", "bf16")]
+    for rnd, (binary, recipe) in cases_rounds(ctx, cases):
+        who = label if before and binary == before else "this"
+        log(f"mainjob: round {rnd}, {recipe}" + (f", {who}" if before else ""))
         ck = os.path.join(ctx.work, "mainjob-ckpt")
         subprocess.run(["rm", "-rf", ck])
-        m = os.path.join(ctx.work, f"mainjob-{recipe}-r{rnd}.jsonl")
-        row, s, _ = train_run(ctx, "mainjob", recipe, rnd,
+        case = recipe + ("-before" if who != "this" else "")
+        m = os.path.join(ctx.work, f"mainjob-{case}-r{rnd}.jsonl")
+        extra = {"binary": who} if before else {}
+        row, s, _ = train_run(ctx, "mainjob", case, rnd,
                               ["--config", "configs/demo.yaml", "--recipe", recipe, "--quiet",
-                               "--stop-after", steps, "--checkpoint-dir", ck], m, run=recipe)
+                               "--stop-after", steps, "--checkpoint-dir", ck], m,
+                              exe=binary, run=recipe, **extra)
         row.update({k: s[k] for k in ("median_step_ms", "tokens_per_s", "steps", "final_loss",
                                        "peak_rss_bytes") if k in s})
         append_row(path, row)
     return path
+
+
+def describe(binary):
+    """The `git describe` of the tree a binary was built in (its build dir's parent)."""
+    tree = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
+    r = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() or os.path.abspath(binary)
 
 
 def table_mainjob_speed(rows):
