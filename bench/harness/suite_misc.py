@@ -630,11 +630,15 @@ def table_data(rows):
 
 def run_memory(ctx, args):
     """Peak RSS and step time of activation recompute (none | attention | layer) and of the
-    recipes, on configs/act512.yaml."""
+    recipes, on configs/act512.yaml. memory:recompute=MODES:recipes=RECIPES choose the cases
+    (comma lists; recompute= empty runs none of them); a recipe R:sw32 runs R with
+    --swiglu-input fp32."""
     path = ctx.rows_path("memory")
     cfg = "configs/act512.yaml"
-    cases = [("recompute", m) for m in ("none", "attention", "layer")] + [
-        ("recipe", r) for r in ("bf16", "mxfp8", "mxfp8-32x32", "mxfp8:sw32")]
+    modes = [m for m in args.get("recompute", "none,attention,layer").split(",") if m]
+    recipes = [r for r in args.get("recipes", "bf16,mxfp8,mxfp8-32x32,mxfp8:sw32").split(",")
+               if r]
+    cases = [("recompute", m) for m in modes] + [("recipe", r) for r in recipes]
     for rnd, (kind, what) in cases_rounds(ctx, cases):
         log(f"memory: round {rnd}, {kind} {what}")
         argv = ["--config", cfg, "--quiet"] + (["--steps", "3"] if ctx.quick else [])
