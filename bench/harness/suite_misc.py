@@ -66,7 +66,7 @@ def cases_rounds(ctx, cases):
 
 def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
-    and bf16 alternately. mainjob:before=BINARY makes it an A/B: each round runs both recipes
+    and bf16 alternately (mainjob:recipes=A,B,... others). mainjob:before=BINARY makes it an A/B: each round runs both recipes
     with BINARY (rows labelled `before <its git describe>`, or before=... label=NAME) and with
     the run's binary, alternating, into mainjob_ab_<class>.jsonl (table mainjob.ab)."""
     steps = args.get("steps", "20" if ctx.quick else "120")
@@ -78,7 +78,7 @@ def run_mainjob(ctx, args):
         cases = [(b, r) for r in ("mxfp8", "bf16") for b in (before, ctx.binary)]
     else:
         path = ctx.rows_path("mainjob")
-        cases = [(ctx.binary, r) for r in ("mxfp8", "bf16")]
+        cases = [(ctx.binary, r) for r in args.get("recipes", "mxfp8,bf16").split(",")]
     for rnd, (binary, recipe) in cases_rounds(ctx, cases):
         who = label if before and binary == before else "this"
         log(f"mainjob: round {rnd}, {recipe}" + (f", {who}" if before else ""))
@@ -105,17 +105,23 @@ def describe(binary):
     return r.stdout.strip() or os.path.abspath(binary)
 
 
-def table_mainjob_speed(rows):
+def table_mainjob_speed(rows, base="bf16"):
+    """Per recipe its tokens/s and step; each other recipe's tokens/s against base's, per
+    round (table option base=RECIPE)."""
+    runs = list(dict.fromkeys(r["run"] for r in rows))
     body = []
-    for run in ("mxfp8", "bf16"):
+    for run in runs:
         rs = [r for r in rows if r["run"] == run]
         body.append([run, len(rs), mrange([r["tokens_per_s"] for r in rs], "{:,.0f}"),
                      mrange([r["median_step_ms"] for r in rs], "{:.0f}")])
-    ratios = per_round(rows, lambda r: r["run"], "mxfp8", "bf16", "tokens_per_s")
+    ratios = "; ".join(
+        f"{run} / {base} tokens/s per round: "
+        f"{ratio_cell(per_round(rows, lambda r: r['run'], run, base, 'tokens_per_s'))}"
+        for run in runs if run != base)
     from core import load_note
     return (md_table(["recipe", "runs", "tokens/s: median (range)",
                       "median step ms: median (range)"], body, "lrrr") +
-            f"\n\nmxfp8 / bf16 tokens/s per round: {ratio_cell(ratios)}; {load_note(rows)}.")
+            f"\n\n{ratios}; {load_note(rows)}.")
 
 
 def table_mainjob_ab(rows):
@@ -1024,7 +1030,7 @@ def _load(files):
 def tables():
     L = _load
     return {
-        "mainjob.speed": lambda f, a: table_mainjob_speed(L(f)),
+        "mainjob.speed": lambda f, a: table_mainjob_speed(L(f), a.get("base", "bf16")),
         "mainjob.ab": lambda f, a: table_mainjob_ab(L(f)),
         "mainjob.runs": lambda f, a: table_mainjob_runs(L(f)),
         "mainjob.sweep": lambda f, a: table_mainjob_sweep(L(f)),
