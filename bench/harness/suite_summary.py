@@ -17,22 +17,32 @@ def cls(rows):
     return ", ".join(sorted({class_tag(r["machine"]).replace("zen", "Zen ") for r in rows}))
 
 
-def row_trainer(f):
+def row_trainer(f, again=None):
+    """The sweep's figures; a width behind the peer at the median in the sweep that was
+    measured again (the rows of `again`) is given with both measurements."""
     rows = read_rows(f)
+    later = read_rows(again) if again else []
     widths = sorted({r["d_model"] for r in rows})
-    at = lambda t, d: ratio_cell(trainer.peer_ratios(rows, t, d))
+    at = lambda rs, t, d: ratio_cell(trainer.peer_ratios(rs, t, d))
     behind = [d for d in widths if any(trainer.peer_ratios(rows, t, d) and
                                        median(trainer.peer_ratios(rows, t, d)) < 1
                                        for t in trainer.MX_TOOLS)]
-    behind = [f"d_model {d} (bf16 {at('mxtrain bf16', d)}, mxfp8 {at('mxtrain mxfp8', d)})"
-              for d in behind]
+    parts = []
+    for d in behind:
+        txt = (f"d_model {d} (bf16 {at(rows, 'mxtrain bf16', d)}, "
+               f"mxfp8 {at(rows, 'mxtrain mxfp8', d)})")
+        if any(r["d_model"] == d for r in later):
+            txt += (f", and ahead there when measured again with less load (bf16 "
+                    f"{at(later, 'mxtrain bf16', d)}, mxfp8 {at(later, 'mxtrain mxfp8', d)})")
+        parts.append(txt)
     rounds = len({r["round"] for r in rows})
     return ("training vs PyTorch 2", cls(rows),
             f"same GPT (4 layers, seq 256, micro-batch 8), against the faster of PyTorch 2 eager "
             f"and torch.compile (bf16 autocast, SDPA, transformers' Llama from the same initial "
-            f"weights): at d_model 256 mxtrain bf16 {at('mxtrain bf16', 256)} its speed, mxfp8 "
-            f"{at('mxtrain mxfp8', 256)} (per-round ratios, {rounds} rounds); "
-            + (f"behind it at the median at {', '.join(behind)}, ahead at every other width "
+            f"weights): at d_model 256 mxtrain bf16 {at(rows, 'mxtrain bf16', 256)} its speed, "
+            f"mxfp8 {at(rows, 'mxtrain mxfp8', 256)} (per-round ratios, {rounds} rounds); "
+            + (f"in the sweep behind it at the median at {'; '.join(parts)}; ahead at every "
+               f"other width "
                f"from d_model {widths[0]} to {widths[-1]}" if behind else
                f"ahead at every width from d_model {widths[0]} to {widths[-1]}")
             + "; measured on a shared machine (noisy)", "`docs/results/trainer.md`")
@@ -231,7 +241,7 @@ def row_quantize(f):
 
 
 ROWS = [
-    (row_trainer, ["trainer_zen5.jsonl"]),
+    (row_trainer, ["trainer_zen5.jsonl", "trainer768_zen5.jsonl"]),
     (row_peers, ["peers_zen5.jsonl"]),
     (row_history, ["history_trainer_pt113_zen4.jsonl", "history_trainer_pt113_zen5.jsonl"]),
     (row_peak, ["peak_zen5", "peak_zen4"]),
