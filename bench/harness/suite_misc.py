@@ -66,9 +66,10 @@ def cases_rounds(ctx, cases):
 
 def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
-    and bf16 alternately (mainjob:recipes=A,B,... others). mainjob:before=BINARY makes it an A/B: each round runs both recipes
-    with BINARY (rows labelled `before <its git describe>`, or before=... label=NAME) and with
-    the run's binary, alternating, into mainjob_ab_<class>.jsonl (table mainjob.ab)."""
+    and bf16 alternately (mainjob:recipes=A,B,... for others). mainjob:before=BINARY makes it
+    an A/B: each round runs both recipes with BINARY (rows labelled `before <its git
+    describe>`, or mainjob:before=...:label=NAME) and with the run's binary, alternating, into
+    mainjob_ab_<class>.jsonl (table mainjob.ab)."""
     steps = args.get("steps", "20" if ctx.quick else "120")
     subprocess.run(["bash", "scripts/demo_data.sh", ctx.binary], check=True, cwd=ROOT)
     before = args.get("before")
