@@ -142,6 +142,13 @@ def rel(path):
     return os.path.relpath(p, ROOT) if p.startswith(ROOT + os.sep) else p
 
 
+def git_describe(tree):
+    """`git describe --always --dirty` of the work tree at `tree` ("" outside a git tree)."""
+    r = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty"],
+                       capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else ""
+
+
 class Context:
     """One invocation of the runner: the binary, the machine class, the work directory, the
     rounds, and where the rows go."""
@@ -157,9 +164,7 @@ class Context:
         self.tag = class_tag(self.machine)
         # The source the binary was built from, as far as the work tree says (rows of earlier
         # runs have none).
-        r = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                           capture_output=True, text=True)
-        self.commit = r.stdout.strip() if r.returncode == 0 else ""
+        self.commit = git_describe(ROOT)
 
     def pinned_python(self):
         """The interpreter of scripts/pyenv.sh's environment (made there on first use)."""

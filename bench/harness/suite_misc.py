@@ -12,8 +12,8 @@ import os
 import re
 import subprocess
 
-from core import (RAW, ROOT, append_row, gpt_config, log, md_table, median, metrics_summary,
-                  mrange, per_round, ratio_cell, read_rows)
+from core import (RAW, ROOT, append_row, git_describe, gpt_config, log, md_table, median,
+                  metrics_summary, mrange, per_round, ratio_cell, read_rows)
 
 
 def steady(steps):
@@ -101,9 +101,7 @@ def run_mainjob(ctx, args):
 def describe(binary):
     """The `git describe` of the tree a binary was built in (its build dir's parent)."""
     tree = os.path.dirname(os.path.dirname(os.path.abspath(binary)))
-    r = subprocess.run(["git", "-C", tree, "describe", "--always", "--dirty"],
-                       capture_output=True, text=True)
-    return r.stdout.strip() or os.path.abspath(binary)
+    return git_describe(tree) or os.path.abspath(binary)
 
 
 def table_mainjob_speed(rows, base="bf16"):
