@@ -31,13 +31,16 @@ const PathTable<Fp4QuantizeKernels>& fp4_table() {
       {{Path::scalar, "quantize_fp4_{rowwise,colwise,tile}_{f32,bf16}_ref, rht_rows_f32_ref",
         {quantize_fp4_rowwise_f32_ref, quantize_fp4_colwise_f32_ref, quantize_fp4_tile_f32_ref,
          quantize_fp4_rowwise_bf16_ref, quantize_fp4_colwise_bf16_ref,
-         quantize_fp4_tile_bf16_ref, fp4_amax_f32_ref, fp4_amax_bf16_ref, rht_rows_f32_ref}},
+         quantize_fp4_tile_bf16_ref, fp4_amax_f32_ref, fp4_amax_bf16_ref, rht_rows_f32_ref,
+         nullptr, nullptr}},
        {Path::avx512,
-        "quantize_fp4_{rowwise,colwise,tile}_{f32,bf16}_avx512, rht_rows_f32_avx512",
+        "quantize_fp4_{rowwise,colwise,tile}_{f32,bf16}_avx512 (the colwise ones transform "
+        "as they read), rht_rows_f32_avx512, fp4_rht_amax_{f32,bf16}_avx512",
         {quantize_fp4_rowwise_f32_avx512, quantize_fp4_colwise_f32_avx512,
          quantize_fp4_tile_f32_avx512, quantize_fp4_rowwise_bf16_avx512,
          quantize_fp4_colwise_bf16_avx512, quantize_fp4_tile_bf16_avx512, fp4_amax_f32_avx512,
-         fp4_amax_bf16_avx512, rht_rows_f32_avx512}}});
+         fp4_amax_bf16_avx512, rht_rows_f32_avx512, fp4_rht_amax_f32_avx512,
+         fp4_rht_amax_bf16_avx512}}});
   return t;
 }
 
@@ -110,6 +113,7 @@ Fp4Params params(int64_t M, int64_t K, MXLayout layout, const Fp4Config& cfg) {
   p.step = cfg.sr.step;
   p.tensor = cfg.sr.tensor;
   p.copy = copy_index(layout);
+  p.rht = false;
   return p;
 }
 
@@ -152,6 +156,26 @@ void run(const T* x, MXLayout layout, const Fp4Params& p, ScaledTensor& out) {
   for_each_unit(p.M, p.K, p.B, [&](Region g) { fn(x, p, g, o); });
 }
 
+// max |T x| bits over x [M, K] (the fused kernels' tensor amax), over groups of 16 rows in
+// parallel (an exact maximum: the split does not matter).
+template <class T>
+uint32_t rht_amax_bits(const T* x, int64_t M, int64_t K) {
+  const Fp4QuantizeKernels& k = fp4_table().get();
+  const int64_t groups = ceil_div(M, kRhtSize);
+  uint32_t ab = 0;
+#pragma omp parallel for schedule(static) reduction(max : ab) if (M * K >= kParallelMin)
+  for (int64_t g = 0; g < groups; ++g) {
+    const int64_t r0 = g * kRhtSize, r1 = std::min(M, r0 + kRhtSize);
+    uint32_t a;
+    if constexpr (std::is_same_v<T, float>)
+      a = k.rht_amax_f32(x, M, K, r0, r1);
+    else
+      a = k.rht_amax_bf16(x, M, K, r0, r1);
+    ab = std::max(ab, a);
+  }
+  return ab;
+}
+
 // One transformed copy per thread, reused: no fresh pages per call.
 FloatBuffer& rht_scratch() {
   thread_local FloatBuffer b;
@@ -172,6 +196,28 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
             "quantize_fp4: TransformerEngine's order needs the per-tensor scale");
   MXT_CHECK(!amax || *amax >= 0.f || std::isnan(*amax), "quantize_fp4: the given amax must be ",
             ">= 0 (or NaN), got ", *amax);
+  const Fp4QuantizeKernels& k = fp4_table().get();
+  if (cfg.rht && k.rht_amax_f32) {
+    // The kernels transform x as they read it: the tensor amax of T x from one pass that
+    // stores nothing, then the colwise copy.
+    Fp4Params p = params(M, K, layout, cfg);
+    p.rht = true;
+    reshape(out, M, K, layout, cfg.kind);
+    float used = 0.f;
+    if (cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale) {
+      used = amax ? *amax : bits_f32(rht_amax_bits(x, M, K));
+      out.has_tensor_scale = true;
+      if (cfg.order == Nvfp4Order::te) {
+        out.tensor_scale = set_te(p, used);
+      } else {
+        out.tensor_scale = nvfp4_tensor_scale(used);
+        set_torchao(p, out.tensor_scale);
+      }
+    }
+    run(x, layout, p, out);
+    out.rht = true;
+    return used;
+  }
   if (cfg.rht) {
     FloatBuffer& t = rht_scratch();
     t.resize(size_t(M * K));

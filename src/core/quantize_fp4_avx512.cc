@@ -54,19 +54,8 @@ inline void mulhilo(__m512i a, uint32_t m, __m512i& hi, __m512i& lo) {
   hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(pe, 32), po);
 }
 
-// The random words of elements idx0 .. idx0 + 15 (sr_bits lane by lane).
-inline __m512i sr_bits16(const Fp4Params& p, uint64_t idx0) {
-  const uint64_t q0 = idx0 >> 2;
-  const __m512i j = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
-                                                      3, 2, 1, 0),
-                                     set1(uint32_t(idx0 & 3)));
-  const __m512i d = _mm512_srli_epi32(j, 2), word = _mm512_and_si512(j, set1(3));
-  const __m512i base = set1(uint32_t(q0));
-  __m512i c0 = _mm512_add_epi32(base, d);
-  const __mmask16 carry = _mm512_cmplt_epu32_mask(c0, base);
-  __m512i c1 = _mm512_mask_add_epi32(set1(uint32_t(q0 >> 32) | (p.copy << 16)), carry,
-                                     set1(uint32_t(q0 >> 32) | (p.copy << 16)), set1(1));
-  __m512i c2 = set1(p.tensor), c3 = set1(p.step);
+// The ten rounds on counters (c0, c1, c2, c3) with p's key; the four words come back in c.
+inline void philox_rounds(const Fp4Params& p, __m512i c[4]) {
   uint32_t k0 = uint32_t(p.seed), k1 = uint32_t(p.seed >> 32);
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
@@ -74,37 +63,113 @@ inline __m512i sr_bits16(const Fp4Params& p, uint64_t idx0) {
       k1 += kPhiloxW1;
     }
     __m512i hi0, lo0, hi1, lo1;
-    mulhilo(c0, kPhiloxM0, hi0, lo0);
-    mulhilo(c2, kPhiloxM1, hi1, lo1);
-    const __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), set1(k0));
-    const __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), set1(k1));
-    c0 = n0;
-    c1 = lo1;
-    c2 = n2;
-    c3 = lo0;
+    mulhilo(c[0], kPhiloxM0, hi0, lo0);
+    mulhilo(c[2], kPhiloxM1, hi1, lo1);
+    const __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c[1]), set1(k0));
+    const __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c[3]), set1(k1));
+    c[0] = n0;
+    c[1] = lo1;
+    c[2] = n2;
+    c[3] = lo0;
   }
-  __m512i r = c0;
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(1)), c1);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(2)), c2);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(3)), c3);
+}
+
+// Counters {q0 + d (low 32 bits), high bits | copy << 16 (plus a carry), tensor, step} for the
+// lanes' offsets d.
+inline void counters(const Fp4Params& p, uint64_t q0, __m512i d, __m512i c[4]) {
+  const __m512i base = set1(uint32_t(q0));
+  c[0] = _mm512_add_epi32(base, d);
+  const __mmask16 carry = _mm512_cmplt_epu32_mask(c[0], base);
+  const __m512i hi = set1(uint32_t(q0 >> 32) | (p.copy << 16));
+  c[1] = _mm512_mask_add_epi32(hi, carry, hi, set1(1));
+  c[2] = set1(p.tensor);
+  c[3] = set1(p.step);
+}
+
+// The random words of elements idx0 .. idx0 + 15 (sr_bits lane by lane): each lane runs the
+// generator for its own element's counter.
+inline __m512i sr_bits16(const Fp4Params& p, uint64_t idx0) {
+  const __m512i j = _mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4,
+                                                      3, 2, 1, 0),
+                                     set1(uint32_t(idx0 & 3)));
+  const __m512i word = _mm512_and_si512(j, set1(3));
+  __m512i c[4];
+  counters(p, idx0 >> 2, _mm512_srli_epi32(j, 2), c);
+  philox_rounds(p, c);
+  __m512i r = c[0];
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(1)), c[1]);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(2)), c[2]);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmpeq_epi32_mask(word, set1(3)), c[3]);
   return r;
+}
+
+// The ten rounds on eight counters held in the even 32-bit lanes (the odd lanes are scratch):
+// each multiply is one 32x32 -> 64-bit product per 64-bit lane, its low half already in the
+// even lane and its high half one shift away, so a round is two multiplies, two shifts and two
+// three-way XORs.
+inline void philox_rounds_even(const Fp4Params& p, __m512i c[4]) {
+  uint32_t k0 = uint32_t(p.seed), k1 = uint32_t(p.seed >> 32);
+  const __m512i m0 = set1(kPhiloxM0), m1 = set1(kPhiloxM1);
+  for (int round = 0; round < 10; ++round) {
+    if (round > 0) {
+      k0 += kPhiloxW0;
+      k1 += kPhiloxW1;
+    }
+    const __m512i p0 = _mm512_mul_epu32(c[0], m0), p1 = _mm512_mul_epu32(c[2], m1);
+    const __m512i n0 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p1, 32), c[1], set1(k0), 0x96);
+    const __m512i n2 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p0, 32), c[3], set1(k1), 0x96);
+    c[0] = n0;
+    c[1] = p1;  // lo1
+    c[2] = n2;
+    c[3] = p0;  // lo0
+  }
+}
+
+// The random words of the 64 elements idx0 .. idx0 + 63, idx0 a multiple of 4: one generator
+// run per four elements (sixteen counters, all four words used; counters 8h .. 8h + 7 in the
+// even lanes of w[h]), out[v] = elements idx0 + 16v ...: lane l takes word l % 4 of counter
+// 4v + l / 4.
+inline void sr_words64(const Fp4Params& p, uint64_t idx0, __m512i out[4]) {
+  __m512i w[2][4];
+  for (int h = 0; h < 2; ++h) {
+    counters(p, (idx0 >> 2) + uint64_t(8 * h),
+             _mm512_setr_epi32(0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7, 0), w[h]);
+    philox_rounds_even(p, w[h]);
+  }
+  for (int v = 0; v < 4; ++v) {
+    // Lane l: counter 4v + l/4, at lane 2 (4v + l/4) - 16h of w[h]: word 0 (l % 4 == 0) or 1
+    // from the first permute, 2 or 3 from the second.
+    const __m512i idx = _mm512_add_epi32(
+        set1(uint32_t(8 * (v % 2))),
+        _mm512_setr_epi32(0, 16, 0, 16, 2, 18, 2, 18, 4, 20, 4, 20, 6, 22, 6, 22));
+    const __m512i* c = w[v / 2];
+    const __m512i a = _mm512_permutex2var_epi32(c[0], idx, c[1]);
+    const __m512i b = _mm512_permutex2var_epi32(c[2], idx, c[3]);
+    out[v] = _mm512_mask_blend_epi32(0xCCCC, a, b);
+  }
+}
+
+// The words of 16 * n elements from idx0 (n <= 4 vectors): sr_words64 when idx0 is a multiple
+// of 4 and all four vectors are wanted, else one sr_bits16 per vector.
+inline void sr_words(const Fp4Params& p, uint64_t idx0, int n, __m512i out[4]) {
+  if (n == 4 && (idx0 & 3) == 0) return sr_words64(p, idx0, out);
+  for (int v = 0; v < n; ++v) out[v] = sr_bits16(p, idx0 + uint64_t(16 * v));
 }
 
 // ---- element rounding ---------------------------------------------------------------------
 
-// Nearest-even E2M1 magnitude of a = |y| (finite or Inf; >= 6 saturates): the thresholds
-// 0.25 < , 0.75 <=, 1.25 <, 1.75 <=, 2.5 <, 3.5 <=, 5 < (ties go to the even code).
-inline __m512i e2m1_magnitude(__m512 a) {
-  __m512i c = _mm512_setzero_si512();
-  const __m512i one = set1(1);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.25f), _CMP_GT_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.75f), _CMP_GE_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.25f), _CMP_GT_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(1.75f), _CMP_GE_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.5f), _CMP_GT_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(3.5f), _CMP_GE_OQ), c, one);
-  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(a, _mm512_set1_ps(5.f), _CMP_GT_OQ), c, one);
-  return c;
+// The E2M1 magnitude code of a = |y| <= 6 (not NaN) rounded to nearest, ties to the even code:
+// scaled by the reciprocal of its binade's step (2, 1 or 1/2: exact), rounded to an integer
+// by the conversion's nearest-even mode, then offset into the codes of that binade.
+[[gnu::always_inline]] inline __m512i e2m1_magnitude(__m512 a) {
+  const __mmask16 ge2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.f), _CMP_GE_OQ);
+  const __mmask16 ge4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_GE_OQ);
+  __m512 inv = _mm512_mask_mov_ps(_mm512_set1_ps(2.f), ge2, _mm512_set1_ps(1.f));
+  inv = _mm512_mask_mov_ps(inv, ge4, _mm512_set1_ps(0.5f));
+  __m512i t = _mm512_cvt_roundps_epi32(_mm512_mul_ps(a, inv),
+                                       _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  t = _mm512_mask_add_epi32(t, ge2, t, set1(2));
+  return _mm512_mask_add_epi32(t, ge4, t, set1(2));
 }
 
 // Bit 3 of each lane: the sign of y.
@@ -112,30 +177,24 @@ inline __m512i sign_nibble(__m512 y) {
   return _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(y), 28), set1(8));
 }
 
-// Nearest-even codes of y (e2m1_nearest): NaN -> 0xB.
-inline __m512i e2m1_nearest16(__m512 y) {
-  const __m512 a = _mm512_castsi512_ps(abs_bits(y));
-  const __m512i c = _mm512_or_si512(e2m1_magnitude(a), sign_nibble(y));
-  return _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), set1(0xB));
-}
-
-// Stochastic codes of y (|y| <= 6 or NaN) with random words r (e2m1_stochastic).
-inline __m512i e2m1_stochastic16(__m512 y, __m512i r) {
-  const __m512 a = _mm512_castsi512_ps(abs_bits(y));
-  const __mmask16 lt2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.f), _CMP_LT_OQ);
-  const __mmask16 lt4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_LT_OQ);
-  __m512 step = _mm512_mask_mov_ps(_mm512_set1_ps(2.f), lt4, _mm512_set1_ps(1.f));
-  step = _mm512_mask_mov_ps(step, lt2, _mm512_set1_ps(0.5f));
-  const __m512 t = _mm512_div_ps(a, step);
+// Stochastic magnitude of a = |y| <= 6 with random words r (e2m1_stochastic): between the grid
+// points n · step <= a < (n + 1) · step, up when u = (r >> 8) · 2^-24 < a / step - n. In steps
+// of its binade, grid point n + up is the code n + up offset into the binade's codes, as
+// e2m1_magnitude counts them (the same codes as coding the value (n + up) · step).
+[[gnu::always_inline]] inline __m512i e2m1_stochastic_magnitude(__m512 a, __m512i r) {
+  const __mmask16 ge2 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(2.f), _CMP_GE_OQ);
+  const __mmask16 ge4 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(4.f), _CMP_GE_OQ);
+  __m512 inv = _mm512_mask_mov_ps(_mm512_set1_ps(2.f), ge2, _mm512_set1_ps(1.f));
+  inv = _mm512_mask_mov_ps(inv, ge4, _mm512_set1_ps(0.5f));
+  const __m512 t = _mm512_mul_ps(a, inv);  // a / step, exactly
   const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   const __m512 frac = _mm512_sub_ps(t, n);
   const __m512 u =
       _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(r, 8)), _mm512_set1_ps(0x1p-24f));
-  const __m512 up = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ),
-                                        _mm512_set1_ps(1.f));
-  const __m512 q = _mm512_mul_ps(_mm512_add_ps(n, up), step);
-  const __m512i c = _mm512_or_si512(e2m1_magnitude(q), sign_nibble(y));
-  return _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), set1(0xB));
+  __m512i c = _mm512_cvttps_epi32(n);
+  c = _mm512_mask_add_epi32(c, _mm512_cmp_ps_mask(u, frac, _CMP_LT_OQ), c, set1(1));
+  c = _mm512_mask_add_epi32(c, ge2, c, set1(2));
+  return _mm512_mask_add_epi32(c, ge4, c, set1(2));
 }
 
 // MXFP4 floor's NaN block, per lane (nan_block_code).
@@ -166,14 +225,15 @@ inline LaneRules uniform(const Fp4Block& b) {
   return l;
 }
 
-// Codes of 16 elements x (consecutive in a row; element index idx0 for lane 0).
-inline __m512i codes16(__m512 x, const LaneRules& l, const Fp4Params& p, uint64_t idx0) {
-  __m512 y = _mm512_mul_ps(x, l.mult);
-  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, _mm512_set1_ps(6.f), _CMP_GT_OQ),
-                         _mm512_set1_ps(6.f));
-  y = _mm512_mask_mov_ps(y, _mm512_cmp_ps_mask(y, _mm512_set1_ps(-6.f), _CMP_LT_OQ),
-                         _mm512_set1_ps(-6.f));
-  __m512i c = p.stochastic ? e2m1_stochastic16(y, sr_bits16(p, idx0)) : e2m1_nearest16(y);
+// Codes of 16 elements x with random words r (stochastic rounding): y = x · multiplier, then
+// |y| clamped to 6 (min keeps a NaN), the magnitude coded and y's sign attached; NaN -> 0xB.
+[[gnu::always_inline]] inline __m512i codes16(__m512 x, const LaneRules& l, bool stochastic,
+                                               __m512i r) {
+  const __m512 y = _mm512_mul_ps(x, l.mult);
+  const __m512 a = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_castsi512_ps(abs_bits(y)));
+  const __m512i m = stochastic ? e2m1_stochastic_magnitude(a, r) : e2m1_magnitude(a);
+  __m512i c = _mm512_or_si512(m, sign_nibble(y));
+  c = _mm512_mask_mov_epi32(c, _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q), set1(0xB));
   if (l.floor_nan) c = _mm512_mask_mov_epi32(c, l.floor_nan, nan_block16(x));
   if (l.fill) c = _mm512_mask_mov_epi32(c, l.fill, l.fill_code);
   return c;
@@ -193,16 +253,225 @@ inline void store_codes(uint8_t* d, __m512i c, int64_t n) {
 
 inline uint32_t hmax(__m512i v) { return _mm512_reduce_max_epu32(v); }
 
+// ---- block rules, sixteen blocks at a time ------------------------------------------------------
+
+// Whether block_rules16 states p's block rule: NVFP4 without a tensor scale or in torchao's
+// order, and MXFP4. TransformerEngine's order (block scales below E4M3's normal range) takes the
+// scalar rule per block.
+inline bool vector_rule(const Fp4Params& p) {
+  return p.kind == Fp4Kind::mxfp4 || p.mode != TensorScaleMode::te;
+}
+
+// The rule of 16 blocks (lane j: block amax bits ab), lane by lane what fp4_block gives: the
+// scale bytes (one per lane, in the low byte), the multipliers and the fill lanes.
+struct Rules16 {
+  __m512i scale;
+  LaneRules lane;
+};
+
+inline Rules16 block_rules16(__m512i ab, const Fp4Params& p) {
+  Rules16 r;
+  r.lane.floor_nan = 0;
+  if (p.kind == Fp4Kind::nvfp4) {
+    // nvfp4_block: b = amax / 6 (/ p), clamped to [2^-6, 448] (NaN stays), then E4M3 by
+    // rounding the FP32 significand to three bits, nearest even (b is in E4M3's normal range,
+    // so that is f32_to_e4m3, and the rounded float is its value).
+    __m512 b = _mm512_div_ps(_mm512_castsi512_ps(ab), _mm512_set1_ps(6.f));
+    if (p.mode == TensorScaleMode::torchao) b = _mm512_div_ps(b, _mm512_set1_ps(p.p));
+    b = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(b, _mm512_set1_ps(0x1p-6f), _CMP_LT_OQ),
+                           _mm512_set1_ps(0x1p-6f));
+    b = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(b, _mm512_set1_ps(448.f), _CMP_GT_OQ),
+                           _mm512_set1_ps(448.f));
+    const __mmask16 nan = _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+    const __m512i u = _mm512_castps_si512(b);
+    const __m512i rounded = _mm512_and_si512(
+        _mm512_add_epi32(u, _mm512_add_epi32(set1(0x7FFFFu),
+                                             _mm512_and_si512(_mm512_srli_epi32(u, 20), set1(1)))),
+        set1(0xFFF00000u));
+    r.scale = _mm512_mask_mov_epi32(_mm512_sub_epi32(_mm512_srli_epi32(rounded, 20), set1(960)),
+                                    nan, set1(0x7F));
+    const __m512 num = _mm512_set1_ps(p.mode == TensorScaleMode::torchao ? p.inv_p : 1.f);
+    r.lane.mult = _mm512_maskz_div_ps(__mmask16(~nan), num, _mm512_castsi512_ps(rounded));
+    r.lane.fill = nan;
+    r.lane.fill_code = set1(p.nan_fill);
+    return r;
+  }
+  // mxfp4_block.
+  const bool floor = p.rounding == ScaleRounding::floor;
+  const __mmask16 nan = _mm512_cmpgt_epu32_mask(ab, set1(0x7F800000u));
+  const __m512i ef = _mm512_srli_epi32(ab, 23);  // exponent field
+  __m512i e;  // the exponent, then clamped
+  __m512i mult;
+  if (floor) {
+    e = _mm512_max_epi32(_mm512_sub_epi32(ef, set1(129)), _mm512_set1_epi32(-127));
+    const __m512i byte = _mm512_add_epi32(e, set1(127));
+    mult = _mm512_slli_epi32(_mm512_sub_epi32(set1(254), byte), 23);
+    mult = _mm512_mask_mov_epi32(mult, _mm512_cmpeq_epi32_mask(byte, _mm512_setzero_si512()),
+                                 _mm512_castps_si512(_mm512_set1_ps(0x1p126f)));
+    r.scale = byte;
+  } else {
+    const __mmask16 up = _mm512_cmpgt_epu32_mask(_mm512_and_si512(ab, set1(0x7FFFFFu)),
+                                                 set1(0x400000u));
+    e = _mm512_sub_epi32(ef, set1(129));
+    e = _mm512_mask_add_epi32(e, up, e, set1(1));
+    e = _mm512_mask_mov_epi32(e, _mm512_cmplt_epu32_mask(ab, set1(0x00800000u)),
+                              _mm512_set1_epi32(-127));
+    e = _mm512_min_epi32(_mm512_max_epi32(e, _mm512_set1_epi32(-127)), _mm512_set1_epi32(127));
+    __m512i byte = _mm512_add_epi32(e, set1(127));
+    mult = _mm512_slli_epi32(_mm512_sub_epi32(set1(254), byte), 23);
+    mult = _mm512_mask_mov_epi32(mult, _mm512_cmpeq_epi32_mask(byte, _mm512_setzero_si512()),
+                                 _mm512_castps_si512(_mm512_set1_ps(1.f)));
+    const __mmask16 inf = _mm512_cmpeq_epi32_mask(ab, set1(0x7F800000u));
+    byte = _mm512_mask_mov_epi32(byte, inf, set1(254));
+    mult = _mm512_mask_mov_epi32(mult, inf, set1(0x00400000u));  // 2^-127
+    r.scale = byte;
+  }
+  r.scale = _mm512_mask_mov_epi32(r.scale, nan, set1(kE8M0Nan));
+  r.lane.mult = _mm512_castsi512_ps(_mm512_maskz_mov_epi32(__mmask16(~nan), mult));
+  r.lane.fill = floor ? 0 : nan;
+  r.lane.fill_code = set1(3);
+  r.lane.floor_nan = floor ? nan : 0;
+  return r;
+}
+
+// The rules of 16 blocks one by one through fp4_block (any mode), lanes past n left empty.
+inline Rules16 scalar_rules16(__m512i ab, int64_t n, const Fp4Params& p) {
+  alignas(64) uint32_t am[16], scale[16], fill_code[16];
+  alignas(64) float mult[16];
+  _mm512_store_si512(am, ab);
+  Rules16 r;
+  r.lane.fill = 0;
+  r.lane.floor_nan = 0;
+  for (int64_t j = 0; j < 16; ++j) {
+    scale[j] = 0;
+    mult[j] = 0.f;
+    fill_code[j] = 0;
+    if (j >= n) continue;
+    const Fp4Block b = fp4_block(am[j], p);
+    scale[j] = b.scale;
+    mult[j] = b.mult;
+    if (b.fill >= 0) {
+      r.lane.fill |= __mmask16(1u << j);
+      fill_code[j] = uint32_t(b.fill);
+    }
+    if (b.fill == kFillFloorNan) r.lane.floor_nan |= __mmask16(1u << j);
+  }
+  r.scale = _mm512_load_si512(scale);
+  r.lane.mult = _mm512_load_ps(mult);
+  r.lane.fill_code = _mm512_load_si512(fill_code);
+  return r;
+}
+
+inline Rules16 rules16(__m512i ab, int64_t n, const Fp4Params& p) {
+  return vector_rule(p) ? block_rules16(ab, p) : scalar_rules16(ab, n, p);
+}
+
+// Lane j of the 16 rules as one vector's uniform rule.
+inline LaneRules lane_rule(const Rules16& r, int j) {
+  const __m512i jj = set1(uint32_t(j));
+  LaneRules l;
+  l.mult = _mm512_permutexvar_ps(jj, r.lane.mult);
+  l.fill = (r.lane.fill >> j) & 1 ? 0xFFFF : 0;
+  l.fill_code = _mm512_permutexvar_epi32(jj, r.lane.fill_code);
+  l.floor_nan = (r.lane.floor_nan >> j) & 1 ? 0xFFFF : 0;
+  return l;
+}
+
+// Lane j = max over the lanes of m[j] (16 vectors of absolute bits): a reduction tree of
+// in-lane unpacks, then two levels across the 128-bit lanes.
+inline __m512i reduce16(const __m512i m[16]) {
+  __m512i a[8], b[4];
+  for (int i = 0; i < 8; ++i)
+    a[i] = _mm512_max_epu32(_mm512_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
+                            _mm512_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+  for (int i = 0; i < 4; ++i)
+    b[i] = _mm512_max_epu32(_mm512_unpacklo_epi64(a[2 * i], a[2 * i + 1]),
+                            _mm512_unpackhi_epi64(a[2 * i], a[2 * i + 1]));
+  // b[i], 128-bit lane L, dword k: the maximum of m[4i + k] over lane L.
+  const __m512i c0 = _mm512_max_epu32(_mm512_shuffle_i32x4(b[0], b[1], 0x44),
+                                      _mm512_shuffle_i32x4(b[0], b[1], 0xEE));
+  const __m512i c1 = _mm512_max_epu32(_mm512_shuffle_i32x4(b[2], b[3], 0x44),
+                                      _mm512_shuffle_i32x4(b[2], b[3], 0xEE));
+  return _mm512_max_epu32(_mm512_shuffle_i32x4(c0, c1, 0x88), _mm512_shuffle_i32x4(c0, c1, 0xDD));
+}
+
+// Scale bytes of lanes [0, n) to d.
+inline void store_scales(uint8_t* d, __m512i s, int64_t n) {
+  _mm_mask_storeu_epi8(d, lanes(n), _mm512_cvtepi32_epi8(s));
+}
+
+// ---- the random Hadamard transform in registers ----------------------------------------------
+
+// rht_rows_f32_ref's steps on 16 rows of 16 columns: signs, butterflies, 1/4.
+inline void rht16(__m512 v[kRhtSize]) {
+  const float* s = rht_signs();
+  for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(s[i]));
+  for (int h = 1; h < kRhtSize; h *= 2)
+    for (int i = 0; i < kRhtSize; ++i)
+      if ((i & h) == 0) {
+        const __m512 a = v[i], b = v[i + h];
+        v[i] = _mm512_add_ps(a, b);
+        v[i + h] = _mm512_sub_ps(a, b);
+      }
+  for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(0.25f));
+}
+
+// Rows [rb, rb + nr) (rb a multiple of 16) of columns c .. c + nc of x, transformed when p.rht
+// (full groups of 16 rows; a last partial group as it is), into t[i * 64 + 16v ...] for
+// vectors v < ceil(nc / 16); lanes past nc are 0.
+template <class T>
+void band_values(const T* x, const Fp4Params& p, int64_t rb, int64_t nr, int64_t c, int64_t nc,
+                 float* t) {
+  const int nv = int((nc + 15) / 16);
+  for (int v = 0; v < nv; ++v) {
+    const int64_t n = std::min<int64_t>(16, nc - 16 * v);
+    for (int64_t g = 0; g < nr; g += kRhtSize) {
+      const int64_t rows = std::min<int64_t>(kRhtSize, nr - g);
+      __m512 w[kRhtSize];
+      for (int64_t i = 0; i < rows; ++i) w[i] = load16(x + (rb + g + i) * p.K + c + 16 * v, n);
+      if (p.rht && rows == kRhtSize && rb + g + kRhtSize <= p.M) rht16(w);
+      for (int64_t i = 0; i < rows; ++i) _mm512_store_ps(t + (g + i) * 64 + 16 * v, w[i]);
+    }
+  }
+}
+
 // ---- layouts ----------------------------------------------------------------------------------
 
-template <class T>
-void rowwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
-  const int64_t B = p.B;
+// Rowwise: sixteen whole blocks of a row at a time (the block amaxes reduced into one vector,
+// the rule on all sixteen, the random words 64 elements per generator run), the rest block by
+// block. B (16 or 32) and stochastic rounding are template arguments.
+template <class T, int B, bool SR>
+void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
+  constexpr int nvb = B / 16;  // vectors per block
   for (int64_t r = g.r0; r < g.r1; ++r) {
     const T* xr = x + r * p.K;
     uint8_t* dr = out.data + r * out.row_bytes;
-    for (int64_t c = g.c0; c < g.c1; c += B) {
-      const int64_t n = std::min(B, g.c1 - c);
+    uint8_t* sr = out.scales + r * out.scale_ld;
+    int64_t c = g.c0;
+    for (; c + 16 * B <= g.c1; c += 16 * B) {
+      __m512i m[16];
+      for (int j = 0; j < 16; ++j) {
+        m[j] = abs_bits(load16(xr + c + j * B, 16));
+        if (nvb == 2) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + c + j * B + 16, 16)));
+      }
+      const Rules16 rr = rules16(reduce16(m), 16, p);
+      store_scales(sr + c / B, rr.scale, 16);
+      alignas(64) float mult[16];
+      _mm512_store_ps(mult, rr.lane.mult);
+      const bool plain = !rr.lane.fill && !rr.lane.floor_nan;
+      __m512i words[4] = {};
+      for (int j = 0; j < 16; ++j) {
+        const LaneRules l = plain ? LaneRules{_mm512_set1_ps(mult[j]), 0, {}, 0} : lane_rule(rr, j);
+        for (int h = 0; h < nvb; ++h) {
+          const int e = j * B + h * 16;  // element offset in the chunk
+          if (SR && e % 64 == 0) sr_words(p, uint64_t(r * p.K + c + e), 4, words);
+          store_codes(dr + (c + e) / 2, codes16(load16(xr + c + e, 16), l, SR, words[(e / 16) % 4]),
+                      16);
+        }
+      }
+    }
+    for (; c < g.c1; c += B) {
+      const int64_t n = std::min<int64_t>(B, g.c1 - c);
       __m512 v[2];
       __m512i m = _mm512_setzero_si512();
       for (int64_t h = 0; h * 16 < n; ++h) {
@@ -210,53 +479,64 @@ void rowwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         m = _mm512_max_epu32(m, abs_bits(v[h]));
       }
       const Fp4Block b = fp4_block(hmax(m), p);
-      out.scales[r * out.scale_ld + c / B] = b.scale;
+      sr[c / B] = b.scale;
       const LaneRules l = uniform(b);
-      for (int64_t h = 0; h * 16 < n; ++h)
-        store_codes(dr + (c + h * 16) / 2, codes16(v[h], l, p, uint64_t(r * p.K + c + h * 16)),
+      for (int64_t h = 0; h * 16 < n; ++h) {
+        const __m512i w = SR ? sr_bits16(p, uint64_t(r * p.K + c + h * 16)) : _mm512_setzero_si512();
+        store_codes(dr + (c + h * 16) / 2, codes16(v[h], l, SR, w),
                     std::min<int64_t>(16, n - h * 16));
+      }
+    }
+  }
+}
+
+template <class T>
+void rowwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
+  if (p.B == 16)
+    p.stochastic ? rowwise_impl<T, 16, true>(x, p, g, out) : rowwise_impl<T, 16, false>(x, p, g, out);
+  else
+    p.stochastic ? rowwise_impl<T, 32, true>(x, p, g, out) : rowwise_impl<T, 32, false>(x, p, g, out);
+}
+
+// Colwise: per band of B rows, 64 columns at a time: the band's values (transformed when
+// p.rht) in a small buffer, the column amaxes, the rule on 16 columns per vector, then the
+// codes row by row (random words 64 elements per generator run).
+template <class T, bool SR>
+void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
+  const int64_t B = p.B;
+  alignas(64) float t[32 * 64];
+  for (int64_t rb = g.r0; rb < g.r1; rb += B) {
+    const int64_t nr = std::min(B, p.M - rb);
+    for (int64_t c = g.c0; c < g.c1; c += 64) {
+      const int64_t nc = std::min<int64_t>(64, g.c1 - c);
+      const int nv = int((nc + 15) / 16);
+      band_values(x, p, rb, nr, c, nc, t);
+      Rules16 rr[4];
+      for (int v = 0; v < nv; ++v) {
+        __m512i m = _mm512_setzero_si512();
+        for (int64_t i = 0; i < nr; ++i)
+          m = _mm512_max_epu32(m, abs_bits(_mm512_load_ps(t + i * 64 + 16 * v)));
+        const int64_t n = std::min<int64_t>(16, nc - 16 * v);
+        rr[v] = rules16(m, n, p);
+        store_scales(out.scales + (rb / B) * out.scale_ld + c + 16 * v, rr[v].scale, n);
+      }
+      for (int64_t i = 0; i < nr; ++i) {
+        const int64_t r = rb + i;
+        __m512i words[4] = {};
+        if (SR) sr_words(p, uint64_t(r * p.K + c), nv, words);
+        for (int v = 0; v < nv; ++v)
+          store_codes(out.data + r * out.row_bytes + (c + 16 * v) / 2,
+                      codes16(_mm512_load_ps(t + i * 64 + 16 * v), rr[v].lane, SR,
+                              words[v]),
+                      std::min<int64_t>(16, nc - 16 * v));
+      }
     }
   }
 }
 
 template <class T>
 void colwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
-  const int64_t B = p.B;
-  for (int64_t rb = g.r0; rb < g.r1; rb += B) {
-    const int64_t nr = std::min(B, p.M - rb);
-    for (int64_t c = g.c0; c < g.c1; c += 16) {
-      const int64_t nc = std::min<int64_t>(16, g.c1 - c);
-      __m512i m = _mm512_setzero_si512();
-      for (int64_t i = 0; i < nr; ++i) m = _mm512_max_epu32(m, abs_bits(load16(x + (rb + i) * p.K + c, nc)));
-      alignas(64) uint32_t am[16];
-      alignas(64) float mult[16];
-      alignas(64) uint32_t fill_code[16];
-      _mm512_store_si512(am, m);
-      LaneRules l;
-      l.fill = 0;
-      l.floor_nan = 0;
-      for (int64_t j = 0; j < 16; ++j) {
-        mult[j] = 0.f;
-        fill_code[j] = 0;
-        if (j >= nc) continue;
-        const Fp4Block b = fp4_block(am[j], p);
-        out.scales[(rb / B) * out.scale_ld + c + j] = b.scale;
-        mult[j] = b.mult;
-        if (b.fill >= 0) {
-          l.fill |= __mmask16(1u << j);
-          fill_code[j] = uint32_t(b.fill);
-        }
-        if (b.fill == kFillFloorNan) l.floor_nan |= __mmask16(1u << j);
-      }
-      l.mult = _mm512_load_ps(mult);
-      l.fill_code = _mm512_load_si512(fill_code);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = rb + i;
-        store_codes(out.data + r * out.row_bytes + c / 2,
-                    codes16(load16(x + r * p.K + c, nc), l, p, uint64_t(r * p.K + c)), nc);
-      }
-    }
-  }
+  p.stochastic ? colwise_impl<T, true>(x, p, g, out) : colwise_impl<T, false>(x, p, g, out);
 }
 
 template <class T>
@@ -277,8 +557,10 @@ void tile(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         const int64_t r = rb + i;
         for (int64_t h = 0; h * 16 < nc; ++h) {
           const int64_t c = cb + h * 16;
+          const __m512i w = p.stochastic ? sr_bits16(p, uint64_t(r * p.K + c))
+                                         : _mm512_setzero_si512();
           store_codes(out.data + r * out.row_bytes + c / 2,
-                      codes16(load16(x + r * p.K + c, nc - h * 16), l, p, uint64_t(r * p.K + c)),
+                      codes16(load16(x + r * p.K + c, nc - h * 16), l, p.stochastic, w),
                       std::min<int64_t>(16, nc - h * 16));
         }
       }
@@ -292,6 +574,29 @@ uint32_t amax(const T* x, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) m = _mm512_max_epu32(m, abs_bits(load16(x + i, 16)));
   if (i < n) m = _mm512_max_epu32(m, abs_bits(load16(x + i, n - i)));
+  return hmax(m);
+}
+
+// max |T x| bits over rows [r0, r1) (r0 a multiple of 16) of x [M, K]: the transform in
+// registers, nothing stored.
+template <class T>
+uint32_t rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
+  const int64_t full = M / kRhtSize * kRhtSize;
+  __m512i m = _mm512_setzero_si512();
+  for (int64_t g = r0; g < r1; g += kRhtSize) {
+    if (g >= full) {
+      for (int64_t r = g; r < std::min(r1, M); ++r)
+        m = _mm512_max_epu32(m, _mm512_set1_epi32(int(amax(x + r * K, K))));
+      continue;
+    }
+    for (int64_t c = 0; c < K; c += 16) {
+      const int64_t nc = std::min<int64_t>(16, K - c);
+      __m512 v[kRhtSize];
+      for (int i = 0; i < kRhtSize; ++i) v[i] = load16(x + (g + i) * K + c, nc);
+      rht16(v);
+      for (int i = 0; i < kRhtSize; ++i) m = _mm512_max_epu32(m, abs_bits(v[i]));
+    }
+  }
   return hmax(m);
 }
 
@@ -320,10 +625,17 @@ void quantize_fp4_tile_bf16_avx512(const uint16_t* x, const Fp4Params& p, Region
 uint32_t fp4_amax_f32_avx512(const float* x, int64_t n) { return amax(x, n); }
 uint32_t fp4_amax_bf16_avx512(const uint16_t* x, int64_t n) { return amax(x, n); }
 
+uint32_t fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
+  return rht_amax(x, M, K, r0, r1);
+}
+uint32_t fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+                                  int64_t r1) {
+  return rht_amax(x, M, K, r0, r1);
+}
+
 // The butterflies of rht_rows_f32_ref, sixteen columns per vector.
 void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1,
                          float* out) {
-  const float* s = rht_signs();
   const int64_t full = M / kRhtSize * kRhtSize;
   for (int64_t g = r0; g < r1; g += kRhtSize) {
     if (g >= full) {
@@ -335,18 +647,9 @@ void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64
       const int64_t nc = std::min<int64_t>(16, K - c);
       const __mmask16 mk = lanes(nc);
       __m512 v[kRhtSize];
-      for (int i = 0; i < kRhtSize; ++i)
-        v[i] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + (g + i) * K + c),
-                             _mm512_set1_ps(s[i]));
-      for (int h = 1; h < kRhtSize; h *= 2)
-        for (int i = 0; i < kRhtSize; ++i)
-          if ((i & h) == 0) {
-            const __m512 a = v[i], b = v[i + h];
-            v[i] = _mm512_add_ps(a, b);
-            v[i + h] = _mm512_sub_ps(a, b);
-          }
-      for (int i = 0; i < kRhtSize; ++i)
-        _mm512_mask_storeu_ps(out + (g + i) * K + c, mk, _mm512_mul_ps(v[i], _mm512_set1_ps(0.25f)));
+      for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_maskz_loadu_ps(mk, x + (g + i) * K + c);
+      rht16(v);
+      for (int i = 0; i < kRhtSize; ++i) _mm512_mask_storeu_ps(out + (g + i) * K + c, mk, v[i]);
     }
   }
 }

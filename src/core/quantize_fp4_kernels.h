@@ -41,6 +41,10 @@ struct Fp4Params {
   uint64_t seed;                // stochastic rounding key (SrKey)
   uint32_t step, tensor;
   uint32_t copy;                // 0 rowwise, 1 colwise, 2 tile (counter bits 16-17)
+  // Quantize the random Hadamard transform of x (its rows in groups of 16, rht_rows), made in
+  // the kernel as it reads x: the colwise kernels of a table with fused_rht only (the others
+  // get the transformed matrix instead).
+  bool rht;
 };
 
 // One 4-bit copy being written: packed data [M, row_bytes]; scale bytes [.., scale_ld].
@@ -172,6 +176,11 @@ using Fp4AmaxF32 = uint32_t (*)(const float* x, int64_t n);
 using Fp4AmaxBF16 = uint32_t (*)(const uint16_t* x, int64_t n);
 // The random Hadamard transform of rows [r0, r1) (r0 a multiple of 16) of x [M, K] into out.
 using RhtF32 = void (*)(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1, float* out);
+// max |T x| bits over rows [r0, r1) (r0 a multiple of 16) of x [M, K], T the transform, with
+// nothing stored (fp4_abs_bits: NaN wins).
+using RhtAmaxF32 = uint32_t (*)(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
+using RhtAmaxBF16 = uint32_t (*)(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+                                 int64_t r1);
 
 struct Fp4QuantizeKernels {
   Fp4QuantF32 rowwise_f32, colwise_f32, tile_f32;
@@ -179,6 +188,11 @@ struct Fp4QuantizeKernels {
   Fp4AmaxF32 amax_f32;
   Fp4AmaxBF16 amax_bf16;
   RhtF32 rht;
+  // Null in the reference: an RHT copy is then the transformed matrix (rht, into a buffer)
+  // quantized; with them, the colwise kernels transform as they read (Fp4Params::rht) and the
+  // tensor amax is taken by these, so nothing the size of x is written.
+  RhtAmaxF32 rht_amax_f32;
+  RhtAmaxBF16 rht_amax_bf16;
 };
 
 // ---- scalar reference (quantize_fp4_ref.cc) ------------------------------------------------
@@ -207,6 +221,9 @@ uint32_t fp4_amax_f32_avx512(const float* x, int64_t n);
 uint32_t fp4_amax_bf16_avx512(const uint16_t* x, int64_t n);
 void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1,
                          float* out);
+uint32_t fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
+uint32_t fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+                                  int64_t r1);
 
 // What the 4-bit table chooses now (mxtrain info).
 PathChoice fp4_quantize_choice();
