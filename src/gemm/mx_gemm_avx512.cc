@@ -63,7 +63,6 @@ namespace {
 constexpr int MR = 6;           // micro-tile rows
 constexpr int NR = 64;          // micro-tile columns (4 vectors of 16 FP32)
 constexpr int64_t KC = 1024;    // K chunk (even)
-constexpr int64_t KP = KC / 2;  // pairs per chunk
 constexpr int64_t MC = 96;      // rows of A per block (multiple of MR and of 32)
 
 // ---- packing -------------------------------------------------------------------------------
@@ -347,13 +346,15 @@ struct TransposeOut {
 // 64-column panels. With `out` (split_m only, ldc = N), each thread adds the transpose of its
 // finished rows into out->C, while they are still in its cache. With `alpha` (4-bit products,
 // gemm/fp4_gemm.h) the sums start from zero whatever `accumulate` and the last K chunk stores
-// alpha · P (+ C when accumulate): accumulating then needs K <= KC (panel_gemm sees to it).
+// alpha · P (+ C when accumulate): accumulating then needs K in one chunk of kc_max (panel_gemm
+// sees to it). kc_max: the K chunk, KC but for such a 4-bit product.
 constexpr int64_t kRowGrain = 48;  // MR | 48, and 16 | 48 keeps tile32 scale runs whole
 constexpr int64_t kAFirstRows = 2 * MC;  // rows up to which a thread packs A first
 void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const MXOperand& B,
                    float* C, int64_t ldc, bool accumulate, int64_t M, int64_t N, int64_t K,
                    bool split_m, const TransposeOut* out = nullptr,
-                   const Promotion* pr = nullptr, const float* alpha = nullptr) {
+                   const Promotion* pr = nullptr, const float* alpha = nullptr,
+                   int64_t kc_max = KC) {
   const int64_t panels = ceil_div(N, NR), grains = ceil_div(M, kRowGrain);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), split_m ? grains : panels));
 #pragma omp parallel num_threads(threads)
@@ -373,7 +374,7 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     // Packed pairs per row of a panel or block: a whole chunk's, or all of a shorter K's
     // (rounded up to 32: the VBMI row packer writes 32 pairs per 64 codes), so a wgrad over
     // few tokens does not hold buffers sized for 1024 of them.
-    const int64_t kps = std::min(KP, (ceil_div(K, 2) + 31) / 32 * 32);
+    const int64_t kps = std::min(kc_max / 2, (ceil_div(K, 2) + 31) / 32 * 32);
     buf.b.resize(size_t((a_first ? 1 : std::max<int64_t>(p1 - p0, 1)) * kps * NR));
     buf.a.resize(size_t((a_first ? std::max<int64_t>(nblk, 1) : 1) * MC * kps));
     const int64_t sm = pk.a_pairs ? 1 : kps, sp = pk.a_pairs ? MC : 1;
@@ -406,12 +407,12 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
           run_tile(rows, kp, Ap + i * sm, sm, sp, Bp, c, ldc, ncols, load, fin);
       }
     };
-    for (int64_t k0 = 0; k0 < K; k0 += KC) {
-      const int64_t kc = std::min(KC, K - k0), kp = (kc + 1) / 2;
+    for (int64_t k0 = 0; k0 < K; k0 += kc_max) {
+      const int64_t kc = std::min(kc_max, K - k0), kp = (kc + 1) / 2;
       const bool load = alpha ? k0 > 0 : accumulate || k0 > 0;
       chunk0 = k0 / kFp32ScaleBlock;
       const Finish last{alpha ? *alpha : 1.f, accumulate};
-      fin = alpha && k0 + KC >= K ? &last : nullptr;
+      fin = alpha && k0 + kc_max >= K ? &last : nullptr;
       if (a_first) {
         for (int64_t b = 0; b < nblk; ++b)
           pack_a(r0 + b * MC, std::min(MC, r1 - r0 - b * MC), k0, kc, buf.a.data() + b * MC * kps);
@@ -491,9 +492,15 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
     return panel_product(swapped, packers, B, A, T, M, false, N, M, K, /*split_m=*/true,
                          &out, pr ? &spr : nullptr);
   }
-  if (alpha && accumulate && K > KC) {
-    // A 4-bit product adds C once, to the finished sums: over several K chunks they go to a
-    // buffer first (the chunks pass partial sums through memory, and C holds C0).
+  // A 4-bit product adds C once, to the finished sums. Accumulating over K up to kOneChunkMax
+  // (a wgrad over that many tokens) it runs in one K chunk, so the sums stay in registers
+  // until the finish (buffers twice to four times the usual chunk's, still cache-resident
+  // per panel and block); over a longer K they go to a buffer first (the chunks pass partial
+  // sums through memory, and C holds C0).
+  constexpr int64_t kOneChunkMax = 4 * KC;
+  const int64_t kc_max = alpha && accumulate && K > KC && K <= kOneChunkMax
+                             ? (K + 63) / 64 * 64 : KC;
+  if (alpha && accumulate && K > kc_max) {
     FloatBuffer& P = sums_buffer();
     P.resize(size_t(M * N));
     const float one = 1.f;
@@ -514,7 +521,7 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
   }
   // Threads split the larger side of C, so the operand they all decode whole is the smaller.
   panel_product(Packing::of(o), packers, A, B, C, ldc, accumulate, M, N, K,
-                /*split_m=*/M > N, nullptr, pr, alpha);
+                /*split_m=*/M > N, nullptr, pr, alpha, kc_max);
 }
 
 }  // namespace

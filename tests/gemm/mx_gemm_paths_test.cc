@@ -413,8 +413,8 @@ TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
 // avx512vbmi ISA levels on a CPU with AVX512-BF16) must give its bytes, for every orientation a
 // layer uses, NVFP4 (1x16 and 16x16 blocks, tensor scales, stochastic rounding, the random
 // Hadamard transform) and MXFP4, accumulating or not, on shapes that cross every edge: K odd,
-// K a multiple of neither 16 nor 32 (ragged blocks), K over a 1024-deep chunk (and accumulating
-// then: the sums buffer), forwards of at most 16 rows (the streaming kernel, and the panel
+// K a multiple of neither 16 nor 32 (ragged blocks), K over a 1024-deep chunk (accumulating:
+// one longer chunk up to 4096, the sums buffer beyond), forwards of at most 16 rows (the streaming kernel, and the panel
 // kernel on the same operands), forwards and dgrads run transposed (64 <= M < N), dgrads of at
 // most 192 rows run directly, column counts not a multiple of 16 or 64. NaN results compare
 // as NaN (their payloads are the hardware's).
@@ -522,7 +522,8 @@ const Fp4Op kFp4Ops[] = {{"forward tile", false, true, MXLayout::rowwise, MXLayo
 const Shape kFp4Shapes[] = {{1, 1, 1},      {1, 17, 33},    {4, 65, 33},     {15, 31, 63},
                             {16, 48, 130},  {17, 33, 127},  {9, 129, 257},   {33, 15, 1025},
                             {64, 300, 100}, {97, 70, 300},  {193, 17, 65},   {2, 200, 1025},
-                            {70, 129, 31},  {250, 40, 64},  {65, 127, 1031}, {200, 1100, 70}};
+                            {70, 129, 31},  {250, 40, 64},  {65, 127, 1031}, {200, 1100, 70},
+                            {5, 33, 4099}};
 
 TEST(Fp4GemmPaths, EveryPanelPathGivesTheReferenceBytes) {
   if (fp4_panel_isas().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16 path";
