@@ -482,7 +482,8 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
       sr[c / B] = b.scale;
       const LaneRules l = uniform(b);
       for (int64_t h = 0; h * 16 < n; ++h) {
-        const __m512i w = SR ? sr_bits16(p, uint64_t(r * p.K + c + h * 16)) : _mm512_setzero_si512();
+        const __m512i w =
+            SR ? sr_bits16(p, uint64_t(r * p.K + c + h * 16)) : _mm512_setzero_si512();
         store_codes(dr + (c + h * 16) / 2, codes16(v[h], l, SR, w),
                     std::min<int64_t>(16, n - h * 16));
       }
@@ -492,10 +493,12 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
 
 template <class T>
 void rowwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
-  if (p.B == 16)
-    p.stochastic ? rowwise_impl<T, 16, true>(x, p, g, out) : rowwise_impl<T, 16, false>(x, p, g, out);
-  else
-    p.stochastic ? rowwise_impl<T, 32, true>(x, p, g, out) : rowwise_impl<T, 32, false>(x, p, g, out);
+  if (p.B == 16) {
+    if (p.stochastic) return rowwise_impl<T, 16, true>(x, p, g, out);
+    return rowwise_impl<T, 16, false>(x, p, g, out);
+  }
+  if (p.stochastic) return rowwise_impl<T, 32, true>(x, p, g, out);
+  rowwise_impl<T, 32, false>(x, p, g, out);
 }
 
 // Colwise: per band of B rows, 64 columns at a time: the band's values (transformed when

@@ -414,10 +414,10 @@ TEST(MxGemmPaths, ResultDoesNotDependOnThreadCount) {
 // layer uses, NVFP4 (1x16 and 16x16 blocks, tensor scales, stochastic rounding, the random
 // Hadamard transform) and MXFP4, accumulating or not, on shapes that cross every edge: K odd,
 // K a multiple of neither 16 nor 32 (ragged blocks), K over a 1024-deep chunk (accumulating:
-// one longer chunk up to 4096, the sums buffer beyond), forwards of at most 16 rows (the streaming kernel, and the panel
-// kernel on the same operands), forwards and dgrads run transposed (64 <= M < N), dgrads of at
-// most 192 rows run directly, column counts not a multiple of 16 or 64. NaN results compare
-// as NaN (their payloads are the hardware's).
+// one longer chunk up to 4096, the sums buffer beyond), forwards of at most 16 rows (the
+// streaming kernel, and the panel kernel on the same operands), forwards and dgrads run
+// transposed (64 <= M < N), dgrads of at most 192 rows run directly, column counts not a
+// multiple of 16 or 64. NaN results compare as NaN (their payloads are the hardware's).
 
 // Normal values times 2^u, u uniform in [-spread, spread] per element: products whose sums
 // round in FP32 (the order of the sums shows in the bytes).
