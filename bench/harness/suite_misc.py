@@ -252,16 +252,28 @@ grouped.expert.fc2 128 1408 2048"""
 def run_gemm(ctx, args):
     """(1) the MX products against BF16 over token counts at 4096x4096; (2) oneDNN's two
     shapings of the BF16 products at the training shapes; (3) whole training steps under each
-    shaping."""
+    shaping. gemm:parts=sweep,shapes,train chooses the parts; gemm:recipes=A,B,... the sweep's
+    recipes (BF16 is always its base); gemm:ms=1,4,... its token counts; gemm:ops=fwd,...
+    its products."""
     path = ctx.rows_path("gemm")
-    ms = "1,4,64" if ctx.quick else "1,4,16,64,256,2048"
+    parts = args.get("parts", "sweep,shapes,train").split(",")
+    ms = args.get("ms", "1,4,64" if ctx.quick else "1,4,16,64,256,2048")
     for rnd in range(1, ctx.rounds + 1):
+        if "sweep" not in parts:
+            break
         log(f"gemm: round {rnd}, the 4096x4096 sweep")
         argv = ["gemm", "--m", ms, "--k", "4096", "--n", "4096", "--iters", "15"]
+        if "recipes" in args:
+            argv += ["--recipes", args["recipes"]]
+        if "ops" in args:
+            argv += ["--ops", args["ops"]]
         rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}")
         for r in rows:
             append_row(path, ctx.row("gemm", "sweep", rnd, [ctx.binary, "bench"] + argv + ["--json"],
                                      t, **r))
+    for rnd in range(1, ctx.rounds + 1):
+        if "shapes" not in parts:
+            break
         shapes = GEMM_SHAPES.splitlines()[: 2 if ctx.quick else None]
         for line in ctx.round_order(shapes, rnd):
             layer, m, k, n = line.split()
@@ -283,6 +295,8 @@ def run_gemm(ctx, args):
     cases = [("tiny-moe", moe, "bf16", "exact"), ("tiny-moe", moe, "mxfp8", "exact"),
              ("peer", peer, "bf16", "runtime")]
     for rnd in range(1, ctx.rounds + 1):
+        if "train" not in parts:
+            break
         for name, cfg, recipe, other in ctx.round_order(cases, rnd):
             for shaping in ("default", other):
                 log(f"gemm: round {rnd}, {name} {recipe} training, shapes {shaping}")
@@ -305,7 +319,7 @@ def table_gemm_sweep(rows):
     for r in rows:
         if (r["m"], r["op"]) not in keys:
             keys.append((r["m"], r["op"]))
-    recipes = [x for x in ("mxfp8", "mxfp8-32x32") if any(r["recipe"] == x for r in rows)]
+    recipes = list(dict.fromkeys(r["recipe"] for r in rows if r["recipe"] != "bf16"))
     body = []
     for m, op in keys:
         rs = [r for r in rows if r["m"] == m and r["op"] == op]
