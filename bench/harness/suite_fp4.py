@@ -19,6 +19,8 @@ decay to min_lr), said in the table.
 
     bash scripts/bench.sh fp4                     # 24 runs of the main job
     bash scripts/bench.sh fp4:steps=600           # the same ablation, 600 steps each
+    bash scripts/bench.sh fp4:runs=bf16,nvfp4     # only those runs (names as in RUNS; a
+                                                  # switch's name quoted, e.g. 'nvfp4 -rht')
 """
 import os
 import subprocess
@@ -44,6 +46,11 @@ SEEDS = ("1", "2", "3")
 def run(ctx, args):
     steps = args.get("steps", "20" if ctx.quick else "3000")
     seeds = SEEDS[:1] if ctx.quick else SEEDS
+    names = args["runs"].split(",") if "runs" in args else list(RUNS)
+    unknown = [n for n in names if n not in RUNS]
+    if unknown:
+        raise SystemExit(f"fp4:runs: unknown run {unknown[0]!r}; the runs are "
+                         + ", ".join(RUNS))
     subprocess.run(["bash", "scripts/demo_data.sh", ctx.binary], check=True, cwd=ROOT)
     path = ctx.rows_path("fp4")
     # A (run, seed, steps) already in the rows is not trained again: the losses are
@@ -51,7 +58,8 @@ def run(ctx, args):
     done = {(r["run"], str(r["seed"]), str(r["steps"])) for r in
             (read_rows(path) if os.path.exists(path) else [])}
     for seed in seeds:
-        for name, extra in RUNS.items():
+        for name in names:
+            extra = RUNS[name]
             if (name, seed, str(steps)) in done:
                 log(f"fp4: {name}, seed {seed}, {steps} steps: in the rows already")
                 continue
