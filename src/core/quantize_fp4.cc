@@ -152,8 +152,27 @@ void run(const T* x, MXLayout layout, const Fp4Params& p, ScaledTensor& out) {
   for_each_unit(p.M, p.K, p.B, [&](Region g) { fn(x, p, g, o); });
 }
 
-// One transformed copy per thread, reused: no fresh pages per call.
-FloatBuffer& rht_scratch() {
+// Rows [s0, s1) of the copy (s0 a multiple of the block edge), from `x` holding those rows
+// only: the kernels index rows from the top of the matrix, so they get x's address moved up
+// by s0 rows (integer arithmetic; they read only rows s0..s1).
+void run_rows(const float* x, int64_t s0, int64_t s1, MXLayout layout, const Fp4Params& p,
+              ScaledTensor& out) {
+  const Fp4QuantizeKernels& k = fp4_table().get();
+  const Fp4Out o{out.data.data(), out.scales.data(), out.scale_cols(), out.row_bytes()};
+  auto fn = layout == MXLayout::rowwise   ? k.rowwise_f32
+            : layout == MXLayout::colwise ? k.colwise_f32
+                                          : k.tile_f32;
+  const float* top = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(x) -
+                                                    uintptr_t(s0 * p.K) * sizeof(float));
+  for_each_unit(s1 - s0, p.K, p.B, [&](Region g) {
+    fn(top, p, Region{g.r0 + s0, g.r1 + s0, g.c0, g.c1}, o);
+  });
+}
+
+// The transform's strip of rows, per thread, reused: about kRhtStripBytes of FP32 (at least
+// one group of rows), never the whole transformed matrix.
+constexpr int64_t kRhtStripBytes = int64_t(1) << 20;
+FloatBuffer& rht_strip() {
   thread_local FloatBuffer b;
   return b;
 }
@@ -172,15 +191,31 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
             "quantize_fp4: TransformerEngine's order needs the per-tensor scale");
   MXT_CHECK(!amax || *amax >= 0.f || std::isnan(*amax), "quantize_fp4: the given amax must be ",
             ">= 0 (or NaN), got ", *amax);
+  // The transform runs a strip of rows at a time (whole groups of 16, whole blocks): the
+  // copy is that of the whole transformed matrix quantized (rht_rows, then quantize_fp4
+  // without rht), byte for byte, but only a strip of the transformed values is held. NVFP4's
+  // tensor scale needs the whole transformed matrix's amax first: unless given, a first pass
+  // transforms every strip for its amax only.
+  const int64_t unit = std::max(kRhtSize, fp4_block(cfg.kind));  // 16 or 32: a multiple of 16
+  const int64_t strip = cfg.rht ? std::max(unit, kRhtStripBytes / int64_t(sizeof(float)) /
+                                                     std::max<int64_t>(K, 1) / unit * unit)
+                                : 0;
+  FloatBuffer* buf = nullptr;
   if (cfg.rht) {
-    FloatBuffer& t = rht_scratch();
-    t.resize(size_t(M * K));
-    rht_rows(x, M, K, t.data());
-    const float a = quantize_fp4_impl(t.data(), M, K, layout, Fp4Config{cfg.kind, cfg.rounding,
-                                      cfg.tensor_scale, cfg.order, cfg.stochastic, cfg.sr, false},
-                                      out, amax);
-    out.rht = true;
-    return a;
+    buf = &rht_strip();
+    const size_t n = size_t(std::min(M, strip) * K);
+    if (buf->size() < n) buf->resize(n);
+  }
+  const auto transform = [&](int64_t s0) {  // rows [s0, s0 + n) into buf; returns n
+    const int64_t n = std::min(strip, M - s0);
+    rht_rows(x + s0 * K, n, K, buf->data());
+    return n;
+  };
+  if (cfg.rht && cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale && !amax) {
+    uint32_t ab = 0;
+    for (int64_t s0 = 0; s0 < M && K > 0; s0 += strip)
+      ab = std::max(ab, amax_bits(buf->data(), transform(s0) * K));
+    amax = bits_f32(ab);
   }
   Fp4Params p = params(M, K, layout, cfg);
   reshape(out, M, K, layout, cfg.kind);
@@ -195,7 +230,14 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
       set_torchao(p, out.tensor_scale);
     }
   }
-  run(x, layout, p, out);
+  if (cfg.rht) {
+    out.rht = true;
+    if (K > 0)
+      for (int64_t s0 = 0; s0 < M; s0 += strip)
+        run_rows(buf->data(), s0, s0 + transform(s0), layout, p, out);
+  } else {
+    run(x, layout, p, out);
+  }
   return used;
 }
 
