@@ -152,29 +152,82 @@ void run(const T* x, MXLayout layout, const Fp4Params& p, ScaledTensor& out) {
   for_each_unit(p.M, p.K, p.B, [&](Region g) { fn(x, p, g, o); });
 }
 
-// Rows [s0, s1) of the copy (s0 a multiple of the block edge), from `x` holding those rows
-// only: the kernels index rows from the top of the matrix, so they get x's address moved up
-// by s0 rows (integer arithmetic; they read only rows s0..s1).
-void run_rows(const float* x, int64_t s0, int64_t s1, MXLayout layout, const Fp4Params& p,
-              ScaledTensor& out) {
-  const Fp4QuantizeKernels& k = fp4_table().get();
-  const Fp4Out o{out.data.data(), out.scales.data(), out.scale_cols(), out.row_bytes()};
-  auto fn = layout == MXLayout::rowwise   ? k.rowwise_f32
-            : layout == MXLayout::colwise ? k.colwise_f32
-                                          : k.tile_f32;
-  const float* top = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(x) -
-                                                    uintptr_t(s0 * p.K) * sizeof(float));
-  for_each_unit(s1 - s0, p.K, p.B, [&](Region g) {
-    fn(top, p, Region{g.r0 + s0, g.r1 + s0, g.c0, g.c1}, o);
-  });
+// The random Hadamard transform of a strip of rows in the calling thread: x [n, K] (FP32 or
+// BF16 bits) into out [n, K], group by group as rht_rows does (a last partial group copied).
+template <class T>
+void rht_strip_rows(const T* x, int64_t n, int64_t K, float* out) {
+  const float* xf;
+  if constexpr (std::is_same_v<T, float>) {
+    xf = x;
+  } else {
+    thread_local FloatBuffer widened;  // the strip in FP32, reused
+    if (widened.size() < size_t(n * K)) widened.resize(size_t(n * K));
+    for (int64_t i = 0; i < n * K; ++i) widened[size_t(i)] = bf16_to_f32(x[i]);
+    xf = widened.data();
+  }
+  const RhtF32 k = fp4_table().get().rht;
+  for (int64_t g = 0; g < n; g += kRhtSize) k(xf, n, K, g, std::min(n, g + kRhtSize), out);
 }
 
 // The transform's strip of rows, per thread, reused: about kRhtStripBytes of FP32 (at least
 // one group of rows), never the whole transformed matrix.
 constexpr int64_t kRhtStripBytes = int64_t(1) << 20;
-FloatBuffer& rht_strip() {
+float* rht_strip(int64_t n) {
   thread_local FloatBuffer b;
-  return b;
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+// Region g of a strip whose first row is row s0 of the copy (a multiple of the block edge),
+// in the calling thread, from `t` holding the strip's rows only (g's rows counted from the
+// strip's top): the kernels index rows from the top of the matrix, so they get t's address
+// moved up by s0 rows (integer arithmetic; they read only the strip's rows).
+void quantize_strip(const float* t, int64_t s0, Region g, MXLayout layout, const Fp4Params& p,
+                    ScaledTensor& out) {
+  const Fp4QuantizeKernels& k = fp4_table().get();
+  const Fp4Out o{out.data.data(), out.scales.data(), out.scale_cols(), out.row_bytes()};
+  auto fn = layout == MXLayout::rowwise   ? k.rowwise_f32
+            : layout == MXLayout::colwise ? k.colwise_f32
+                                          : k.tile_f32;
+  const float* top = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(t) -
+                                                    uintptr_t(s0 * p.K) * sizeof(float));
+  fn(top, p, Region{s0 + g.r0, s0 + g.r1, g.c0, g.c1}, o);
+}
+
+// The transformed matrix's amax (pass 1) or its copy (pass 2, p set), a strip at a time:
+// with at least a strip per thread each thread transforms and quantizes its own strips (one
+// parallel region per pass); with fewer, the strips run in turn, each split over the threads
+// (rht_rows, amax_bits and the quantizer's own split). Blocks never straddle strips, so the
+// bytes do not depend on the split.
+template <class T>
+uint32_t rht_pass(const T* x, int64_t M, int64_t K, int64_t strip, MXLayout layout,
+                  const Fp4Params* p, ScaledTensor* out) {
+  const int64_t strips = ceil_div(M, strip);
+  uint32_t ab = 0;
+  if (strips >= omp_get_max_threads() && M * K >= kParallelMin) {
+    const Fp4QuantizeKernels& k = fp4_table().get();
+#pragma omp parallel for schedule(static) reduction(max : ab)
+    for (int64_t i = 0; i < strips; ++i) {
+      const int64_t s0 = i * strip, n = std::min(strip, M - s0);
+      float* t = rht_strip(n * K);
+      rht_strip_rows(x + s0 * K, n, K, t);
+      if (p)
+        quantize_strip(t, s0, Region{0, n, 0, K}, layout, *p, *out);
+      else
+        ab = std::max(ab, k.amax_f32(t, n * K));
+    }
+    return ab;
+  }
+  for (int64_t s0 = 0; s0 < M; s0 += strip) {
+    const int64_t n = std::min(strip, M - s0);
+    float* t = rht_strip(n * K);
+    rht_rows(x + s0 * K, n, K, t);
+    if (p)
+      for_each_unit(n, K, p->B, [&](Region g) { quantize_strip(t, s0, g, layout, *p, *out); });
+    else
+      ab = std::max(ab, amax_bits(t, n * K));
+  }
+  return ab;
 }
 
 template <class T>
@@ -191,32 +244,16 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
             "quantize_fp4: TransformerEngine's order needs the per-tensor scale");
   MXT_CHECK(!amax || *amax >= 0.f || std::isnan(*amax), "quantize_fp4: the given amax must be ",
             ">= 0 (or NaN), got ", *amax);
-  // The transform runs a strip of rows at a time (whole groups of 16, whole blocks): the
-  // copy is that of the whole transformed matrix quantized (rht_rows, then quantize_fp4
+  // The transform runs a strip of rows at a time (whole groups of 16, whole blocks; rht_pass):
+  // the copy is that of the whole transformed matrix quantized (rht_rows, then quantize_fp4
   // without rht), byte for byte, but only a strip of the transformed values is held. NVFP4's
   // tensor scale needs the whole transformed matrix's amax first: unless given, a first pass
   // transforms every strip for its amax only.
   const int64_t unit = std::max(kRhtSize, fp4_block(cfg.kind));  // 16 or 32: a multiple of 16
-  const int64_t strip = cfg.rht ? std::max(unit, kRhtStripBytes / int64_t(sizeof(float)) /
-                                                     std::max<int64_t>(K, 1) / unit * unit)
-                                : 0;
-  FloatBuffer* buf = nullptr;
-  if (cfg.rht) {
-    buf = &rht_strip();
-    const size_t n = size_t(std::min(M, strip) * K);
-    if (buf->size() < n) buf->resize(n);
-  }
-  const auto transform = [&](int64_t s0) {  // rows [s0, s0 + n) into buf; returns n
-    const int64_t n = std::min(strip, M - s0);
-    rht_rows(x + s0 * K, n, K, buf->data());
-    return n;
-  };
-  if (cfg.rht && cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale && !amax) {
-    uint32_t ab = 0;
-    for (int64_t s0 = 0; s0 < M && K > 0; s0 += strip)
-      ab = std::max(ab, amax_bits(buf->data(), transform(s0) * K));
-    amax = bits_f32(ab);
-  }
+  const int64_t strip = std::max(unit, kRhtStripBytes / int64_t(sizeof(float)) /
+                                           std::max<int64_t>(K, 1) / unit * unit);
+  if (cfg.rht && cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale && !amax)
+    amax = bits_f32(K > 0 ? rht_pass(x, M, K, strip, layout, nullptr, nullptr) : 0u);
   Fp4Params p = params(M, K, layout, cfg);
   reshape(out, M, K, layout, cfg.kind);
   float used = 0.f;
@@ -232,9 +269,7 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
   }
   if (cfg.rht) {
     out.rht = true;
-    if (K > 0)
-      for (int64_t s0 = 0; s0 < M; s0 += strip)
-        run_rows(buf->data(), s0, s0 + transform(s0), layout, p, out);
+    if (M > 0 && K > 0) rht_pass(x, M, K, strip, layout, &p, &out);
   } else {
     run(x, layout, p, out);
   }
