@@ -104,8 +104,17 @@ def main():
         name, _, opts = w.partition(":")
         if name not in SUITES:
             ap.error(f"unknown suite `{name}`; suites: {', '.join(ORDER)}, all, list, render, check")
-        # SUITE:key=value:key=value (a value may hold commas: trainer:widths=256,1024)
-        args = dict(kv.split("=", 1) for kv in opts.split(":") if "=" in kv) if opts else {}
+        # SUITE:key=value:key=value (a value may hold commas: trainer:widths=256,1024; a piece
+        # without `=` continues the value before it: memory:recipes=bf16,nvfp4:sw4)
+        args, key = {}, None
+        for kv in opts.split(":") if opts else []:
+            if "=" in kv:
+                key, v = kv.split("=", 1)
+                args[key] = v
+            elif key is not None:
+                args[key] += ":" + kv
+            else:
+                ap.error(f"`{w}`: `{kv}` is not key=value")
         jobs.append((name, args))
     if not os.path.exists(a.binary):
         ap.error(f"--binary {a.binary}: not found (bash scripts/build.sh)")

@@ -651,7 +651,7 @@ def run_memory(ctx, args):
     """Peak RSS and step time of activation recompute (none | attention | layer) and of the
     recipes, on configs/act512.yaml. memory:recompute=MODES:recipes=RECIPES choose the cases
     (comma lists; recompute= empty runs none of them); a recipe R:sw32 runs R with
-    --swiglu-input fp32."""
+    --swiglu-input fp32, R:sw4 with --swiglu-input fp4."""
     path = ctx.rows_path("memory")
     cfg = "configs/act512.yaml"
     modes = [m for m in args.get("recompute", "none,attention,layer").split(",") if m]
@@ -664,8 +664,9 @@ def run_memory(ctx, args):
         if kind == "recompute":
             argv += ["--recompute", what]
         else:
-            argv += ["--recipe", what.split(":")[0]] + (
-                ["--swiglu-input", "fp32"] if what.endswith(":sw32") else [])
+            sw = {":sw32": "fp32", ":sw4": "fp4"}
+            argv += ["--recipe", what.split(":")[0]] + next(
+                (["--swiglu-input", v] for k, v in sw.items() if what.endswith(k)), [])
         m = os.path.join(ctx.work, f"memory-{kind}-{what.replace(':', '-')}-r{rnd}.jsonl")
         row, s, steps = train_run(ctx, "memory", f"{kind}-{what}", rnd, argv, m,
                                   config=cfg, **{kind: what})

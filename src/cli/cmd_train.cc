@@ -192,7 +192,7 @@ MXT_REGISTER_COMMAND("train", [](CLI::App& app) {
                "Keep the last N transformer layers in BF16", Value::integer);
   add_override(sub, a, "--swiglu-input", "precision.swiglu_input",
                "What SwiGLU's input is kept in for backward: auto (FP8 where fc1 runs an FP8 "
-               "recipe), fp32 or fp8");
+               "recipe), fp32, fp8 or fp4 (4-bit recipes: fc1's 4-bit format)");
   add_override(sub, a, "--steps", "training.steps", "Optimizer steps", Value::integer);
   add_override(sub, a, "--seq-len", "training.seq_len", "Sequence length", Value::integer);
   add_override(sub, a, "--micro-batch-size", "training.micro_batch_size",

@@ -176,10 +176,82 @@ uint32_t rht_amax_bits(const T* x, int64_t M, int64_t K) {
   return ab;
 }
 
-// One transformed copy per thread, reused: no fresh pages per call.
-FloatBuffer& rht_scratch() {
+// The random Hadamard transform of a strip of rows in the calling thread: x [n, K] (FP32 or
+// BF16 bits) into out [n, K], group by group as rht_rows does (a last partial group copied).
+template <class T>
+void rht_strip_rows(const T* x, int64_t n, int64_t K, float* out) {
+  const float* xf;
+  if constexpr (std::is_same_v<T, float>) {
+    xf = x;
+  } else {
+    thread_local FloatBuffer widened;  // the strip in FP32, reused
+    if (widened.size() < size_t(n * K)) widened.resize(size_t(n * K));
+    for (int64_t i = 0; i < n * K; ++i) widened[size_t(i)] = bf16_to_f32(x[i]);
+    xf = widened.data();
+  }
+  const RhtF32 k = fp4_table().get().rht;
+  for (int64_t g = 0; g < n; g += kRhtSize) k(xf, n, K, g, std::min(n, g + kRhtSize), out);
+}
+
+// The transform's strip of rows, per thread, reused: about kRhtStripBytes of FP32 (at least
+// one group of rows), never the whole transformed matrix.
+constexpr int64_t kRhtStripBytes = int64_t(1) << 20;
+float* rht_strip(int64_t n) {
   thread_local FloatBuffer b;
-  return b;
+  if (b.size() < size_t(n)) b.resize(size_t(n));
+  return b.data();
+}
+
+// Region g of a strip whose first row is row s0 of the copy (a multiple of the block edge),
+// in the calling thread, from `t` holding the strip's rows only (g's rows counted from the
+// strip's top): the kernels index rows from the top of the matrix, so they get t's address
+// moved up by s0 rows (integer arithmetic; they read only the strip's rows).
+void quantize_strip(const float* t, int64_t s0, Region g, MXLayout layout, const Fp4Params& p,
+                    ScaledTensor& out) {
+  const Fp4QuantizeKernels& k = fp4_table().get();
+  const Fp4Out o{out.data.data(), out.scales.data(), out.scale_cols(), out.row_bytes()};
+  auto fn = layout == MXLayout::rowwise   ? k.rowwise_f32
+            : layout == MXLayout::colwise ? k.colwise_f32
+                                          : k.tile_f32;
+  const float* top = reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(t) -
+                                                    uintptr_t(s0 * p.K) * sizeof(float));
+  fn(top, p, Region{s0 + g.r0, s0 + g.r1, g.c0, g.c1}, o);
+}
+
+// The transformed matrix's amax (pass 1) or its copy (pass 2, p set), a strip at a time:
+// with at least a strip per thread each thread transforms and quantizes its own strips (one
+// parallel region per pass); with fewer, the strips run in turn, each split over the threads
+// (rht_rows, amax_bits and the quantizer's own split). Blocks never straddle strips, so the
+// bytes do not depend on the split.
+template <class T>
+uint32_t rht_pass(const T* x, int64_t M, int64_t K, int64_t strip, MXLayout layout,
+                  const Fp4Params* p, ScaledTensor* out) {
+  const int64_t strips = ceil_div(M, strip);
+  uint32_t ab = 0;
+  if (strips >= omp_get_max_threads() && M * K >= kParallelMin) {
+    const Fp4QuantizeKernels& k = fp4_table().get();
+#pragma omp parallel for schedule(static) reduction(max : ab)
+    for (int64_t i = 0; i < strips; ++i) {
+      const int64_t s0 = i * strip, n = std::min(strip, M - s0);
+      float* t = rht_strip(n * K);
+      rht_strip_rows(x + s0 * K, n, K, t);
+      if (p)
+        quantize_strip(t, s0, Region{0, n, 0, K}, layout, *p, *out);
+      else
+        ab = std::max(ab, k.amax_f32(t, n * K));
+    }
+    return ab;
+  }
+  for (int64_t s0 = 0; s0 < M; s0 += strip) {
+    const int64_t n = std::min(strip, M - s0);
+    float* t = rht_strip(n * K);
+    rht_rows(x + s0 * K, n, K, t);
+    if (p)
+      for_each_unit(n, K, p->B, [&](Region g) { quantize_strip(t, s0, g, layout, *p, *out); });
+    else
+      ab = std::max(ab, amax_bits(t, n * K));
+  }
+  return ab;
 }
 
 template <class T>
@@ -196,39 +268,22 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
             "quantize_fp4: TransformerEngine's order needs the per-tensor scale");
   MXT_CHECK(!amax || *amax >= 0.f || std::isnan(*amax), "quantize_fp4: the given amax must be ",
             ">= 0 (or NaN), got ", *amax);
-  const Fp4QuantizeKernels& k = fp4_table().get();
-  if (cfg.rht && k.rht_amax_f32) {
-    // The kernels transform x as they read it: the tensor amax of T x from one pass that
-    // stores nothing, then the colwise copy.
-    Fp4Params p = params(M, K, layout, cfg);
-    p.rht = true;
-    reshape(out, M, K, layout, cfg.kind);
-    float used = 0.f;
-    if (cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale) {
-      used = amax ? *amax : bits_f32(rht_amax_bits(x, M, K));
-      out.has_tensor_scale = true;
-      if (cfg.order == Nvfp4Order::te) {
-        out.tensor_scale = set_te(p, used);
-      } else {
-        out.tensor_scale = nvfp4_tensor_scale(used);
-        set_torchao(p, out.tensor_scale);
-      }
-    }
-    run(x, layout, p, out);
-    out.rht = true;
-    return used;
-  }
-  if (cfg.rht) {
-    FloatBuffer& t = rht_scratch();
-    t.resize(size_t(M * K));
-    rht_rows(x, M, K, t.data());
-    const float a = quantize_fp4_impl(t.data(), M, K, layout, Fp4Config{cfg.kind, cfg.rounding,
-                                      cfg.tensor_scale, cfg.order, cfg.stochastic, cfg.sr, false},
-                                      out, amax);
-    out.rht = true;
-    return a;
-  }
+  // The transformed copy (cfg.rht). With kernels that transform as they read (rht_amax in
+  // the table), the colwise kernels take x itself (Fp4Params::rht) and the tensor amax of T x
+  // comes from a pass that stores nothing. Without them (the scalar reference) the transform
+  // runs a strip of rows at a time (whole groups of 16, whole blocks; rht_pass): the copy is
+  // that of the whole transformed matrix quantized (rht_rows, then quantize_fp4 without rht),
+  // byte for byte, but only a strip of the transformed values is held. Either way NVFP4's
+  // tensor scale needs the whole transformed matrix's amax first, unless given.
+  const bool fused = cfg.rht && fp4_table().get().rht_amax_f32;
+  const int64_t unit = std::max(kRhtSize, fp4_block(cfg.kind));  // 16 or 32: a multiple of 16
+  const int64_t strip = std::max(unit, kRhtStripBytes / int64_t(sizeof(float)) /
+                                           std::max<int64_t>(K, 1) / unit * unit);
+  if (cfg.rht && cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale && !amax)
+    amax = bits_f32(fused ? rht_amax_bits(x, M, K)
+                          : K > 0 ? rht_pass(x, M, K, strip, layout, nullptr, nullptr) : 0u);
   Fp4Params p = params(M, K, layout, cfg);
+  p.rht = fused;
   reshape(out, M, K, layout, cfg.kind);
   float used = 0.f;
   if (cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale) {
@@ -241,7 +296,12 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
       set_torchao(p, out.tensor_scale);
     }
   }
-  run(x, layout, p, out);
+  out.rht = cfg.rht;
+  if (cfg.rht && !fused) {
+    if (M > 0 && K > 0) rht_pass(x, M, K, strip, layout, &p, &out);
+  } else {
+    run(x, layout, p, out);
+  }
   return used;
 }
 

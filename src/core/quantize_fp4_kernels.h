@@ -42,8 +42,8 @@ struct Fp4Params {
   uint32_t step, tensor;
   uint32_t copy;                // 0 rowwise, 1 colwise, 2 tile (counter bits 16-17)
   // Quantize the random Hadamard transform of x (its rows in groups of 16, rht_rows), made in
-  // the kernel as it reads x: the colwise kernels of a table with fused_rht only (the others
-  // get the transformed matrix instead).
+  // the kernel as it reads x: set for the colwise kernels of a table with rht_amax kernels
+  // only (the reference's kernels get strips of the transformed matrix instead).
   bool rht;
 };
 
@@ -188,9 +188,10 @@ struct Fp4QuantizeKernels {
   Fp4AmaxF32 amax_f32;
   Fp4AmaxBF16 amax_bf16;
   RhtF32 rht;
-  // Null in the reference: an RHT copy is then the transformed matrix (rht, into a buffer)
-  // quantized; with them, the colwise kernels transform as they read (Fp4Params::rht) and the
-  // tensor amax is taken by these, so nothing the size of x is written.
+  // Null in the reference: an RHT copy is then the transformed matrix (rht, a strip of rows
+  // at a time) quantized; with them, the colwise kernels transform as they read
+  // (Fp4Params::rht) and the tensor amax is taken by these, so nothing the size of x is
+  // written.
   RhtAmaxF32 rht_amax_f32;
   RhtAmaxBF16 rht_amax_bf16;
 };

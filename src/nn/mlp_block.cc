@@ -4,11 +4,12 @@
 //   MoeBlock  ln2 = rmsnorm(x); out = x + experts(ln2) (nn/moe.h: router, dispatch, grouped
 //             SwiGLU experts, combine), on this rank's rows
 //   LmHead    logits = lm_head(rmsnorm(x)) [rows, V], softmax cross-entropy in place
-// SwiGLU's input a is kept in FP32 or FP8 (nn/fp8_activation.h): in FP8 fc1 writes a into the
-// arena's fc1_out region (the backward's dfc1 scratch, free during the forward), SwiGLU reads
-// it there and only the FP8 copy stays; the backward dequantizes it into dfc1 and runs SwiGLU's
-// backward in place. Under the whole-layer recompute the FP8 copy is not kept at all: the
-// recomputed pass rounds a to E4M3 and back in place, where SwiGLU's backward reads it.
+// SwiGLU's input a is kept in FP32, FP8 or 4 bits (nn/fp8_activation.h): quantized, fc1 writes
+// a into the arena's fc1_out region (the backward's dfc1 scratch, free during the forward),
+// SwiGLU reads it there and only the quantized copy stays; the backward dequantizes it into
+// dfc1 and runs SwiGLU's backward in place. Under the whole-layer recompute the copy is not
+// kept at all: the recomputed pass rounds a to the codes and back in place, where SwiGLU's
+// backward reads it.
 #include "mxtrain/common.h"
 #include "mxtrain/gemm.h"
 #include "mxtrain/nn/arena.h"
@@ -31,7 +32,7 @@ FeedForward::FeedForward(const BlockContext& c, int layer)
 
 struct MlpBlock::View {
   float *ln2, *rstd2, *a, *h, *branch;  // a: fc1's FP32 output
-  Fp8Activation* a8;                    // set: SwiGLU's input is kept here in FP8
+  Fp8Activation* a8;                    // set: SwiGLU's input is kept here (FP8 / 4 bits)
   LinearSaved *s_fc1, *s_fc2;
 };
 
@@ -53,8 +54,8 @@ MlpBlock::MlpBlock(const BlockContext& c, int layer) : FeedForward(c, layer) {
   fc2.set_rounding_clock(c.clock);
 }
 
-bool MlpBlock::keeps_fp8() const {
-  return !fc1.fp32_reference() && swiglu_input_fp8(swiglu_, fc1.precision());
+SwigluStorage MlpBlock::storage() const {
+  return fc1.fp32_reference() ? SwigluStorage{} : swiglu_storage(swiglu_, fc1.precision());
 }
 
 MlpBlock::View MlpBlock::view(const TokenRows& b, Arena& a) {
@@ -65,7 +66,7 @@ MlpBlock::View MlpBlock::view(const TokenRows& b, Arena& a) {
   v.rstd2 = grow(M.rstd2, b.rows);
   v.branch = a.region(Region::mlp_branch, b);
   v.ln2 = input_buffer(fc1, M.ln2, b.rows * D_, a.region(Region::mlp_in, b));
-  if (keeps_fp8()) {  // only the FP8 copy stays
+  if (storage().kind != SwigluStorage::fp32) {  // only the quantized copy stays
     M.fc1_out = FloatBuffer();
     v.a = a.region(Region::fc1_out, b);
     v.a8 = &M.fc1_out8;
@@ -98,10 +99,10 @@ double MlpBlock::run(const float* x, const TokenRows& b, float* out, Arena& a, b
   else
     fc1.forward(v.ln2, b.rows, v.a, *v.s_fc1);
   swiglu_forward(v.h, v.a, N, F);
-  // SwiGLU's input in FP8, [2N, F]: kept as codes; under the whole-layer recompute only the
-  // recomputed pass rounds it, in place, for SwiGLU's backward to read there.
-  if (v.a8 && !shared_) v.a8->keep(v.a, 2 * N, F, rounding_);
-  if (v.a8 && recompute) v.a8->round_trip(v.a, 2 * N, F, rounding_);
+  // SwiGLU's input in FP8 or 4 bits, [2N, F]: kept as codes; under the whole-layer recompute
+  // only the recomputed pass rounds it, in place, for SwiGLU's backward to read there.
+  if (v.a8 && !shared_) v.a8->keep(v.a, 2 * N, F, storage(), rounding_);
+  if (v.a8 && recompute) v.a8->round_trip(v.a, 2 * N, F, storage(), rounding_);
   if (recompute) {
     fc2.save_input(v.h, N, *v.s_fc2);
     return 0.0;

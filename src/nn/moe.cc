@@ -73,8 +73,8 @@ void MoELayer::reserve_expert_rows(MoEActivations& A, int64_t all_rows, int64_t 
   };
   const int64_t R = all_rows;
   at_least(A.da, R * 2 * Fl_);
-  if (a_fp8()) {
-    A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the FP8 copy
+  if (a_kept()) {
+    A.a = FloatBuffer();  // fc1 writes A.da (free until the backward); A.a8 keeps the copy
   } else {
     at_least(A.a, R * 2 * Fl_);
     A.a8.clear();
@@ -302,7 +302,7 @@ double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   }
   const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
   float* h = own_input(fc2) ? A.h.data() : A.dh.data();
-  float* a = a_fp8() ? A.da.data() : A.a.data();
+  float* a = a_kept() ? A.da.data() : A.a.data();
   float* yr = split() ? A.yr.data() : A.yp.data();
   A.saved1.resize(size_t(S));
   A.saved2.resize(size_t(S));
@@ -314,7 +314,7 @@ double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   }
   if (R > 0) {  // an expert-parallel rank may receive no rows
     swiglu_forward(h, a, R, Fl_);
-    if (a_fp8()) A.a8.keep(a, 2 * R, Fl_, swiglu_rounding_);  // [2R, F/Q]
+    if (a_kept()) A.a8.keep(a, 2 * R, Fl_, a_storage(), swiglu_rounding_);  // [2R, F/Q]
   }
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];
@@ -357,7 +357,7 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
   }
   if (R > 0) {
     const float* a = A.a.data();
-    if (a_fp8()) {  // dequantized into A.da, then SwiGLU's backward runs in place
+    if (a_kept()) {  // dequantized into A.da, then SwiGLU's backward runs in place
       A.a8.restore(A.da.data());
       a = A.da.data();
     }

@@ -385,8 +385,10 @@ void parse_precision(Section s, PrecisionConfig& p) {
             s.origin_of("recipe"), ": `", s.full("defer_backward_quant"),
             "` is only valid with an FP8 recipe (recipe is `", p.recipe.name, "`)");
   MXT_CHECK(swiglu_input_applies(p.swiglu_input, p.recipe), s.origin_of("recipe"), ": `",
-            s.full("swiglu_input"), ": fp8` is only valid with an FP8 recipe (recipe is `",
-            p.recipe.name, "`)");
+            s.full("swiglu_input"), ": ", swiglu_input_name(p.swiglu_input),
+            "` is only valid with ",
+            p.swiglu_input == SwigluInput::fp4 ? "a 4-bit recipe (nvfp4, mxfp4)" : "an FP8 recipe",
+            " (recipe is `", p.recipe.name, "`)");
   // fp32_scales and explicit epsilons change FP32-scaled recipes only: the run's recipe must
   // be one (overrides and policy decisions may still put modules in BF16).
   const std::pair<const char*, bool> set[] = {

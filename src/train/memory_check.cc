@@ -61,10 +61,14 @@ MemoryEstimate estimate_training_memory(const TrainConfig& cfg) {
   // attention output and residual (2D), the attention row log-sum-exp (H), SwiGLU fc1 output
   // and product (3F; experts: top_k visits of 3*Fe). With the SwiGLU input in FP8 (fp8, or auto
   // under an FP8 recipe without deferred quantization) the fc1 output (2F) takes 1 + 1/32 bytes
-  // per element instead of 4.
+  // per element instead of 4; in 4 bits (fp4 under a 4-bit recipe) 1/2 + 1/16 (NVFP4) or
+  // 1/2 + 1/32 (MXFP4).
   const double tokens = B * T;
-  const bool fc1_fp8 = swiglu_input_fp8(cfg.precision.swiglu_input, prec);
-  const double fc1_out = fc1_fp8 ? (1 + 1 / 32.0) / 4 : 1;
+  const SwigluStorage fc1_kept = swiglu_storage(cfg.precision.swiglu_input, prec);
+  const double fp4_bytes = 0.5 + 1.0 / double(fp4_block(fc1_kept.format.kind));
+  const double fc1_out = fc1_kept.kind == SwigluStorage::fp8   ? (1 + 1 / 32.0) / 4
+                         : fc1_kept.kind == SwigluStorage::fp4 ? fp4_bytes / 4
+                                                               : 1;
   const double dense_tok = 7 * D + H + F + 2 * F * fc1_out;
   const double moe_tok = 7 * D + H + K * (Fe + 2 * Fe * fc1_out) + E;
   // Under activation recompute (training.recompute) each layer keeps its input (D), and with

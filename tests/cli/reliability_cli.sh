@@ -9,7 +9,7 @@
 # validation split too short for a sequence refused before step 1; a second run on the same
 # outputs refused with the holder's PID, a killed run's lock and temporaries taken over and
 # removed; and resuming with a changed recipe or learning rate says what changed, with a
-# changed model names the keys.
+# changed model names the keys; --swiglu-input fp4 trains under nvfp4 and is refused under mxfp8.
 # Usage: reliability_cli.sh /path/to/mxtrain /path/to/source   (CTest `cli_reliability`)
 set -u
 source "$(dirname "$0")/lib.sh"
@@ -142,6 +142,14 @@ sed 's/eval_batches: 1}/eval_batches: 1, lr: .inf}/' ok.yaml > inf.yaml
 expect_error --at-start --within 5 "lr .inf" \
   "inf.yaml: \`training.lr\` must be a finite number, got \`.inf\`" \
   "$MXTRAIN" train --quiet --config inf.yaml
+# --swiglu-input fp4 keeps 4-bit codes: a 4-bit recipe trains with it, an FP8 one is refused
+# naming the flag that set the recipe, the key and the recipe.
+"$MXTRAIN" train --quiet --config ok.yaml --recipe nvfp4 --swiglu-input fp4 \
+  --metrics-out fp4.jsonl > /dev/null 2> err.txt || fail "nvfp4 --swiglu-input fp4: $(cat err.txt)"
+grep -q '"loss"' fp4.jsonl || fail "nvfp4 --swiglu-input fp4 wrote no loss"
+expect_error --at-start --within 5 "--swiglu-input fp4 under mxfp8" \
+  "--recipe: \`precision.swiglu_input: fp4\` is only valid with a 4-bit recipe (nvfp4, mxfp4) (recipe is \`mxfp8\`)" \
+  "$MXTRAIN" train --quiet --config ok.yaml --recipe mxfp8 --swiglu-input fp4
 
 # ---- resume with changed settings says so ----
 "$MXTRAIN" train --quiet --config ok.yaml --checkpoint-dir ck --stop-after 1 2> err.txt || fail "checkpointed run: $(cat err.txt)"

@@ -613,5 +613,66 @@ TEST(Rht, ColwiseCopyIsTheTransformedMatrixQuantized) {
   EXPECT_THROW(quantize_fp4(clean.data(), M, K, MXLayout::rowwise, c, a), Error);
 }
 
+// The transformed matrix is never held whole: the AVX-512 kernels transform as they read, the
+// reference a strip of rows at a time (about 1 MiB of FP32 each, whole groups of 16 and whole
+// blocks). Either way the copy must be that of the whole rht_rows output quantized, byte for
+// byte — over several strips, a ragged last group, both kinds, both orders, stochastic
+// rounding, BF16 input, a given amax and 1 or 3 threads, on every path.
+TEST(Rht, StripsEqualTheWholeTransformQuantized) {
+  PathGuard guard;
+  const int saved = omp_get_max_threads();
+  // 4097 columns: strips of 48 rows (NVFP4) or 32 (MXFP4); 1000: 256 rows, the last strip 44.
+  for (auto [M, K] : {std::pair<int64_t, int64_t>{117, 4097}, {300, 1000}, {15, 4097}}) {
+    const std::vector<float> x = small_awkward(M, K, uint32_t(M * 31 + K));
+    const std::vector<uint16_t> xb = testdata::to_bf16(x);
+    std::vector<float> t(x.size()), tb(x.size()), xbf(x.size());
+    rht_rows(x.data(), M, K, t.data());
+    for (size_t i = 0; i < xb.size(); ++i) xbf[i] = bf16_to_f32(xb[i]);
+    rht_rows(xbf.data(), M, K, tb.data());
+    std::vector<Fp4Config> cfgs;
+    for (int mode = 0; mode < 3; ++mode)
+      for (bool sr : {false, true}) {
+        Fp4Config c;
+        c.tensor_scale = mode > 0;
+        c.order = mode == 2 ? Nvfp4Order::te : Nvfp4Order::torchao;
+        c.stochastic = sr;
+        c.sr = {5, 9, 4};
+        cfgs.push_back(c);
+      }
+    Fp4Config m = mxfp4();
+    m.stochastic = true;
+    cfgs.push_back(m);
+    for (Isa isa : supported_isas()) {
+      set_isa(isa);
+      for (int threads : {1, 3}) {
+        omp_set_num_threads(threads);
+        for (Fp4Config c : cfgs) {
+          const std::string what = std::string(fp4_kind_name(c.kind)) + " ts " +
+                                   std::to_string(c.tensor_scale) + " sr " +
+                                   std::to_string(c.stochastic) + " " + std::to_string(M) + "x" +
+                                   std::to_string(K) + " on " + isa_name(isa) + ", " +
+                                   std::to_string(threads) + " threads";
+          c.rht = false;
+          ScaledTensor want, want_b, got, got_b, got_given;
+          const float a_want = quantize_fp4(t.data(), M, K, MXLayout::colwise, c, want);
+          quantize_fp4(tb.data(), M, K, MXLayout::colwise, c, want_b);
+          c.rht = true;
+          const float a_got = quantize_fp4(x.data(), M, K, MXLayout::colwise, c, got);
+          quantize_fp4(xb.data(), M, K, MXLayout::colwise, c, got_b);
+          quantize_fp4(x.data(), M, K, MXLayout::colwise, c, got_given, fp4_amax(t.data(), M * K));
+          EXPECT_TRUE(got.rht && got_b.rht && got_given.rht) << what;
+          EXPECT_EQ(f32_bits(a_got), f32_bits(a_want)) << what;
+          EXPECT_EQ(f32_bits(got.tensor_scale), f32_bits(want.tensor_scale)) << what;
+          got.rht = got_b.rht = got_given.rht = false;
+          expect_same_copy(got, want, what + " f32");
+          expect_same_copy(got_b, want_b, what + " bf16");
+          expect_same_copy(got_given, want, what + " given amax");
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
 }  // namespace
 }  // namespace mxtrain

@@ -28,8 +28,11 @@ struct Case {
 };
 
 std::string name(const Case& c) {
+  const std::string sw = c.swiglu != SwigluInput::follow_fc1
+                             ? std::string(" swiglu-") + swiglu_input_name(c.swiglu)
+                             : "";
   return std::string(c.recipe) + (c.moe ? " moe" : " dense") + (c.defer ? " defer" : "") +
-         (c.fp32_ref ? " fp32-ref" : "") + (c.swiglu == SwigluInput::fp8 ? " swiglu-fp8" : "") +
+         (c.fp32_ref ? " fp32-ref" : "") + sw +
          " D=" + std::to_string(c.shape.d_model) + " F=" + std::to_string(c.shape.d_ff);
 }
 
@@ -66,6 +69,10 @@ TEST(Recompute, LossesAndGradientsAreBitIdenticalToNone) {
   cases.push_back({"mxfp8", true, true, false, SwigluInput::fp8, narrow});
   cases.push_back({"mxfp8", false, false, false, SwigluInput::fp32, wide});
   cases.push_back({"mxfp8", false, false, false, SwigluInput::fp8, narrow});
+  // 4-bit SwiGLU inputs: the recomputed pass rounds them in place with the whole tensor's
+  // NVFP4 scale.
+  cases.push_back({"nvfp4", false, false, false, SwigluInput::fp4, narrow});
+  cases.push_back({"mxfp4", true, false, false, SwigluInput::fp4, wide});
   cases.push_back({"bf16", false, false, true, SwigluInput::fp32, narrow});
   cases.push_back({"bf16", true, false, true, SwigluInput::fp32, wide});
   const int B = 2, T = 13;  // 26 rows: not a multiple of the 32-row blocks

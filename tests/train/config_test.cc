@@ -50,7 +50,9 @@ TEST(Config, ParsesValuesAndDefaults) {
   EXPECT_EQ(c.data.path, "fortunes");
   // auto is valid under every recipe (it keeps FP32 under bf16); fp32 too.
   for (const char* p : {"recipe: bf16, swiglu_input: auto", "recipe: bf16, swiglu_input: fp32",
-                        "recipe: mxfp8-32x32, swiglu_input: fp8"})
+                        "recipe: mxfp8-32x32, swiglu_input: fp8",
+                        "recipe: nvfp4, swiglu_input: fp4", "recipe: mxfp4, swiglu_input: fp4",
+                        "recipe: nvfp4, swiglu_input: fp8"})
     EXPECT_EQ(swiglu_input_name(parse_config(replaced("recipe: mxfp8", p)).precision.swiglu_input),
               std::string(p).substr(std::string(p).rfind(' ') + 1)) << p;
 }
@@ -124,9 +126,14 @@ TEST(Config, BadValuesAreNamed) {
   expect_error(with("recipe: mxfp8", "recipe: bf16, defer_backward_quant: true"),
                {"defer_backward_quant", "FP8 recipe"});
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, swiglu_input: fp16"),
-               {"precision.swiglu_input", "auto, fp32 or fp8"});
+               {"precision.swiglu_input", "auto, fp32, fp8 or fp4"});
   expect_error(with("recipe: mxfp8", "recipe: bf16, swiglu_input: fp8"),
                {"swiglu_input", "FP8 recipe"});
+  // fp4 keeps 4-bit codes of fc1's 4-bit format: refused without a 4-bit recipe, naming it.
+  for (const char* r : {"bf16", "mxfp8", "fp8-delayed"})
+    expect_error(with("recipe: mxfp8", std::string("recipe: ") + r + ", swiglu_input: fp4"),
+                 {"precision.swiglu_input: fp4", "4-bit recipe (nvfp4, mxfp4)",
+                  std::string("recipe is `") + r + "`"});
   expect_error(with("recipe: mxfp8", "recipe: mxfp8, selective_fp8: true"),
                {"fp8_dynamic_policy_path"});
   expect_error(with("seq_len: 32, micro", "seq_len: 64, micro"), {"seq_len", "max_seq_len"});

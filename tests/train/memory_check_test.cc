@@ -56,6 +56,14 @@ TEST(MemoryCheck, EstimateAddsUp) {
   c.precision.defer_backward_quant = false;
   c.precision.recipe = get_recipe("bf16");
   EXPECT_EQ(estimate_training_memory(c).activation_bytes, e.activation_bytes);
+  // swiglu_input fp4 under a 4-bit recipe: 1/2 + 1/16 bytes each (NVFP4), 1/2 + 1/32 (MXFP4).
+  c.precision.swiglu_input = SwigluInput::fp4;
+  c.precision.recipe = get_recipe("nvfp4");
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes,
+            e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 9 / 16.0));
+  c.precision.recipe = get_recipe("mxfp4");
+  EXPECT_EQ(estimate_training_memory(c).activation_bytes,
+            e.activation_bytes - 128.0 * 2 * 2 * 128 * (4 - 17 / 32.0));
 }
 
 TEST(MemoryCheck, ImpossibleConfigsAreRefusedWithEstimateAndLimit) {

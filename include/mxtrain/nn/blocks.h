@@ -134,11 +134,11 @@ class AttentionBlock {
 // ---- MLP ------------------------------------------------------------------------------------
 
 // What an MLP block keeps: the RMSNorm output (when fc1 keeps no copy; always for MoE, whose
-// router backward reads it) and rstd, fc1's output (SwiGLU's input) in FP32 or FP8, SwiGLU's
-// output (when fc2 keeps no copy), and the Linears' saved copies.
+// router backward reads it) and rstd, fc1's output (SwiGLU's input) in FP32, FP8 or 4 bits,
+// SwiGLU's output (when fc2 keeps no copy), and the Linears' saved copies.
 struct MlpActs {
   FloatBuffer ln2, rstd2, fc1_out, h;
-  Fp8Activation fc1_out8;  // fc1_out kept in FP8 instead (swiglu_input fp8)
+  Fp8Activation fc1_out8;  // fc1_out kept in FP8 / 4 bits instead (swiglu_input)
   LinearSaved s_fc1, s_fc2;
 };
 
@@ -207,7 +207,7 @@ class MlpBlock : public FeedForward {
   struct View;
   View view(const TokenRows& b, Arena& a);
   double run(const float* x, const TokenRows& b, float* out, Arena& a, bool recompute);
-  bool keeps_fp8() const;  // SwiGLU's input kept in FP8
+  SwigluStorage storage() const;  // what SwiGLU's input is kept in
   int64_t F_ = 0;          // this rank's hidden width (d_ff / tp)
   int split_tp_ = 1;       // set_split_sums
   SwigluInput swiglu_ = SwigluInput::fp32;

@@ -138,7 +138,7 @@ struct MoEActivations {
   MoERouting routing;
   GroupList groups;
   FloatBuffer logits, xp, a, h, yp;           // forward activations (xp, h: see moe.cc)
-  Fp8Activation a8;                           // a in FP8 instead (swiglu_input fp8)
+  Fp8Activation a8;                           // a in FP8 / 4 bits instead (swiglu_input)
   FloatBuffer dyp, dh, da, dxp, dgate, dlogits;  // backward scratch
   // Per source rank (one with a single rank): the experts' saved state, row groups, and the
   // first row of its block in the expert-side buffers.
@@ -211,9 +211,9 @@ class MoELayer {
   // One process: fc2's forward and fc1's input gradient summed as `etp` expert-tensor-parallel
   // ranks sum them (GPT::set_split_sums; for parity tests).
   void set_split_sums(int etp) { split_etp_ = etp; }
-  // Keep the experts' SwiGLU input (fc1's output) in FP8 for backward (nn/fp8_activation.h;
-  // follow_fc1: when the experts' fc1 quantizes its input); the FP32 reference mode keeps FP32
-  // whatever this says.
+  // Keep the experts' SwiGLU input (fc1's output) in FP8 or 4 bits for backward
+  // (nn/fp8_activation.h; follow_fc1: FP8 when the experts' fc1 quantizes its input; fp4: in
+  // a 4-bit fc1's format); the FP32 reference mode keeps FP32 whatever this says.
   void set_swiglu_input(SwigluInput s, ScaleRounding rounding) {
     swiglu_ = s;
     swiglu_rounding_ = rounding;
@@ -278,7 +278,10 @@ class MoELayer {
   int split_etp_ = 1;  // set_split_sums
   SwigluInput swiglu_ = SwigluInput::fp32;
   ScaleRounding swiglu_rounding_ = ScaleRounding::rceil;
-  bool a_fp8() const { return !fp32_ref_ && swiglu_input_fp8(swiglu_, fc1.precision()); }
+  SwigluStorage a_storage() const {
+    return fp32_ref_ ? SwigluStorage{} : swiglu_storage(swiglu_, fc1.precision());
+  }
+  bool a_kept() const { return a_storage().kind != SwigluStorage::fp32; }  // in FP8 / 4 bits
   // Whether an expert layer's input needs a buffer of its own until backward (moe.cc).
   bool own_input(const GroupedLinear& l) const { return !l.keeps_input_copy(); }
   MoEActivations own_;
