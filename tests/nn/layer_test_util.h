@@ -4,6 +4,8 @@
 // resolver.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -112,6 +114,22 @@ inline LinearPrecisionFn recipe_resolver(const std::string& recipe, bool defer =
     p.defer_backward_quant = defer;
     return p;
   };
+}
+
+// The SwiGLU tests' models: dense with d_ff 48 (rows of 2 x 48: a full and a 16-wide block per
+// half) or 33; MoE with experts of width 24 (one ragged block per half), top-2.
+inline ModelConfig swiglu_model(bool moe, int d_ff = 48) {
+  ModelConfig c = tiny_model({.d_ff = d_ff, .moe_d_ff = moe ? 24 : 0});
+  if (moe) c.aux_loss_coef = 0.1f;
+  return c;
+}
+
+// The parameter of m named `name` (a test failure, and the first parameter, when there is none).
+inline const Parameter& param_named(GPT& m, const std::string& name) {
+  for (const Parameter* p : m.parameters())
+    if (p->name == name) return *p;
+  ADD_FAILURE() << "no parameter " << name;
+  return *m.parameters().front();
 }
 
 }  // namespace mxtrain::layer_test

@@ -27,7 +27,9 @@ namespace {
 using layer_test::cosine;
 using layer_test::make_batch;
 using layer_test::recipe_resolver;
+using layer_test::param_named;
 using layer_test::same_bytes;
+using layer_test::swiglu_model;
 using layer_test::TokenBatch;
 
 // fc1's precision under a recipe, as a Linear gets it.
@@ -147,19 +149,6 @@ TEST(SwigluFp4, RoundTripInPiecesEqualsKeepAndRestore) {
   }
 }
 
-ModelConfig model(bool moe, int d_ff = 48) {
-  ModelConfig c = layer_test::tiny_model({.d_ff = d_ff, .moe_d_ff = moe ? 24 : 0});
-  if (moe) c.aux_loss_coef = 0.1f;
-  return c;
-}
-
-const Parameter& param(GPT& m, const std::string& name) {
-  for (const Parameter* p : m.parameters())
-    if (p->name == name) return *p;
-  ADD_FAILURE() << "no parameter " << name;
-  return *m.parameters().front();
-}
-
 // The model's bytes of one kept copy of [2R, F] in a format.
 int64_t kept_bytes(int64_t R, int64_t F, SwigluStorage::Kind kind, Fp4Kind fk) {
   if (kind == SwigluStorage::fp8) return 2 * R * F + 2 * R * ceil_div(F, 32);
@@ -179,8 +168,9 @@ TEST(SwigluFp4, ForwardUnchangedHeldBytesDropAndGradientsStayClose) {
     for (const char* recipe : {"nvfp4", "mxfp4"}) {
       const int B = 2, T = 8;
       TokenBatch b = make_batch(B, T, 8);
-      GPT f32(model(moe), recipe_resolver(recipe), 8), f8(model(moe), recipe_resolver(recipe), 8),
-          f4(model(moe), recipe_resolver(recipe), 8);
+      GPT f32(swiglu_model(moe), recipe_resolver(recipe), 8),
+          f8(swiglu_model(moe), recipe_resolver(recipe), 8),
+          f4(swiglu_model(moe), recipe_resolver(recipe), 8);
       f32.set_swiglu_input(SwigluInput::fp32);
       f8.set_swiglu_input(SwigluInput::follow_fc1);
       f4.set_swiglu_input(SwigluInput::fp4);
@@ -204,8 +194,10 @@ TEST(SwigluFp4, ForwardUnchangedHeldBytesDropAndGradientsStayClose) {
                              (moe ? "experts." : "");
       for (const std::string& name :
            {std::string("lm_head.weight"), std::string("final_norm.gain"), fc + "fc2.weight"})
-        EXPECT_TRUE(same_bytes(param(f32, name).grad, param(f4, name).grad)) << what << name;
-      EXPECT_FALSE(same_bytes(param(f8, fc + "fc1.weight").grad, param(f4, fc + "fc1.weight").grad))
+        EXPECT_TRUE(same_bytes(param_named(f32, name).grad, param_named(f4, name).grad))
+            << what << name;
+      EXPECT_FALSE(same_bytes(param_named(f8, fc + "fc1.weight").grad,
+                              param_named(f4, fc + "fc1.weight").grad))
           << what;
       auto p32 = f32.parameters(), p4 = f4.parameters();
       for (size_t i = 0; i < p32.size(); ++i)

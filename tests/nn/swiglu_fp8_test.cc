@@ -24,23 +24,10 @@ using layer_test::cosine;
 using layer_test::recipe_resolver;
 using layer_test::make_batch;
 using layer_test::TokenBatch;
+using layer_test::param_named;
 using layer_test::same_bytes;
+using layer_test::swiglu_model;
 
-
-// Dense with d_ff 48 (rows of 2 x 48: a full and a 16-wide block per half) or 33; MoE with
-// experts of width 24 (one ragged block per half), top-2.
-ModelConfig model(bool moe, int d_ff = 48) {
-  ModelConfig c = layer_test::tiny_model({.d_ff = d_ff, .moe_d_ff = moe ? 24 : 0});
-  if (moe) c.aux_loss_coef = 0.1f;
-  return c;
-}
-
-const Parameter& param(GPT& m, const std::string& name) {
-  for (const Parameter* p : m.parameters())
-    if (p->name == name) return *p;
-  ADD_FAILURE() << "no parameter " << name;
-  return *m.parameters().front();
-}
 
 TEST(Fp8Activation, KeepsTheRowwiseE4M3CopyAndRestoresItsValues) {
   for (int64_t cols : {1, 31, 33, 65}) {
@@ -79,8 +66,8 @@ TEST(SwigluFp8, ForwardIsUnchangedAndHeldBytesDropByTheFp32Copy) {
     for (int d_ff : {48, 33}) {
       const int B = 4, T = 8;
       TokenBatch b = make_batch(B, T, 31);
-      GPT f32(model(moe, d_ff), recipe_resolver("mxfp8"), 7);
-      GPT f8(model(moe, d_ff), recipe_resolver("mxfp8"), 7);
+      GPT f32(swiglu_model(moe, d_ff), recipe_resolver("mxfp8"), 7);
+      GPT f8(swiglu_model(moe, d_ff), recipe_resolver("mxfp8"), 7);
       f8.set_swiglu_input(SwigluInput::fp8);
       const float l32 = f32.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
       const float l8 = f8.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
@@ -143,7 +130,8 @@ TEST(SwigluFp8, GradientsBeforeTheSwigluBackwardAreUnchangedAndTheRestStayClose)
     for (const char* recipe : {"mxfp8", "mxfp8-32x32"}) {
       const int B = 2, T = 8;
       TokenBatch b = make_batch(B, T, 8);
-      GPT f32(model(moe), recipe_resolver(recipe), 8), f8(model(moe), recipe_resolver(recipe), 8);
+      GPT f32(swiglu_model(moe), recipe_resolver(recipe), 8),
+          f8(swiglu_model(moe), recipe_resolver(recipe), 8);
       f8.set_swiglu_input(SwigluInput::fp8, ScaleRounding::rceil);
       f32.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
       f8.forward_backward(b.tokens.data(), b.targets.data(), B, T, 1.f);
@@ -151,9 +139,10 @@ TEST(SwigluFp8, GradientsBeforeTheSwigluBackwardAreUnchangedAndTheRestStayClose)
       const std::string fc = last + (moe ? "experts." : "");
       for (const std::string& name : {std::string("lm_head.weight"), std::string("final_norm.gain"),
                                       fc + "fc2.weight"})
-        EXPECT_TRUE(same_bytes(param(f32, name).grad, param(f8, name).grad))
+        EXPECT_TRUE(same_bytes(param_named(f32, name).grad, param_named(f8, name).grad))
             << recipe << " moe=" << moe << " " << name;
-      EXPECT_FALSE(same_bytes(param(f32, fc + "fc1.weight").grad, param(f8, fc + "fc1.weight").grad))
+      EXPECT_FALSE(same_bytes(param_named(f32, fc + "fc1.weight").grad,
+                              param_named(f8, fc + "fc1.weight").grad))
           << recipe << " moe=" << moe;
       auto p32 = f32.parameters(), p8 = f8.parameters();
       for (size_t i = 0; i < p32.size(); ++i)
@@ -168,7 +157,8 @@ TEST(SwigluFp8, GradientsBeforeTheSwigluBackwardAreUnchangedAndTheRestStayClose)
 TEST(SwigluFp8, ReferenceModeIgnoresItAndSmallerBatchesReuseStorage) {
   for (bool moe : {false, true}) {
     TokenBatch b = make_batch(2, 8, 12);
-    GPT a(model(moe), recipe_resolver("mxfp8"), 9), c(model(moe), recipe_resolver("mxfp8"), 9);
+    GPT a(swiglu_model(moe), recipe_resolver("mxfp8"), 9),
+        c(swiglu_model(moe), recipe_resolver("mxfp8"), 9);
     a.set_fp32_reference(true);
     c.set_fp32_reference(true);
     c.set_swiglu_input(SwigluInput::fp8);
@@ -179,7 +169,8 @@ TEST(SwigluFp8, ReferenceModeIgnoresItAndSmallerBatchesReuseStorage) {
       EXPECT_TRUE(same_bytes(a.parameters()[i]->grad, c.parameters()[i]->grad)) << "moe=" << moe;
 
     TokenBatch big = make_batch(4, 8, 13);
-    GPT grown(model(moe), recipe_resolver("mxfp8"), 9), fresh(model(moe), recipe_resolver("mxfp8"), 9);
+    GPT grown(swiglu_model(moe), recipe_resolver("mxfp8"), 9),
+        fresh(swiglu_model(moe), recipe_resolver("mxfp8"), 9);
     grown.set_swiglu_input(SwigluInput::fp8);
     fresh.set_swiglu_input(SwigluInput::fp8);
     grown.forward_backward(big.tokens.data(), big.targets.data(), 4, 8, 1.f);
