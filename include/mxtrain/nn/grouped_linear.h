@@ -66,6 +66,9 @@ class GroupedLinear {
   LayerScaleHistories& scale_histories() { return scales_; }
   // Stochastic rounding: the clock the layer's keys read (the model's).
   void set_rounding_clock(const RoundingClock* c) { scales_.clock = c; }
+  // Per-tensor amaxes (NVFP4) agreed over the ranks holding the other pieces of each expert's
+  // tensors (expert-tensor parallelism, nn/moe.h); empty: this rank's own.
+  void set_amax_agree(AmaxAgree a) { scales_.agree = std::move(a); }
 
  private:
   std::string name_;

@@ -86,6 +86,9 @@ struct LayerScaleHistories {
   std::array<std::vector<ScaleHistory>, kNumRoles> roles;  // by Role, [groups] or empty
   const RoundingClock* clock = nullptr;  // the model's (nullptr: seed 0, step 0)
   uint32_t layer_id = 0;                 // FNV-1a of the layer's name
+  // Per-tensor amaxes (NVFP4) agreed over the group whose ranks hold pieces of the layer's
+  // tensors (a tensor- or expert-tensor-parallel group); empty: each rank's own.
+  AmaxAgree agree;
 
   // Fresh histories for the roles of r that need them, `groups` each; other roles get none.
   void reset(const Recipe& r, int64_t groups);
