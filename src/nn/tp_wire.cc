@@ -118,9 +118,12 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
     if (exact.has(Copy::bf16)) put(local.bf16.data(), local.bf16.size() * sizeof(uint16_t));
     for (Copy c : {Copy::rowwise, Copy::colwise})
       if (exact.has(c)) {
-        put(local.scaled(c).data.data(), local.scaled(c).data.size());
-        put(local.scaled(c).scales.data(), local.scaled(c).scales.size());
+        const ScaledTensor& l = local.scaled(c);
+        put(l.data.data(), l.data.size());
+        put(l.scales.data(), l.scales.size());
+        if (l.has_tensor_scale) put(&l.tensor_scale, sizeof(float));  // the agreed one
       }
+    MXT_CHECK(at == P, "internal: a sequence-parallel pack of ", at, " bytes, expected ", P);
     sent += group.allgather(send.data(), recv.data(), P);
     // Lay the ranks' parts end to end.
     if (exact.has(Copy::bf16)) out.bf16.resize(size_t(M * K));
@@ -158,6 +161,14 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
           off += l.data.size();
           std::memcpy(o.scales.data() + l.scales.size() * size_t(r), pack + off, l.scales.size());
           off += l.scales.size();
+          if (l.has_tensor_scale) {  // every rank quantized with the same agreed scale
+            float t;
+            std::memcpy(&t, pack + off, sizeof t);
+            off += sizeof t;
+            MXT_CHECK(std::memcmp(&t, &l.tensor_scale, sizeof t) == 0, "sequence parallelism: "
+                      "rank ", r, "'s tensor scale ", t, " differs from this rank's ",
+                      l.tensor_scale, " (the amax agreement failed)");
+          }
         }
     }
     out.present |= exact;

@@ -3,7 +3,8 @@
 //
 // Sequence parallelism's all-gathers (docs/distributed.md, "Sequence parallel") carry the
 // copies a product reads: a gather packs each rank's copies of its rows — per copy its codes
-// [Ns, K], then its scale grid — into one buffer of the same size on every rank, all-gathers
+// [Ns, K], then its scale grid, then (NVFP4) the tensor scale agreed over the group, checked
+// equal on receipt — into one buffer of the same size on every rank, all-gathers
 // it, and lays the ranks' rows end to end: codes by rows, scale grids by their rows (a rowwise
 // grid has a row per token, a colwise one a row per block of B tokens, whole blocks when B
 // divides Ns). Every call counts its bytes and time in the LinearParallel's stats (when set).
