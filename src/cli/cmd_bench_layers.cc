@@ -230,6 +230,10 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                                  .get();
       layer->weight.value.assign(w.begin(), w.end());
       wi->r = &layer->precision().recipe;
+      if (g_layout.etp)  // NVFP4: each expert's tensor scales agreed over the etp group
+        layer->set_amax_agree([g = g_layout.etp.get()](float* amax, int n) {
+          allreduce_amax(*g, amax, n);
+        });
       GroupedLinearSaved* saved =
           gsaved.emplace_back(std::make_unique<GroupedLinearSaved>()).get();
       subjects.push_back({[&, layer, saved, wi] {
