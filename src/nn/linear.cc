@@ -66,7 +66,7 @@ uint32_t layer_hash(const std::string& name) {
 SrKey LayerScaleHistories::sr_key(Role role, int64_t g) const {
   const RoundingClock c = clock ? *clock : RoundingClock{};
   // (layer, role, group) mixed into one 32-bit tensor id (a splitmix-style finalizer).
-  uint64_t t = (uint64_t(layer_id) << 32) ^ (uint64_t(role) << 24) ^ uint64_t(g);
+  uint64_t t = (uint64_t(layer_id) << 32) ^ (uint64_t(role) << 24) ^ uint64_t(group_offset + g);
   t ^= t >> 33;
   t *= 0xFF51AFD7ED558CCDull;
   t ^= t >> 33;

@@ -41,6 +41,8 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
   Fl_ = d_ff / Q;
   fc1 = GroupedLinear(prefix + ".experts.fc1", El_, d_model, 2 * Fl_, fc1_prec);
   fc2 = GroupedLinear(prefix + ".experts.fc2", El_, Fl_, d_model, fc2_prec);
+  fc1.set_first_expert(ep ? ep->rank() * El_ : 0);
+  fc2.set_first_expert(ep ? ep->rank() * El_ : 0);
   if (etp) {  // an expert's tensors are cut over the etp group: their amaxes agreed over it
     auto agree = [etp, stats](float* amax, int n) {
       const auto t0 = std::chrono::steady_clock::now();

@@ -215,8 +215,12 @@ TEST(ExpertParallelModel, LossesAndGradientsEqualOneProcessOverTheRanksMicroBatc
     if (ep > 4) continue;
     Mesh mesh(world(), {1, ep, etp, false});
     const ModelParallel par = mesh.model_parallel();
-    for (const char* recipe :
-       {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise", "mxfp4", "nvfp4-rne"}) {
+    for (const char* recipe : {"fp32-reference", "bf16", "mxfp8", "mxfp8-32x32", "blockwise",
+                               "mxfp4", "nvfp4-rne", "nvfp4"}) {
+      // nvfp4 as registered rounds gradients stochastically, its keys naming experts by their
+      // whole-layer index as one process does: at ep alone its bits are one process's; at etp
+      // a rank's columns draw by their own element index (not one process's bits).
+      if (etp > 1 && std::string(recipe) == "nvfp4") continue;
       SCOPED_TRACE(std::string(recipe) + " ep " + std::to_string(ep) + " etp " +
                    std::to_string(etp));
       const bool ref = std::string(recipe) == "fp32-reference";

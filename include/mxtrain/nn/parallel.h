@@ -67,7 +67,8 @@ struct ParallelStats {
   uint64_t ep_comm_bytes = 0, ep_dispatch_bytes = 0;
   double tp_ms = 0, ep_ms = 0;
   // Some sequence-parallel gather sent FP32 rows: a copy whose blocks span two ranks' rows
-  // (colwise blocks longer than a rank's N/tp tokens, a tile or a tensor scale).
+  // (colwise blocks longer than a rank's N/tp tokens, a 2-D tile or one FP8 scale per tensor;
+  // NVFP4's tensor scale is agreed over the group and travels with the codes).
   bool sp_fp32_route = false;
 };
 
