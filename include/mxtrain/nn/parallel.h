@@ -9,10 +9,10 @@
 // and all-reduces (nn/linear.h); an MoE layer its own expert exchange (nn/moe.h). They sort
 // their traffic into ParallelStats by what it carries, as the metrics report it
 // (docs/config.md, "Outputs"):
-//   tp_comm_bytes      every TP/SP collective this rank sent
+//   tp_comm_bytes      every TP/SP collective this rank sent (NVFP4's amax agreements too)
 //   tp_allgather_bytes the all-gathers among them: forward activations and backward gradients,
 //                      the traffic that can travel in FP8
-//   ep_comm_bytes      every expert all-to-all this rank sent
+//   ep_comm_bytes      every expert all-to-all this rank sent (and the etp amax agreements)
 //   ep_dispatch_bytes  the part sent toward the experts: forward tokens and backward
 //                      expert-output gradients
 // and the milliseconds spent in them (blocking collectives: all exposed).
