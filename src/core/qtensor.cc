@@ -140,34 +140,23 @@ void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
 
 // 4-bit copies with a per-tensor scale (NVFP4) from amaxes agreed over the ranks holding
 // x's pieces: x's amax (rowwise, tile, plain colwise) and, for an RHT colwise copy, the
-// transformed matrix's, agreed in one call, then each copy quantized with its agreed amax —
-// what quantize_fp4 does with its own amax, the transform made once.
+// transformed matrix's (fp4_rht_amax, nothing held), agreed in one call, then each copy
+// quantized with its agreed amax — what quantize_fp4 does with its own amaxes.
 void make_fp4_agreed(const float* x, int64_t M, int64_t K, const TensorFormat& f,
                      const SrKey& key, QTensor* row, QTensor* col, QTensor* tile,
                      const AmaxAgree& agree) {
   const Fp4Config ccfg = f.fp4_config(MXLayout::colwise, key);
   const bool rht = col && ccfg.rht;
   const bool plain = row || tile || (col && !rht);
-  thread_local FloatBuffer transformed;  // the RHT'd x [M, K], storage reused
-  float amax[2] = {0.f, 0.f};            // x's, the transformed matrix's
+  float amax[2] = {0.f, 0.f};  // x's, the transformed matrix's
   int n = 0;
   if (plain) amax[n++] = fp4_amax(x, M * K);
-  if (rht) {
-    transformed.resize(size_t(M * K));
-    rht_rows(x, M, K, transformed.data());
-    amax[n++] = fp4_amax(transformed.data(), M * K);
-  }
+  if (rht) amax[n++] = fp4_rht_amax(x, M, K);
   agree(amax, n);
   const float a_plain = amax[0], a_rht = amax[plain ? 1 : 0];
   if (row) quantize_fp4(x, M, K, MXLayout::rowwise, f.fp4_config(MXLayout::rowwise, key),
                         row->rowwise, a_plain);
-  if (col && !rht) quantize_fp4(x, M, K, MXLayout::colwise, ccfg, col->colwise, a_plain);
-  if (rht) {
-    Fp4Config c = ccfg;
-    c.rht = false;  // transformed above
-    quantize_fp4(transformed.data(), M, K, MXLayout::colwise, c, col->colwise, a_rht);
-    col->colwise.rht = true;
-  }
+  if (col) quantize_fp4(x, M, K, MXLayout::colwise, ccfg, col->colwise, rht ? a_rht : a_plain);
   if (tile) quantize_fp4(x, M, K, MXLayout::tile, f.fp4_config(MXLayout::tile, key),
                          tile->tile, a_plain);
 }
