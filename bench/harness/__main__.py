@@ -38,6 +38,8 @@ SUITES = {
              "products, and whole steps", 12),
     "fsdp": ("suite_misc", "run_fsdp", "FSDP peak RSS per rank vs one process", 15),
     "parallel": ("suite_misc", "run_parallel", "tp/sp/ep layouts: step, bytes, peak RSS", 25),
+    "parallel_fp4": ("suite_misc", "run_parallel_fp4", "4-bit SP and EP wires: bytes against "
+                     "bf16's (mxfp4, nvfp4)", 6),
     "data": ("suite_misc", "run_data", "prepare-data throughput and memory", 10),
     "memory": ("suite_misc", "run_memory", "activation recompute and recipes: peak RSS, step",
                25),

@@ -492,16 +492,21 @@ LAYOUTS = [
 ]
 
 
-def run_parallel(ctx, args):
-    path = ctx.rows_path("parallel")
-    layouts = [l for l in LAYOUTS if l[1] <= 2] if ctx.quick else LAYOUTS
-    cases = [(l, rec) for rec in ("bf16", "mxfp8") for l in layouts]
+def run_parallel(ctx, args, suite="parallel", layouts=None, recipes=("bf16", "mxfp8"),
+                 num_steps=None):
+    """The layouts (LAYOUTS; quick: those of 2 ranks at most) in each recipe, alternating within
+    each round; rows to docs/results/raw/<suite>_<class>.jsonl. num_steps: --steps of every
+    run (the configs' own when None)."""
+    path = ctx.rows_path(suite)
+    if layouts is None:
+        layouts = [l for l in LAYOUTS if l[1] <= 2] if ctx.quick else LAYOUTS
+    cases = [(l, rec) for rec in recipes for l in layouts]
     for rnd, ((name, np, cfg, extra), recipe) in cases_rounds(ctx, cases):
-        log(f"parallel: round {rnd}, {name} {recipe}")
-        m = os.path.join(ctx.work, f"parallel-{name}-{recipe}-r{rnd}.jsonl")
+        log(f"{suite}: round {rnd}, {name} {recipe}")
+        m = os.path.join(ctx.work, f"{suite}-{name}-{recipe}-r{rnd}.jsonl")
         argv = ["--config", cfg, "--recipe", recipe, "--quiet"] + extra + (
-            ["--steps", "3"] if ctx.quick else [])
-        row, s, steps = train_run(ctx, "parallel", name, rnd, argv, m, mpi=np if np > 1 else 0,
+            ["--steps", "3"] if ctx.quick else ["--steps", str(num_steps)] if num_steps else [])
+        row, s, steps = train_run(ctx, suite, name, rnd, argv, m, mpi=np if np > 1 else 0,
                                   layout=name, recipe=recipe)
         st = [r for r in steps if "step_ms" in r and r.get("step", 0) >= 2]
         med = lambda k: median([r.get(k, 0) for r in st]) if st else 0
@@ -516,6 +521,44 @@ def run_parallel(ctx, args):
                           if steps else {}))
         append_row(path, row)
     return path
+
+
+# The 4-bit wires against bf16's: the sequence-parallel all-gathers on both wires and the expert
+# dispatch, bytes per step (deterministic per step: 4 steps a run).
+FP4_LAYOUTS = [l for l in LAYOUTS if l[0] in ("dense-tp2-sp", "dense-tp2-sprow", "moe-ep2")]
+
+
+def run_parallel_fp4(ctx, args):
+    return run_parallel(ctx, args, suite="parallel_fp4", layouts=FP4_LAYOUTS,
+                        recipes=("bf16", "mxfp4", "nvfp4"), num_steps=int(args.get("steps", 4)))
+
+
+def table_parallel_fp4(rows):
+    """Per layout and 4-bit recipe: bytes per step against bf16's, per round."""
+    def per_round(layout, recipe, get):
+        return {r["round"]: get(r) for r in rows if r["layout"] == layout and r["recipe"] == recipe}
+
+    what = {"dense-tp2-sp": ("sequence-parallel all-gathers, exact wire",
+                             lambda r: r["tp_allgather_bytes"]),
+            "dense-tp2-sprow": ("sequence-parallel all-gathers, rowwise wire",
+                                lambda r: r["tp_allgather_bytes"]),
+            "moe-ep2": ("expert dispatch of step 1 (same weights and batch: nearly the same "
+                        "routing)", lambda r: r["step1"]["ep_dispatch_bytes"])}
+    body = []
+    for layout in dict.fromkeys(r["layout"] for r in rows):
+        label, get = what[layout]
+        b = per_round(layout, "bf16", get)
+        for recipe in ("mxfp4", "nvfp4"):
+            a = per_round(layout, recipe, get)
+            if not a:
+                continue
+            body.append([layout, f"{recipe} / bf16", label,
+                         f"{median(a.values()):,.0f} / {median(b.values()):,.0f}",
+                         ratio_cell([a[x] / b[x] for x in a if x in b and b[x]], "{:.4f}")])
+    return (md_table(["layout", "recipes", "bytes", "per step: median", "ratio per round: "
+                      "median (range)"], body, "lllrr") +
+            f"\n\n{len({r['round'] for r in rows})} rounds; bytes are rank 0's (all-gathers: "
+            "median over steps 2..).")
 
 
 def table_parallel(rows):
@@ -1058,6 +1101,7 @@ def tables():
         "fsdp.gather": lambda f, a: table_fsdp_gather(L(f)),
         "parallel.layouts": lambda f, a: table_parallel(L(f)),
         "parallel.ratios": lambda f, a: table_parallel_ratios(L(f)),
+        "parallel.fp4": lambda f, a: table_parallel_fp4(L(f)),
         "data.prepare": lambda f, a: table_data(L(f)),
         "memory.recompute": lambda f, a: table_memory(L(f), "recompute"),
         "memory.recipe": lambda f, a: table_memory(L(f), "recipe"),

@@ -190,8 +190,16 @@ def row_fsdp(f, fab):
             f"previous release's: {', '.join(sp)} (3 rounds)", "`docs/results/fsdp.md`")
 
 
-def row_parallel(f):
+def row_parallel(f, f4):
     rows = read_rows(f)
+    rows4 = read_rows(f4)
+
+    def fp4(layout, rec):  # a 4-bit recipe's all-gather bytes against bf16's, per round
+        a = {r["round"]: r["tp_allgather_bytes"] for r in rows4
+             if r["layout"] == layout and r["recipe"] == rec}
+        b = {r["round"]: r["tp_allgather_bytes"] for r in rows4
+             if r["layout"] == layout and r["recipe"] == "bf16"}
+        return ratio_cell([a[x] / b[x] for x in a if x in b and b[x]], "{:.4f}")
 
     def pr(num, den, key, rec):
         a = {r["round"]: r[key] for r in rows if r["layout"] == num and r["recipe"] == rec}
@@ -211,7 +219,9 @@ def row_parallel(f):
             f"on the exact wire, {ratio_cell(rec2('dense-tp2-sprow', 'tp_allgather_bytes'), '{:.4f}')} on the rowwise "
             f"wire, whose mxfp8 step is {ratio_cell(pr('dense-tp2-sprow', 'dense-tp2-sp', 'step_ms', 'mxfp8'), '{:.3f}')} "
             "the exact wire's; expert dispatch 0.5156x bf16's bytes per row (exact, tested; per-step "
-            "bytes follow the routing) (3 rounds)", "`docs/results/parallel.md`")
+            "bytes follow the routing); 4-bit on the rowwise wire: nvfp4 "
+            f"{fp4('dense-tp2-sprow', 'nvfp4')}, mxfp4 {fp4('dense-tp2-sprow', 'mxfp4')} bf16's "
+            "bytes, dispatch 0.2813x and 0.2656x per row (3 rounds)", "`docs/results/parallel.md`")
 
 
 def row_adaptive(f):
@@ -251,7 +261,7 @@ ROWS = [
     (row_linear, ["linear_zen5.jsonl", "linear_zen4.jsonl"]),
     (row_gemm, ["gemm_zen5.jsonl"]),
     (row_fsdp, ["fsdp_zen4.jsonl", "fsdp_ab_zen4.jsonl"]),
-    (row_parallel, ["parallel_zen5.jsonl"]),
+    (row_parallel, ["parallel_zen5.jsonl", "parallel_fp4_zen5.jsonl"]),
     (row_adaptive, ["adaptive_zen5.jsonl"]),
     (row_quantize, ["quantize_unrecorded.json"]),
 ]

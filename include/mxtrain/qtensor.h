@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <string>
 
@@ -96,6 +97,11 @@ struct QTensor {
   void release();
 };
 
+// Agrees per-tensor amaxes among the ranks that each hold a piece of one logical matrix:
+// amax [n] replaced in place by the maximum over them, NaN winning (nn/parallel.h,
+// allreduce_amax). Every rank calls it at the same point with the same n.
+using AmaxAgree = std::function<void(float* amax, int n)>;
+
 // Makes the copies `a_copies` of x [M, K] in `a` and `b_copies` in `b` (disjoint sets; b may
 // be the same QTensor as a), reusing their storage, with format f (the bf16 copy whatever f).
 // A rowwise and a colwise copy are made from one read of x (quantize_dual), whichever
@@ -104,14 +110,18 @@ struct QTensor {
 // history (fp8-delayed) needs `history`: x is quantized with its scale and its amax is
 // recorded there (scale_history.h); other formats ignore it. A 4-bit format with stochastic
 // rounding draws its random bits from `sr` (SrKey{} when null): the same key and x give the
-// same bytes.
+// same bytes. A format with a per-tensor scale from the amax (NVFP4) takes, with `agree`,
+// the amax agreed over the ranks holding x's pieces (one call for every copy made, the
+// plain and the transformed matrix's amax as needed), so each rank's copies of its piece are
+// the whole matrix's copies of those elements; without it, x's own amax.
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
                  CopySet a_copies, QTensor& b, CopySet b_copies,
-                 ScaleHistory* history = nullptr, const SrKey* sr = nullptr);
+                 ScaleHistory* history = nullptr, const SrKey* sr = nullptr,
+                 const AmaxAgree* agree = nullptr);
 inline void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f,
                         QTensor& t, CopySet copies, ScaleHistory* history = nullptr,
-                        const SrKey* sr = nullptr) {
-  make_copies(x, M, K, f, t, copies, t, {}, history, sr);
+                        const SrKey* sr = nullptr, const AmaxAgree* agree = nullptr) {
+  make_copies(x, M, K, f, t, copies, t, {}, history, sr, agree);
 }
 
 // Every copy recipe r keeps of a matrix x [M, K] in role `role` (copies_needed(r, role)),

@@ -238,6 +238,10 @@ struct Fp4Config {
 // n == 0.
 float fp4_amax(const float* x, int64_t n);
 float fp4_amax(const uint16_t* x_bf16, int64_t n);
+// max |T x| over the random Hadamard transform of x [M, K] along its rows (rht_rows), NaN
+// winning, without holding the transformed matrix: the amax an RHT copy's NVFP4 tensor scale
+// comes from (quantize_fp4 computes it when not given; a sharded tensor's ranks agree it).
+float fp4_rht_amax(const float* x, int64_t M, int64_t K);
 // NVFP4's per-tensor decode scale from the tensor's amax, in torchao's order: amax / 2688
 // (448 * 6, exact) in FP32; NaN for a NaN amax; 1 where that is not a normal float (amax
 // zero, below 2688 * 2^-126, or Inf: TransformerEngine's rule for a zero or infinite amax,

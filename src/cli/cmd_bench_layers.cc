@@ -134,7 +134,12 @@ struct Wire {
     const int E = g_layout.etp_size();
     send.resize(b * size_t(rows));
     recv.resize(b * size_t(rows));
-    pack_rows(x, rows, D, f, send.data());
+    float scale = pack_rows(x, rows, D, f, send.data());
+    if (row_payload_has_tensor_scale(f) && g_layout.ep) {  // NVFP4: the packs' tensor scales
+      thread_local std::vector<float> scales;
+      scales.resize(size_t(g_layout.ep->size()));
+      g_layout.ep->allgather(&scale, scales.data(), sizeof(float));
+    }
     a2a(send.data(), recv.data(), b, true);
     const uint8_t* in = recv.data();
     if (E > 1) {
@@ -143,7 +148,7 @@ struct Wire {
       in = gathered.data();
     }
     full.resize(size_t(rows * E * D));
-    unpack_rows(in, rows * E, D, f, full.data());
+    unpack_rows(in, rows * E, D, f, full.data(), scale);  // timing: one scale for all rows
   }
   // y [rows·etp, D] partial sums over the etp group -> full [rows, D]: summed over etp (each
   // rank keeps its own rows) and sent back to the tokens' ranks in FP32.
@@ -225,6 +230,10 @@ std::vector<std::vector<double>> time_layer(const TimingRequest& req) {
                                  .get();
       layer->weight.value.assign(w.begin(), w.end());
       wi->r = &layer->precision().recipe;
+      if (g_layout.etp)  // NVFP4: each expert's tensor scales agreed over the etp group
+        layer->set_amax_agree([g = g_layout.etp.get()](float* amax, int n) {
+          allreduce_amax(*g, amax, n);
+        });
       GroupedLinearSaved* saved =
           gsaved.emplace_back(std::make_unique<GroupedLinearSaved>()).get();
       subjects.push_back({[&, layer, saved, wi] {

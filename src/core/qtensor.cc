@@ -138,11 +138,34 @@ void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
   if (tile) tile->present |= {Copy::tile};
 }
 
+// 4-bit copies with a per-tensor scale (NVFP4) from amaxes agreed over the ranks holding
+// x's pieces: x's amax (rowwise, tile, plain colwise) and, for an RHT colwise copy, the
+// transformed matrix's (fp4_rht_amax, nothing held), agreed in one call, then each copy
+// quantized with its agreed amax — what quantize_fp4 does with its own amaxes.
+void make_fp4_agreed(const float* x, int64_t M, int64_t K, const TensorFormat& f,
+                     const SrKey& key, QTensor* row, QTensor* col, QTensor* tile,
+                     const AmaxAgree& agree) {
+  const Fp4Config ccfg = f.fp4_config(MXLayout::colwise, key);
+  const bool rht = col && ccfg.rht;
+  const bool plain = row || tile || (col && !rht);
+  float amax[2] = {0.f, 0.f};  // x's, the transformed matrix's
+  int n = 0;
+  if (plain) amax[n++] = fp4_amax(x, M * K);
+  if (rht) amax[n++] = fp4_rht_amax(x, M, K);
+  agree(amax, n);
+  const float a_plain = amax[0], a_rht = amax[plain ? 1 : 0];
+  if (row) quantize_fp4(x, M, K, MXLayout::rowwise, f.fp4_config(MXLayout::rowwise, key),
+                        row->rowwise, a_plain);
+  if (col) quantize_fp4(x, M, K, MXLayout::colwise, ccfg, col->colwise, rht ? a_rht : a_plain);
+  if (tile) quantize_fp4(x, M, K, MXLayout::tile, f.fp4_config(MXLayout::tile, key),
+                         tile->tile, a_plain);
+}
+
 }  // namespace
 
 void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QTensor& a,
                  CopySet a_copies, QTensor& b, CopySet b_copies, ScaleHistory* history,
-                 const SrKey* sr) {
+                 const SrKey* sr, const AmaxAgree* agree) {
   MXT_CHECK((a_copies.bits() & b_copies.bits()) == 0, "internal: make_copies got one copy twice");
   for (QTensor* t : {&a, &b}) {
     t->rows = M;
@@ -163,11 +186,25 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
   QTensor* col = owner[int(Copy::colwise)];
   QTensor* tile = owner[int(Copy::tile)];
   if (!row && !col && !tile) return;
+  // What only NVFP4 copies set: a reused copy (a scratch shared by layers of other recipes)
+  // must not keep an earlier copy's tensor scale or transform.
+  for (ScaledTensor* t : {row ? &row->rowwise : nullptr, col ? &col->colwise : nullptr,
+                          tile ? &tile->tile : nullptr})
+    if (t) {
+      t->has_tensor_scale = false;
+      t->tensor_scale = 1.f;
+      t->rht = false;
+    }
   const Kernels kernels = kernels_for(f);
   if (kernels == Kernels::fp4) {
     // Each copy from the original values; the colwise one of an RHT format from the
     // transformed matrix (with its own tensor amax).
     const SrKey key = sr ? *sr : SrKey{};
+    if (agree && *agree && f.tensor_scale) {
+      make_fp4_agreed(x, M, K, f, key, row, col, tile, *agree);
+      mark_present(row, col, tile);
+      return;
+    }
     if (row) quantize_fp4(x, M, K, MXLayout::rowwise, f.fp4_config(MXLayout::rowwise, key),
                           row->rowwise);
     if (col) quantize_fp4(x, M, K, MXLayout::colwise, f.fp4_config(MXLayout::colwise, key),

@@ -325,6 +325,17 @@ float fp4_amax(const float* x, int64_t n) {
   MXT_CHECK(n >= 0 && (x != nullptr || n == 0), "fp4_amax: bad buffer (n = ", n, ")");
   return bits_f32(amax_bits(x, n));
 }
+
+float fp4_rht_amax(const float* x, int64_t M, int64_t K) {
+  check_input(x, M, K, "fp4_rht_amax");
+  if (M == 0 || K == 0) return 0.f;
+  if (fp4_table().get().rht_amax_f32) return bits_f32(rht_amax_bits(x, M, K));
+  // The scalar path: a strip of whole 16-row groups at a time (the maximum does not depend
+  // on the split).
+  const int64_t strip =
+      std::max(kRhtSize, kRhtStripBytes / int64_t(sizeof(float)) / K / kRhtSize * kRhtSize);
+  return bits_f32(rht_pass(x, M, K, strip, MXLayout::colwise, nullptr, nullptr));
+}
 float fp4_amax(const uint16_t* x_bf16, int64_t n) {
   MXT_CHECK(n >= 0 && (x_bf16 != nullptr || n == 0), "fp4_amax: bad buffer (n = ", n, ")");
   return bits_f32(amax_bits(x_bf16, n));

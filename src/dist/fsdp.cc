@@ -3,9 +3,11 @@
 // prefetch of the neighbouring module, rebuild into the layers' caches, and resharding.
 // Gradients, optimizer views and checkpoints are in fsdp_grad.cc.
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <sstream>
+#include <vector>
 
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
@@ -202,6 +204,27 @@ void Fsdp::start_gather(int i, int k) {
   if (comm_.size() > 1) stats_.allgather_payload_bytes += uint64_t(s.recv.size());
 }
 
+namespace {
+
+// amax [n] (each >= 0 or NaN): the maximum over the ranks in place, NaN winning as in one
+// process's fp4_amax — the maximum of the bits (a non-negative float orders like its bits,
+// NaN's above Inf's); MPI's MAX of floats leaves a NaN's fate to the reduction order.
+void allreduce_amax_bits(Comm& comm, float* amax, size_t n) {
+  std::vector<int64_t> bits(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &amax[i], sizeof b);
+    bits[i] = int64_t(b & 0x7FFFFFFFu);
+  }
+  comm.allreduce_max(bits.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t b = uint32_t(bits[i]);
+    std::memcpy(&amax[i], &b, sizeof b);
+  }
+}
+
+}  // namespace
+
 // The scale of each group of a per-tensor weight, agreed by every rank before any quantizes
 // its shard: from the group's amax over all ranks (current scaling: an all-reduce, once per
 // parameter version), or the layer's amax history, which every rank holds alike.
@@ -213,7 +236,7 @@ const float* Fsdp::tensor_scales(Module& M) {
   if (M.layout.second_scale) {  // 4-bit (NVFP4): the agreed amax, from which each rank's
                                 // quantizer derives the tensor scale
     shard_group_amax(M.layout, comm_.rank(), M.value.data(), M.group_scales.data(), true);
-    comm_.allreduce_max(M.group_scales.data(), size_t(G));
+    allreduce_amax_bits(comm_, M.group_scales.data(), size_t(G));
   } else if (f.source == ScaleSource::amax_history) {
     for (int64_t g = 0; g < G; ++g) M.group_scales[size_t(g)] = M.weight_history(g)->scale();
   } else {

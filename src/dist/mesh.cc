@@ -44,6 +44,9 @@ class CommCollectives : public Collectives {
   uint64_t allreduce_sum(double* x, size_t n) override {
     return counted(Coll::allreduce, [&] { c_.allreduce_sum(x, n); });
   }
+  uint64_t allreduce_max(int64_t* x, size_t n) override {
+    return counted(Coll::allreduce, [&] { c_.allreduce_max(x, n); });
+  }
   uint64_t allgather(const void* send, void* recv, size_t bytes_per_rank) override {
     return counted(Coll::allgather, [&] { c_.allgather(send, recv, bytes_per_rank); });
   }

@@ -50,7 +50,10 @@ QTensor k_slices(const QTensor& t, Copy c, bool k_cols,
   s.elem = m.elem;
   s.scale_type = m.scale_type;
   s.block = m.block;
-  s.data.resize(size_t(s.rows * s.cols));
+  s.has_tensor_scale = m.has_tensor_scale;  // NVFP4: the whole tensor's (agreed) scale
+  s.tensor_scale = m.tensor_scale;
+  s.rht = m.rht;
+  s.data.resize(s.data_bytes());
   s.scales.resize(s.scale_bytes());
   const size_t sb = size_t(scale_type_bytes(m.scale_type));
   const int64_t scols = m.scale_cols();  // scale grid [scale_rows(), scale_cols()], row-major
@@ -59,11 +62,14 @@ QTensor k_slices(const QTensor& t, Copy c, bool k_cols,
   for (const auto& [b, e] : runs)
     MXT_CHECK(b % m.block == 0 && e % m.block == 0, "SplitSumsScope: K slice [", b, ", ", e,
               ") is not whole blocks of ", m.block);
+  // Bytes of n elements of a row (4-bit codes two to a byte; b and e are whole blocks, even).
+  const auto bytes = [&](int64_t n) { return elem_row_bytes(m.elem, n); };
+  const int64_t rb = bytes(m.cols);  // one row of m
   if (k_cols) {
     for (int64_t r = 0; r < m.rows; ++r)
       for (const auto& [b, e] : runs) {
-        std::memcpy(out, m.data.data() + r * m.cols + b, size_t(e - b));
-        out += e - b;
+        std::memcpy(out, m.data.data() + r * rb + bytes(b), size_t(bytes(e - b)));
+        out += bytes(e - b);
       }
     for (int64_t r = 0; r < m.scale_rows(); ++r)
       for (const auto& [b, e] : runs) {
@@ -73,8 +79,8 @@ QTensor k_slices(const QTensor& t, Copy c, bool k_cols,
       }
   } else {
     for (const auto& [b, e] : runs) {
-      std::memcpy(out, m.data.data() + b * m.cols, size_t((e - b) * m.cols));
-      out += (e - b) * m.cols;
+      std::memcpy(out, m.data.data() + b * rb, size_t((e - b) * rb));
+      out += (e - b) * rb;
       const size_t n = size_t((e - b) / m.block * scols) * sb;
       std::memcpy(sout, m.scales.data() + size_t(b / m.block * scols) * sb, n);
       sout += n;

@@ -67,7 +67,7 @@ bool ensure_all(std::vector<QuantizedWeight>& caches, const Parameter& w,
     if (provider) p = [&provider, g](Use u, QuantizedWeight& c) { provider(u, g, c); };
     const float* value = has_value ? w.value.data() + g * out * in : nullptr;
     built |= ensure_weight(caches[size_t(g)], w.version, prec.recipe, use, dual, value, out, in, p,
-                           names[size_t(g)], scales.get(Role::weight, g));
+                           names[size_t(g)], scales.get(Role::weight, g), &scales.agree);
   }
   return built;
 }

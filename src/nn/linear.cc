@@ -66,7 +66,7 @@ uint32_t layer_hash(const std::string& name) {
 SrKey LayerScaleHistories::sr_key(Role role, int64_t g) const {
   const RoundingClock c = clock ? *clock : RoundingClock{};
   // (layer, role, group) mixed into one 32-bit tensor id (a splitmix-style finalizer).
-  uint64_t t = (uint64_t(layer_id) << 32) ^ (uint64_t(role) << 24) ^ uint64_t(g);
+  uint64_t t = (uint64_t(layer_id) << 32) ^ (uint64_t(role) << 24) ^ uint64_t(group_offset + g);
   t ^= t >> 33;
   t *= 0xFF51AFD7ED558CCDull;
   t ^= t >> 33;
@@ -95,6 +95,10 @@ Linear::Linear(std::string name, int64_t in, int64_t out, bool has_bias, LinearP
   prec_.validate();
   scales_.reset(prec_.recipe, 1);
   scales_.layer_id = layer_hash(name_);
+  // Every per-tensor amax of a parallel layer is agreed over its group: a weight slice, a
+  // sliced input or gradient is a piece of the one-process tensor, and a replicated one the
+  // same on every rank (docs/distributed.md, "NVFP4 at a layout").
+  scales_.agree = tp_amax_agree(par_);
   weight.init(name_ + ".weight", {out, in});
   if (has_bias) bias.init(name_ + ".bias", {out});
 }
@@ -109,7 +113,8 @@ void Linear::set_precision(const LinearPrecision& p) {
 void Linear::ensure_weight(Use use, bool dual) {
   const float* value = weight.value.size() == size_t(out_ * in_) ? weight.value.data() : nullptr;
   if (nn_detail::ensure_weight(wcache_, weight.version, prec_.recipe, use, dual, value, out_,
-                               in_, provider_, name_, scales_.get(Role::weight, 0)))
+                               in_, provider_, name_, scales_.get(Role::weight, 0),
+                               &scales_.agree))
     ++weight_quantizations_;
 }
 
@@ -166,8 +171,9 @@ void Linear::product_forward(const float* x, int64_t T, float* y, LinearSaved& s
   if (gather) {  // the input's forward copy from every rank's rows; kept on the rowwise wire
     const Recipe& r = prec_.recipe;
     QTensor& q = par_.wire == SequenceWire::rowwise ? saved.gathered : ws.x;
+    const SrKey key = scales_.sr_key(Role::input, 0);
     gather_copies(par_, x, T, in_, r.role(Role::input),
-                  copies_needed(r, Role::input, Use::forward), q);
+                  copies_needed(r, Role::input, Use::forward), q, &key);
     forward_given(q, y, saved);
     saved.x = x;
     return;
@@ -285,16 +291,18 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
     saved = LinearSaved{};
   } else if (gather && column) {  // x's wgrad copies: gathered again, or made from the kept one
     const Recipe& r = prec_.recipe;
+    const SrKey key = scales_.sr_key(Role::input, 0);
     QTensor& xw = input_wgrad_copies(par_, saved.x, Ns, in_, r.role(Role::input),
                                      copies_needed(r, Role::input, Use::wgrad), saved.gathered,
-                                     ws.x, ws.rows);
+                                     ws.x, ws.rows, &key);
     backward_given(saved, dy, nullptr, &xw, dxp);
     saved.gathered.invalidate();
   } else if (gather) {  // dy's dgrad and wgrad copies from every rank's rows
     const Recipe& r = prec_.recipe;
+    const SrKey key = scales_.sr_key(Role::grad, 0);
     gather_grad_copies(par_, dy, Ns, out_, r.role(Role::grad),
                        copies_needed(r, Role::grad, Use::dgrad),
-                       copies_needed(r, Role::grad, Use::wgrad), ws.dy, ws.rows);
+                       copies_needed(r, Role::grad, Use::wgrad), ws.dy, ws.rows, &key);
     backward_given(saved, nullptr, &ws.dy, nullptr, dx);
   } else {
     backward_products(saved, dy, dx);

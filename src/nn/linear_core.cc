@@ -30,7 +30,8 @@ void check_copy(const QuantizedWeight& c, Copy k, int64_t out, int64_t in,
 bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Use use, bool dual,
                    const float* value, int64_t out, int64_t in,
                    const std::function<void(Use, QuantizedWeight&)>& provider,
-                   const std::string& layer, ScaleHistory* history) {
+                   const std::string& layer, ScaleHistory* history,
+                   const AmaxAgree* agree) {
   if (c.version != version) c.invalidate();
   CopySet need = copies_needed(r, Role::weight, use);
   if (dual && !provider) need |= copies_needed(r, Role::weight, Use::dgrad);
@@ -44,7 +45,8 @@ bool ensure_weight(QuantizedWeight& c, uint64_t version, const Recipe& r, Use us
   } else {
     MXT_CHECK(value != nullptr, "layer '", layer, "': the weight has no value on this rank ",
               "and no weight provider is set");
-    make_copies(value, out, in, r.role(Role::weight), c, need - c.present, history);
+    make_copies(value, out, in, r.role(Role::weight), c, need - c.present, history, nullptr,
+                agree);
   }
   c.rows = out;
   c.cols = in;
@@ -111,7 +113,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
     if (n == 0) continue;
     const SrKey key = scales.sr_key(Role::input, g);
     make_copies(x + groups.offsets[g] * in, n, in, r.role(Role::input), xq[size_t(g)], fwd,
-                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key);
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key, &scales.agree);
   }
   if (p.defer_backward_quant) saved.x = x;
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
@@ -140,7 +142,7 @@ void core_save_input(const LinearPrecision& p, int64_t in, const float* x,
     if (n == 0) continue;
     const SrKey key = scales.sr_key(Role::input, g);
     make_copies(x + groups.offsets[g] * in, n, in, p.recipe.role(Role::input),
-                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key);
+                saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key, &scales.agree);
   }
   if (p.defer_backward_quant) saved.x = x;
 }
@@ -180,10 +182,10 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
     const SrKey gkey = scales.sr_key(Role::grad, g), ikey = scales.sr_key(Role::input, g);
     if (!dyq_given)
       make_copies(dy + r0 * out, n, out, r.role(Role::grad), dyq[size_t(g)], dyc,
-                  scales.get(Role::grad, g), &gkey);
+                  scales.get(Role::grad, g), &gkey, &scales.agree);
     if (deferred)  // make this group's wgrad copies of x now (the same scale as forward's)
       make_copies(saved.x + r0 * in, n, in, r.role(Role::input), xd[size_t(g)], xw,
-                  scales.get(Role::input, g), &ikey);
+                  scales.get(Role::input, g), &ikey, &scales.agree);
   }
   const QTensor* dys = dyq_given ? dyq_given : dyq.data();
   const QTensor* xs = xw_given ? xw_given : xd.data();

@@ -36,11 +36,13 @@ namespace mxtrain::nn_detail {
 // each use asks the provider for itself). Returns true when it built or fetched anything —
 // one "weight quantization". `history`: the weight's delayed-scaling state (fp8-delayed;
 // null otherwise), used and recorded when the layer quantizes `value` itself (a provider
-// handles its own).   value: [out, in] FP32 (may be null when a provider is set)
+// handles its own). `agree`: where a per-tensor amax of a weight slice is agreed (the layer's
+// group; qtensor.h).   value: [out, in] FP32 (may be null when a provider is set)
 bool ensure_weight(QuantizedWeight& cache, uint64_t version, const Recipe& r, Use use,
                    bool dual, const float* value, int64_t out, int64_t in,
                    const std::function<void(Use, QuantizedWeight&)>& provider,
-                   const std::string& layer, ScaleHistory* history);
+                   const std::string& layer, ScaleHistory* history,
+                   const AmaxAgree* agree = nullptr);
 
 // Bytes of weight copies present in `cache` that only dgrad reads (mxfp8's colwise copy;
 // nothing for bf16 and mxfp8-32x32, whose copy serves forward too).

@@ -41,6 +41,21 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
   Fl_ = d_ff / Q;
   fc1 = GroupedLinear(prefix + ".experts.fc1", El_, d_model, 2 * Fl_, fc1_prec);
   fc2 = GroupedLinear(prefix + ".experts.fc2", El_, Fl_, d_model, fc2_prec);
+  fc1.set_first_expert(ep ? ep->rank() * El_ : 0);
+  fc2.set_first_expert(ep ? ep->rank() * El_ : 0);
+  if (etp) {  // an expert's tensors are cut over the etp group: their amaxes agreed over it
+    auto agree = [etp, stats](float* amax, int n) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const uint64_t sent = allreduce_amax(*etp, amax, n);
+      if (stats) {
+        stats->ep_comm_bytes += sent;
+        stats->ep_ms += std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - t0).count();
+      }
+    };
+    fc1.set_amax_agree(agree);
+    fc2.set_amax_agree(agree);
+  }
   router.init(prefix + ".router.weight", {num_experts, d_model});
 }
 
@@ -186,16 +201,25 @@ void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f) 
   const int64_t n = N_ * k_;
   const size_t rb = fp32_ref_ ? sizeof(float) * size_t(D_) : row_payload_bytes(f, D_);
   A.send_buf.resize(rb * size_t(n));
+  float scale = 0.f;  // NVFP4: the pack's tensor scale (its rows' amax), sent beside them
   if (fp32_ref_)
     std::memcpy(A.send_buf.data(), rows, rb * size_t(n));
   else
-    pack_rows(rows, n, D_, f, A.send_buf.data());
+    scale = pack_rows(rows, n, D_, f, A.send_buf.data());
+  const bool scaled = !fp32_ref_ && row_payload_has_tensor_scale(f);
+  const int64_t P = ep_ ? ep_->size() : 1;
+  if (scaled) A.pack_scales.assign(size_t(P), scale);
   const uint8_t* mine = A.send_buf.data();
   if (ep_) {
+    if (scaled) {  // every source's scale to every expert rank (4 bytes each)
+      const auto t0 = std::chrono::steady_clock::now();
+      count(ep_->allgather(&scale, A.pack_scales.data(), sizeof(float)), true, t0);
+    }
     A.recv_buf.resize(rb * size_t(A.expert_rows));
     exchange(A.send_buf.data(), A.send_rows, A.recv_buf.data(), A.recv_rows, rb, true);
     mine = A.recv_buf.data();
   }
+  if (scaled) A.all_scales = A.pack_scales;
   const uint8_t* all = mine;
   if (etp_) {
     A.all_buf.resize(rb * size_t(A.all_rows));
@@ -206,12 +230,29 @@ void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f) 
                            A.recv_bytes.data()),
           true, t0);
     all = A.all_buf.data();
+    if (scaled) {
+      const auto t1 = std::chrono::steady_clock::now();
+      A.all_scales.resize(size_t(P) * A.etp_rows.size());
+      count(etp_->allgather(A.pack_scales.data(), A.all_scales.data(), sizeof(float) * size_t(P)),
+            true, t1);
+    }
   }
   if (A.all_rows == 0) return;
-  if (fp32_ref_)
+  if (fp32_ref_) {
     std::memcpy(out, all, rb * size_t(A.all_rows));
-  else
+  } else if (!scaled) {
     unpack_rows(all, A.all_rows, D_, f, out);
+  } else {  // each source's rows with its pack's scale: source (p, q) is all_scales[q·P + p]
+    const int64_t Q = int64_t(A.etp_rows.size());
+    for (int64_t q = 0; q < Q; ++q)
+      for (int64_t p = 0; p < P; ++p) {
+        const size_t s = size_t(p * Q + q);
+        const int64_t r0 = A.src_offsets[s], n_s = A.src_groups[s].offsets.back();
+        if (n_s > 0)
+          unpack_rows(all + rb * size_t(r0), n_s, D_, f, out + r0 * D_,
+                      A.all_scales[size_t(q * P + p)]);
+      }
+  }
 }
 
 // rows: [all_rows, D] FP32 at this rank's experts (partial sums over the etp group) -> out:

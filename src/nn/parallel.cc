@@ -7,7 +7,7 @@
 // `index` of the middle axis. Several cuts compose: each slices what the last one left.
 //
 // An expert-parallel row payload is a rowwise copy cut into rows: a row's codes, then its
-// row of the scale grid.
+// row of the scale grid (NVFP4: the pack's one tensor scale travels beside the rows).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -100,6 +100,24 @@ void place_slice(const ParamSplit& s, const float* local, float* full) {
     std::memcpy(full + r.whole, local + r.local, sizeof(float) * size_t(r.length));
 }
 
+// ---- agreed amaxes ---------------------------------------------------------------------
+
+uint64_t allreduce_amax(Collectives& group, float* amax, int n) {
+  thread_local std::vector<int64_t> bits;
+  bits.resize(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    uint32_t b;
+    std::memcpy(&b, &amax[i], sizeof b);
+    bits[size_t(i)] = int64_t(b & 0x7FFFFFFFu);  // |amax|: NaN stays above Inf
+  }
+  const uint64_t sent = group.allreduce_max(bits.data(), size_t(n));
+  for (int i = 0; i < n; ++i) {
+    const uint32_t b = uint32_t(bits[size_t(i)]);
+    std::memcpy(&amax[i], &b, sizeof b);
+  }
+  return sent;
+}
+
 // ---- sequence parallelism's split ------------------------------------------------------
 
 void SequenceShard::check(int64_t N) const {
@@ -128,10 +146,15 @@ void SequenceShard::mark_partial_grads(const std::vector<Parameter*>& params) co
 
 bool row_payload_quantizes(const TensorFormat& f) {
   if (!f.quantized()) return true;  // BF16 values
-  if (f.tensor_scale) return false;  // a per-tensor scale spans every row
+  if (f.tensor_scale)  // NVFP4: the pack's scale travels beside the rows
+    return f.is_4bit() && f.scale == ScaleType::e4m3 && f.block == BlockShape::b1x16;
   return (f.scale == ScaleType::e8m0 && f.block == BlockShape::b1x32) ||
          ((f.scale == ScaleType::fp32 || f.scale == ScaleType::fp32_pow2) &&
           f.block == BlockShape::b1x128);
+}
+
+bool row_payload_has_tensor_scale(const TensorFormat& f) {
+  return f.quantized() && f.tensor_scale && row_payload_quantizes(f);
 }
 
 size_t row_payload_bytes(const TensorFormat& f, int64_t D) {
@@ -141,18 +164,18 @@ size_t row_payload_bytes(const TensorFormat& f, int64_t D) {
          size_t(ceil_div(D, block_edge(f.block))) * size_t(scale_type_bytes(f.scale));
 }
 
-void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out) {
+float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out) {
   const size_t P = row_payload_bytes(f, D);
   if (!row_payload_quantizes(f)) {
     std::memcpy(out, x, P * size_t(rows));
-    return;
+    return 0.f;
   }
   if (!f.quantized()) {
     thread_local std::vector<uint16_t> b;
     b.resize(size_t(rows * D));
     f32_to_bf16_array(x, b.data(), rows * D);
     std::memcpy(out, b.data(), P * size_t(rows));
-    return;
+    return 0.f;
   }
   thread_local QTensor scratch;  // storage reused across calls
   QTensor& q = scratch;
@@ -166,9 +189,11 @@ void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, u
     std::memcpy(out + P * size_t(r), t.data.data() + rb * size_t(r), rb);
     std::memcpy(out + P * size_t(r) + rb, t.scales.data() + sb * size_t(r), sb);
   }
+  return row_payload_has_tensor_scale(f) ? t.tensor_scale : 0.f;
 }
 
-void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x) {
+void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x,
+                 float tensor_scale) {
   const size_t P = row_payload_bytes(f, D);
   if (!row_payload_quantizes(f)) {
     std::memcpy(x, in, P * size_t(rows));
@@ -189,6 +214,9 @@ void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat&
   t.elem = f.elem;
   t.scale_type = f.scale;
   t.block = block_edge(f.block);
+  t.has_tensor_scale = row_payload_has_tensor_scale(f);
+  t.tensor_scale = t.has_tensor_scale ? tensor_scale : 1.f;
+  t.rht = false;
   t.data.resize(t.data_bytes());
   t.scales.resize(t.scale_bytes());
   const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));
@@ -205,8 +233,8 @@ void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f) {
   if (!row_payload_quantizes(f) || rows == 0) return;
   thread_local std::vector<uint8_t> buf;
   buf.resize(row_payload_bytes(f, D) * size_t(rows));
-  pack_rows(x, rows, D, f, buf.data());
-  unpack_rows(buf.data(), rows, D, f, x);
+  const float s = pack_rows(x, rows, D, f, buf.data());
+  unpack_rows(buf.data(), rows, D, f, x, s);
 }
 
 }  // namespace mxtrain

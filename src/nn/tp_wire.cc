@@ -10,7 +10,8 @@
 
 namespace mxtrain::nn_detail {
 
-void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch) {
+void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer& scratch,
+                   const SrKey* sr) {
   want = want - q.present;
   if (want.empty()) return;
   MXT_CHECK(q.has(Copy::rowwise) || q.has(Copy::bf16), "derive_copies: the gathered copy has "
@@ -20,7 +21,7 @@ void derive_copies(QTensor& q, const TensorFormat& f, CopySet want, FloatBuffer&
     dequantize(q.rowwise, scratch.data());
   else
     bf16_to_f32_array(q.bf16.data(), scratch.data(), q.rows * q.cols);
-  make_copies(scratch.data(), q.rows, q.cols, f, q, want);
+  make_copies(scratch.data(), q.rows, q.cols, f, q, want, nullptr, sr);  // whole on every rank
 }
 
 namespace {
@@ -60,14 +61,22 @@ void gather_rows(const LinearParallel& p, const float* shard, int64_t Ns, int64_
 
 namespace {
 
-// Whether a shard of Ns rows quantizes to exactly its rows of the whole matrix's copy c.
+// Whether a shard of Ns rows quantizes to exactly its rows of the whole matrix's copy c. A
+// second, per-tensor scale (NVFP4) is the whole matrix's: its amax is agreed over the group
+// first. An RHT copy transforms groups of 16 rows, NVFP4's colwise block edge.
 bool travels_exact(Copy c, const TensorFormat& f, int64_t Ns) {
   if (c == Copy::bf16) return true;
-  // A second, per-tensor scale (NVFP4) comes from every rank's rows.
-  if (f.quantized() && f.tensor_scale) return false;
   if (c == Copy::rowwise) return true;
   if (c == Copy::colwise) return Ns % block_edge(f.block) == 0;
-  return false;  // a 2-D tile or a tensor scale spans every rank's rows
+  return false;  // a 2-D tile or one scale for the tensor (fp8-current) spans every rank's rows
+}
+
+// The rank's own stochastic-rounding key for its shard: the layer's, with the rank mixed into
+// the tensor id.
+SrKey shard_key(const SrKey* sr, int rank) {
+  SrKey k = sr ? *sr : SrKey{};
+  k.tensor ^= 0x9E3779B9u * uint32_t(rank);
+  return k;
 }
 
 }  // namespace
@@ -78,7 +87,7 @@ namespace {
 // travelled as FP32 rows.
 uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t Ns, int64_t K,
                                  const TensorFormat& f, CopySet copies, QTensor& out,
-                                 bool* fp32_route) {
+                                 bool* fp32_route, const SrKey* sr, const AmaxAgree* agree) {
   const int W = group.size();
   const int64_t M = Ns * W;
   CopySet exact, rest;
@@ -93,7 +102,8 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
     thread_local QTensor local;  // this rank's copies of its rows, storage reused
     thread_local std::vector<uint8_t> send, recv;
     local.invalidate();
-    make_copies(shard, Ns, K, f, local, exact);
+    const SrKey key = shard_key(sr, group.rank());
+    make_copies(shard, Ns, K, f, local, exact, nullptr, &key, agree);
     size_t P = 0;  // one rank's pack
     if (exact.has(Copy::bf16)) P += local.bf16.size() * sizeof(uint16_t);
     for (Copy c : {Copy::rowwise, Copy::colwise})
@@ -108,9 +118,12 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
     if (exact.has(Copy::bf16)) put(local.bf16.data(), local.bf16.size() * sizeof(uint16_t));
     for (Copy c : {Copy::rowwise, Copy::colwise})
       if (exact.has(c)) {
-        put(local.scaled(c).data.data(), local.scaled(c).data.size());
-        put(local.scaled(c).scales.data(), local.scaled(c).scales.size());
+        const ScaledTensor& l = local.scaled(c);
+        put(l.data.data(), l.data.size());
+        put(l.scales.data(), l.scales.size());
+        if (l.has_tensor_scale) put(&l.tensor_scale, sizeof(float));  // the agreed one
       }
+    MXT_CHECK(at == P, "internal: a sequence-parallel pack of ", at, " bytes, expected ", P);
     sent += group.allgather(send.data(), recv.data(), P);
     // Lay the ranks' parts end to end.
     if (exact.has(Copy::bf16)) out.bf16.resize(size_t(M * K));
@@ -148,6 +161,14 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
           off += l.data.size();
           std::memcpy(o.scales.data() + l.scales.size() * size_t(r), pack + off, l.scales.size());
           off += l.scales.size();
+          if (l.has_tensor_scale) {  // every rank quantized with the same agreed scale
+            float t;
+            std::memcpy(&t, pack + off, sizeof t);
+            off += sizeof t;
+            MXT_CHECK(std::memcmp(&t, &l.tensor_scale, sizeof t) == 0, "sequence parallelism: "
+                      "rank ", r, "'s tensor scale ", t, " differs from this rank's ",
+                      l.tensor_scale, " (the amax agreement failed)");
+          }
         }
     }
     out.present |= exact;
@@ -156,37 +177,57 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
     thread_local std::vector<float> whole;
     whole.resize(size_t(M * K));
     sent += group.allgather(shard, whole.data(), sizeof(float) * size_t(Ns * K));
-    make_copies(whole.data(), M, K, f, out, rest);
+    make_copies(whole.data(), M, K, f, out, rest, nullptr, sr);
   }
   return sent;
 }
 
 }  // namespace
 
+AmaxAgree tp_amax_agree(const LinearParallel& p) {
+  if (!p.active()) return {};
+  return [group = p.group, stats = p.stats](float* amax, int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t sent = allreduce_amax(*group, amax, n);
+    if (stats) {
+      stats->tp_comm_bytes += sent;
+      stats->tp_ms += ms_since(t0);
+    }
+  };
+}
+
 void gather_copies(const LinearParallel& p, const float* shard, int64_t Ns, int64_t K,
-                   const TensorFormat& f, CopySet copies, QTensor& out) {
+                   const TensorFormat& f, CopySet copies, QTensor& out, const SrKey* sr) {
   const auto t0 = std::chrono::steady_clock::now();
   bool fp32 = false;
-  const uint64_t sent = gather_copies_uncounted(*p.group, shard, Ns, K, f, copies, out, &fp32);
+  // The agreement's bytes are TP traffic but not the gather's; its time is in the gather's.
+  AmaxAgree agree;
+  if (f.quantized() && f.tensor_scale)
+    agree = [&p](float* amax, int n) {
+      const uint64_t sent = allreduce_amax(*p.group, amax, n);
+      if (p.stats) p.stats->tp_comm_bytes += sent;
+    };
+  const uint64_t sent =
+      gather_copies_uncounted(*p.group, shard, Ns, K, f, copies, out, &fp32, sr, &agree);
   count_gather(p, sent, ms_since(t0), fp32);
 }
 
 void gather_grad_copies(const LinearParallel& p, const float* dy_shard, int64_t Ns, int64_t O,
                         const TensorFormat& f, CopySet dgrad, CopySet wgrad, QTensor& q,
-                        FloatBuffer& scratch) {
+                        FloatBuffer& scratch, const SrKey* sr) {
   const bool rowwise = p.wire == SequenceWire::rowwise;
-  gather_copies(p, dy_shard, Ns, O, f, rowwise ? dgrad : dgrad | wgrad, q);
-  if (rowwise) derive_copies(q, f, wgrad, scratch);
+  gather_copies(p, dy_shard, Ns, O, f, rowwise ? dgrad : dgrad | wgrad, q, sr);
+  if (rowwise) derive_copies(q, f, wgrad, scratch, sr);
 }
 
 QTensor& input_wgrad_copies(const LinearParallel& p, const float* shard, int64_t Ns, int64_t K,
                             const TensorFormat& f, CopySet wgrad, QTensor& kept,
-                            QTensor& regathered, FloatBuffer& scratch) {
+                            QTensor& regathered, FloatBuffer& scratch, const SrKey* sr) {
   if (p.wire == SequenceWire::rowwise) {
-    derive_copies(kept, f, wgrad, scratch);
+    derive_copies(kept, f, wgrad, scratch, sr);
     return kept;
   }
-  gather_copies(p, shard, Ns, K, f, wgrad, regathered);
+  gather_copies(p, shard, Ns, K, f, wgrad, regathered, sr);
   return regathered;
 }
 

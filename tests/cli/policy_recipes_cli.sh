@@ -7,7 +7,7 @@
 # run/policy recipe checks (what is refused, what --allow-policy-recipe-mismatch turns into a
 # warning), malformed recipes refused by file and JSON path, a short training run of a policy
 # mixing mxfp8 and nvfp4 with finite metrics, and (with MPIEXEC) a rule's recipe refused at a
-# tensor-parallel layout it cannot run at.
+# tensor-parallel layout it cannot run at (fp8-current), an nvfp4 rule run there.
 # Usage: policy_recipes_cli.sh /path/to/mxtrain SOURCE_DIR [MPIEXEC]
 #        (run by CTest as `cli_policy_recipes`)
 set -u
@@ -245,26 +245,28 @@ assert rows[-1].get("summary") and math.isfinite(rows[-1]["final_loss"]), rows[-
 assert steps[-1]["loss"] < steps[0]["loss"] - 0.3, [r["loss"] for r in steps]
 ' m.jsonl || fail "metrics: $(cat m.jsonl)"
 
-# ---- a rule's recipe at a tensor-parallel layout it cannot run at --------------------------
+# ---- a rule's recipe at a tensor-parallel layout ------------------------------------------
 if [ -n "$MPIEXEC" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   cat > tp2.json <<'JSON'
-{"version": 1, "speedup_threshold": 1.0, "measured_recipes": ["nvfp4", "mxfp4"],
- "rules": {"layernorm_column": {"qkv": [{"tp": 2, "min_tokens": 0, "recipe": "nvfp4"}],
+{"version": 1, "speedup_threshold": 1.0, "measured_recipes": ["fp8-current", "nvfp4", "mxfp4"],
+ "rules": {"layernorm_column": {"qkv": [{"tp": 2, "min_tokens": 0, "recipe": "fp8-current"}],
                                 "fc1": [{"tp": 1, "min_tokens": 0, "recipe": "nvfp4"}]},
            "row": {"proj": [{"tp": 2, "min_tokens": 0, "recipe": "mxfp4"}]}}}
 JSON
+  # One FP8 scale per tensor cannot run there: refused, naming the rule and the module.
   timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MXTRAIN" train --config "$TINY" --data corpus.txt \
     --recipe mxfp4 --tp 2 --fp8-policy tp2.json --dry-run --quiet > tp.out 2>&1 &&
-    fail "an NVFP4 rule at tp 2 was accepted"
-  grep -qF "error: policy tp2.json: the rule for layernorm_column/qkv tp=2 gives module layers.0.attention.qkv recipe nvfp4, but NVFP4's per-tensor scale is not built for tensor or expert parallelism" \
+    fail "an fp8-current rule at tp 2 was accepted"
+  grep -qF "error: policy tp2.json: the rule for layernorm_column/qkv tp=2 gives module layers.0.attention.qkv recipe fp8-current, but one scale per tensor is not built for tensor or expert parallelism" \
     tp.out || fail "tp refusal: $(head -c 600 tp.out)"
-  # mxfp4 there runs; the tp=1 rule naming nvfp4 matches no module at tp 2.
-  sed -i 's/"tp": 2, "min_tokens": 0, "recipe": "nvfp4"/"tp": 2, "min_tokens": 0, "recipe": "mxfp4"/' tp2.json
+  # NVFP4 (its tensor scales agreed over the tp group) and mxfp4 there run; the tp=1 rule
+  # matches no module at tp 2.
+  sed -i 's/"tp": 2, "min_tokens": 0, "recipe": "fp8-current"/"tp": 2, "min_tokens": 0, "recipe": "nvfp4"/' tp2.json
   timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$MXTRAIN" train --config "$TINY" --data corpus.txt \
     --recipe mxfp4 --tp 2 --fp8-policy tp2.json --dry-run --quiet --decisions-out d_tp.json \
-    > tp.out 2>&1 || fail "mxfp4 rules at tp 2: $(head -c 600 tp.out)"
-  [ "$(precisions d_tp.json | head -4)" = "layers.0.attention.qkv mxfp4
+    > tp.out 2>&1 || fail "nvfp4 and mxfp4 rules at tp 2: $(head -c 600 tp.out)"
+  [ "$(precisions d_tp.json | head -4)" = "layers.0.attention.qkv nvfp4
 layers.0.attention.proj mxfp4
 layers.0.mlp.fc1 bf16
 layers.0.mlp.fc2 bf16" ] || fail "tp 2 decisions:"$'\n'"$(precisions d_tp.json)"

@@ -419,6 +419,33 @@ TEST(Fp4Paths, EveryIsaMatchesScalarReference) {
   }
 }
 
+// fp4_rht_amax (the transformed matrix's amax without holding it) is fp4_amax of rht_rows on
+// every path, NaN winning, over the awkward shapes (a last partial group of rows included).
+TEST(Fp4Paths, RhtAmaxIsTheTransformedMatrixsAmaxOnEveryPath) {
+  PathGuard guard;
+  for (auto [M, K] : path_shapes())
+    for (bool with_nan : {true, false}) {
+      std::vector<float> x = small_awkward(M, K, uint32_t(M * 7919 + K));
+      if (!with_nan)
+        for (float& v : x)
+          if (std::isnan(v)) v = -3.f;
+      std::vector<float> t(x.size());
+      set_isa(Isa::scalar);
+      rht_rows(x.data(), M, K, t.data());
+      const float want = fp4_amax(t.data(), M * K);
+      for (Isa isa : supported_isas()) {
+        set_isa(isa);
+        const float got = fp4_rht_amax(x.data(), M, K);
+        const std::string what = std::to_string(M) + "x" + std::to_string(K) + " on " +
+                                 isa_name(isa) + (with_nan ? "" : " no NaN");
+        if (std::isnan(want))
+          EXPECT_TRUE(std::isnan(got)) << what;
+        else
+          EXPECT_EQ(got, want) << what;
+      }
+    }
+}
+
 TEST(Fp4Paths, ThreadCountDoesNotChangeBytes) {
   PathGuard guard;
   const int saved = omp_get_max_threads();

@@ -12,6 +12,7 @@
 // printed on failure).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,73 @@ Linear layer(const Recipe& rc, bool defer, int64_t in, int64_t out, uint32_t see
   l.weight.value = buffer(randn(in * out, seed, 0.05f));
   l.set_rounding_clock(clock);
   return l;
+}
+
+bool same_copy(const ScaledTensor& a, const ScaledTensor& b) {
+  return a.rows == b.rows && a.cols == b.cols && a.data == b.data && a.scales == b.scales &&
+         a.has_tensor_scale == b.has_tensor_scale && a.rht == b.rht &&
+         std::memcmp(&a.tensor_scale, &b.tensor_scale, sizeof(float)) == 0;
+}
+
+// NVFP4 copies with an agreed amax (make_copies' `agree`, the tensor- and expert-tensor-
+// parallel layers' hook): the agreement is asked once, for x's amax and, with an RHT colwise
+// copy, the transformed matrix's; each copy is then quantize_fp4 with the agreed amax, byte for
+// byte; an agreement that changes nothing gives make_copies' own copies. Awkward shapes: rows
+// 1, 15, 17, 33 (a last RHT group and colwise block short), columns 16, 31 and 48.
+TEST(MakeCopiesFp4, AnAgreedAmaxIsQuantizeFp4WithThatAmax) {
+  int checked = 0;  // copies compared (every NVFP4 variant, role and shape)
+  for (const Recipe& rc : recipes()) {
+    if (!rc.role(Role::input).tensor_scale) continue;
+    for (Role role : {Role::input, Role::weight, Role::grad})
+      for (int64_t M : {1, 15, 17, 33})
+        for (int64_t K : {16, 31, 48}) {
+          SCOPED_TRACE(label(rc) + " role " + std::to_string(int(role)) + " " +
+                       std::to_string(M) + "x" + std::to_string(K));
+          const TensorFormat& f = rc.role(role);
+          const CopySet copies = copies_needed(rc, role);
+          const std::vector<float> x = randn(M * K, uint32_t(M * 64 + K), 0.3f);
+          const SrKey key{5, 7, 11};
+          std::vector<float> asked;
+          const AmaxAgree times4 = [&](float* a, int n) {  // as if another rank held 4x more
+            asked.assign(a, a + n);
+            for (int i = 0; i < n; ++i) a[i] *= 4.f;
+          };
+          QTensor got;
+          make_copies(x.data(), M, K, f, got, copies, nullptr, &key, &times4);
+          const bool rht = copies.has(Copy::colwise) && f.rht;
+          const bool plain = copies.has(Copy::rowwise) || copies.has(Copy::tile) ||
+                             (copies.has(Copy::colwise) && !f.rht);
+          std::vector<float> t(size_t(M * K));
+          rht_rows(x.data(), M, K, t.data());
+          std::vector<float> want_asked;
+          if (plain) want_asked.push_back(fp4_amax(x.data(), M * K));
+          if (rht) want_asked.push_back(fp4_amax(t.data(), M * K));
+          EXPECT_EQ(asked, want_asked);
+          const float a_plain = 4.f * fp4_amax(x.data(), M * K);
+          const float a_rht = 4.f * fp4_amax(t.data(), M * K);
+          for (Copy c : {Copy::rowwise, Copy::colwise, Copy::tile}) {
+            if (!copies.has(c)) continue;
+            const MXLayout layout = c == Copy::rowwise   ? MXLayout::rowwise
+                                    : c == Copy::colwise ? MXLayout::colwise
+                                                         : MXLayout::tile;
+            const Fp4Config cfg = f.fp4_config(layout, key);
+            ScaledTensor want;
+            quantize_fp4(x.data(), M, K, layout, cfg, want, cfg.rht ? a_rht : a_plain);
+            EXPECT_TRUE(same_copy(got.scaled(c), want)) << copy_name(c);
+            ++checked;
+          }
+          QTensor own, same;
+          const AmaxAgree identity = [](float*, int) {};
+          make_copies(x.data(), M, K, f, own, copies, nullptr, &key);
+          make_copies(x.data(), M, K, f, same, copies, nullptr, &key, &identity);
+          for (Copy c : {Copy::rowwise, Copy::colwise, Copy::tile}) {
+            if (!copies.has(c)) continue;
+            EXPECT_TRUE(same_copy(same.scaled(c), own.scaled(c))) << copy_name(c);
+          }
+        }
+  }
+  // 9 NVFP4 variants x 12 shapes x (input 2, weight 1 or 2, grad 2 copies).
+  EXPECT_GE(checked, 9 * 12 * 5);
 }
 
 TEST(LinearFp4, ProductsAreGemmMxOnTheRecipesCopiesWithTheLayersKeys) {

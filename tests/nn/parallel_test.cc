@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -113,9 +114,9 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
         const TensorFormat f = get_recipe(name).role(role);
         const std::vector<float> x = randn(rows * D, uint32_t(D));
         std::vector<uint8_t> buf(row_payload_bytes(f, D) * size_t(rows));
-        pack_rows(x.data(), rows, D, f, buf.data());
+        const float scale = pack_rows(x.data(), rows, D, f, buf.data());
         std::vector<float> got(size_t(rows * D)), want(size_t(rows * D));
-        unpack_rows(buf.data(), rows, D, f, got.data());
+        unpack_rows(buf.data(), rows, D, f, got.data(), scale);
         if (!f.quantized()) {
           EXPECT_EQ(row_payload_bytes(f, D), size_t(2 * D));
           std::vector<uint16_t> b(size_t(rows * D));
@@ -131,19 +132,59 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
           QTensor q;
           make_copies(x.data(), rows, D, f, q, {Copy::rowwise});
           dequantize(q.rowwise, want.data());
+          // NVFP4: the pack's tensor scale is the rowwise copy's of all the rows (their amax).
+          EXPECT_EQ(row_payload_has_tensor_scale(f), q.rowwise.has_tensor_scale);
+          EXPECT_EQ(scale, q.rowwise.has_tensor_scale ? q.rowwise.tensor_scale : 0.f);
         }
         EXPECT_EQ(std::memcmp(got.data(), want.data(), sizeof(float) * got.size()), 0);
         std::vector<float> rt = x;
         row_round_trip(rt.data(), rows, D, f);
         EXPECT_EQ(std::memcmp(rt.data(), want.data(), sizeof(float) * rt.size()), 0);
       }
-  // MXFP8 rows of 2048: (2048 + 64) / 4096 of BF16's bytes; MXFP4 (1024 + 64) / 4096 = 0.266
-  // (4-bit expert dispatch; the goal is <= 0.30x). NVFP4's per-tensor scale spans rows: its
-  // payload stays FP32 (and expert parallelism refuses nvfp4, train/config.cc).
+  // MXFP8 rows of 2048: (2048 + 64) / 4096 of BF16's bytes; MXFP4 (1024 + 64) / 4096 = 0.266,
+  // NVFP4 (1024 + 128) / 4096 = 0.281 (4-bit expert dispatch; the goal is <= 0.30x), its
+  // tensor scale (4 bytes) sent once per pack beside the rows.
   EXPECT_EQ(row_payload_bytes(get_recipe("mxfp8").role(Role::input), 2048), 2048u + 64u);
   EXPECT_EQ(row_payload_bytes(get_recipe("mxfp4").role(Role::input), 2048), 1024u + 64u);
-  EXPECT_LE((1024.0 + 64) / 4096, 0.30);
-  EXPECT_FALSE(row_payload_quantizes(get_recipe("nvfp4").role(Role::input)));
+  EXPECT_EQ(row_payload_bytes(get_recipe("nvfp4").role(Role::input), 2048), 1024u + 128u);
+  EXPECT_LE((1024.0 + 128) / 4096, 0.30);
+  EXPECT_TRUE(row_payload_has_tensor_scale(get_recipe("nvfp4").role(Role::grad)));
+  EXPECT_FALSE(row_payload_has_tensor_scale(get_recipe("mxfp4").role(Role::input)));
+  EXPECT_FALSE(row_payload_quantizes(get_recipe("fp8-current").role(Role::input)));
+}
+
+// An agreed amax (nn/parallel.h, allreduce_amax) over a group of one rank is the rank's own;
+// NaN wins over Inf and every finite value, as in fp4_amax.
+TEST(AgreedAmax, OneRankKeepsItsOwnAndNanWins) {
+  struct One : Collectives {  // a group of one: its maximum is its own
+    int size() const override { return 1; }
+    int rank() const override { return 0; }
+    uint64_t allreduce_sum(float*, size_t) override { return 0; }
+    uint64_t allreduce_sum(double*, size_t) override { return 0; }
+    uint64_t allreduce_max(int64_t* x, size_t n) override {
+      for (size_t i = 0; i < n; ++i) seen.push_back(x[i]);
+      return 0;
+    }
+    uint64_t allgather(const void*, void*, size_t) override { return 0; }
+    uint64_t allgatherv(const void*, size_t, void*, const size_t*) override { return 0; }
+    uint64_t reduce_scatter_sum(const float*, float*, size_t) override { return 0; }
+    uint64_t alltoall(const void*, void*, size_t) override { return 0; }
+    uint64_t alltoallv(const void*, const size_t*, void*, const size_t*) override { return 0; }
+    std::vector<int64_t> seen;
+  } g;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float a[4] = {0.f, 3.5f, inf, nan};
+  allreduce_amax(g, a, 4);
+  EXPECT_EQ(a[0], 0.f);
+  EXPECT_EQ(a[1], 3.5f);
+  EXPECT_EQ(a[2], inf);
+  EXPECT_TRUE(std::isnan(a[3]));
+  // The integers the maximum is taken over order as the amaxes do, NaN above Inf.
+  ASSERT_EQ(g.seen.size(), 4u);
+  EXPECT_LT(g.seen[0], g.seen[1]);
+  EXPECT_LT(g.seen[1], g.seen[2]);
+  EXPECT_LT(g.seen[2], g.seen[3]);
 }
 
 }  // namespace

@@ -66,6 +66,12 @@ class GroupedLinear {
   LayerScaleHistories& scale_histories() { return scales_; }
   // Stochastic rounding: the clock the layer's keys read (the model's).
   void set_rounding_clock(const RoundingClock* c) { scales_.clock = c; }
+  // The whole layer's index of this layer's expert 0 (expert parallelism: rank p of ep holds
+  // experts p·E/ep ...): the stochastic-rounding keys name experts by it, as one process does.
+  void set_first_expert(int64_t e) { scales_.group_offset = e; }
+  // Per-tensor amaxes (NVFP4) agreed over the ranks holding the other pieces of each expert's
+  // tensors (expert-tensor parallelism, nn/moe.h); empty: this rank's own.
+  void set_amax_agree(AmaxAgree a) { scales_.agree = std::move(a); }
 
  private:
   std::string name_;

@@ -86,6 +86,12 @@ struct LayerScaleHistories {
   std::array<std::vector<ScaleHistory>, kNumRoles> roles;  // by Role, [groups] or empty
   const RoundingClock* clock = nullptr;  // the model's (nullptr: seed 0, step 0)
   uint32_t layer_id = 0;                 // FNV-1a of the layer's name
+  // The index of group 0 in the whole layer (an expert-parallel rank's first expert): the
+  // stochastic-rounding keys name a group by its whole-layer index.
+  int64_t group_offset = 0;
+  // Per-tensor amaxes (NVFP4) agreed over the group whose ranks hold pieces of the layer's
+  // tensors (a tensor- or expert-tensor-parallel group); empty: each rank's own.
+  AmaxAgree agree;
 
   // Fresh histories for the roles of r that need them, `groups` each; other roles get none.
   void reset(const Recipe& r, int64_t groups);
@@ -96,7 +102,7 @@ struct LayerScaleHistories {
   }
   bool empty() const;
   // The stochastic-rounding key of role's tensor of group g now: {clock's seed, clock's step,
-  // a hash of (layer id, role, g)}.
+  // a hash of (layer id, role, group_offset + g)}.
   SrKey sr_key(Role role, int64_t g) const;
 };
 

@@ -155,6 +155,9 @@ struct MoEActivations {
   std::vector<int64_t> etp_counts;   // [Q, P, E/P]: recv_counts of every etp rank
   std::vector<size_t> send_rows, recv_rows, send_bytes, recv_bytes, etp_rows;  // [P], [Q]
   std::vector<uint8_t> send_buf, recv_buf, all_buf;
+  // NVFP4 payloads: each source's pack scale, [ep] after the dispatch, [etp · ep] in the
+  // order of the gathered rows (etp rank, then ep source).
+  std::vector<float> pack_scales, all_scales;
   int64_t expert_rows = 0;  // rows this rank received (its share of the expert computation)
   int64_t all_rows = 0;     // rows at its experts: every etp rank's received rows
 };

@@ -9,10 +9,10 @@
 // and all-reduces (nn/linear.h); an MoE layer its own expert exchange (nn/moe.h). They sort
 // their traffic into ParallelStats by what it carries, as the metrics report it
 // (docs/config.md, "Outputs"):
-//   tp_comm_bytes      every TP/SP collective this rank sent
+//   tp_comm_bytes      every TP/SP collective this rank sent (NVFP4's amax agreements too)
 //   tp_allgather_bytes the all-gathers among them: forward activations and backward gradients,
 //                      the traffic that can travel in FP8
-//   ep_comm_bytes      every expert all-to-all this rank sent
+//   ep_comm_bytes      every expert all-to-all this rank sent (and the etp amax agreements)
 //   ep_dispatch_bytes  the part sent toward the experts: forward tokens and backward
 //                      expert-output gradients
 // and the milliseconds spent in them (blocking collectives: all exposed).
@@ -39,6 +39,8 @@ class Collectives {
   // x: [n], summed over the group in place.
   virtual uint64_t allreduce_sum(float* x, size_t n) = 0;
   virtual uint64_t allreduce_sum(double* x, size_t n) = 0;
+  // x: [n], the group's maximum in place.
+  virtual uint64_t allreduce_max(int64_t* x, size_t n) = 0;
   // send: [bytes_per_rank]; recv: [size() * bytes_per_rank] in rank order.
   virtual uint64_t allgather(const void* send, void* recv, size_t bytes_per_rank) = 0;
   // Variable blocks (dist/comm.h, Comm::allgatherv).
@@ -53,12 +55,20 @@ class Collectives {
                              const size_t* recv_bytes) = 0;
 };
 
+// amax [n] (each >= 0 or NaN, as fp4_amax gives them): the group's maximum in place, NaN
+// winning as in one process's amax (quantize.h): a non-negative float orders like its bits and
+// NaN's bits exceed Inf's, so the maximum of the bits is taken. The amaxes of a tensor whose
+// pieces the group's ranks hold, agreed before any rank quantizes its piece (NVFP4's per-tensor
+// scale; docs/distributed.md, "NVFP4 at a layout"). Returns the bytes this rank sent.
+uint64_t allreduce_amax(Collectives& group, float* amax, int n);
+
 struct ParallelStats {
   uint64_t tp_comm_bytes = 0, tp_allgather_bytes = 0;
   uint64_t ep_comm_bytes = 0, ep_dispatch_bytes = 0;
   double tp_ms = 0, ep_ms = 0;
   // Some sequence-parallel gather sent FP32 rows: a copy whose blocks span two ranks' rows
-  // (colwise blocks longer than a rank's N/tp tokens, a tile or a tensor scale).
+  // (colwise blocks longer than a rank's N/tp tokens, a 2-D tile or one FP8 scale per tensor;
+  // NVFP4's tensor scale is agreed over the group and travels with the codes).
   bool sp_fp32_route = false;
 };
 
@@ -154,17 +164,25 @@ struct SequenceShard {
 
 // ---- expert parallelism's token rows (docs/distributed.md, "Expert parallel") ------------
 // A row of D values travels as its rowwise copy in format f: BF16 values for an unscaled
-// format; the row's FP8 codes and then its scales for a 1x32 (E8M0) or 1x128 (FP32) rowwise
-// format. Any other format (one scale per tensor) travels as FP32. An expert's input (and the
+// format; the row's codes and then its scales for a 1x32 (E8M0: MXFP8, MXFP4) or 1x128 (FP32)
+// rowwise format, or NVFP4's 1x16 (E4M3) one, whose per-tensor scale — of the pack: every row
+// one rank sends in one dispatch, its micro-batch's routed rows — travels once beside them.
+// Any other format (one FP8 scale per tensor) travels as FP32. An expert's input (and the
 // gradient of its output) is defined as the values such a row arrives as, at every layout: in
 // one process the rows make the same round trip (row_round_trip), so ep ranks compute what one
 // process computes.
 bool row_payload_quantizes(const TensorFormat& f);
+// Whether a pack of rows in format f carries a per-tensor scale beside them (NVFP4).
+bool row_payload_has_tensor_scale(const TensorFormat& f);
 size_t row_payload_bytes(const TensorFormat& f, int64_t D);
 // x: [rows, D] -> out: [rows, row_payload_bytes] (row r's bytes at r·row_payload_bytes).
-void pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out);
-// in: [rows, row_payload_bytes] -> x: [rows, D], the values the rows stand for.
-void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x);
+// Returns the pack's per-tensor decode scale (from the amax of all `rows`), 0 when the format
+// has none.
+float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out);
+// in: [rows, row_payload_bytes] -> x: [rows, D], the values the rows stand for; tensor_scale:
+// what pack_rows returned for them (read only when the format has one).
+void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x,
+                 float tensor_scale = 0.f);
 // x: [rows, D] in place: unpack_rows(pack_rows(x)).
 void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f);
 
