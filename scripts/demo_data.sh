@@ -4,7 +4,7 @@
 # data.path), cached under runs/cache/. Made again when the tokenizer or the shards are
 # missing, or when the shards were made with another tokenizer.
 # Usage: bash scripts/demo_data.sh [MXTRAIN]   (default build/mxtrain; used by demo.sh and
-#        demo_sweep.sh)
+#        the benchmark harness's main-job suites)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${1:-build/mxtrain}
