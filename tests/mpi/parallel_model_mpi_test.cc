@@ -363,7 +363,8 @@ TEST(Nvfp4TensorParallel, PiecesAreTheOneProcessCopies) {
   };
   auto scale_cols = [](std::vector<float>& m, int64_t rows, int64_t cols, int64_t cols_per) {
     for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) m[size_t(i * cols + j)] *= std::ldexp(1.f, int(j / cols_per));
+      for (int64_t j = 0; j < cols; ++j)
+        m[size_t(i * cols + j)] *= std::ldexp(1.f, int(j / cols_per));
   };
   const int64_t Ns = 32, N = Ns * W, in = 64, outl = 32, out = outl * W;
   std::vector<float> x = fill(N * in), w = fill(out * in), dy = fill(N * out);
