@@ -389,34 +389,40 @@ const std::vector<std::pair<int64_t, int64_t>>& path_shapes() {
   return s;
 }
 
+// The paths' input of shape [M, K]: small_awkward's, or with its NaNs made -3 (then the
+// tensor scales are finite, so every block takes the rules, not a fill).
+std::vector<float> path_input(int64_t M, int64_t K, bool with_nan) {
+  std::vector<float> x = small_awkward(M, K, uint32_t(M * 7919 + K));
+  if (!with_nan)
+    for (float& v : x)
+      if (std::isnan(v)) v = -3.f;
+  return x;
+}
+
 TEST(Fp4Paths, EveryIsaMatchesScalarReference) {
   PathGuard guard;
   for (auto [M, K] : path_shapes())
     for (bool with_nan : {true, false}) {
-    // Without NaN the tensor scales are finite, so every block takes the rules, not a fill.
-    std::vector<float> x = small_awkward(M, K, uint32_t(M * 7919 + K));
-    if (!with_nan)
-      for (float& v : x)
-        if (std::isnan(v)) v = -3.f;
-    const std::vector<uint16_t> xb = testdata::to_bf16(x);
-    for (const Setting& s : settings()) {
-      set_isa(Isa::scalar);
-      ScaledTensor ref, ref_b;
-      quantize_fp4(x.data(), M, K, s.layout, s.cfg, ref);
-      quantize_fp4(xb.data(), M, K, s.layout, s.cfg, ref_b);
-      for (Isa isa : supported_isas()) {
-        if (isa == Isa::scalar) continue;
-        set_isa(isa);
-        ScaledTensor got, got_b;
-        quantize_fp4(x.data(), M, K, s.layout, s.cfg, got);
-        quantize_fp4(xb.data(), M, K, s.layout, s.cfg, got_b);
-        const std::string what = s.name + " " + std::to_string(M) + "x" + std::to_string(K) +
-                                 " on " + isa_name(isa);
-        expect_same_copy(got, ref, what + (with_nan ? "" : " no NaN") + " f32");
-        expect_same_copy(got_b, ref_b, what + (with_nan ? "" : " no NaN") + " bf16");
+      const std::vector<float> x = path_input(M, K, with_nan);
+      const std::vector<uint16_t> xb = testdata::to_bf16(x);
+      for (const Setting& s : settings()) {
+        set_isa(Isa::scalar);
+        ScaledTensor ref, ref_b;
+        quantize_fp4(x.data(), M, K, s.layout, s.cfg, ref);
+        quantize_fp4(xb.data(), M, K, s.layout, s.cfg, ref_b);
+        for (Isa isa : supported_isas()) {
+          if (isa == Isa::scalar) continue;
+          set_isa(isa);
+          ScaledTensor got, got_b;
+          quantize_fp4(x.data(), M, K, s.layout, s.cfg, got);
+          quantize_fp4(xb.data(), M, K, s.layout, s.cfg, got_b);
+          const std::string what = s.name + " " + std::to_string(M) + "x" + std::to_string(K) +
+                                   " on " + isa_name(isa) + (with_nan ? "" : " no NaN");
+          expect_same_copy(got, ref, what + " f32");
+          expect_same_copy(got_b, ref_b, what + " bf16");
+        }
       }
     }
-  }
 }
 
 // fp4_rht_amax (the transformed matrix's amax without holding it) is fp4_amax of rht_rows on
@@ -425,10 +431,7 @@ TEST(Fp4Paths, RhtAmaxIsTheTransformedMatrixsAmaxOnEveryPath) {
   PathGuard guard;
   for (auto [M, K] : path_shapes())
     for (bool with_nan : {true, false}) {
-      std::vector<float> x = small_awkward(M, K, uint32_t(M * 7919 + K));
-      if (!with_nan)
-        for (float& v : x)
-          if (std::isnan(v)) v = -3.f;
+      const std::vector<float> x = path_input(M, K, with_nan);
       std::vector<float> t(x.size());
       set_isa(Isa::scalar);
       rht_rows(x.data(), M, K, t.data());
