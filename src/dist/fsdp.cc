@@ -3,7 +3,6 @@
 // prefetch of the neighbouring module, rebuild into the layers' caches, and resharding.
 // Gradients, optimizer views and checkpoints are in fsdp_grad.cc.
 #include <algorithm>
-#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <sstream>
@@ -11,6 +10,7 @@
 
 #include "dist/fsdp_internal.h"
 #include "mxtrain/common.h"
+#include "mxtrain/dist/mesh.h"
 #include "mxtrain/profile.h"
 
 namespace mxtrain::dist {
@@ -36,7 +36,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 // ---- setup ----------------------------------------------------------------------------------
 
 Fsdp::Fsdp(Comm& comm, FsdpOptions opt)
-    : comm_(comm), opt_(opt), gs_(std::make_unique<GradState>()) {
+    : comm_(comm), coll_(comm_collectives(comm)), opt_(opt), gs_(std::make_unique<GradState>()) {
   MXT_CHECK(opt_.prefetch_depth >= 1, "FSDP: prefetch_depth must be >= 1, got ",
             opt_.prefetch_depth, " (turn prefetch off with auto_prefetch = false)");
   std::ostringstream os;
@@ -204,27 +204,6 @@ void Fsdp::start_gather(int i, int k) {
   if (comm_.size() > 1) stats_.allgather_payload_bytes += uint64_t(s.recv.size());
 }
 
-namespace {
-
-// amax [n] (each >= 0 or NaN): the maximum over the ranks in place, NaN winning as in one
-// process's fp4_amax — the maximum of the bits (a non-negative float orders like its bits,
-// NaN's above Inf's); MPI's MAX of floats leaves a NaN's fate to the reduction order.
-void allreduce_amax_bits(Comm& comm, float* amax, size_t n) {
-  std::vector<int64_t> bits(n);
-  for (size_t i = 0; i < n; ++i) {
-    uint32_t b;
-    std::memcpy(&b, &amax[i], sizeof b);
-    bits[i] = int64_t(b & 0x7FFFFFFFu);
-  }
-  comm.allreduce_max(bits.data(), n);
-  for (size_t i = 0; i < n; ++i) {
-    const uint32_t b = uint32_t(bits[i]);
-    std::memcpy(&amax[i], &b, sizeof b);
-  }
-}
-
-}  // namespace
-
 // The scale of each group of a per-tensor weight, agreed by every rank before any quantizes
 // its shard: from the group's amax over all ranks (current scaling: an all-reduce, once per
 // parameter version), or the layer's amax history, which every rank holds alike.
@@ -236,7 +215,9 @@ const float* Fsdp::tensor_scales(Module& M) {
   if (M.layout.second_scale) {  // 4-bit (NVFP4): the agreed amax, from which each rank's
                                 // quantizer derives the tensor scale
     shard_group_amax(M.layout, comm_.rank(), M.value.data(), M.group_scales.data(), true);
-    allreduce_amax_bits(comm_, M.group_scales.data(), size_t(G));
+    // NaN wins as in one process's fp4_amax (nn/parallel.h): MPI's MAX of floats would leave
+    // a NaN's fate to the reduction order.
+    allreduce_amax(*coll_, M.group_scales.data(), int(G));
   } else if (f.source == ScaleSource::amax_history) {
     for (int64_t g = 0; g < G; ++g) M.group_scales[size_t(g)] = M.weight_history(g)->scale();
   } else {

@@ -250,6 +250,7 @@ class Fsdp {
   const Module& mod(int module) const;
 
   Comm& comm_;
+  std::unique_ptr<Collectives> coll_;  // comm_ as the layers' Collectives (allreduce_amax)
   FsdpOptions opt_;
   std::vector<std::unique_ptr<Module>> modules_;
   std::vector<std::unique_ptr<Replicated>> replicated_;
