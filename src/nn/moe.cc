@@ -44,15 +44,8 @@ MoELayer::MoELayer(const std::string& prefix, int64_t d_model, int64_t d_ff,
   fc1.set_first_expert(ep ? ep->rank() * El_ : 0);
   fc2.set_first_expert(ep ? ep->rank() * El_ : 0);
   if (etp) {  // an expert's tensors are cut over the etp group: their amaxes agreed over it
-    auto agree = [etp, stats](float* amax, int n) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const uint64_t sent = allreduce_amax(*etp, amax, n);
-      if (stats) {
-        stats->ep_comm_bytes += sent;
-        stats->ep_ms += std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - t0).count();
-      }
-    };
+    const AmaxAgree agree = counted_amax_agree(*etp, stats ? &stats->ep_comm_bytes : nullptr,
+                                               stats ? &stats->ep_ms : nullptr);
     fc1.set_amax_agree(agree);
     fc2.set_amax_agree(agree);
   }

@@ -118,6 +118,17 @@ uint64_t allreduce_amax(Collectives& group, float* amax, int n) {
   return sent;
 }
 
+AmaxAgree counted_amax_agree(Collectives& group, uint64_t* bytes, double* ms) {
+  return [&group, bytes, ms](float* amax, int n) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const uint64_t sent = allreduce_amax(group, amax, n);
+    if (bytes) *bytes += sent;
+    if (ms)
+      *ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                 .count();
+  };
+}
+
 // ---- sequence parallelism's split ------------------------------------------------------
 
 void SequenceShard::check(int64_t N) const {

@@ -186,14 +186,8 @@ uint64_t gather_copies_uncounted(Collectives& group, const float* shard, int64_t
 
 AmaxAgree tp_amax_agree(const LinearParallel& p) {
   if (!p.active()) return {};
-  return [group = p.group, stats = p.stats](float* amax, int n) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const uint64_t sent = allreduce_amax(*group, amax, n);
-    if (stats) {
-      stats->tp_comm_bytes += sent;
-      stats->tp_ms += ms_since(t0);
-    }
-  };
+  return counted_amax_agree(*p.group, p.stats ? &p.stats->tp_comm_bytes : nullptr,
+                            p.stats ? &p.stats->tp_ms : nullptr);
 }
 
 void gather_copies(const LinearParallel& p, const float* shard, int64_t Ns, int64_t K,
@@ -203,10 +197,7 @@ void gather_copies(const LinearParallel& p, const float* shard, int64_t Ns, int6
   // The agreement's bytes are TP traffic but not the gather's; its time is in the gather's.
   AmaxAgree agree;
   if (f.quantized() && f.tensor_scale)
-    agree = [&p](float* amax, int n) {
-      const uint64_t sent = allreduce_amax(*p.group, amax, n);
-      if (p.stats) p.stats->tp_comm_bytes += sent;
-    };
+    agree = counted_amax_agree(*p.group, p.stats ? &p.stats->tp_comm_bytes : nullptr, nullptr);
   const uint64_t sent =
       gather_copies_uncounted(*p.group, shard, Ns, K, f, copies, out, &fp32, sr, &agree);
   count_gather(p, sent, ms_since(t0), fp32);

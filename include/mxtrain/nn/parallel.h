@@ -62,6 +62,11 @@ class Collectives {
 // scale; docs/distributed.md, "NVFP4 at a layout"). Returns the bytes this rank sent.
 uint64_t allreduce_amax(Collectives& group, float* amax, int n);
 
+// An AmaxAgree (qtensor.h) that calls allreduce_amax over `group` and adds the bytes it sent to
+// *bytes and its milliseconds to *ms (either null: not counted). group, bytes and ms must
+// outlive it.
+AmaxAgree counted_amax_agree(Collectives& group, uint64_t* bytes, double* ms);
+
 struct ParallelStats {
   uint64_t tp_comm_bytes = 0, tp_allgather_bytes = 0;
   uint64_t ep_comm_bytes = 0, ep_dispatch_bytes = 0;
