@@ -690,11 +690,17 @@ def table_data(rows):
             f"\n\n{len({r['round'] for r in rows})} rounds.")
 
 
+# The memory suite's recipe-case flags: R:FLAG adds these `mxtrain train` arguments.
+RECIPE_FLAGS = {"sw32": ["--swiglu-input", "fp32"], "sw4": ["--swiglu-input", "fp4"],
+                "ra": ["--recompute", "attention"]}
+
+
 def run_memory(ctx, args):
     """Peak RSS and step time of activation recompute (none | attention | layer) and of the
     recipes, on configs/act512.yaml. memory:recompute=MODES:recipes=RECIPES choose the cases
-    (comma lists; recompute= empty runs none of them); a recipe R:sw32 runs R with
-    --swiglu-input fp32, R:sw4 with --swiglu-input fp4."""
+    (comma lists; recompute= empty runs none of them). A recipe case is R[:FLAG...]: :sw32 runs
+    R with --swiglu-input fp32, :sw4 with --swiglu-input fp4, :ra with --recompute attention
+    (e.g. nvfp4:sw4:ra)."""
     path = ctx.rows_path("memory")
     cfg = "configs/act512.yaml"
     modes = [m for m in args.get("recompute", "none,attention,layer").split(",") if m]
@@ -707,9 +713,13 @@ def run_memory(ctx, args):
         if kind == "recompute":
             argv += ["--recompute", what]
         else:
-            sw = {":sw32": "fp32", ":sw4": "fp4"}
-            argv += ["--recipe", what.split(":")[0]] + next(
-                (["--swiglu-input", v] for k, v in sw.items() if what.endswith(k)), [])
+            recipe, *flags = what.split(":")
+            argv += ["--recipe", recipe]
+            for f in flags:
+                if f not in RECIPE_FLAGS:
+                    raise SystemExit(f"memory: recipe case {what!r}: unknown flag {f!r}; the "
+                                     "flags are " + ", ".join(RECIPE_FLAGS))
+                argv += RECIPE_FLAGS[f]
         m = os.path.join(ctx.work, f"memory-{kind}-{what.replace(':', '-')}-r{rnd}.jsonl")
         row, s, steps = train_run(ctx, "memory", f"{kind}-{what}", rnd, argv, m,
                                   config=cfg, **{kind: what})
