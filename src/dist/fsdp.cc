@@ -206,7 +206,10 @@ void Fsdp::start_gather(int i, int k) {
 
 // The scale of each group of a per-tensor weight, agreed by every rank before any quantizes
 // its shard: from the group's amax over all ranks (current scaling: an all-reduce, once per
-// parameter version), or the layer's amax history, which every rank holds alike.
+// parameter version), or the layer's amax history, which every rank holds alike. A 4-bit
+// weight that is a tensor- or expert-tensor-parallel slice agrees its amax over the slice's
+// group too, through the layer's own agreement: the maximum over the data-parallel replicas,
+// then over the slices, is the whole weight's amax, as one process has it.
 const float* Fsdp::tensor_scales(Module& M) {
   const TensorFormat& f = M.recipe().role(Role::weight);
   const int64_t G = M.layout.groups;
@@ -218,6 +221,7 @@ const float* Fsdp::tensor_scales(Module& M) {
     // NaN wins as in one process's fp4_amax (nn/parallel.h): MPI's MAX of floats would leave
     // a NaN's fate to the reduction order.
     allreduce_amax(*coll_, M.group_scales.data(), int(G));
+    if (const AmaxAgree& slices = M.layer_agree()) slices(M.group_scales.data(), int(G));
   } else if (f.source == ScaleSource::amax_history) {
     for (int64_t g = 0; g < G; ++g) M.group_scales[size_t(g)] = M.weight_history(g)->scale();
   } else {

@@ -62,6 +62,11 @@ struct Fsdp::Module {
   ScaleHistory* weight_history(int64_t e) {
     return (linear ? linear->scale_histories() : grouped->scale_histories()).get(Role::weight, e);
   }
+  // The layer's agreement of its tensors' amaxes over the group that holds slices of them (a
+  // tensor- or expert-tensor-parallel group; empty when this rank holds whole tensors).
+  const AmaxAgree& layer_agree() {
+    return (linear ? linear->scale_histories() : grouped->scale_histories()).agree;
+  }
   QuantizedWeight& cache(int64_t e) {
     return linear ? linear->weight_cache() : grouped->weight_caches()[size_t(e)];
   }

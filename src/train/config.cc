@@ -533,17 +533,6 @@ void TrainConfig::validate() const {
               r->name, ": one scale per tensor is not built for tensor or expert parallelism "
               "(each rank's slice would need an amax agreed over its group); use an MX or "
               "blockwise recipe, or --fsdp");
-  for (const Recipe* r : [&] {
-         std::vector<const Recipe*> v{&precision.recipe, &precision.lm_head};
-         for (const auto& [pat, rec] : precision.overrides) v.push_back(&rec);
-         return v;
-       }())
-    for (const TensorFormat& f : r->roles)
-      MXT_CHECK(!fsdp.enabled || (p.tp == 1 && p.etp == 1) || !(f.is_4bit() && f.tensor_scale),
-                "recipe ", r->name, ": NVFP4 with --fsdp and parallel.tp ", p.tp,
-                " / parallel.etp ", p.etp, " is not built (FSDP agrees a weight slice's "
-                "tensor scale over its data-parallel replicas only, not over the slice's "
-                "tensor-parallel group); use tp 1 and etp 1 with --fsdp, or mxfp4");
   MXT_CHECK(!p.sequence_parallel ||
                 (int64_t(training.micro_batch_size) * training.seq_len) % p.tp == 0,
             "parallel.sequence_parallel: the micro-batch's tokens (micro_batch_size ",

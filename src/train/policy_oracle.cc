@@ -21,20 +21,13 @@ std::string join(const std::vector<std::string>& v) {
   return s;
 }
 
-// Why recipe r cannot run at a tensor/expert-parallel layout ("" when it can): the rules the
+// Why recipe r cannot run at a tensor/expert-parallel layout ("" when it can): the rule the
 // config parser states for the run's recipe, the LM head's and the overrides'.
-// fsdp_slices: FSDP shards tensor- or expert-tensor-parallel slices.
-std::string layout_refusal(const Recipe& r, bool fsdp_slices) {
+std::string layout_refusal(const Recipe& r) {
   if (r.role(Role::weight).block == BlockShape::tensor)
     return "one scale per tensor is not built for tensor or expert parallelism (each rank's "
            "slice would need an amax agreed over its group); name an MX or blockwise recipe "
            "in that rule, or use --fsdp";
-  if (fsdp_slices)
-    for (const TensorFormat& f : r.roles)
-      if (f.is_4bit() && f.tensor_scale)
-        return "NVFP4 with --fsdp and tp or etp > 1 is not built (FSDP agrees a weight "
-               "slice's tensor scale over its data-parallel replicas only); name mxfp4 in that "
-               "rule, or use tp 1 and etp 1";
   return "";
 }
 
@@ -104,10 +97,7 @@ PolicyOracle load_policy_oracle(const std::string& path, const TrainConfig& cfg,
   if (cfg.parallel.used())
     for (const std::string& name : pol->recipes())
       if (policy::recipe_rank(name) < registered_recipes().size())
-        if (std::string why = layout_refusal(
-                get_recipe(name),
-                cfg.fsdp.enabled && (cfg.parallel.tp > 1 || cfg.parallel.etp > 1));
-            !why.empty())
+        if (std::string why = layout_refusal(get_recipe(name)); !why.empty())
           (*refused)[name] = why;
   return [pol, refused, path, tp, etp, ep](const ModuleInfo& m, int64_t base_tokens) {
     policy::DecisionQuery q;

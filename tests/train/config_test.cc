@@ -83,13 +83,13 @@ TEST(Config, ParallelLayout) {
   EXPECT_TRUE(c.parallel.sequence_parallel);
   EXPECT_EQ(c.parallel.sp_wire, SequenceWire::rowwise);
   EXPECT_EQ(parse_config(kBase, "test.yaml").parallel.sp_wire, SequenceWire::exact);
-  // NVFP4 runs at a layout (its tensor scales agreed over the layer's group), and with FSDP
-  // at ep alone; FSDP at tp or etp > 1 would agree a slice's scale over dp only: refused.
+  // NVFP4 runs at a layout (its tensor scales agreed over the layer's group), with FSDP too
+  // (a slice's scale agreed over its data-parallel replicas, then over its group).
   const std::string nv = replaced("recipe: mxfp8", "recipe: nvfp4");
   EXPECT_EQ(parse_config(nv + "parallel: {tp: 2, sequence_parallel: true}\n").parallel.tp, 2);
-  expect_error(nv + "parallel: {tp: 2}\nfsdp: {enabled: true}\n",
-               {"recipe nvfp4: NVFP4 with --fsdp and parallel.tp 2 / parallel.etp 1 is not "
-                "built", "use tp 1 and etp 1 with --fsdp, or mxfp4"});
+  const TrainConfig f = parse_config(nv + "parallel: {tp: 2}\nfsdp: {enabled: true}\n");
+  EXPECT_EQ(f.parallel.tp, 2);
+  EXPECT_TRUE(f.fsdp.enabled);
   expect_error(replaced("recipe: mxfp8", "recipe: fp8-current") + "parallel: {tp: 2}\n",
                {"recipe fp8-current: one scale per tensor is not built for tensor or expert "
                 "parallelism"});
