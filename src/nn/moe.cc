@@ -186,10 +186,16 @@ void MoELayer::exchange(const void* send, const std::vector<size_t>& send_rows, 
         t0);
 }
 
+SrKey MoELayer::dispatch_key(GroupedLinear& layer, Role role) const {
+  const LayerScaleHistories& s = layer.scale_histories();
+  return s.sr_key(role, E_ - s.group_offset);  // whole-layer group E: no expert's
+}
+
 // rows: [N·k, D] in permuted order (grouped by expert, so by destination rank) -> out:
 // [all_rows, D], the values the payloads of format f stand for (FP32 rows in the FP32
 // reference): sent to the experts' ep ranks, then gathered over the etp group.
-void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f) {
+void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f,
+                          const SrKey& sr) {
   MoEActivations& A = act();
   const int64_t n = N_ * k_;
   const size_t rb = fp32_ref_ ? sizeof(float) * size_t(D_) : row_payload_bytes(f, D_);
@@ -198,7 +204,7 @@ void MoELayer::to_experts(const float* rows, float* out, const TensorFormat& f) 
   if (fp32_ref_)
     std::memcpy(A.send_buf.data(), rows, rb * size_t(n));
   else
-    scale = pack_rows(rows, n, D_, f, A.send_buf.data());
+    scale = pack_rows(rows, n, D_, f, A.send_buf.data(), &sr);
   const bool scaled = !fp32_ref_ && row_payload_has_tensor_scale(f);
   const int64_t P = ep_ ? ep_->size() : 1;
   if (scaled) A.pack_scales.assign(size_t(P), scale);
@@ -321,18 +327,19 @@ double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   moe_permute(xp, x, A.routing, D_);
   // The experts' input: the dispatched payload, at every layout.
   const TensorFormat& fin = fc1.precision().recipe.role(Role::input);
+  const SrKey in_key = dispatch_key(fc1, Role::input);
   const float* xin = xp;
   if (split()) {
     plan_dispatch(A);
     reserve_expert_rows(A, A.all_rows, A.expert_rows);
-    to_experts(xp, A.xr.data(), fin);
+    to_experts(xp, A.xr.data(), fin, in_key);
     xin = A.xr.data();
   } else {
     A.expert_rows = A.all_rows = rows;
     A.src_groups.resize(1);
     A.src_groups[0] = A.groups;
     A.src_offsets.assign(1, 0);
-    if (!fp32_ref_) row_round_trip(xp, rows, D_, fin);
+    if (!fp32_ref_) row_round_trip(xp, rows, D_, fin, &in_key);
   }
   const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
   float* h = own_input(fc2) ? A.h.data() : A.dh.data();
@@ -375,12 +382,13 @@ void MoELayer::backward(const float* dy, float daux, float* dx, Accum dx_mode) {
                        Accum::write);
   // The experts' output gradient: the dispatched payload in fc2's grad format.
   const TensorFormat& fgrad = fc2.precision().recipe.role(Role::grad);
+  const SrKey grad_key = dispatch_key(fc2, Role::grad);
   const float* dyr = A.dyp.data();
   if (split()) {
-    to_experts(A.dyp.data(), A.dyr.data(), fgrad);
+    to_experts(A.dyp.data(), A.dyr.data(), fgrad, grad_key);
     dyr = A.dyr.data();
   } else if (!fp32_ref_) {
-    row_round_trip(A.dyp.data(), rows, D_, fgrad);
+    row_round_trip(A.dyp.data(), rows, D_, fgrad, &grad_key);
   }
   const int64_t R = A.all_rows, S = int64_t(A.src_groups.size());
   float* dxr = split() ? A.dxr.data() : A.dxp.data();

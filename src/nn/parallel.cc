@@ -175,7 +175,8 @@ size_t row_payload_bytes(const TensorFormat& f, int64_t D) {
          size_t(ceil_div(D, block_edge(f.block))) * size_t(scale_type_bytes(f.scale));
 }
 
-float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out) {
+float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out,
+                const SrKey* sr) {
   const size_t P = row_payload_bytes(f, D);
   if (!row_payload_quantizes(f)) {
     std::memcpy(out, x, P * size_t(rows));
@@ -191,7 +192,7 @@ float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, 
   thread_local QTensor scratch;  // storage reused across calls
   QTensor& q = scratch;
   q.invalidate();
-  make_copies(x, rows, D, f, q, {Copy::rowwise});
+  make_copies(x, rows, D, f, q, {Copy::rowwise}, nullptr, sr);
   const ScaledTensor& t = q.rowwise;
   const size_t sb = t.scales.size() / size_t(std::max<int64_t>(rows, 1));  // one row's scales
   const size_t rb = size_t(t.row_bytes());                                  // one row's codes
@@ -240,11 +241,12 @@ void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat&
   if (rows > 0) dequantize(t, x);
 }
 
-void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f) {
+void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f,
+                    const SrKey* sr) {
   if (!row_payload_quantizes(f) || rows == 0) return;
   thread_local std::vector<uint8_t> buf;
   buf.resize(row_payload_bytes(f, D) * size_t(rows));
-  const float s = pack_rows(x, rows, D, f, buf.data());
+  const float s = pack_rows(x, rows, D, f, buf.data(), sr);
   unpack_rows(buf.data(), rows, D, f, x, s);
 }
 

@@ -153,6 +153,40 @@ TEST(RowPayload, ArrivesAsTheRowwiseCopysValues) {
   EXPECT_FALSE(row_payload_quantizes(get_recipe("fp8-current").role(Role::input)));
 }
 
+// A stochastically rounded payload (NVFP4's gradient rows) draws its bits with the key it is
+// given: the rowwise copy made with that key, the same bytes for the same key, other bytes
+// for another micro-batch's key (its step) or another tensor's.
+TEST(RowPayload, StochasticRowsDrawTheBitsOfTheirKey) {
+  const TensorFormat f = get_recipe("nvfp4").role(Role::grad);
+  ASSERT_TRUE(f.stochastic);
+  for (int64_t rows : {1, 17, 300})
+    for (int64_t D : {15, 33, 129}) {
+      SCOPED_TRACE("rows=" + std::to_string(rows) + " D=" + std::to_string(D));
+      const std::vector<float> x = randn(rows * D, uint32_t(7 * D + rows));
+      const size_t P = row_payload_bytes(f, D) * size_t(rows);
+      auto pack = [&](const SrKey& k) {
+        std::vector<uint8_t> b(P);
+        const float s = pack_rows(x.data(), rows, D, f, b.data(), &k);
+        std::vector<uint8_t> t(sizeof s);
+        std::memcpy(t.data(), &s, sizeof s);
+        b.insert(b.end(), t.begin(), t.end());
+        return b;
+      };
+      const SrKey k{5, 3, 0xABCDu}, next_step{5, 4, 0xABCDu}, other{5, 3, 0xABCEu};
+      const std::vector<uint8_t> a = pack(k);
+      EXPECT_EQ(a, pack(k));
+      EXPECT_NE(a, pack(next_step));
+      EXPECT_NE(a, pack(other));
+      // The values are the rowwise copy's made with the key, and the round trip gives them.
+      QTensor q;
+      make_copies(x.data(), rows, D, f, q, {Copy::rowwise}, nullptr, &k);
+      std::vector<float> want(size_t(rows * D)), rt = x;
+      dequantize(q.rowwise, want.data());
+      row_round_trip(rt.data(), rows, D, f, &k);
+      EXPECT_EQ(std::memcmp(rt.data(), want.data(), sizeof(float) * rt.size()), 0);
+    }
+}
+
 // An agreed amax (nn/parallel.h, allreduce_amax) over a group of one rank is the rank's own;
 // NaN wins over Inf and every finite value, as in fp4_amax.
 TEST(AgreedAmax, OneRankKeepsItsOwnAndNanWins) {

@@ -32,7 +32,11 @@
 // the token axis and each expert's gradient adds the sources in rank order — the arithmetic of
 // one process running the ranks' micro-batches one after another. With one rank the rows make
 // the same payload round trip (row_round_trip): an expert's input is the dispatched payload
-// at every layout.
+// at every layout. Dispatch keys: a payload format that rounds stochastically (NVFP4's
+// gradients) draws the pack's bits with the layer's key of that role (fc1's input, fc2's grad)
+// for whole-layer group E, one past the last expert — the micro-batch's clock, a tensor id no
+// expert's own copies use — so the bits change every micro-batch and a resumed run draws
+// the uninterrupted run's.
 //
 // Expert-tensor parallelism (an etp group of Q ranks, Megatron's ETP): each expert's hidden
 // units are split over the group — fc1's rows of this rank's slice of gate and up, fc2's
@@ -266,7 +270,9 @@ class MoELayer {
   void count(uint64_t bytes, bool toward_experts, std::chrono::steady_clock::time_point t0);
   // Rows [N·k, D] to the experts in format f (FP32 out [all_rows, D]); the experts' (partial)
   // rows [all_rows, D] back to their tokens (FP32 out [N·k, D]).
-  void to_experts(const float* rows, float* out, const TensorFormat& f);
+  void to_experts(const float* rows, float* out, const TensorFormat& f, const SrKey& sr);
+  // The dispatch key of `layer`'s role (the header's "Dispatch keys").
+  SrKey dispatch_key(GroupedLinear& layer, Role role) const;
   void from_experts(const float* rows, float* out);
   Collectives* ep_ = nullptr;
   Collectives* etp_ = nullptr;

@@ -182,13 +182,16 @@ bool row_payload_has_tensor_scale(const TensorFormat& f);
 size_t row_payload_bytes(const TensorFormat& f, int64_t D);
 // x: [rows, D] -> out: [rows, row_payload_bytes] (row r's bytes at r·row_payload_bytes).
 // Returns the pack's per-tensor decode scale (from the amax of all `rows`), 0 when the format
-// has none.
-float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out);
+// has none. sr: the pack's stochastic-rounding key, for a format that rounds stochastically
+// (nullptr: the zero key); the MoE layer passes the micro-batch's (MoELayer, "dispatch keys").
+float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out,
+                const SrKey* sr = nullptr);
 // in: [rows, row_payload_bytes] -> x: [rows, D], the values the rows stand for; tensor_scale:
 // what pack_rows returned for them (read only when the format has one).
 void unpack_rows(const uint8_t* in, int64_t rows, int64_t D, const TensorFormat& f, float* x,
                  float tensor_scale = 0.f);
-// x: [rows, D] in place: unpack_rows(pack_rows(x)).
-void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f);
+// x: [rows, D] in place: unpack_rows(pack_rows(x, sr)).
+void row_round_trip(float* x, int64_t rows, int64_t D, const TensorFormat& f,
+                    const SrKey* sr = nullptr);
 
 }  // namespace mxtrain
