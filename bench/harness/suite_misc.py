@@ -66,7 +66,8 @@ def cases_rounds(ctx, cases):
 
 def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
-    and bf16 alternately (mainjob:recipes=A,B,... for others). mainjob:before=BINARY makes it
+    and bf16 alternately (mainjob:recipes=A,B,... for others, each a recipe case R[:FLAG...] of
+    RECIPE_FLAGS, e.g. nvfp4:nosr:norht). mainjob:before=BINARY makes it
     an A/B: each round runs both recipes with BINARY (rows labelled `before <its git
     describe>`, or mainjob:before=...:label=NAME) and with the run's binary, alternating, into
     mainjob_ab_<class>.jsonl (table mainjob.ab)."""
@@ -86,11 +87,11 @@ def run_mainjob(ctx, args):
         ck = os.path.join(ctx.work, "mainjob-ckpt")
         subprocess.run(["rm", "-rf", ck])
         case = recipe + ("-before" if who != "this" else "")
-        m = os.path.join(ctx.work, f"mainjob-{case}-r{rnd}.jsonl")
+        m = os.path.join(ctx.work, f"mainjob-{case.replace(':', '-')}-r{rnd}.jsonl")
         extra = {"binary": who} if before else {}
         row, s, _ = train_run(ctx, "mainjob", case, rnd,
-                              ["--config", "configs/demo.yaml", "--recipe", recipe, "--quiet",
-                               "--stop-after", steps, "--checkpoint-dir", ck], m,
+                              ["--config", "configs/demo.yaml", "--quiet", "--stop-after", steps,
+                               "--checkpoint-dir", ck] + recipe_case_argv("mainjob", recipe), m,
                               exe=binary, run=recipe, **extra)
         row.update({k: s[k] for k in ("median_step_ms", "tokens_per_s", "steps", "final_loss",
                                        "peak_rss_bytes") if k in s})
@@ -690,17 +691,32 @@ def table_data(rows):
             f"\n\n{len({r['round'] for r in rows})} rounds.")
 
 
-# The memory suite's recipe-case flags: R:FLAG adds these `mxtrain train` arguments.
+# A recipe case R[:FLAG...] of the memory and mainjob suites: the recipe R with each flag's
+# `mxtrain train` arguments.
 RECIPE_FLAGS = {"sw32": ["--swiglu-input", "fp32"], "sw4": ["--swiglu-input", "fp4"],
-                "ra": ["--recompute", "attention"]}
+                "ra": ["--recompute", "attention"],
+                "nosr": ["--fp4-stochastic-rounding", "false"], "norht": ["--fp4-rht", "false"],
+                "no2d": ["--fp4-2d-weights", "false"]}
+
+
+def recipe_case_argv(suite, case):
+    """`--recipe R` and the flags' arguments of a recipe case R[:FLAG...]."""
+    recipe, *flags = case.split(":")
+    argv = ["--recipe", recipe]
+    for f in flags:
+        if f not in RECIPE_FLAGS:
+            raise SystemExit(f"{suite}: recipe case {case!r}: unknown flag {f!r}; the flags "
+                             "are " + ", ".join(RECIPE_FLAGS))
+        argv += RECIPE_FLAGS[f]
+    return argv
 
 
 def run_memory(ctx, args):
     """Peak RSS and step time of activation recompute (none | attention | layer) and of the
     recipes, on configs/act512.yaml. memory:recompute=MODES:recipes=RECIPES choose the cases
-    (comma lists; recompute= empty runs none of them). A recipe case is R[:FLAG...]: :sw32 runs
-    R with --swiglu-input fp32, :sw4 with --swiglu-input fp4, :ra with --recompute attention
-    (e.g. nvfp4:sw4:ra)."""
+    (comma lists; recompute= empty runs none of them). A recipe case is R[:FLAG...]
+    (RECIPE_FLAGS): :sw32 runs R with --swiglu-input fp32, :sw4 with --swiglu-input fp4, :ra
+    with --recompute attention (e.g. nvfp4:sw4:ra)."""
     path = ctx.rows_path("memory")
     cfg = "configs/act512.yaml"
     modes = [m for m in args.get("recompute", "none,attention,layer").split(",") if m]
@@ -713,13 +729,7 @@ def run_memory(ctx, args):
         if kind == "recompute":
             argv += ["--recompute", what]
         else:
-            recipe, *flags = what.split(":")
-            argv += ["--recipe", recipe]
-            for f in flags:
-                if f not in RECIPE_FLAGS:
-                    raise SystemExit(f"memory: recipe case {what!r}: unknown flag {f!r}; the "
-                                     "flags are " + ", ".join(RECIPE_FLAGS))
-                argv += RECIPE_FLAGS[f]
+            argv += recipe_case_argv("memory", what)
         m = os.path.join(ctx.work, f"memory-{kind}-{what.replace(':', '-')}-r{rnd}.jsonl")
         row, s, steps = train_run(ctx, "memory", f"{kind}-{what}", rnd, argv, m,
                                   config=cfg, **{kind: what})
