@@ -3,10 +3,12 @@
 // row payloads, byte for byte against the quantizers they are made of.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "mxtrain/nn/parallel.h"
@@ -187,29 +189,35 @@ TEST(RowPayload, StochasticRowsDrawTheBitsOfTheirKey) {
     }
 }
 
+// A group of one rank: its maximum is its own. It records what allreduce_max was given and
+// reports 8 bytes sent per value, after a pause of pause_ms.
+struct OneRank : Collectives {
+  int size() const override { return 1; }
+  int rank() const override { return 0; }
+  uint64_t allreduce_sum(float*, size_t) override { return 0; }
+  uint64_t allreduce_sum(double*, size_t) override { return 0; }
+  uint64_t allreduce_max(int64_t* x, size_t n) override {
+    for (size_t i = 0; i < n; ++i) seen.push_back(x[i]);
+    if (pause_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+    return 8 * n;
+  }
+  uint64_t allgather(const void*, void*, size_t) override { return 0; }
+  uint64_t allgatherv(const void*, size_t, void*, const size_t*) override { return 0; }
+  uint64_t reduce_scatter_sum(const float*, float*, size_t) override { return 0; }
+  uint64_t alltoall(const void*, void*, size_t) override { return 0; }
+  uint64_t alltoallv(const void*, const size_t*, void*, const size_t*) override { return 0; }
+  std::vector<int64_t> seen;
+  int pause_ms = 0;
+};
+
 // An agreed amax (nn/parallel.h, allreduce_amax) over a group of one rank is the rank's own;
 // NaN wins over Inf and every finite value, as in fp4_amax.
 TEST(AgreedAmax, OneRankKeepsItsOwnAndNanWins) {
-  struct One : Collectives {  // a group of one: its maximum is its own
-    int size() const override { return 1; }
-    int rank() const override { return 0; }
-    uint64_t allreduce_sum(float*, size_t) override { return 0; }
-    uint64_t allreduce_sum(double*, size_t) override { return 0; }
-    uint64_t allreduce_max(int64_t* x, size_t n) override {
-      for (size_t i = 0; i < n; ++i) seen.push_back(x[i]);
-      return 0;
-    }
-    uint64_t allgather(const void*, void*, size_t) override { return 0; }
-    uint64_t allgatherv(const void*, size_t, void*, const size_t*) override { return 0; }
-    uint64_t reduce_scatter_sum(const float*, float*, size_t) override { return 0; }
-    uint64_t alltoall(const void*, void*, size_t) override { return 0; }
-    uint64_t alltoallv(const void*, const size_t*, void*, const size_t*) override { return 0; }
-    std::vector<int64_t> seen;
-  } g;
+  OneRank g;
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   float a[4] = {0.f, 3.5f, inf, nan};
-  allreduce_amax(g, a, 4);
+  EXPECT_EQ(allreduce_amax(g, a, 4), 32u);
   EXPECT_EQ(a[0], 0.f);
   EXPECT_EQ(a[1], 3.5f);
   EXPECT_EQ(a[2], inf);
@@ -219,6 +227,30 @@ TEST(AgreedAmax, OneRankKeepsItsOwnAndNanWins) {
   EXPECT_LT(g.seen[0], g.seen[1]);
   EXPECT_LT(g.seen[1], g.seen[2]);
   EXPECT_LT(g.seen[2], g.seen[3]);
+}
+
+// counted_amax_agree is allreduce_amax that adds the bytes it sent and the time it took to
+// the caller's counters (the layers' tp_* / ep_* stats); null counters count nothing.
+TEST(AgreedAmax, CountedAgreementAddsItsBytesAndTime) {
+  OneRank g;
+  g.pause_ms = 3;
+  uint64_t bytes = 5;
+  double ms = 1.0;
+  const AmaxAgree agree = counted_amax_agree(g, &bytes, &ms);
+  float a[3] = {2.f, std::numeric_limits<float>::quiet_NaN(), 0.25f};
+  agree(a, 3);
+  EXPECT_EQ(bytes, 5u + 24u);
+  EXPECT_GE(ms, 1.0 + 3.0) << "the pause inside the collective is in its time";
+  EXPECT_EQ(a[0], 2.f);
+  EXPECT_TRUE(std::isnan(a[1]));
+  EXPECT_EQ(a[2], 0.25f);
+  EXPECT_EQ(g.seen.size(), 3u);
+  const AmaxAgree bytes_only = counted_amax_agree(g, &bytes, nullptr);
+  bytes_only(a, 2);
+  EXPECT_EQ(bytes, 29u + 16u);
+  counted_amax_agree(g, nullptr, nullptr)(a, 1);
+  EXPECT_EQ(g.seen.size(), 6u);
+  EXPECT_EQ(bytes, 45u);
 }
 
 }  // namespace
