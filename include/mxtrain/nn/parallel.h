@@ -183,7 +183,7 @@ size_t row_payload_bytes(const TensorFormat& f, int64_t D);
 // x: [rows, D] -> out: [rows, row_payload_bytes] (row r's bytes at r·row_payload_bytes).
 // Returns the pack's per-tensor decode scale (from the amax of all `rows`), 0 when the format
 // has none. sr: the pack's stochastic-rounding key, for a format that rounds stochastically
-// (nullptr: the zero key); the MoE layer passes the micro-batch's (MoELayer, "dispatch keys").
+// (nullptr: the zero key); the MoE layer passes the micro-batch's (nn/moe.h, "Dispatch keys").
 float pack_rows(const float* x, int64_t rows, int64_t D, const TensorFormat& f, uint8_t* out,
                 const SrKey* sr = nullptr);
 // in: [rows, row_payload_bytes] -> x: [rows, D], the values the rows stand for; tensor_scale:
