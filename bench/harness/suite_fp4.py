@@ -102,9 +102,12 @@ def table_ablation(rows):
                      f"{mean:.4f} ± {(max(v) - min(v)) / 2:.4f}",
                      "–" if gap is None else f"{gap:+.2f}%", goal])
     machines = sorted({r["machine"] for r in rows})
+    full = len({len(b[1].split(", ")) for b in body}) == 1
     return (md_table(["run", "seeds", "final val nats/byte", "mean ± half range",
                       "mean vs bf16's, same seeds", "goal"], body, "lllrrl") +
-            f"\n\n{len({r['seed'] for r in rows})} seeds, {' / '.join(map(str, steps))} steps "
+            f"\n\n{'' if full else 'up to '}{len({r['seed'] for r in rows})} seeds"
+            f"{'' if full else ' (the seeds column says which each run has)'}, "
+            f"{' / '.join(map(str, steps))} steps "
             f"each (the main job is 3000), on `{'`, `'.join(machines)}`.")
 
 
