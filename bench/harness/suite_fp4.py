@@ -82,12 +82,13 @@ def table_ablation(rows):
     with fewer seeds); nvfp4's goal is within 2% over all 3."""
     steps = sorted({r["steps"] for r in rows})
     bf16 = {str(r["seed"]): r["final_val_nats_per_byte"] for r in rows if r["run"] == "bf16"}
-    body = []
+    body, counts = [], set()
     for name in RUNS:
         rs = sorted((r for r in rows if r["run"] == name), key=lambda r: r["seed"])
         if not rs:
             continue
         seeds = [str(r["seed"]) for r in rs]
+        counts.add(len(seeds))
         v = [r["final_val_nats_per_byte"] for r in rs]
         mean = sum(v) / len(v)
         gap = None
@@ -102,7 +103,7 @@ def table_ablation(rows):
                      f"{mean:.4f} ± {(max(v) - min(v)) / 2:.4f}",
                      "–" if gap is None else f"{gap:+.2f}%", goal])
     machines = sorted({r["machine"] for r in rows})
-    full = len({len(b[1].split(", ")) for b in body}) == 1
+    full = len(counts) == 1  # every run has as many seeds
     return (md_table(["run", "seeds", "final val nats/byte", "mean ± half range",
                       "mean vs bf16's, same seeds", "goal"], body, "lllrrl") +
             f"\n\n{'' if full else 'up to '}{len({r['seed'] for r in rows})} seeds"
