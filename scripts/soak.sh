@@ -10,6 +10,7 @@
 # names the binary (default build/mxtrain). CI runs `bash scripts/soak.sh 4`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source tests/mpi/support/procs.sh
 N=${1:-10}
 BIN=$(realpath "${MXTRAIN_BIN:-build/mxtrain}")
 SEED=${SOAK_SEED:-$$}
@@ -50,12 +51,8 @@ victim() {
     echo $PID
     return
   fi
-  local r=$((RANDOM % 2)) pid
-  for pid in $(pgrep -P $PID); do
-    tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$r" && {
-      echo $pid; return; }
-  done
-  echo $PID  # the ranks are not up yet: mpirun (which then takes them down)
+  # The ranks not up yet: mpirun (which then takes them down).
+  rank_pid $PID $((RANDOM % 2)) 0 || echo $PID
 }
 
 for mode in single fsdp; do

@@ -64,11 +64,8 @@ case $case_name in
       sleep 0.5
     done
     grep -q '"loss"' "$TMP/m.jsonl" || { echo "FAIL: no training step within 120 s"; exit 1; }
-    victim=
-    for pid in $(pgrep -P $launcher); do
-      tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
-    done
-    [ -n "$victim" ] || { echo "FAIL: rank 1 not found among mpirun's children"; exit 1; }
+    victim=$(rank_pid $launcher 1) ||
+      { show_procs $launcher; cat "$TMP/out.txt"; echo "FAIL: rank 1 not found under mpirun"; exit 1; }
     kill -9 "$victim"
     t0=$SECONDS
     while kill -0 $launcher 2>/dev/null && [ $((SECONDS - t0)) -le 60 ]; do sleep 0.5; done

@@ -40,11 +40,9 @@ stop_run() {
     "$BIN" train --config "$cfg" --quiet --checkpoint-dir "$TMP/${name}_ck" 2> "$TMP/lock.txt" || rc2=$?
     [ "$rc2" = 1 ] && grep -qF "is in use by another mxtrain run (PID " "$TMP/lock.txt" ||
       { cat "$TMP/lock.txt"; echo "FAIL $name: a second run was not refused"; exit 1; }
-    local victim=
-    for pid in $(pgrep -P $launcher); do
-      tr '\0' '\n' < /proc/$pid/environ 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$pid
-    done
-    [ -n "$victim" ] || { echo "FAIL $name: rank 1 not found"; exit 1; }
+    local victim
+    victim=$(rank_pid $launcher 1) ||
+      { show_procs $launcher; cat "$TMP/$name.out"; echo "FAIL $name: rank 1 not found"; exit 1; }
     kill -TERM "$victim"
   else
     kill -TERM $launcher

@@ -1,6 +1,6 @@
 # tests/mpi/support/train_lib.sh — shell helpers for the tests that run `mxtrain train` under
 # mpirun (tests/mpi/train_*_mpi.sh): sourced, not run. Sets BIN, MPIEXEC, DATA and a temporary
-# directory TMP removed on exit; `mpi` launches with a time limit; `same_losses` compares the
+# directory TMP removed on exit; rank_pid / show_procs (procs.sh); `mpi` launches with a time limit; `same_losses` compares the
 # per-step losses (and validation losses) of two metrics files.
 set -euo pipefail
 BIN=$(realpath "${1:?usage: $0 /path/to/mxtrain /path/to/mpiexec ...}")
@@ -8,6 +8,7 @@ MPIEXEC=${2:?usage: $0 /path/to/mxtrain /path/to/mpiexec ...}
 DATA=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../data" && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/mxt_mpi_train_XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
+source "$(dirname "${BASH_SOURCE[0]}")/procs.sh"
 export OMP_NUM_THREADS=1 OMP_WAIT_POLICY=passive
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
