@@ -13,10 +13,11 @@
 //   scalar — decode_fp4_bf16_ref, then the reference product: FP32 sums of P in K order;
 //   avx2, avx512 (no AVX512-BF16) — each operand decoded whole to BF16, then oneDNN's BF16
 //            matmul: its own FP32 summation order;
-//   avx512bf16 (and avx512vbmi_bf16, the same kernels) — the 4-bit codes read directly by the
-//            MX panel kernels (mx_gemm_avx512.cc) through the packers below, and forward
-//            products of at most kGemvMaxRows rows by a streaming kernel that reads each weight
-//            byte once (fp4_gemv_avx512.cc). Their sums are, bit for bit, those
+//   avx512bf16 — the 4-bit codes read directly by the MX panel kernels (mx_gemm_avx512.cc)
+//            through the packers below, and forward products of at most kGemvMaxRows rows by
+//            a streaming kernel that reads each weight byte once (fp4_gemv_avx512.h);
+//   avx512vbmi_bf16 — the same, the streaming kernel transposing tile layouts' code bytes
+//            with VBMI permutes (fp4_gemv_avx512vbmi.cc). Their sums are, bit for bit, those
 //            fp4_gemm_panel_ref states (VDPBF16PS's order, from zero), whatever the shape,
 //            orientation or thread count.
 #pragma once
@@ -65,6 +66,9 @@ void fp4_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float
 // bytes as fp4_gemm_avx512bf16.
 void fp4_gemv_nt_avx512bf16(const MXOperand& X, const MXOperand& W, float alpha, float* C,
                             int64_t ldc, bool accumulate);
+// The same bytes with VBMI byte permutes for tile layouts (fp4_gemv_avx512vbmi.cc).
+void fp4_gemv_nt_avx512vbmi_bf16(const MXOperand& X, const MXOperand& W, float alpha, float* C,
+                                 int64_t ldc, bool accumulate);
 
 // The 4-bit packers of the panel kernels (fp4_pack_avx512.cc), the PackRows, PackPairs and
 // PackTransposed of mx_gemm.h: rows and the transposed B decode 32 codes at a time by a word
