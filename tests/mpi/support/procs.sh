@@ -12,8 +12,8 @@ rank_pid() {
     while [ -n "$level" ]; do
       next=
       for pid in $level; do
-        if [ "$pid" != "$launcher" ] &&
-           tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+        if [ "$pid" != "$launcher" ] && tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null |
+             grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
           echo "$pid"
           return 0
         fi

@@ -1,7 +1,8 @@
 # tests/mpi/support/train_lib.sh — shell helpers for the tests that run `mxtrain train` under
 # mpirun (tests/mpi/train_*_mpi.sh): sourced, not run. Sets BIN, MPIEXEC, DATA and a temporary
-# directory TMP removed on exit; rank_pid / show_procs (procs.sh); `mpi` launches with a time limit; `same_losses` compares the
-# per-step losses (and validation losses) of two metrics files.
+# directory TMP removed on exit, and brings rank_pid / show_procs (procs.sh); `mpi` launches
+# with a time limit; `same_losses` compares the per-step losses (and validation losses) of two
+# metrics files.
 set -euo pipefail
 BIN=$(realpath "${1:?usage: $0 /path/to/mxtrain /path/to/mpiexec ...}")
 MPIEXEC=${2:?usage: $0 /path/to/mxtrain /path/to/mpiexec ...}
