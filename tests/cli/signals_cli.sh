@@ -80,14 +80,17 @@ stopped_run TERM "SIGTERM without --checkpoint-dir" 143 nock
 tail -n 1 nock/err.txt | grep -qxF "stopped by SIGTERM at step $STOP; no checkpoint (no --checkpoint-dir)" ||
   fail "no-checkpoint stop line: $(cat nock/err.txt)"
 
-# ---- a second signal stops at once: no checkpoint written after it, no summary (steps of
-# about 90 ms, so the second signal comes while the first step is still running) ----
-sed 's/micro_batch_size: 4,/micro_batch_size: 4, grad_accum: 64,/' run.yaml > slow.yaml
+# ---- a second signal stops at once: no checkpoint written after it, no summary. Steps of
+# about 0.4 s, and the first signal sent as soon as a step's row appears, so that both signals
+# come while the next step runs (a first signal near a step's end could let the run stop
+# cleanly before the second arrives) ----
+sed 's/micro_batch_size: 4,/micro_batch_size: 4, grad_accum: 256,/' run.yaml > slow.yaml
 mkdir twice
 "$MXTRAIN" train --quiet --config slow.yaml --metrics-out twice/m.jsonl --checkpoint-dir twice/ck \
   2> twice/err.txt &
 pid=$!
-for _ in $(seq 300); do [ "$(rows twice/m.jsonl)" -ge 3 ] && break; sleep 0.05; done
+for _ in $(seq 300); do [ "$(rows twice/m.jsonl)" -ge 1 ] && break; sleep 0.05; done
+for _ in $(seq 6000); do [ "$(rows twice/m.jsonl)" -ge 2 ] && break; sleep 0.01; done
 kill -TERM $pid
 # The second one only once the first was handled (two pending SIGTERMs would be one).
 for _ in $(seq 100); do grep -q "stopping after this step" twice/err.txt && break; sleep 0.02; done
