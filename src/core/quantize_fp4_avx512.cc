@@ -3,15 +3,16 @@
 //
 // Sixteen consecutive elements of one row sit in one vector: a 1x16 block is one vector, a
 // 1x32 block two; colwise blocks take sixteen columns at a time (a vector per row, the block
-// amax a vertical maximum), tiles both. A block's scale comes from the scalar block rule of
-// quantize_fp4_kernels.h, called per block (once per 16-256 elements), so the rule has one
-// statement. Elements: y = x * multiplier and the clamp to ±6 are the reference's IEEE
-// operations; nearest-even E2M1 is a sum of seven threshold compares (the midpoints, each tie
-// on the side of the even code), a different mechanism from the integer rounding of
-// f32_to_e2m1, so the path tests are a real cross-check. Stochastic rounding computes the same
-// Philox4x32-10 words as sr_bits, sixteen lanes at a time (32x32 -> 64-bit multiplies on even
-// and odd lanes). Codes are packed two per byte (even column in the low nibble) and stored with
-// byte masks, so ragged rows write exactly their bytes.
+// amax a vertical maximum), tiles both. Where sixteen blocks' amaxes are at hand (rowwise runs
+// of sixteen blocks, colwise bands) their rules run in one vector (rules16: each order of
+// quantize_fp4_kernels.h's block rule restated lane by lane); single blocks call the scalar
+// rule. Elements: y = x * multiplier and the clamp to ±6 are the reference's IEEE operations;
+// nearest-even E2M1 scales by the binade's step and converts with the nearest-even mode, a
+// different mechanism from the integer rounding of f32_to_e2m1, so the path tests are a real
+// cross-check. Stochastic rounding computes the same Philox4x32-10 words as sr_bits, sixteen
+// lanes at a time (32x32 -> 64-bit multiplies on even and odd lanes). Codes are packed two per
+// byte (even column in the low nibble) and stored with byte masks, so ragged rows write exactly
+// their bytes.
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized; they are not read.
 #if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
@@ -255,21 +256,51 @@ inline uint32_t hmax(__m512i v) { return _mm512_reduce_max_epu32(v); }
 
 // ---- block rules, sixteen blocks at a time ------------------------------------------------------
 
-// Whether block_rules16 states p's block rule: NVFP4 without a tensor scale or in torchao's
-// order, and MXFP4. TransformerEngine's order (block scales below E4M3's normal range) takes the
-// scalar rule per block.
-inline bool vector_rule(const Fp4Params& p) {
-  return p.kind == Fp4Kind::mxfp4 || p.mode != TensorScaleMode::te;
-}
-
-// The rule of 16 blocks (lane j: block amax bits ab), lane by lane what fp4_block gives: the
+// The rules of 16 blocks (lane j: block amax bits ab), lane by lane what fp4_block gives: the
 // scale bytes (one per lane, in the low byte), the multipliers and the fill lanes.
 struct Rules16 {
   __m512i scale;
   LaneRules lane;
 };
 
-inline Rules16 block_rules16(__m512i ab, const Fp4Params& p) {
+// NVFP4 in TransformerEngine's order (nvfp4_block's first branch): b = amax · te_mult, at most
+// 448 (Inf and overflow included; NaN stays), coded to E4M3 with subnormals — at or above
+// 2^-6 by rounding the FP32 significand to three bits, below it as the nearest-even multiple
+// of E4M3's step 2^-9 (b · 2^9 is exact, and code 8 there is 2^-6's code) — then
+// 1 / (value · te_sdec), at most FLT_MAX (a zero scale gives Inf, so FLT_MAX). NaN blocks fill
+// with code 0.
+inline Rules16 te_rules16(__m512i ab, const Fp4Params& p) {
+  Rules16 r;
+  r.lane.floor_nan = 0;
+  __m512 b = _mm512_mul_ps(_mm512_castsi512_ps(ab), _mm512_set1_ps(p.te_mult));
+  b = _mm512_mask_mov_ps(b, _mm512_cmp_ps_mask(b, _mm512_set1_ps(448.f), _CMP_GT_OQ),
+                         _mm512_set1_ps(448.f));
+  const __mmask16 nan = _mm512_cmp_ps_mask(b, b, _CMP_UNORD_Q);
+  const __mmask16 sub = _mm512_cmp_ps_mask(b, _mm512_set1_ps(0x1p-6f), _CMP_LT_OQ);
+  const __m512i u = _mm512_castps_si512(b);
+  const __m512i rounded = _mm512_and_si512(
+      _mm512_add_epi32(u, _mm512_add_epi32(set1(0x7FFFFu),
+                                           _mm512_and_si512(_mm512_srli_epi32(u, 20), set1(1)))),
+      set1(0xFFF00000u));
+  const __m512i sub_code = _mm512_cvt_roundps_epi32(
+      _mm512_mul_ps(b, _mm512_set1_ps(0x1p9f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(rounded, 20), set1(960));
+  code = _mm512_mask_mov_epi32(code, sub, sub_code);
+  const __m512 value = _mm512_mask_mov_ps(
+      _mm512_castsi512_ps(rounded), sub,
+      _mm512_mul_ps(_mm512_cvtepi32_ps(sub_code), _mm512_set1_ps(0x1p-9f)));
+  __m512 enc = _mm512_div_ps(_mm512_set1_ps(1.f),
+                             _mm512_mul_ps(value, _mm512_set1_ps(p.te_sdec)));
+  enc = _mm512_min_ps(enc, _mm512_set1_ps(FLT_MAX));
+  r.scale = _mm512_mask_mov_epi32(code, nan, set1(0x7F));
+  r.lane.mult = _mm512_maskz_mov_ps(__mmask16(~nan), enc);
+  r.lane.fill = nan;
+  r.lane.fill_code = _mm512_setzero_si512();
+  return r;
+}
+
+inline Rules16 rules16(__m512i ab, const Fp4Params& p) {
+  if (p.kind == Fp4Kind::nvfp4 && p.mode == TensorScaleMode::te) return te_rules16(ab, p);
   Rules16 r;
   r.lane.floor_nan = 0;
   if (p.kind == Fp4Kind::nvfp4) {
@@ -332,38 +363,6 @@ inline Rules16 block_rules16(__m512i ab, const Fp4Params& p) {
   r.lane.fill_code = set1(3);
   r.lane.floor_nan = floor ? nan : 0;
   return r;
-}
-
-// The rules of 16 blocks one by one through fp4_block (any mode), lanes past n left empty.
-inline Rules16 scalar_rules16(__m512i ab, int64_t n, const Fp4Params& p) {
-  alignas(64) uint32_t am[16], scale[16], fill_code[16];
-  alignas(64) float mult[16];
-  _mm512_store_si512(am, ab);
-  Rules16 r;
-  r.lane.fill = 0;
-  r.lane.floor_nan = 0;
-  for (int64_t j = 0; j < 16; ++j) {
-    scale[j] = 0;
-    mult[j] = 0.f;
-    fill_code[j] = 0;
-    if (j >= n) continue;
-    const Fp4Block b = fp4_block(am[j], p);
-    scale[j] = b.scale;
-    mult[j] = b.mult;
-    if (b.fill >= 0) {
-      r.lane.fill |= __mmask16(1u << j);
-      fill_code[j] = uint32_t(b.fill);
-    }
-    if (b.fill == kFillFloorNan) r.lane.floor_nan |= __mmask16(1u << j);
-  }
-  r.scale = _mm512_load_si512(scale);
-  r.lane.mult = _mm512_load_ps(mult);
-  r.lane.fill_code = _mm512_load_si512(fill_code);
-  return r;
-}
-
-inline Rules16 rules16(__m512i ab, int64_t n, const Fp4Params& p) {
-  return vector_rule(p) ? block_rules16(ab, p) : scalar_rules16(ab, n, p);
 }
 
 // Lane j of the 16 rules as one vector's uniform rule.
@@ -454,7 +453,7 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         m[j] = abs_bits(load16(xr + c + j * B, 16));
         if (nvb == 2) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + c + j * B + 16, 16)));
       }
-      const Rules16 rr = rules16(reduce16(m), 16, p);
+      const Rules16 rr = rules16(reduce16(m), p);
       store_scales(sr + c / B, rr.scale, 16);
       alignas(64) float mult[16];
       _mm512_store_ps(mult, rr.lane.mult);
@@ -520,7 +519,7 @@ void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         for (int64_t i = 0; i < nr; ++i)
           m = _mm512_max_epu32(m, abs_bits(_mm512_load_ps(t + i * 64 + 16 * v)));
         const int64_t n = std::min<int64_t>(16, nc - 16 * v);
-        rr[v] = rules16(m, n, p);
+        rr[v] = rules16(m, p);
         store_scales(out.scales + (rb / B) * out.scale_ld + c + 16 * v, rr[v].scale, n);
       }
       for (int64_t i = 0; i < nr; ++i) {

@@ -425,6 +425,66 @@ TEST(Fp4Paths, EveryIsaMatchesScalarReference) {
     }
 }
 
+// TransformerEngine's order on every path at the E4M3 scale's rounding points. With the tensor
+// amax 448 the encode multiplier 2688 / 448 · (1/6) rounds to exactly 1, so a block's scale is
+// its amax coded to E4M3: blocks whose amax is each E4M3 value, each midpoint between two
+// (ties, both parities), one FP32 step either side of it, the subnormal scales and below (2^-10
+// ties to 0, FP32 subnormals, 0), coded rowwise (sixteen blocks per run: the vector rule),
+// colwise (the same blocks down columns) and as 16x16 tiles, with and without stochastic
+// rounding.
+TEST(Fp4Paths, TeOrderScalesAtE4m3RoundingPointsOnEveryPath) {
+  PathGuard guard;
+  std::vector<float> amaxes = {448.f, 0.f, 0x1p-149f, 0x1p-127f, 0x1p-11f, 0x1p-10f,
+                               std::nextafter(0x1p-10f, 1.f), 0x1p-6f * 0.999f};
+  for (int code = 0; code < 0x7E; ++code) {
+    const float v = e4m3_to_f32(uint8_t(code)), next = e4m3_to_f32(uint8_t(code + 1));
+    const float mid = (v + next) / 2;  // exact: both are multiples of the step
+    for (float a : {v, mid, std::nextafter(mid, 0.f), std::nextafter(mid, 1e9f)})
+      amaxes.push_back(a);
+  }
+  amaxes.push_back(448.f);
+  const int64_t kBlocks = 16;  // blocks per row
+  const int64_t M = int64_t(amaxes.size() + kBlocks - 1) / kBlocks, K = 16 * kBlocks;
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> frac(-1.f, 1.f);
+  std::vector<float> x(size_t(M * K), 0.f), xt(size_t(M * K));
+  for (size_t b = 0; b < amaxes.size(); ++b)
+    for (int64_t i = 0; i < 16; ++i)
+      x[b * 16 + size_t(i)] = i == int64_t(b % 16) ? (b % 3 ? amaxes[b] : -amaxes[b])
+                                                    : amaxes[b] * frac(rng);
+  for (int64_t r = 0; r < M; ++r)
+    for (int64_t c = 0; c < K; ++c) xt[size_t(c * M + r)] = x[size_t(r * K + c)];
+  for (bool sr : {false, true}) {
+    Fp4Config cfg;
+    cfg.tensor_scale = true;
+    cfg.order = Nvfp4Order::te;
+    cfg.stochastic = sr;
+    cfg.sr = {5, 2, 1};
+    for (MXLayout l : {MXLayout::rowwise, MXLayout::colwise, MXLayout::tile}) {
+      const std::vector<float>& in = l == MXLayout::colwise ? xt : x;
+      const int64_t rows = l == MXLayout::colwise ? K : M, cols = l == MXLayout::colwise ? M : K;
+      set_isa(Isa::scalar);
+      ScaledTensor ref;
+      quantize_fp4(in.data(), rows, cols, l, cfg, ref);
+      if (l == MXLayout::rowwise) {
+        // The construction holds: every rounding point's block took its E4M3 code.
+        for (size_t b = 0; b < amaxes.size(); ++b)
+          ASSERT_EQ(ref.scales[(b / 16) * size_t(ref.scale_cols()) + b % 16],
+                    f32_to_e4m3(amaxes[b]))
+              << "block " << b;
+      }
+      for (Isa isa : supported_isas()) {
+        if (isa == Isa::scalar) continue;
+        set_isa(isa);
+        ScaledTensor got;
+        quantize_fp4(in.data(), rows, cols, l, cfg, got);
+        expect_same_copy(got, ref, std::string("te ") + layout_name(l) + (sr ? " sr" : "") +
+                                       " on " + isa_name(isa));
+      }
+    }
+  }
+}
+
 // fp4_rht_amax (the transformed matrix's amax without holding it) is fp4_amax of rht_rows on
 // every path, NaN winning, over the awkward shapes (a last partial group of rows included).
 TEST(Fp4Paths, RhtAmaxIsTheTransformedMatrixsAmaxOnEveryPath) {
