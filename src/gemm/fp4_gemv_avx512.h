@@ -123,15 +123,30 @@ inline const uint8_t* scale_row(const MXOperand& t, int64_t r) {
 }
 #endif
 
+// An x row's pair broadcast to every lane. With several groups (G > 1) the pair vectors are
+// made once per step and kept (x_pair); with one group, which is when there are the most
+// accumulators (nine to sixteen x rows), each product reads its pair from memory as it goes
+// (x_operand: a broadcast memory operand), so the sixteen accumulators keep the registers.
+template <int G>
+[[gnu::always_inline]] inline __m512i x_pair(const uint32_t* xk, int64_t at) {
+  if constexpr (G > 1) return _mm512_set1_epi32(int(xk[at]));
+  return _mm512_setzero_si512();
+}
+template <int G>
+[[gnu::always_inline]] inline __m512i x_operand(__m512i kept, const uint32_t* xk, int64_t at) {
+  if constexpr (G > 1) return kept;
+  return _mm512_set1_epi32(int(xk[at]));
+}
+
 // y rows [0, MB) and columns n0 .. n0 + 16·G (those below N) of alpha · x · W^T (+ y): xs
-// holds the x rows' BF16 pairs, kp2 per row. W is taken in G groups of sixteen rows, and
-// every pair meets all G groups, so MB · G accumulators advance together (one accumulator's
-// steps are sequential, and a VDPBF16PS waits for the previous one's result). kTile: each
-// group's sixteen rows share their scales (a tile layout; n0 a multiple of 16), one pair of
-// tables per 32 codes. kBytes: the bytes way for whole steps of a tile layout.
+// holds the x rows' BF16 pairs, pair-major (xs[p · MB + m]). W is taken in G groups of sixteen
+// rows, and every pair meets all G groups, so MB · G accumulators advance together (one
+// accumulator's steps are sequential, and a VDPBF16PS waits for the previous one's result).
+// kTile: each group's sixteen rows share their scales (a tile layout; n0 a multiple of 16), one
+// pair of tables per 32 codes. kBytes: the bytes way for whole steps of a tile layout.
 template <int MB, int G, bool kTile, bool kBytes>
-void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int64_t kp2,
-                int64_t n0, float alpha, float* C, int64_t ldc, bool accumulate) {
+void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int64_t n0,
+                float alpha, float* C, int64_t ldc, bool accumulate) {
   static_assert(!kBytes || kTile, "the bytes way needs the sixteen rows' shared scales");
   const int64_t K = W.cols, rb = W.row_bytes();
   const int64_t valid = std::min<int64_t>(16 * G, W.rows - n0);
@@ -150,7 +165,7 @@ void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int6
     for (int g = 0; g < G; ++g) acc[m][g] = _mm512_setzero_ps();
   alignas(64) uint32_t wt[G][16][16];  // the words way: [group][pair][row]
   for (int64_t k = 0; k < K; k += 32) {
-    const uint32_t* xk = xs + k / 2;
+    const uint32_t* xk = xs + (k / 2) * MB;
 #if defined(__AVX512VBMI__)
     if (kBytes && K - k >= 32) {
       alignas(64) uint8_t nib[G][4][2][64];
@@ -180,14 +195,16 @@ void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int6
       for (int q = 0; q < 16; ++q) {
         __m512i xb[MB];
 #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) xb[m] = _mm512_set1_epi32(int(xk[m * kp2 + q]));
+        for (int m = 0; m < MB; ++m) xb[m] = x_pair<G>(xk, q * MB + m);
 #pragma GCC unroll 16
         for (int g = 0; g < G; ++g) {
           const __m512bh w = (__m512bh)pairs_of_nibbles(
               q % 4, _mm512_load_si512(nib[g][q / 4][0]), _mm512_load_si512(nib[g][q / 4][1]),
               q < 8 ? t0[g] : t1[g]);
 #pragma GCC unroll 16
-          for (int m = 0; m < MB; ++m) acc[m][g] = _mm512_dpbf16_ps(acc[m][g], w, (__m512bh)xb[m]);
+          for (int m = 0; m < MB; ++m)
+            acc[m][g] =
+                _mm512_dpbf16_ps(acc[m][g], w, (__m512bh)x_operand<G>(xb[m], xk, q * MB + m));
         }
       }
       continue;
@@ -217,12 +234,13 @@ void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int6
     for (int q = 0; q < np; ++q) {
       __m512i xb[MB];
 #pragma GCC unroll 16
-      for (int m = 0; m < MB; ++m) xb[m] = _mm512_set1_epi32(int(xk[m * kp2 + q]));
+      for (int m = 0; m < MB; ++m) xb[m] = x_pair<G>(xk, q * MB + m);
 #pragma GCC unroll 16
       for (int g = 0; g < G; ++g) {
         const __m512bh w = (__m512bh)_mm512_load_si512(wt[g][q]);
 #pragma GCC unroll 16
-        for (int m = 0; m < MB; ++m) acc[m][g] = _mm512_dpbf16_ps(acc[m][g], w, (__m512bh)xb[m]);
+        for (int m = 0; m < MB; ++m)
+          acc[m][g] = _mm512_dpbf16_ps(acc[m][g], w, (__m512bh)x_operand<G>(xb[m], xk, q * MB + m));
       }
     }
   }
@@ -243,20 +261,20 @@ void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int6
   }
 }
 
-// Groups of sixteen W rows per block: four for up to 4 x rows, two for 5 to 8 (16
-// accumulators either way).
+// Groups of sixteen W rows per block: four for up to 4 x rows, two for 5 to 8, one for 9 to
+// 16 (at most 16 accumulators), so that every x row meets each W byte in one pass.
 template <int MB>
-constexpr int kGroups = MB <= 4 ? 4 : 2;
+constexpr int kGroups = MB <= 4 ? 4 : MB <= 8 ? 2 : 1;
 
 template <int MB, bool kBytes>
-void gemv_rows(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int64_t kp2,
-               int64_t n0, float alpha, float* C, int64_t ldc, bool accumulate) {
+void gemv_rows(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int64_t n0,
+               float alpha, float* C, int64_t ldc, bool accumulate) {
   if (W.layout == MXLayout::tile && W.block == 16)  // NVFP4's 16x16 weights
-    gemv_block<MB, kGroups<MB>, true, kBytes>(W, t, xs, kp2, n0, alpha, C, ldc, accumulate);
+    gemv_block<MB, kGroups<MB>, true, kBytes>(W, t, xs, n0, alpha, C, ldc, accumulate);
   else if (W.layout == MXLayout::tile)
-    gemv_block<MB, kGroups<MB>, true, false>(W, t, xs, kp2, n0, alpha, C, ldc, accumulate);
+    gemv_block<MB, kGroups<MB>, true, false>(W, t, xs, n0, alpha, C, ldc, accumulate);
   else
-    gemv_block<MB, kGroups<MB>, false, false>(W, t, xs, kp2, n0, alpha, C, ldc, accumulate);
+    gemv_block<MB, kGroups<MB>, false, false>(W, t, xs, n0, alpha, C, ldc, accumulate);
 }
 
 // The product (fp4_gemm.h, fp4_gemv_nt_avx512bf16), the bytes way where kBytes allows.
@@ -264,7 +282,11 @@ template <bool kBytes>
 void fp4_gemv_nt(const MXOperand& X, const MXOperand& W, float alpha, float* C, int64_t ldc,
                  bool accumulate) {
   const int64_t M = X.rows, N = W.rows, K = X.cols;
-  const int64_t kp2 = ceil_div(K, 32) * 16;  // pairs per x row, zero padded to 32 codes
+  MXT_CHECK(M >= 1 && M <= kGemvMaxRows, "fp4_gemv_nt: ", M, " rows; 1 to ", kGemvMaxRows,
+            " stream");
+  // x's BF16 pairs, pair-major: xs[p · M + m] = pair p of row m (zero padded to 32 codes), so
+  // a step's M pairs are M words at fixed offsets from one pointer.
+  const int64_t kp2 = ceil_div(K, 32) * 16;
   thread_local std::vector<uint32_t, AlignedAllocator<uint32_t>> xs;
   xs.resize(size_t(M * kp2));
   const Fp4Tables& tx = fp4_tables(X.nvfp4);
@@ -274,35 +296,40 @@ void fp4_gemv_nt(const MXOperand& X, const MXOperand& W, float alpha, float* C, 
     for (int64_t k = 0; k < K; k += 32) {
       const uint16_t *t0, *t1;
       row_tables(tx, srow, k, K, X.block, t0, t1);
-      _mm512_storeu_si512(xs.data() + m * kp2 + k / 2, decode32_rows(row, k, K - k, t0, t1));
+      alignas(64) uint32_t pairs[16];
+      _mm512_store_si512(pairs, decode32_rows(row, k, K - k, t0, t1));
+      for (int64_t q = 0; q < 16; ++q) xs[size_t((k / 2 + q) * M + m)] = pairs[q];
     }
   }
   const Fp4Tables& tw = fp4_tables(W.nvfp4);
-  // Threads split N in units of 64 rows (every pass's block: 4 or 2 groups of 16).
+  // Threads split N in units of 64 rows (every block: 4, 2 or 1 group of 16).
   constexpr int64_t kUnit = 64;
   const int64_t units = ceil_div(N, kUnit);
   const int threads = int(std::min<int64_t>(omp_get_max_threads(), units));
   const uint32_t* xp = xs.data();
+  const int64_t step = M <= 4 ? 64 : M <= 8 ? 32 : 16;
 #pragma omp parallel num_threads(threads)
   {
     const int id = omp_get_thread_num(), T = omp_get_num_threads();
     const int64_t n1 = std::min(N, units * (id + 1) / T * kUnit);
-    for (int64_t m = 0; m < M; m += 8) {
-      const int mb = int(std::min<int64_t>(8, M - m));
-      const int64_t step = mb <= 4 ? 64 : 32;
-      for (int64_t n0 = units * id / T * kUnit; n0 < n1; n0 += step) {
-        const uint32_t* x = xp + m * kp2;
-        float* c = C + m * ldc;
-        switch (mb) {
-          case 8: gemv_rows<8, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 7: gemv_rows<7, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 6: gemv_rows<6, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 5: gemv_rows<5, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 4: gemv_rows<4, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 3: gemv_rows<3, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          case 2: gemv_rows<2, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-          default: gemv_rows<1, kBytes>(W, tw, x, kp2, n0, alpha, c, ldc, accumulate); break;
-        }
+    for (int64_t n0 = units * id / T * kUnit; n0 < n1; n0 += step) {
+      switch (M) {
+        case 16: gemv_rows<16, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 15: gemv_rows<15, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 14: gemv_rows<14, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 13: gemv_rows<13, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 12: gemv_rows<12, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 11: gemv_rows<11, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 10: gemv_rows<10, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 9: gemv_rows<9, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 8: gemv_rows<8, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 7: gemv_rows<7, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 6: gemv_rows<6, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 5: gemv_rows<5, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 4: gemv_rows<4, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 3: gemv_rows<3, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        case 2: gemv_rows<2, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
+        default: gemv_rows<1, kBytes>(W, tw, xp, n0, alpha, C, ldc, accumulate); break;
       }
     }
   }
