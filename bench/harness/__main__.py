@@ -48,6 +48,8 @@ SUITES = {
     "generate": ("suite_misc", "run_generate", "mxtrain generate: tokens/s by case and threads",
                  5),
     "quantize": ("suite_misc", "run_quantize", "MX quantization against a same-run memcpy", 3),
+    "quantize4": ("suite_quantize4", "run", "the 4-bit recipes' quantization passes per "
+                  "element and per main-job step, against MXFP8's", 2),
     "parity": ("suite_misc", "run_parity", "final losses of every recipe over seeds (long)",
                240),
     "fp4": ("suite_fp4", "run", "4-bit ablation on the main job: nvfp4, each switch off, "
