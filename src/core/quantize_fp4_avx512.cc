@@ -3,16 +3,15 @@
 //
 // Sixteen consecutive elements of one row sit in one vector: a 1x16 block is one vector, a
 // 1x32 block two; colwise blocks take sixteen columns at a time (a vector per row, the block
-// amax a vertical maximum), tiles both. Where sixteen blocks' amaxes are at hand (rowwise runs
-// of sixteen blocks, colwise bands) their rules run in one vector (rules16: each order of
-// quantize_fp4_kernels.h's block rule restated lane by lane); single blocks call the scalar
-// rule. Elements: y = x * multiplier and the clamp to ±6 are the reference's IEEE operations;
-// nearest-even E2M1 scales by the binade's step and converts with the nearest-even mode, a
-// different mechanism from the integer rounding of f32_to_e2m1, so the path tests are a real
-// cross-check. Stochastic rounding computes the same Philox4x32-10 words as sr_bits, sixteen
-// lanes at a time (32x32 -> 64-bit multiplies on even and odd lanes). Codes are packed two per
-// byte (even column in the low nibble) and stored with byte masks, so ragged rows write exactly
-// their bytes.
+// amax a vertical maximum), tiles both. Rowwise and colwise blocks take their rules sixteen at
+// a time in one vector (rules16: each order of quantize_fp4_kernels.h's block rule restated
+// lane by lane); a tile calls the scalar rule. Elements: y = x * multiplier and the clamp to
+// ±6 are the reference's IEEE operations; nearest-even E2M1 scales by the binade's step and
+// converts with the nearest-even mode, a different mechanism from the integer rounding of
+// f32_to_e2m1, so the path tests are a real cross-check. Stochastic rounding computes the same
+// Philox4x32-10 words as sr_bits, sixteen lanes at a time (32x32 -> 64-bit multiplies on even
+// and odd lanes). Codes are packed two per byte (even column in the low nibble) and stored
+// with byte masks, so ragged rows write exactly their bytes.
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
 // maybe-uninitialized; they are not read.
 #if !defined(__clang__)  // GCC's warnings (clang has no -Wmaybe-uninitialized)
@@ -108,9 +107,10 @@ inline __m512i sr_bits16(const Fp4Params& p, uint64_t idx0) {
 // each multiply is one 32x32 -> 64-bit product per 64-bit lane, its low half already in the
 // even lane and its high half one shift away, so a round is two multiplies, two shifts and two
 // three-way XORs.
-inline void philox_rounds_even(const Fp4Params& p, __m512i c[4]) {
+[[gnu::always_inline]] inline void philox_rounds_even(const Fp4Params& p, __m512i c[4]) {
   uint32_t k0 = uint32_t(p.seed), k1 = uint32_t(p.seed >> 32);
   const __m512i m0 = set1(kPhiloxM0), m1 = set1(kPhiloxM1);
+#pragma GCC unroll 10
   for (int round = 0; round < 10; ++round) {
     if (round > 0) {
       k0 += kPhiloxW0;
@@ -238,6 +238,16 @@ inline LaneRules uniform(const Fp4Block& b) {
   if (l.floor_nan) c = _mm512_mask_mov_epi32(c, l.floor_nan, nan_block16(x));
   if (l.fill) c = _mm512_mask_mov_epi32(c, l.fill, l.fill_code);
   return c;
+}
+
+// codes16 for a vector none of whose elements is NaN and whose blocks are not NaN blocks:
+// the same codes without the NaN and fill steps.
+template <bool SR>
+[[gnu::always_inline]] inline __m512i plain_codes16(__m512 x, __m512 mult, __m512i r) {
+  const __m512 y = _mm512_mul_ps(x, mult);
+  const __m512 a = _mm512_min_ps(_mm512_set1_ps(6.f), _mm512_castsi512_ps(abs_bits(y)));
+  const __m512i m = SR ? e2m1_stochastic_magnitude(a, r) : e2m1_magnitude(a);
+  return _mm512_or_si512(m, sign_nibble(y));
 }
 
 // Stores the 16 codes (lanes [0, n) valid, n >= 1) as ceil(n/2) bytes at d.
@@ -401,17 +411,22 @@ inline void store_scales(uint8_t* d, __m512i s, int64_t n) {
 
 // ---- the random Hadamard transform in registers ----------------------------------------------
 
-// rht_rows_f32_ref's steps on 16 rows of 16 columns: signs, butterflies, 1/4.
-inline void rht16(__m512 v[kRhtSize]) {
-  const float* s = rht_signs();
+// rht_rows_f32_ref's steps on 16 rows of 16 columns: signs (s: rht_signs(), asked for by the
+// caller outside its loops — a call here would spill the sixteen rows), butterflies, 1/4. The
+// loops are unrolled whole, so that the rows stay in registers.
+[[gnu::always_inline]] inline void rht16(__m512 v[kRhtSize], const float* s) {
+#pragma GCC unroll 16
   for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(s[i]));
+#pragma GCC unroll 4
   for (int h = 1; h < kRhtSize; h *= 2)
+#pragma GCC unroll 16
     for (int i = 0; i < kRhtSize; ++i)
       if ((i & h) == 0) {
         const __m512 a = v[i], b = v[i + h];
         v[i] = _mm512_add_ps(a, b);
         v[i + h] = _mm512_sub_ps(a, b);
       }
+#pragma GCC unroll 16
   for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_mul_ps(v[i], _mm512_set1_ps(0.25f));
 }
 
@@ -422,13 +437,14 @@ template <class T>
 void band_values(const T* x, const Fp4Params& p, int64_t rb, int64_t nr, int64_t c, int64_t nc,
                  float* t) {
   const int nv = int((nc + 15) / 16);
+  const float* signs = rht_signs();
   for (int v = 0; v < nv; ++v) {
     const int64_t n = std::min<int64_t>(16, nc - 16 * v);
     for (int64_t g = 0; g < nr; g += kRhtSize) {
       const int64_t rows = std::min<int64_t>(kRhtSize, nr - g);
       __m512 w[kRhtSize];
       for (int64_t i = 0; i < rows; ++i) w[i] = load16(x + (rb + g + i) * p.K + c + 16 * v, n);
-      if (p.rht && rows == kRhtSize && rb + g + kRhtSize <= p.M) rht16(w);
+      if (p.rht && rows == kRhtSize && rb + g + kRhtSize <= p.M) rht16(w, signs);
       for (int64_t i = 0; i < rows; ++i) _mm512_store_ps(t + (g + i) * 64 + 16 * v, w[i]);
     }
   }
@@ -436,9 +452,22 @@ void band_values(const T* x, const Fp4Params& p, int64_t rb, int64_t nr, int64_t
 
 // ---- layouts ----------------------------------------------------------------------------------
 
+// The rules of the sixteen whole blocks of a row from xr (B = 16 or 32 columns each).
+template <class T, int B>
+[[gnu::always_inline]] inline Rules16 chunk_rules(const T* xr, const Fp4Params& p) {
+  __m512i m[16];
+  for (int j = 0; j < 16; ++j) {
+    m[j] = abs_bits(load16(xr + j * B, 16));
+    if (B == 32) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + j * B + 16, 16)));
+  }
+  return rules16(reduce16(m), p);
+}
+
 // Rowwise: sixteen whole blocks of a row at a time (the block amaxes reduced into one vector,
-// the rule on all sixteen, the random words 64 elements per generator run), the rest block by
-// block. B (16 or 32) and stochastic rounding are template arguments.
+// the rule on all sixteen, the random words 64 elements per generator run); the next sixteen
+// blocks' rules are made before this sixteen's codes, so that their chain of divisions runs
+// beside the coding. The last, fewer blocks take the same rule on a vector of their amaxes.
+// B (16 or 32) and stochastic rounding are template arguments.
 template <class T, int B, bool SR>
 void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
   constexpr int nvb = B / 16;  // vectors per block
@@ -447,20 +476,31 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
     uint8_t* dr = out.data + r * out.row_bytes;
     uint8_t* sr = out.scales + r * out.scale_ld;
     int64_t c = g.c0;
+    Rules16 next;
+    if (c + 16 * B <= g.c1) next = chunk_rules<T, B>(xr + c, p);
     for (; c + 16 * B <= g.c1; c += 16 * B) {
-      __m512i m[16];
-      for (int j = 0; j < 16; ++j) {
-        m[j] = abs_bits(load16(xr + c + j * B, 16));
-        if (nvb == 2) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + c + j * B + 16, 16)));
-      }
-      const Rules16 rr = rules16(reduce16(m), p);
+      const Rules16 rr = next;
+      if (c + 32 * B <= g.c1) next = chunk_rules<T, B>(xr + c + 16 * B, p);
       store_scales(sr + c / B, rr.scale, 16);
-      alignas(64) float mult[16];
-      _mm512_store_ps(mult, rr.lane.mult);
-      const bool plain = !rr.lane.fill && !rr.lane.floor_nan;
       __m512i words[4] = {};
+      if (!rr.lane.fill && !rr.lane.floor_nan) {
+        // No block of the sixteen is a NaN block, so no element is NaN: each vector is its
+        // block's multiplier and the plain coding (plain_codes16).
+#pragma GCC unroll 4
+        for (int j = 0; j < 16; ++j) {
+          const __m512 mult = _mm512_permutexvar_ps(_mm512_set1_epi32(j), rr.lane.mult);
+#pragma GCC unroll 2
+          for (int h = 0; h < nvb; ++h) {
+            const int e = j * B + h * 16;  // element offset in the chunk
+            if (SR && e % 64 == 0) sr_words(p, uint64_t(r * p.K + c + e), 4, words);
+            store_codes(dr + (c + e) / 2,
+                        plain_codes16<SR>(load16(xr + c + e, 16), mult, words[(e / 16) % 4]), 16);
+          }
+        }
+        continue;
+      }
       for (int j = 0; j < 16; ++j) {
-        const LaneRules l = plain ? LaneRules{_mm512_set1_ps(mult[j]), 0, {}, 0} : lane_rule(rr, j);
+        const LaneRules l = lane_rule(rr, j);
         for (int h = 0; h < nvb; ++h) {
           const int e = j * B + h * 16;  // element offset in the chunk
           if (SR && e % 64 == 0) sr_words(p, uint64_t(r * p.K + c + e), 4, words);
@@ -469,22 +509,29 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         }
       }
     }
-    for (; c < g.c1; c += B) {
-      const int64_t n = std::min<int64_t>(B, g.c1 - c);
-      __m512 v[2];
-      __m512i m = _mm512_setzero_si512();
-      for (int64_t h = 0; h * 16 < n; ++h) {
-        v[h] = load16(xr + c + h * 16, n - h * 16);
-        m = _mm512_max_epu32(m, abs_bits(v[h]));
+    if (c < g.c1) {
+      // The last blocks, fewer than sixteen (the last one ragged where the row is): the same
+      // vector rule on their amaxes, lanes past them 0 and not stored.
+      const int64_t n = g.c1 - c;
+      const int nb = int((n + B - 1) / B);
+      __m512i m[16];
+      for (int j = 0; j < 16; ++j) {
+        m[j] = _mm512_setzero_si512();
+        for (int h = 0; h < nvb; ++h) {
+          const int64_t k = std::clamp<int64_t>(n - j * B - h * 16, 0, 16);
+          if (k > 0) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + c + j * B + h * 16, k)));
+        }
       }
-      const Fp4Block b = fp4_block(hmax(m), p);
-      sr[c / B] = b.scale;
-      const LaneRules l = uniform(b);
-      for (int64_t h = 0; h * 16 < n; ++h) {
-        const __m512i w =
-            SR ? sr_bits16(p, uint64_t(r * p.K + c + h * 16)) : _mm512_setzero_si512();
-        store_codes(dr + (c + h * 16) / 2, codes16(v[h], l, SR, w),
-                    std::min<int64_t>(16, n - h * 16));
+      const Rules16 rr = rules16(reduce16(m), p);
+      store_scales(sr + c / B, rr.scale, nb);
+      for (int j = 0; j < nb; ++j) {
+        const LaneRules l = lane_rule(rr, j);
+        for (int h = 0; h < nvb; ++h) {
+          const int64_t e = j * B + h * 16, k = std::min<int64_t>(16, n - e);
+          if (k <= 0) break;
+          const __m512i w = SR ? sr_bits16(p, uint64_t(r * p.K + c + e)) : _mm512_setzero_si512();
+          store_codes(dr + (c + e) / 2, codes16(load16(xr + c + e, k), l, SR, w), k);
+        }
       }
     }
   }
@@ -502,7 +549,8 @@ void rowwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
 
 // Colwise: per band of B rows, 64 columns at a time: the band's values (transformed when
 // p.rht) in a small buffer, the column amaxes, the rule on 16 columns per vector, then the
-// codes row by row (random words 64 elements per generator run).
+// codes row by row (random words 64 elements per generator run; the plain coding when the 64
+// columns are whole and none is in a NaN block).
 template <class T, bool SR>
 void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
   const int64_t B = p.B;
@@ -521,6 +569,24 @@ void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         const int64_t n = std::min<int64_t>(16, nc - 16 * v);
         rr[v] = rules16(m, p);
         store_scales(out.scales + (rb / B) * out.scale_ld + c + 16 * v, rr[v].scale, n);
+      }
+      if (nv == 4 && nc == 64 && !(rr[0].lane.fill | rr[1].lane.fill | rr[2].lane.fill |
+                                   rr[3].lane.fill | rr[0].lane.floor_nan | rr[1].lane.floor_nan |
+                                   rr[2].lane.floor_nan | rr[3].lane.floor_nan)) {
+        // 64 whole columns, none in a NaN block: the plain coding (plain_codes16).
+        for (int64_t i = 0; i < nr; ++i) {
+          const int64_t r = rb + i;
+          __m512i words[4] = {};
+          if (SR) sr_words(p, uint64_t(r * p.K + c), 4, words);
+          uint8_t* d = out.data + r * out.row_bytes + c / 2;
+#pragma GCC unroll 4
+          for (int v = 0; v < 4; ++v)
+            store_codes(d + 8 * v,
+                        plain_codes16<SR>(_mm512_load_ps(t + i * 64 + 16 * v), rr[v].lane.mult,
+                                          words[v]),
+                        16);
+        }
+        continue;
       }
       for (int64_t i = 0; i < nr; ++i) {
         const int64_t r = rb + i;
@@ -584,6 +650,7 @@ uint32_t amax(const T* x, int64_t n) {
 template <class T>
 uint32_t rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
   const int64_t full = M / kRhtSize * kRhtSize;
+  const float* signs = rht_signs();
   __m512i m = _mm512_setzero_si512();
   for (int64_t g = r0; g < r1; g += kRhtSize) {
     if (g >= full) {
@@ -595,7 +662,7 @@ uint32_t rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
       const int64_t nc = std::min<int64_t>(16, K - c);
       __m512 v[kRhtSize];
       for (int i = 0; i < kRhtSize; ++i) v[i] = load16(x + (g + i) * K + c, nc);
-      rht16(v);
+      rht16(v, signs);
       for (int i = 0; i < kRhtSize; ++i) m = _mm512_max_epu32(m, abs_bits(v[i]));
     }
   }
@@ -639,6 +706,7 @@ uint32_t fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64
 void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1,
                          float* out) {
   const int64_t full = M / kRhtSize * kRhtSize;
+  const float* signs = rht_signs();
   for (int64_t g = r0; g < r1; g += kRhtSize) {
     if (g >= full) {
       for (int64_t r = g; r < std::min(r1, M); ++r)
@@ -650,7 +718,7 @@ void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64
       const __mmask16 mk = lanes(nc);
       __m512 v[kRhtSize];
       for (int i = 0; i < kRhtSize; ++i) v[i] = _mm512_maskz_loadu_ps(mk, x + (g + i) * K + c);
-      rht16(v);
+      rht16(v, signs);
       for (int i = 0; i < kRhtSize; ++i) _mm512_mask_storeu_ps(out + (g + i) * K + c, mk, v[i]);
     }
   }
