@@ -177,9 +177,10 @@ void gemv_block(const MXOperand& W, const Fp4Tables& t, const uint32_t* xs, int6
             _mm_prefetch(reinterpret_cast<const char*>(rows[16 * g + i] + k / 2 + kAhead),
                          _MM_HINT_T0);
         transpose_nibbles(rows + 16 * g, k, nib[g]);
-        // The nibbles are read back from memory as operands: kept in registers they would
-        // push the accumulators out to the stack.
-        asm volatile("" : : "r"(nib) : "memory");
+        // With more than 4 x rows the nibbles are read back from memory as operands: kept in
+        // registers they would push the accumulators out to the stack. With at most 4 (8
+        // accumulators) there is room, and keeping them measured 10% faster.
+        if constexpr (MB > 4) asm volatile("" : : "r"(nib) : "memory");
         const uint8_t* sc = srows[16 * g] + k / 16;  // 16x16 tiles (gemv_rows)
         const auto table = [&](uint8_t scale) {
           return _mm512_castsi256_si512(
