@@ -285,8 +285,8 @@ template <bool kBytes>
 void fp4_gemv_nt(const MXOperand& X, const MXOperand& W, float alpha, float* C, int64_t ldc,
                  bool accumulate) {
   const int64_t M = X.rows, N = W.rows, K = X.cols;
-  MXT_CHECK(M >= 1 && M <= kGemvMaxRows, "fp4_gemv_nt: ", M, " rows; 1 to ", kGemvMaxRows,
-            " stream");
+  MXT_CHECK(M >= 1 && M <= kGemvMaxRows, "internal: fp4_gemv_nt streams 1 to ", kGemvMaxRows,
+            " rows, got ", M);
   // x's BF16 pairs, pair-major: xs[p · M + m] = pair p of row m (zero padded to 32 codes), so
   // a step's M pairs are M words at fixed offsets from one pointer.
   const int64_t kp2 = ceil_div(K, 32) * 16;
