@@ -5,7 +5,7 @@
 // 1x32 block two; colwise blocks take sixteen columns at a time (a vector per row, the block
 // amax a vertical maximum), tiles both. Rowwise and colwise blocks take their rules sixteen at
 // a time in one vector (rules16: each order of quantize_fp4_kernels.h's block rule restated
-// lane by lane); a tile calls the scalar rule. Elements: y = x * multiplier and the clamp to
+// lane by lane), tiles too, sixteen side by side. Elements: y = x * multiplier and the clamp to
 // ±6 are the reference's IEEE operations; nearest-even E2M1 scales by the binade's step and
 // converts with the nearest-even mode, a different mechanism from the integer rounding of
 // f32_to_e2m1, so the path tests are a real cross-check. Stochastic rounding computes the same
@@ -216,15 +216,6 @@ struct LaneRules {
   __m512i fill_code;
   __mmask16 floor_nan;
 };
-
-inline LaneRules uniform(const Fp4Block& b) {
-  LaneRules l;
-  l.mult = _mm512_set1_ps(b.mult);
-  l.fill = b.fill >= 0 ? 0xFFFF : 0;
-  l.fill_code = set1(uint32_t(b.fill >= 0 ? b.fill : 0));
-  l.floor_nan = b.fill == kFillFloorNan ? 0xFFFF : 0;
-  return l;
-}
 
 // Codes of 16 elements x with random words r (stochastic rounding): y = x · multiplier, then
 // |y| clamped to 6 (min keeps a NaN), the magnitude coded and y's sign attached; NaN -> 0xB.
@@ -607,29 +598,47 @@ void colwise(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
   p.stochastic ? colwise_impl<T, true>(x, p, g, out) : colwise_impl<T, false>(x, p, g, out);
 }
 
+// Tiles: up to sixteen side by side at a time, their amaxes (over the band's rows) reduced into
+// one vector and the rule on all of them, then each tile's codes row by row.
 template <class T>
 void tile(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
   const int64_t B = p.B;
   for (int64_t rb = g.r0; rb < g.r1; rb += B) {
     const int64_t nr = std::min(B, p.M - rb);
-    for (int64_t cb = g.c0; cb < g.c1; cb += B) {
-      const int64_t nc = std::min(B, g.c1 - cb);
-      __m512i m = _mm512_setzero_si512();
-      for (int64_t i = 0; i < nr; ++i)
-        for (int64_t h = 0; h * 16 < nc; ++h)
-          m = _mm512_max_epu32(m, abs_bits(load16(x + (rb + i) * p.K + cb + h * 16, nc - h * 16)));
-      const Fp4Block b = fp4_block(hmax(m), p);
-      out.scales[(rb / B) * out.scale_ld + cb / B] = b.scale;
-      const LaneRules l = uniform(b);
-      for (int64_t i = 0; i < nr; ++i) {
-        const int64_t r = rb + i;
-        for (int64_t h = 0; h * 16 < nc; ++h) {
-          const int64_t c = cb + h * 16;
-          const __m512i w = p.stochastic ? sr_bits16(p, uint64_t(r * p.K + c))
-                                         : _mm512_setzero_si512();
-          store_codes(out.data + r * out.row_bytes + c / 2,
-                      codes16(load16(x + r * p.K + c, nc - h * 16), l, p.stochastic, w),
-                      std::min<int64_t>(16, nc - h * 16));
+    for (int64_t cb = g.c0; cb < g.c1; cb += 16 * B) {
+      const int nt = int(std::min<int64_t>(16, (g.c1 - cb + B - 1) / B));
+      __m512i m[16];
+      for (int j = 0; j < 16; ++j) {
+        m[j] = _mm512_setzero_si512();
+        if (j >= nt) continue;
+        const int64_t c0 = cb + j * B, nc = std::min(B, g.c1 - c0);
+        for (int64_t i = 0; i < nr; ++i)
+          for (int64_t h = 0; h * 16 < nc; ++h)
+            m[j] = _mm512_max_epu32(
+                m[j], abs_bits(load16(x + (rb + i) * p.K + c0 + h * 16, nc - h * 16)));
+      }
+      const Rules16 rr = rules16(reduce16(m), p);
+      store_scales(out.scales + (rb / B) * out.scale_ld + cb / B, rr.scale, nt);
+      const bool plain = !rr.lane.fill && !rr.lane.floor_nan;  // no NaN block, no NaN element
+      for (int j = 0; j < nt; ++j) {
+        const int64_t c0 = cb + j * B, nc = std::min(B, g.c1 - c0);
+        const LaneRules l = lane_rule(rr, j);
+        for (int64_t i = 0; i < nr; ++i) {
+          const int64_t r = rb + i;
+          for (int64_t h = 0; h * 16 < nc; ++h) {
+            const int64_t c = c0 + h * 16;
+            const __m512 v = load16(x + r * p.K + c, nc - h * 16);
+            __m512i code;
+            if (p.stochastic) {
+              const __m512i w = sr_bits16(p, uint64_t(r * p.K + c));
+              code = plain ? plain_codes16<true>(v, l.mult, w) : codes16(v, l, true, w);
+            } else {
+              const __m512i w = _mm512_setzero_si512();
+              code = plain ? plain_codes16<false>(v, l.mult, w) : codes16(v, l, false, w);
+            }
+            store_codes(out.data + r * out.row_bytes + c / 2, code,
+                        std::min<int64_t>(16, nc - h * 16));
+          }
         }
       }
     }
