@@ -45,7 +45,8 @@ std::string save_training_checkpoint(const std::string& dir, const TrainConfig& 
                            {"opt_steps", st.opt_steps},
                            {"skipped", st.skipped},
                            {"world_size", st.world_size},
-                           {"global_batch", st.global_batch}};
+                           {"global_batch", st.global_batch},
+                           {"validation_due", st.validation_due}};
   io::CheckpointOptions opt;
   opt.keep_last = cfg.training.keep_checkpoints;
   opt.config_text = cfg.source_text;
@@ -127,6 +128,7 @@ TrainerState load_training_checkpoint(const std::string& dir, const TrainConfig&
     st.world_size = ck.trainer_state.value("world_size", int64_t(1));
     st.global_batch = ck.trainer_state.value(
         "global_batch", int64_t(saved.training.micro_batch_size) * saved.training.grad_accum);
+    st.validation_due = ck.trainer_state.value("validation_due", false);
   } catch (const nlohmann::json::exception& e) {
     MXT_FAIL("checkpoint ", ck.dir, ": trainer state is incomplete (", e.what(), ")");
   }

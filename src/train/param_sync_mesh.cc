@@ -164,15 +164,16 @@ class MeshSync : public ParamSync {
       }
     }
     // Rank 0's outcome reaches every rank before any rank waits on tensor data.
-    int64_t hdr[6] = {int64_t(error.size()), st.step,       st.opt_steps,
-                      st.skipped,          st.world_size, st.global_batch};
+    int64_t hdr[7] = {int64_t(error.size()), st.step,         st.opt_steps,
+                      st.skipped,          st.world_size,   st.global_batch,
+                      int64_t(st.validation_due)};
     world.broadcast(hdr, sizeof hdr, 0);
     if (hdr[0] > 0) {
       error.resize(size_t(hdr[0]));
       world.broadcast(error.data(), error.size(), 0);
       MXT_FAIL(error);
     }
-    st = {hdr[1], hdr[2], hdr[3], hdr[4], hdr[5]};
+    st = {hdr[1], hdr[2], hdr[3], hdr[4], hdr[5], hdr[6] != 0};
     FloatBuffer buf;
     for (size_t i = 0; i < params_.size(); ++i) {
       Parameter& p = *params_[i];

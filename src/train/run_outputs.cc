@@ -57,7 +57,7 @@ OutputLocks lock_outputs(const std::string& checkpoint_dir, const std::string& m
   return locks;
 }
 
-int64_t trim_metrics(const std::string& path, int64_t step) {
+int64_t trim_metrics(const std::string& path, int64_t step, bool validation_due) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
   const std::string text = io::read_text_file(path);
@@ -84,7 +84,7 @@ int64_t trim_metrics(const std::string& path, int64_t step) {
       else if (row.contains("steps") && row["steps"].is_number_integer())
         at = row["steps"].get<int64_t>();
     }
-    if (at > step) {
+    if (at > step || (validation_due && at == step && row.contains("val_loss"))) {
       ++dropped;
       continue;
     }

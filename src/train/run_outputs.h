@@ -56,9 +56,11 @@ struct OutputLocks {
 OutputLocks lock_outputs(const std::string& checkpoint_dir, const std::string& metrics_out);
 
 // Rewrites the metrics file `path` (atomically) without the rows of steps after `step`, and
-// without a last line cut short by a kill. Rows without a step (none today) are kept; a
+// without a last line cut short by a kill. With `validation_due` (the checkpoint's validation
+// is still to run: TrainerState::validation_due) a validation row of `step` itself goes too,
+// one that a resume wrote before it was killed. Rows without a step (none today) are kept; a
 // summary row counts as its `steps`. Returns the number of lines dropped; a missing file or
 // a device drops nothing.
-int64_t trim_metrics(const std::string& path, int64_t step);
+int64_t trim_metrics(const std::string& path, int64_t step, bool validation_due = false);
 
 }  // namespace mxtrain

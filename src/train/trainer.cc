@@ -295,9 +295,9 @@ void resume(Run& r) {
     std::fprintf(stderr, "note: the checkpoint holds no amax history for %d layer role(s) "
                  "(written with another recipe); their delayed scales start at 1\n", fresh);
   // The metrics rows of steps after the checkpoint's (a run killed after its last save) go,
-  // so every step appears once.
+  // and a validation of its step when that is still due, so every step appears once.
   if (r.lead && !opt.metrics_out.empty()) {
-    const int64_t dropped = trim_metrics(opt.metrics_out, r.st.step);
+    const int64_t dropped = trim_metrics(opt.metrics_out, r.st.step, r.st.validation_due);
     if (dropped > 0 && opt.progress)
       std::fprintf(stderr, "%s: dropped %lld row(s) after step %lld (the checkpoint's)\n",
                    opt.metrics_out.c_str(), (long long)dropped, (long long)r.st.step);
@@ -325,8 +325,9 @@ void prepare_steps(Run& r) {
     std::fprintf(stderr, "batch: %lld sequences of %d tokens per step (micro_batch_size %d x "
                  "%d rank(s) x grad_accum %d)\n",
                  (long long)r.global_batch, r.T, r.B, r.W, r.A);
-  MXT_CHECK(r.st.step < tc.steps, "checkpoint is at step ", r.st.step,
-            " but training.steps is ", tc.steps, ": nothing left to do (raise --steps)");
+  MXT_CHECK(r.st.step < tc.steps || (r.st.validation_due && r.st.step == tc.steps),
+            "checkpoint is at step ", r.st.step, " but training.steps is ", tc.steps,
+            ": nothing left to do (raise --steps)");
   r.metrics.open(r.lead ? r.opt.metrics_out : std::string(), r.opt.resume);
   r.progress = std::make_unique<ProgressLine>(r.st.step, tc.steps, r.opt.progress && r.lead);
   r.tok.resize(size_t(r.B) * r.T);
@@ -691,15 +692,24 @@ TrainSummary run_training(const TrainConfig& config, const TrainOptions& opt,
   prepare_mfu(r);
 
   const TrainingConfig& tc = r.cfg.training;
+  // A checkpoint saved by a stop before its step's validation: that validation first, so the
+  // metrics hold it as an uninterrupted run's do.
+  if (r.st.validation_due) {
+    evaluate(r, r.st.step - 1);
+    r.st.validation_due = false;
+  }
   for (int64_t step = r.st.step; step < r.end_step && !r.stop_signal; ++step) {
     log_step(r, step, train_step(r, step));
     if (r.profiler && step + 1 == r.profile_first + opt.profile_steps) report_profile(r);
     r.st.step = step + 1;
     r.stop_signal = agreed_stop(r);
     const bool last = r.st.step == r.end_step || r.stop_signal;
-    // A stopped run saves at once (a scheduler's grace period is short): no validation.
-    if (!r.stop_signal && ((tc.eval_every > 0 && r.st.step % tc.eval_every == 0) || last))
-      evaluate(r, step);
+    const bool validate =
+        (tc.eval_every > 0 && r.st.step % tc.eval_every == 0) || r.st.step == r.end_step;
+    // A stopped run saves at once (a scheduler's grace period is short): its validation, if
+    // this step has one, is left to the resume (TrainerState::validation_due).
+    if (validate && !r.stop_signal) evaluate(r, step);
+    r.st.validation_due = validate && r.stop_signal;
     if (!opt.checkpoint_dir.empty() &&
         (last || (tc.checkpoint_every > 0 && r.st.step % tc.checkpoint_every == 0)))
       save_checkpoint(r);

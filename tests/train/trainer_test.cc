@@ -9,7 +9,9 @@
 #include <cmath>
 #include <csignal>
 #include <functional>
+#include <map>
 #include <memory>
+#include <sstream>
 #include <filesystem>
 
 #include "mxtrain/common.h"
@@ -268,6 +270,63 @@ TEST(Trainer, StopRequestEndsAtTheStepWithACheckpointAndResumesBitIdentically) {
   EXPECT_NE(rows.find("\"stopped_by_signal\":15"), std::string::npos) << rows;
   EXPECT_NE(rows.find("\"steps\":4,"), std::string::npos) << rows;
   EXPECT_EQ(rows.find("{\"step\":4,\"val_loss\""), std::string::npos) << "no validation when stopped";
+}
+
+// The validation rows of a metrics file: step -> val_loss; a step seen twice fails the test.
+std::map<int64_t, double> val_losses(const std::string& path) {
+  std::map<int64_t, double> out;
+  std::istringstream in(io::read_text_file(path));
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json r = nlohmann::json::parse(line);
+    if (!r.contains("val_loss")) continue;
+    const int64_t step = r.at("step").get<int64_t>();
+    EXPECT_EQ(out.count(step), 0u) << "step " << step << " validated twice in " << path;
+    out[step] = r.at("val_loss").get<double>();
+  }
+  return out;
+}
+
+// A stop after a step whose validation is due (eval_every 2, SIGTERM asked during step 4)
+// saves at once, without it, and the checkpoint says the validation is due; the resume runs it
+// first, so the metrics hold every validation of an uninterrupted run, once, equal. A resume
+// killed after that validation but before its next checkpoint (here: the checkpoints put back
+// as they were, the metrics kept) drops the row it wrote and validates again, once.
+TEST(Trainer, StopBeforeADueValidationLeavesItToTheResume) {
+  TrainConfig c = tiny("mxfp8", 8);
+  c.training.eval_every = 2;
+  c.source_text = config_to_yaml(c);
+  TempDir a, b, saved, m;
+  fs::create_directories(m.path);
+  const std::string ma = (m.path / "a.jsonl").string(), mb = (m.path / "b.jsonl").string();
+  TrainOptions oa = quiet();
+  oa.checkpoint_dir = a.path.string();
+  oa.metrics_out = ma;
+  run_training(c, oa);
+  ASSERT_EQ(val_losses(ma).size(), 4u);  // steps 2, 4, 6, 8
+
+  TrainOptions ob = quiet();
+  ob.checkpoint_dir = b.path.string();
+  ob.metrics_out = mb;
+  auto asked = std::make_shared<int>(0);
+  ob.stop_requested = [asked] { return ++*asked == 4 ? SIGTERM : 0; };  // asked once per step
+  EXPECT_EQ(run_training(c, ob).steps_done, 4);
+  EXPECT_EQ(val_losses(mb).count(4), 0u) << "no validation when stopped";
+  EXPECT_TRUE(io::load_checkpoint(b.path.string()).trainer_state.at("validation_due").get<bool>());
+  fs::copy(b.path, saved.path, fs::copy_options::recursive);
+
+  TrainOptions oc = quiet();
+  oc.checkpoint_dir = b.path.string();
+  oc.metrics_out = mb;
+  oc.resume = true;
+  const TrainSummary resumed = run_training(c, oc);
+  EXPECT_EQ(val_losses(mb), val_losses(ma));
+  EXPECT_EQ(resumed.val_losses.front().first, 4);
+  EXPECT_FALSE(io::load_checkpoint(b.path.string()).trainer_state.at("validation_due").get<bool>());
+
+  fs::remove_all(b.path);
+  fs::copy(saved.path, b.path, fs::copy_options::recursive);
+  run_training(c, oc);
+  EXPECT_EQ(val_losses(mb), val_losses(ma));
 }
 
 TEST(Trainer, StopSummaryNamesTheSignalAndTheCheckpoint) {

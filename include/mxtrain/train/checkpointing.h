@@ -2,10 +2,11 @@
 //
 // A checkpoint holds the FP32 weights (model.safetensors, by parameter name), the AdamW
 // moments (optimizer.safetensors), the tokenizer (tokenizer.model, when the model is not
-// byte-level) and the trainer state (step, optimizer steps, skipped steps, the tokenizer's
-// hash, the config) — everything needed to continue bit-identically, since the data order
-// depends only on (seed, step). Resuming with another tokenizer is an error. Files are written atomically and checksummed (io/checkpoint.h);
-// a truncated or corrupted checkpoint is an error, never a silent restart.
+// byte-level) and the trainer state (step, optimizer steps, skipped steps, a validation still
+// due, the tokenizer's hash, the config) — everything needed to continue bit-identically,
+// since the data order depends only on (seed, step). Resuming with another tokenizer is an
+// error. Files are written atomically and checksummed (io/checkpoint.h); a truncated or
+// corrupted checkpoint is an error, never a silent restart.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,10 @@ struct TrainerState {
   // global micro-batch).
   int64_t world_size = 1;
   int64_t global_batch = 0;
+  // The run stopped on a signal after this step, whose validation was due and was skipped to
+  // save at once: a resume runs that validation before its first step (absent in older
+  // checkpoints: false).
+  bool validation_due = false;
 };
 
 // Returns the step directory written (`dir/step_N`). `extra_state`: further training state
