@@ -443,13 +443,20 @@ void band_values(const T* x, const Fp4Params& p, int64_t rb, int64_t nr, int64_t
 
 // ---- layouts ----------------------------------------------------------------------------------
 
-// The rules of the sixteen whole blocks of a row from xr (B = 16 or 32 columns each).
+// The rules of the blocks of B columns in a row's n columns from xr (at most sixteen; the last
+// one ragged where n is not a multiple of B), lanes past them 0. Unrolled and inlined, a whole
+// run (n = 16 B) takes its loads unmasked.
 template <class T, int B>
-[[gnu::always_inline]] inline Rules16 chunk_rules(const T* xr, const Fp4Params& p) {
+[[gnu::always_inline]] inline Rules16 chunk_rules(const T* xr, int64_t n, const Fp4Params& p) {
   __m512i m[16];
+#pragma GCC unroll 16
   for (int j = 0; j < 16; ++j) {
-    m[j] = abs_bits(load16(xr + j * B, 16));
-    if (B == 32) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + j * B + 16, 16)));
+    m[j] = _mm512_setzero_si512();
+#pragma GCC unroll 2
+    for (int h = 0; h < B / 16; ++h) {
+      const int64_t k = std::clamp<int64_t>(n - j * B - h * 16, 0, 16);
+      if (k > 0) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + j * B + h * 16, k)));
+    }
   }
   return rules16(reduce16(m), p);
 }
@@ -468,10 +475,10 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
     uint8_t* sr = out.scales + r * out.scale_ld;
     int64_t c = g.c0;
     Rules16 next;
-    if (c + 16 * B <= g.c1) next = chunk_rules<T, B>(xr + c, p);
+    if (c + 16 * B <= g.c1) next = chunk_rules<T, B>(xr + c, 16 * B, p);
     for (; c + 16 * B <= g.c1; c += 16 * B) {
       const Rules16 rr = next;
-      if (c + 32 * B <= g.c1) next = chunk_rules<T, B>(xr + c + 16 * B, p);
+      if (c + 32 * B <= g.c1) next = chunk_rules<T, B>(xr + c + 16 * B, 16 * B, p);
       store_scales(sr + c / B, rr.scale, 16);
       __m512i words[4] = {};
       if (!rr.lane.fill && !rr.lane.floor_nan) {
@@ -505,15 +512,7 @@ void rowwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
       // vector rule on their amaxes, lanes past them 0 and not stored.
       const int64_t n = g.c1 - c;
       const int nb = int((n + B - 1) / B);
-      __m512i m[16];
-      for (int j = 0; j < 16; ++j) {
-        m[j] = _mm512_setzero_si512();
-        for (int h = 0; h < nvb; ++h) {
-          const int64_t k = std::clamp<int64_t>(n - j * B - h * 16, 0, 16);
-          if (k > 0) m[j] = _mm512_max_epu32(m[j], abs_bits(load16(xr + c + j * B + h * 16, k)));
-        }
-      }
-      const Rules16 rr = rules16(reduce16(m), p);
+      const Rules16 rr = chunk_rules<T, B>(xr + c, n, p);
       store_scales(sr + c / B, rr.scale, nb);
       for (int j = 0; j < nb; ++j) {
         const LaneRules l = lane_rule(rr, j);
@@ -553,6 +552,7 @@ void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
       const int nv = int((nc + 15) / 16);
       band_values(x, p, rb, nr, c, nc, t);
       Rules16 rr[4];
+      __mmask16 nan_blocks = 0;  // fill or floor-NaN lanes of any of the vectors
       for (int v = 0; v < nv; ++v) {
         __m512i m = _mm512_setzero_si512();
         for (int64_t i = 0; i < nr; ++i)
@@ -560,10 +560,9 @@ void colwise_impl(const T* x, const Fp4Params& p, Region g, Fp4Out out) {
         const int64_t n = std::min<int64_t>(16, nc - 16 * v);
         rr[v] = rules16(m, p);
         store_scales(out.scales + (rb / B) * out.scale_ld + c + 16 * v, rr[v].scale, n);
+        nan_blocks |= rr[v].lane.fill | rr[v].lane.floor_nan;
       }
-      if (nv == 4 && nc == 64 && !(rr[0].lane.fill | rr[1].lane.fill | rr[2].lane.fill |
-                                   rr[3].lane.fill | rr[0].lane.floor_nan | rr[1].lane.floor_nan |
-                                   rr[2].lane.floor_nan | rr[3].lane.floor_nan)) {
+      if (nc == 64 && !nan_blocks) {
         // 64 whole columns, none in a NaN block: the plain coding (plain_codes16).
         for (int64_t i = 0; i < nr; ++i) {
           const int64_t r = rb + i;
