@@ -27,13 +27,14 @@ INPUTS = LAYERS * T * (3 * D + FF)                              # 11,796,480
 GRADS = LAYERS * T * (3 * D + D + 2 * FF + D)                   # 21,495,808
 WEIGHTS = LAYERS * (3 * D * D + D * D + 2 * FF * D + D * FF)    # 3,112,960
 
-# (op, recipe, what it is there, elements per step). nvfp4: each copy's tensor amax, inputs
-# rowwise (forward) and colwise transformed (wgrad), gradients rowwise (dgrad) and colwise
-# transformed (wgrad) with stochastic rounding, weights in 16x16 tiles; mxfp8: inputs and
-# gradients both ways from one read, weights both ways.
+# (op, recipe, what it is there, elements per step). nvfp4: the tensor amaxes (an input's or
+# gradient's two, of x and of T x, from one read: its rowwise and transformed colwise copies
+# are made together), inputs rowwise (forward) and colwise transformed (wgrad), gradients
+# rowwise (dgrad) and colwise transformed (wgrad) with stochastic rounding, weights in 16x16
+# tiles; mxfp8: inputs and gradients both ways from one read, weights both ways.
 PASSES = [
-    ("nvfp4_amax", "nvfp4", "tensor amax: inputs, gradients, weights", INPUTS + GRADS + WEIGHTS),
-    ("nvfp4_rht_amax", "nvfp4", "amax of T x: inputs, gradients", INPUTS + GRADS),
+    ("nvfp4_amaxes", "nvfp4", "tensor amaxes of x and T x: inputs, gradients", INPUTS + GRADS),
+    ("nvfp4_amax", "nvfp4", "tensor amax: weights", WEIGHTS),
     ("nvfp4_rowwise", "nvfp4", "inputs, 1x16", INPUTS),
     ("nvfp4_colwise_rht", "nvfp4", "inputs, colwise of T x", INPUTS),
     ("nvfp4_rowwise_sr", "nvfp4", "gradients, 1x16, stochastic", GRADS),

@@ -242,6 +242,13 @@ float fp4_amax(const uint16_t* x_bf16, int64_t n);
 // winning, without holding the transformed matrix: the amax an RHT copy's NVFP4 tensor scale
 // comes from (quantize_fp4 computes it when not given; a sharded tensor's ranks agree it).
 float fp4_rht_amax(const float* x, int64_t M, int64_t K);
+// Both: fp4_amax(x, M * K) and fp4_rht_amax(x, M, K), bit for bit, from one read of x where
+// the kernels transform as they read (an NVFP4 input whose rowwise copy and transformed
+// colwise copy are made together).
+struct Fp4Amaxes {
+  float plain, rht;
+};
+Fp4Amaxes fp4_amaxes(const float* x, int64_t M, int64_t K);
 // NVFP4's per-tensor decode scale from the tensor's amax, in torchao's order: amax / 2688
 // (448 * 6, exact) in FP32; NaN for a NaN amax; 1 where that is not a normal float (amax
 // zero, below 2688 * 2^-126, or Inf: TransformerEngine's rule for a zero or infinite amax,

@@ -6,7 +6,8 @@
 //     and 32x32-tile quantizers, and the blockwise ones (FP32 power-of-two scales:
 //     b128_rowwise 1x128, b128_dual, b128_tile 128x128);
 //   --formats fp4: the passes of the 4-bit recipes, one by one — the tensor amax
-//     (nvfp4_amax) and that of the transformed matrix (nvfp4_rht_amax, FP32 input only), the
+//     (nvfp4_amax), that of the transformed matrix (nvfp4_rht_amax, FP32 input only) and both
+//     from one read (nvfp4_amaxes, FP32 only: an input or gradient with both copies), the
 //     NVFP4 quantizers with that amax given (rowwise 1x16 in torchao's and TE's order,
 //     rowwise with stochastic rounding, colwise with the random Hadamard transform with and
 //     without it, 16x16 tiles) and MXFP4's rowwise and colwise (1x32) ones.
@@ -211,6 +212,9 @@ std::vector<QuantOp> fp4_ops(const Inputs& in, int64_t M, int64_t K) {
                  [=] { return uint8_t(*sink != 0.f); }});
   ops.push_back({"nvfp4_rht_amax", "none", "none", 0,
                  [=] { *sink = fp4_rht_amax(x, M, K); }, nullptr,
+                 [=] { return uint8_t(*sink != 0.f); }});
+  ops.push_back({"nvfp4_amaxes", "none", "none", 0,
+                 [=] { *sink = fp4_amaxes(x, M, K).plain; }, nullptr,
                  [=] { return uint8_t(*sink != 0.f); }});
   struct Case {
     const char* op;

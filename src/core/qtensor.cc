@@ -138,21 +138,27 @@ void mark_present(QTensor* row, QTensor* col, QTensor* tile) {
   if (tile) tile->present |= {Copy::tile};
 }
 
-// 4-bit copies with a per-tensor scale (NVFP4) from amaxes agreed over the ranks holding
-// x's pieces: x's amax (rowwise, tile, plain colwise) and, for an RHT colwise copy, the
-// transformed matrix's (fp4_rht_amax, nothing held), agreed in one call, then each copy
-// quantized with its agreed amax — what quantize_fp4 does with its own amaxes.
-void make_fp4_agreed(const float* x, int64_t M, int64_t K, const TensorFormat& f,
+// 4-bit copies with a per-tensor scale (NVFP4). Their amaxes: x's (rowwise, tile, plain
+// colwise) and, for an RHT colwise copy, the transformed matrix's (nothing held) — both from
+// one read of x when both are wanted (fp4_amaxes) — agreed in one call over the ranks holding
+// x's pieces when `agree` is given; then each copy quantized with its amax, which is what
+// quantize_fp4 does with amaxes of its own.
+void make_fp4_scaled(const float* x, int64_t M, int64_t K, const TensorFormat& f,
                      const SrKey& key, QTensor* row, QTensor* col, QTensor* tile,
-                     const AmaxAgree& agree) {
+                     const AmaxAgree* agree) {
   const Fp4Config ccfg = f.fp4_config(MXLayout::colwise, key);
   const bool rht = col && ccfg.rht;
   const bool plain = row || tile || (col && !rht);
   float amax[2] = {0.f, 0.f};  // x's, the transformed matrix's
   int n = 0;
-  if (plain) amax[n++] = fp4_amax(x, M * K);
-  if (rht) amax[n++] = fp4_rht_amax(x, M, K);
-  agree(amax, n);
+  if (plain && rht) {
+    const Fp4Amaxes a = fp4_amaxes(x, M, K);
+    amax[n++] = a.plain;
+    amax[n++] = a.rht;
+  } else {
+    amax[n++] = plain ? fp4_amax(x, M * K) : fp4_rht_amax(x, M, K);
+  }
+  if (agree) (*agree)(amax, n);
   const float a_plain = amax[0], a_rht = amax[plain ? 1 : 0];
   if (row) quantize_fp4(x, M, K, MXLayout::rowwise, f.fp4_config(MXLayout::rowwise, key),
                         row->rowwise, a_plain);
@@ -200,8 +206,8 @@ void make_copies(const float* x, int64_t M, int64_t K, const TensorFormat& f, QT
     // Each copy from the original values; the colwise one of an RHT format from the
     // transformed matrix (with its own tensor amax).
     const SrKey key = sr ? *sr : SrKey{};
-    if (agree && *agree && f.tensor_scale) {
-      make_fp4_agreed(x, M, K, f, key, row, col, tile, *agree);
+    if (f.tensor_scale) {
+      make_fp4_scaled(x, M, K, f, key, row, col, tile, agree && *agree ? agree : nullptr);
       mark_present(row, col, tile);
       return;
     }

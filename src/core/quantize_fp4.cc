@@ -156,24 +156,25 @@ void run(const T* x, MXLayout layout, const Fp4Params& p, ScaledTensor& out) {
   for_each_unit(p.M, p.K, p.B, [&](Region g) { fn(x, p, g, o); });
 }
 
-// max |T x| bits over x [M, K] (the fused kernels' tensor amax), over groups of 16 rows in
-// parallel (an exact maximum: the split does not matter).
+// max |x| and max |T x| bits over x [M, K] (the fused kernels' tensor amaxes, from one read),
+// over groups of 16 rows in parallel (exact maxima: the split does not matter).
 template <class T>
-uint32_t rht_amax_bits(const T* x, int64_t M, int64_t K) {
+AmaxBits rht_amax_bits(const T* x, int64_t M, int64_t K) {
   const Fp4QuantizeKernels& k = fp4_table().get();
   const int64_t groups = ceil_div(M, kRhtSize);
-  uint32_t ab = 0;
-#pragma omp parallel for schedule(static) reduction(max : ab) if (M * K >= kParallelMin)
+  uint32_t plain = 0, rht = 0;
+#pragma omp parallel for schedule(static) reduction(max : plain, rht) if (M * K >= kParallelMin)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t r0 = g * kRhtSize, r1 = std::min(M, r0 + kRhtSize);
-    uint32_t a;
+    AmaxBits a;
     if constexpr (std::is_same_v<T, float>)
       a = k.rht_amax_f32(x, M, K, r0, r1);
     else
       a = k.rht_amax_bf16(x, M, K, r0, r1);
-    ab = std::max(ab, a);
+    plain = std::max(plain, a.plain);
+    rht = std::max(rht, a.rht);
   }
-  return ab;
+  return {plain, rht};
 }
 
 // The random Hadamard transform of a strip of rows in the calling thread: x [n, K] (FP32 or
@@ -280,7 +281,7 @@ float quantize_fp4_impl(const T* x, int64_t M, int64_t K, MXLayout layout, const
   const int64_t strip = std::max(unit, kRhtStripBytes / int64_t(sizeof(float)) /
                                            std::max<int64_t>(K, 1) / unit * unit);
   if (cfg.rht && cfg.kind == Fp4Kind::nvfp4 && cfg.tensor_scale && !amax)
-    amax = bits_f32(fused ? rht_amax_bits(x, M, K)
+    amax = bits_f32(fused ? rht_amax_bits(x, M, K).rht
                           : K > 0 ? rht_pass(x, M, K, strip, layout, nullptr, nullptr) : 0u);
   Fp4Params p = params(M, K, layout, cfg);
   p.rht = fused;
@@ -326,16 +327,23 @@ float fp4_amax(const float* x, int64_t n) {
   return bits_f32(amax_bits(x, n));
 }
 
-float fp4_rht_amax(const float* x, int64_t M, int64_t K) {
-  check_input(x, M, K, "fp4_rht_amax");
-  if (M == 0 || K == 0) return 0.f;
-  if (fp4_table().get().rht_amax_f32) return bits_f32(rht_amax_bits(x, M, K));
-  // The scalar path: a strip of whole 16-row groups at a time (the maximum does not depend
-  // on the split).
+float fp4_rht_amax(const float* x, int64_t M, int64_t K) { return fp4_amaxes(x, M, K).rht; }
+
+Fp4Amaxes fp4_amaxes(const float* x, int64_t M, int64_t K) {
+  check_input(x, M, K, "fp4_amaxes");
+  if (M == 0 || K == 0) return {0.f, 0.f};
+  if (fp4_table().get().rht_amax_f32) {
+    const AmaxBits a = rht_amax_bits(x, M, K);
+    return {bits_f32(a.plain), bits_f32(a.rht)};
+  }
+  // The scalar path: x's amax, then the transform's a strip of whole 16-row groups at a time
+  // (the maximum does not depend on the split).
   const int64_t strip =
       std::max(kRhtSize, kRhtStripBytes / int64_t(sizeof(float)) / K / kRhtSize * kRhtSize);
-  return bits_f32(rht_pass(x, M, K, strip, MXLayout::colwise, nullptr, nullptr));
+  return {bits_f32(amax_bits(x, M * K)),
+          bits_f32(rht_pass(x, M, K, strip, MXLayout::colwise, nullptr, nullptr))};
 }
+
 float fp4_amax(const uint16_t* x_bf16, int64_t n) {
   MXT_CHECK(n >= 0 && (x_bf16 != nullptr || n == 0), "fp4_amax: bad buffer (n = ", n, ")");
   return bits_f32(amax_bits(x_bf16, n));

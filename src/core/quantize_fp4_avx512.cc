@@ -653,28 +653,37 @@ uint32_t amax(const T* x, int64_t n) {
   return hmax(m);
 }
 
-// max |T x| bits over rows [r0, r1) (r0 a multiple of 16) of x [M, K]: the transform in
-// registers, nothing stored.
+// max |x| and max |T x| bits over rows [r0, r1) (r0 a multiple of 16) of x [M, K] from one
+// read: each vector's bits before the transform in registers, then after it; nothing stored.
+// A last partial group of rows is not transformed, so it counts as it is in both.
 template <class T>
-uint32_t rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
+AmaxBits rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
   const int64_t full = M / kRhtSize * kRhtSize;
   const float* signs = rht_signs();
-  __m512i m = _mm512_setzero_si512();
+  __m512i m = _mm512_setzero_si512(), mt = _mm512_setzero_si512();
   for (int64_t g = r0; g < r1; g += kRhtSize) {
     if (g >= full) {
-      for (int64_t r = g; r < std::min(r1, M); ++r)
-        m = _mm512_max_epu32(m, _mm512_set1_epi32(int(amax(x + r * K, K))));
+      for (int64_t r = g; r < std::min(r1, M); ++r) {
+        const __m512i a = _mm512_set1_epi32(int(amax(x + r * K, K)));
+        m = _mm512_max_epu32(m, a);
+        mt = _mm512_max_epu32(mt, a);
+      }
       continue;
     }
     for (int64_t c = 0; c < K; c += 16) {
       const int64_t nc = std::min<int64_t>(16, K - c);
       __m512 v[kRhtSize];
-      for (int i = 0; i < kRhtSize; ++i) v[i] = load16(x + (g + i) * K + c, nc);
+#pragma GCC unroll 16
+      for (int i = 0; i < kRhtSize; ++i) {
+        v[i] = load16(x + (g + i) * K + c, nc);
+        m = _mm512_max_epu32(m, abs_bits(v[i]));
+      }
       rht16(v, signs);
-      for (int i = 0; i < kRhtSize; ++i) m = _mm512_max_epu32(m, abs_bits(v[i]));
+#pragma GCC unroll 16
+      for (int i = 0; i < kRhtSize; ++i) mt = _mm512_max_epu32(mt, abs_bits(v[i]));
     }
   }
-  return hmax(m);
+  return {hmax(m), hmax(mt)};
 }
 
 }  // namespace
@@ -702,10 +711,10 @@ void quantize_fp4_tile_bf16_avx512(const uint16_t* x, const Fp4Params& p, Region
 uint32_t fp4_amax_f32_avx512(const float* x, int64_t n) { return amax(x, n); }
 uint32_t fp4_amax_bf16_avx512(const uint16_t* x, int64_t n) { return amax(x, n); }
 
-uint32_t fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
+AmaxBits fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
   return rht_amax(x, M, K, r0, r1);
 }
-uint32_t fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+AmaxBits fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
                                   int64_t r1) {
   return rht_amax(x, M, K, r0, r1);
 }

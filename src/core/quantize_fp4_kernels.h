@@ -176,10 +176,13 @@ using Fp4AmaxF32 = uint32_t (*)(const float* x, int64_t n);
 using Fp4AmaxBF16 = uint32_t (*)(const uint16_t* x, int64_t n);
 // The random Hadamard transform of rows [r0, r1) (r0 a multiple of 16) of x [M, K] into out.
 using RhtF32 = void (*)(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1, float* out);
-// max |T x| bits over rows [r0, r1) (r0 a multiple of 16) of x [M, K], T the transform, with
-// nothing stored (fp4_abs_bits: NaN wins).
-using RhtAmaxF32 = uint32_t (*)(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
-using RhtAmaxBF16 = uint32_t (*)(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+// Both tensor amaxes of rows [r0, r1) (r0 a multiple of 16) of x [M, K] from one read, with
+// nothing stored (fp4_abs_bits: NaN wins): max |x| bits and max |T x| bits, T the transform.
+struct AmaxBits {
+  uint32_t plain, rht;
+};
+using RhtAmaxF32 = AmaxBits (*)(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
+using RhtAmaxBF16 = AmaxBits (*)(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
                                  int64_t r1);
 
 struct Fp4QuantizeKernels {
@@ -222,8 +225,8 @@ uint32_t fp4_amax_f32_avx512(const float* x, int64_t n);
 uint32_t fp4_amax_bf16_avx512(const uint16_t* x, int64_t n);
 void rht_rows_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1,
                          float* out);
-uint32_t fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
-uint32_t fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
+AmaxBits fp4_rht_amax_f32_avx512(const float* x, int64_t M, int64_t K, int64_t r0, int64_t r1);
+AmaxBits fp4_rht_amax_bf16_avx512(const uint16_t* x, int64_t M, int64_t K, int64_t r0,
                                   int64_t r1);
 
 // What the 4-bit table chooses now (mxtrain info).

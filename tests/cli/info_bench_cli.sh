@@ -114,7 +114,7 @@ done
 [ "$(grep -c '"name"' <<<"$("$MXTRAIN" bench quantize --rows 33 --cols 40 --iters 1 \
   --no-scalar --no-settle --json)")" -eq 24 ] || fail "--no-scalar: want 24 rows"
 
-# The 4-bit passes: every op on both inputs (the transformed amax on FP32 only) at 1 and 2
+# The 4-bit passes: every op on both inputs (the transformed amaxes on FP32 only) at 1 and 2
 # threads, with the bytes each writes for x [33, 40]: codes 33 x 20 bytes, plus the scales
 # (rowwise 33 x 3, colwise 3 x 40, tiles 3 x 3 E4M3; MXFP4 33 x 2 or 2 x 40 E8M0) and NVFP4's
 # 4-byte tensor scale.
@@ -123,12 +123,12 @@ done
 python3 - fp4.json <<'PY' || fail "bench quantize --formats fp4: $(head -c 300 fp4.json)"
 import json, sys
 rows = json.load(open(sys.argv[1]))
-want = {"nvfp4_amax": 0, "nvfp4_rht_amax": 0, "nvfp4_rowwise": 763, "nvfp4_rowwise_te": 763,
+want = {"nvfp4_amax": 0, "nvfp4_rht_amax": 0, "nvfp4_amaxes": 0, "nvfp4_rowwise": 763, "nvfp4_rowwise_te": 763,
         "nvfp4_rowwise_sr": 763, "nvfp4_colwise_rht": 784, "nvfp4_colwise_rht_sr": 784,
         "nvfp4_tile16": 673, "mxfp4_rowwise": 726, "mxfp4_colwise": 740}
 seen = {(r["op"], r["input"], r["threads"]) for r in rows}
 expect = {(op, i, t) for op in want for i in ("f32", "bf16") for t in (1, 2)
-          if not (op == "nvfp4_rht_amax" and i == "bf16")}
+          if not (op in ("nvfp4_rht_amax", "nvfp4_amaxes") and i == "bf16")}
 assert seen == expect and len(rows) == len(expect), sorted(seen ^ expect)
 for r in rows:
     assert r["bytes_written"] == want[r["op"]], (r["name"], r["bytes_written"])
