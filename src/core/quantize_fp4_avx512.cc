@@ -127,26 +127,25 @@ inline __m512i sr_bits16(const Fp4Params& p, uint64_t idx0) {
 }
 
 // The random words of the 64 elements idx0 .. idx0 + 63, idx0 a multiple of 4: one generator
-// run per four elements (sixteen counters, all four words used; counters 8h .. 8h + 7 in the
-// even lanes of w[h]), out[v] = elements idx0 + 16v ...: lane l takes word l % 4 of counter
-// 4v + l / 4.
+// run per four elements (sixteen counters, all four words used), out[v] = elements
+// idx0 + 16v ...: lane l takes word l % 4 of counter 4v + l / 4. Run h holds counters
+// 8h + {0, 4, 1, 5, 2, 6, 3, 7} in the even 32-bit lanes of w[h], so that 64-bit lanes 2L and
+// 2L + 1 (counters 8h + L and 8h + 4 + L) end up in 128-bit lane L of out[2h] and out[2h + 1]:
+// each counter's four words are put side by side in its lane (one shift and one blend per
+// two words) and two in-lane unpacks make the elements' order.
 inline void sr_words64(const Fp4Params& p, uint64_t idx0, __m512i out[4]) {
   __m512i w[2][4];
   for (int h = 0; h < 2; ++h) {
     counters(p, (idx0 >> 2) + uint64_t(8 * h),
-             _mm512_setr_epi32(0, 0, 1, 0, 2, 0, 3, 0, 4, 0, 5, 0, 6, 0, 7, 0), w[h]);
+             _mm512_setr_epi32(0, 0, 4, 0, 1, 0, 5, 0, 2, 0, 6, 0, 3, 0, 7, 0), w[h]);
     philox_rounds_even(p, w[h]);
   }
-  for (int v = 0; v < 4; ++v) {
-    // Lane l: counter 4v + l/4, at lane 2 (4v + l/4) - 16h of w[h]: word 0 (l % 4 == 0) or 1
-    // from the first permute, 2 or 3 from the second.
-    const __m512i idx = _mm512_add_epi32(
-        set1(uint32_t(8 * (v % 2))),
-        _mm512_setr_epi32(0, 16, 0, 16, 2, 18, 2, 18, 4, 20, 4, 20, 6, 22, 6, 22));
-    const __m512i* c = w[v / 2];
-    const __m512i a = _mm512_permutex2var_epi32(c[0], idx, c[1]);
-    const __m512i b = _mm512_permutex2var_epi32(c[2], idx, c[3]);
-    out[v] = _mm512_mask_blend_epi32(0xCCCC, a, b);
+  for (int h = 0; h < 2; ++h) {
+    const __m512i* c = w[h];  // the words in the even lanes (c[1], c[3]: 64-bit products)
+    const __m512i c01 = _mm512_mask_blend_epi32(0xAAAA, c[0], _mm512_slli_epi64(c[1], 32));
+    const __m512i c23 = _mm512_mask_blend_epi32(0xAAAA, c[2], _mm512_slli_epi64(c[3], 32));
+    out[2 * h] = _mm512_unpacklo_epi64(c01, c23);
+    out[2 * h + 1] = _mm512_unpackhi_epi64(c01, c23);
   }
 }
 
