@@ -68,16 +68,17 @@ def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
     and bf16 alternately (mainjob:recipes=A,B,... for others, each a recipe case R[:FLAG...] of
     RECIPE_FLAGS, e.g. nvfp4:nosr:norht). mainjob:before=BINARY makes it
-    an A/B: each round runs both recipes with BINARY (rows labelled `before <its git
-    describe>`, or mainjob:before=...:label=NAME) and with the run's binary, alternating, into
-    mainjob_ab_<class>.jsonl (table mainjob.ab)."""
+    an A/B: each round runs the recipes (mxfp8 and bf16 unless mainjob:recipes says) with
+    BINARY (rows labelled `before <its git describe>`, or mainjob:before=...:label=NAME) and
+    with the run's binary, alternating, into mainjob_ab_<class>.jsonl (table mainjob.ab)."""
     steps = args.get("steps", "20" if ctx.quick else "120")
     subprocess.run(["bash", "scripts/demo_data.sh", ctx.binary], check=True, cwd=ROOT)
     before = args.get("before")
     if before:
         label = "before " + args.get("label", describe(before))
         path = ctx.rows_path("mainjob_ab")
-        cases = [(b, r) for r in ("mxfp8", "bf16") for b in (before, ctx.binary)]
+        cases = [(b, r) for r in args.get("recipes", "mxfp8,bf16").split(",")
+                 for b in (before, ctx.binary)]
     else:
         path = ctx.rows_path("mainjob")
         cases = [(ctx.binary, r) for r in args.get("recipes", "mxfp8,bf16").split(",")]
@@ -126,7 +127,7 @@ def table_mainjob_speed(rows, base="bf16"):
 
 def table_mainjob_ab(rows):
     body = []
-    for run in ("mxfp8", "bf16"):
+    for run in dict.fromkeys(r["run"] for r in rows):
         rs = [r for r in rows if r["run"] == run]
         before = [r for r in rs if r["binary"].startswith("before")]
         after = [r for r in rs if not r["binary"].startswith("before")]
