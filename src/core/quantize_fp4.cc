@@ -327,21 +327,32 @@ float fp4_amax(const float* x, int64_t n) {
   return bits_f32(amax_bits(x, n));
 }
 
-float fp4_rht_amax(const float* x, int64_t M, int64_t K) { return fp4_amaxes(x, M, K).rht; }
+namespace {
 
-Fp4Amaxes fp4_amaxes(const float* x, int64_t M, int64_t K) {
-  check_input(x, M, K, "fp4_amaxes");
+// x's amax (when `plain`) and T x's: from one read where the kernels transform as they read;
+// in the scalar path x's over x, then T x's a strip of whole 16-row groups at a time (the
+// maximum does not depend on the split).
+Fp4Amaxes amaxes(const float* x, int64_t M, int64_t K, bool plain, const char* what) {
+  check_input(x, M, K, what);
   if (M == 0 || K == 0) return {0.f, 0.f};
   if (fp4_table().get().rht_amax_f32) {
     const AmaxBits a = rht_amax_bits(x, M, K);
     return {bits_f32(a.plain), bits_f32(a.rht)};
   }
-  // The scalar path: x's amax, then the transform's a strip of whole 16-row groups at a time
-  // (the maximum does not depend on the split).
   const int64_t strip =
       std::max(kRhtSize, kRhtStripBytes / int64_t(sizeof(float)) / K / kRhtSize * kRhtSize);
-  return {bits_f32(amax_bits(x, M * K)),
+  return {plain ? bits_f32(amax_bits(x, M * K)) : 0.f,
           bits_f32(rht_pass(x, M, K, strip, MXLayout::colwise, nullptr, nullptr))};
+}
+
+}  // namespace
+
+float fp4_rht_amax(const float* x, int64_t M, int64_t K) {
+  return amaxes(x, M, K, false, "fp4_rht_amax").rht;
+}
+
+Fp4Amaxes fp4_amaxes(const float* x, int64_t M, int64_t K) {
+  return amaxes(x, M, K, true, "fp4_amaxes");
 }
 
 float fp4_amax(const uint16_t* x_bf16, int64_t n) {

@@ -123,8 +123,8 @@ done
 python3 - fp4.json <<'PY' || fail "bench quantize --formats fp4: $(head -c 300 fp4.json)"
 import json, sys
 rows = json.load(open(sys.argv[1]))
-want = {"nvfp4_amax": 0, "nvfp4_rht_amax": 0, "nvfp4_amaxes": 0, "nvfp4_rowwise": 763, "nvfp4_rowwise_te": 763,
-        "nvfp4_rowwise_sr": 763, "nvfp4_colwise_rht": 784, "nvfp4_colwise_rht_sr": 784,
+want = {"nvfp4_amax": 0, "nvfp4_rht_amax": 0, "nvfp4_amaxes": 0, "nvfp4_rowwise": 763,
+        "nvfp4_rowwise_te": 763, "nvfp4_rowwise_sr": 763, "nvfp4_colwise_rht": 784, "nvfp4_colwise_rht_sr": 784,
         "nvfp4_tile16": 673, "mxfp4_rowwise": 726, "mxfp4_colwise": 740}
 seen = {(r["op"], r["input"], r["threads"]) for r in rows}
 expect = {(op, i, t) for op in want for i in ("f32", "bf16") for t in (1, 2)
