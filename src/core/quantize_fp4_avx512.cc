@@ -661,12 +661,10 @@ AmaxBits rht_amax(const T* x, int64_t M, int64_t K, int64_t r0, int64_t r1) {
   const float* signs = rht_signs();
   __m512i m = _mm512_setzero_si512(), mt = _mm512_setzero_si512();
   for (int64_t g = r0; g < r1; g += kRhtSize) {
-    if (g >= full) {
-      for (int64_t r = g; r < std::min(r1, M); ++r) {
-        const __m512i a = _mm512_set1_epi32(int(amax(x + r * K, K)));
-        m = _mm512_max_epu32(m, a);
-        mt = _mm512_max_epu32(mt, a);
-      }
+    if (g >= full) {  // the last rows, contiguous
+      const __m512i a = _mm512_set1_epi32(int(amax(x + g * K, (std::min(r1, M) - g) * K)));
+      m = _mm512_max_epu32(m, a);
+      mt = _mm512_max_epu32(mt, a);
       continue;
     }
     for (int64_t c = 0; c < K; c += 16) {
