@@ -128,11 +128,14 @@ def machine_class(binary):
 
 
 def class_tag(machine):
-    """A short file-name tag for a machine class: 'zen4', 'zen5', or the first word."""
+    """A short file-name tag for a machine class: 'zen4', 'zen5', 'xeonamx' (Xeon with
+    AMX-BF16), or the first word."""
     import re
     m = re.search(r"Zen (\d+)", machine)
     if m:
         return f"zen{m.group(1)}"
+    if "Xeon with AMX-BF16 class" in machine:
+        return "xeonamx"
     return re.sub(r"[^a-z0-9]+", "", machine.split(";")[0].lower())[:12] or "machine"
 
 

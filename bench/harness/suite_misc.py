@@ -67,7 +67,7 @@ def cases_rounds(ctx, cases):
 def run_mainjob(ctx, args):
     """The main job's first STEPS (120) steps, its schedule unchanged (--stop-after), in mxfp8
     and bf16 alternately (mainjob:recipes=A,B,... for others, each a recipe case R[:FLAG...] of
-    RECIPE_FLAGS, e.g. nvfp4:nosr:norht). mainjob:before=BINARY makes it
+    RECIPE_FLAGS or RECIPE_ENV, e.g. nvfp4:nosr:norht, mxfp8:noamx). mainjob:before=BINARY makes it
     an A/B: each round runs the recipes (mxfp8 and bf16 unless mainjob:recipes says) with
     BINARY (rows labelled `before <its git describe>`, or mainjob:before=...:label=NAME) and
     with the run's binary, alternating, into mainjob_ab_<class>.jsonl (table mainjob.ab)."""
@@ -93,7 +93,7 @@ def run_mainjob(ctx, args):
         row, s, _ = train_run(ctx, "mainjob", case, rnd,
                               ["--config", "configs/demo.yaml", "--quiet", "--stop-after", steps,
                                "--checkpoint-dir", ck] + recipe_case_argv("mainjob", recipe), m,
-                              exe=binary, run=recipe, **extra)
+                              env=recipe_case_env(recipe), exe=binary, run=recipe, **extra)
         row.update({k: s[k] for k in ("median_step_ms", "tokens_per_s", "steps", "final_loss",
                                        "peak_rss_bytes") if k in s})
         append_row(path, row)
@@ -203,18 +203,21 @@ LINEAR_SHAPES = {
 
 
 def run_linear(ctx, args):
+    """Quantized Linear and GroupedLinear against BF16 (linear:recipes=...); linear:amx=off
+    runs them with MXTRAIN_AMX=0 (the scaled products on the AVX512-BF16 kernels)."""
     recipes = args.get("recipes", "bf16,mxfp8,blockwise")
+    env = {"MXTRAIN_AMX": "0"} if args.get("amx") == "off" else None
     path = ctx.rows_path("linear")
     for rnd, shape in cases_rounds(ctx, list(LINEAR_SHAPES)):
         log(f"linear: round {rnd}, {shape}")
         argv = ["linear", "--recipes", recipes] + LINEAR_SHAPES[shape]
         if ctx.quick:
             argv = [a if a != "2048" else "256" for a in argv]
-        rows, t = bench_json(ctx, argv, f"linear-{shape}-r{rnd}")
+        rows, t = bench_json(ctx, argv, f"linear-{shape}-r{rnd}", env=env)
         for r in rows:
             r.update(shape=shape)
             append_row(path, ctx.row("linear", shape, rnd, [ctx.binary, "bench"] + argv + ["--json"],
-                                     t, **r))
+                                     t, env=env, **r))
     return path
 
 
@@ -698,6 +701,17 @@ RECIPE_FLAGS = {"sw32": ["--swiglu-input", "fp32"], "sw4": ["--swiglu-input", "f
                 "ra": ["--recompute", "attention"],
                 "nosr": ["--fp4-stochastic-rounding", "false"], "norht": ["--fp4-rht", "false"],
                 "no2d": ["--fp4-2d-weights", "false"]}
+# Flags of a recipe case that set the run's environment instead: :noamx keeps the scaled
+# products off the AMX tiles (MXTRAIN_AMX=0; the AVX512-BF16 kernels).
+RECIPE_ENV = {"noamx": {"MXTRAIN_AMX": "0"}}
+
+
+def recipe_case_env(case):
+    """The environment a recipe case R[:FLAG...] sets (RECIPE_ENV), or None."""
+    env = {}
+    for f in case.split(":")[1:]:
+        env.update(RECIPE_ENV.get(f, {}))
+    return env or None
 
 
 def recipe_case_argv(suite, case):
@@ -705,9 +719,11 @@ def recipe_case_argv(suite, case):
     recipe, *flags = case.split(":")
     argv = ["--recipe", recipe]
     for f in flags:
+        if f in RECIPE_ENV:
+            continue
         if f not in RECIPE_FLAGS:
             raise SystemExit(f"{suite}: recipe case {case!r}: unknown flag {f!r}; the flags "
-                             "are " + ", ".join(RECIPE_FLAGS))
+                             "are " + ", ".join(list(RECIPE_FLAGS) + list(RECIPE_ENV)))
         argv += RECIPE_FLAGS[f]
     return argv
 

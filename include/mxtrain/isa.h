@@ -52,10 +52,23 @@ Isa parse_isa(const std::string& name);  // throws listing valid names
 //   avx512           level avx512 or above (F, BW, VL, DQ);
 //   avx512vbmi       level avx512vbmi;
 //   avx512bf16       level avx512 or above on a CPU with AVX512-BF16;
-//   avx512vbmi_bf16  level avx512vbmi on a CPU with AVX512-BF16.
+//   avx512vbmi_bf16  level avx512vbmi on a CPU with AVX512-BF16;
+//   amx_bf16         level avx512vbmi on a CPU with AMX-BF16 too, with AMX on (below).
 // A kernel built for path P is named <op>_<P> (<op>_ref for scalar).
-enum class Path : uint8_t { scalar, avx2, avx512, avx512vbmi, avx512bf16, avx512vbmi_bf16 };
+enum class Path : uint8_t {
+  scalar, avx2, avx512, avx512vbmi, avx512bf16, avx512vbmi_bf16, amx_bf16
+};
 const char* path_name(Path p);
 bool path_enabled(Path p);
+
+// AMX tiles for the scaled products (path amx_bf16). Available where the CPU has AVX512-BF16,
+// VBMI and AMX-BF16 and Linux grants the process the tile state; then on unless
+// MXTRAIN_AMX=0 is in the environment or set_amx(false) (tests, the CLI's --amx) turns it
+// off. Their sums agree with the VDPBF16PS kernels' within the FP32 summation bound, not
+// byte for byte (docs/numerics.md, "MX products").
+bool amx_available();
+void set_amx(bool on);  // on: throws where AMX is not available
+void clear_amx_override();  // back to MXTRAIN_AMX's choice
+bool amx_on();
 
 }  // namespace mxtrain

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/peak_kernels.h"
 #include "mxtrain/common.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -215,6 +216,7 @@ const char* path_name(Path p) {
     case Path::avx512vbmi: return "avx512vbmi";
     case Path::avx512bf16: return "avx512bf16";
     case Path::avx512vbmi_bf16: return "avx512vbmi_bf16";
+    case Path::amx_bf16: return "amx_bf16";
   }
   return "?";
 }
@@ -230,8 +232,46 @@ bool path_enabled(Path p) {
     case Path::avx512vbmi: return isa >= Isa::avx512vbmi;
     case Path::avx512bf16: return isa >= Isa::avx512 && cpu_features().avx512_bf16;
     case Path::avx512vbmi_bf16: return isa >= Isa::avx512vbmi && cpu_features().avx512_bf16;
+    case Path::amx_bf16: return isa >= Isa::avx512vbmi && amx_on();
   }
   return false;
+}
+
+bool amx_available() {
+  static const bool v = [] {
+    const CpuFeatures& f = cpu_features();
+    return isa_supported(Isa::avx512vbmi) && f.avx512_bf16 && f.amx_tile && f.amx_bf16 &&
+           kern::amx_permission();
+  }();
+  return v;
+}
+
+namespace {
+// -1: as MXTRAIN_AMX says (on unless "0"); else set_amx's choice.
+std::atomic<int>& amx_slot() {
+  static std::atomic<int> slot{-1};
+  return slot;
+}
+}  // namespace
+
+void set_amx(bool on) {
+  MXT_CHECK(!on || amx_available(), "AMX tiles are not available on this CPU (",
+            cpu_features().brand, "): they need AMX-BF16, AVX512-BF16 and VBMI, and Linux's "
+            "permission for the tile state");
+  amx_slot().store(on ? 1 : 0);
+}
+
+void clear_amx_override() { amx_slot().store(-1); }
+
+bool amx_on() {
+  if (!amx_available()) return false;
+  const int o = amx_slot().load(std::memory_order_relaxed);
+  if (o >= 0) return o == 1;
+  static const bool env = [] {
+    const char* e = std::getenv("MXTRAIN_AMX");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return env;
 }
 
 Isa parse_isa(const std::string& name) {

@@ -8,7 +8,10 @@
 //   avx512bf16 — the codes read by the panel kernels (fp4_gemm_avx512bf16), and forward
 //                products of at most kGemvMaxRows rows streamed (fp4_gemv_nt_avx512bf16); A^T ·
 //                B^T (no layer needs it) takes the avx512 entry's kernels;
-//   avx512vbmi_bf16 — the same, the streaming forward fp4_gemv_nt_avx512vbmi_bf16.
+//   avx512vbmi_bf16 — the same, the streaming forward fp4_gemv_nt_avx512vbmi_bf16;
+//   amx_bf16   — the panel kernels with their sums on AMX tiles (fp4_gemm_amx_bf16), forwards
+//                of few rows too (no streaming kernel), so that an output's sum does not
+//                depend on the row count.
 // The decoded operands live in per-thread buffers reused across calls (a training step's
 // repeated shapes fault in no fresh pages).
 #include <omp.h>
@@ -57,11 +60,13 @@ void as_op(const std::vector<uint16_t>& d, int64_t rows, int64_t cols, bool tran
 enum class Product : uint8_t { reference, onednn, panels };
 
 using GemvNt = void (*)(const MXOperand&, const MXOperand&, float, float*, int64_t, bool);
+using Panels = void (*)(Orient, const MXOperand&, const MXOperand&, float, float*, int64_t, bool);
 
 struct Fp4ProductKernels {
   DecodeFp4 decode;  // the whole-operand decode (reference and oneDNN products)
   Product product;
-  GemvNt gemv = nullptr;  // forwards of at most kGemvMaxRows rows (panels only)
+  GemvNt gemv = nullptr;    // forwards of at most kGemvMaxRows rows (panels only)
+  Panels panels = nullptr;  // the panel kernel (panels only)
 };
 
 const PathTable<Fp4ProductKernels>& fp4_table() {
@@ -76,11 +81,16 @@ const PathTable<Fp4ProductKernels>& fp4_table() {
        {Path::avx512bf16,
         "fp4_gemm_avx512bf16 (4-bit codes -> BF16 panels, VDPBF16PS 6x64); forward with "
         "m <= 16: fp4_gemv_nt_avx512bf16",
-        {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512bf16}},
+        {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512bf16, fp4_gemm_avx512bf16}},
        {Path::avx512vbmi_bf16,
         "fp4_gemm_avx512bf16 (4-bit codes -> BF16 panels, VDPBF16PS 6x64); forward with "
         "m <= 16: fp4_gemv_nt_avx512vbmi_bf16 (tile code bytes transposed by VPERMT2B)",
-        {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512vbmi_bf16}}});
+        {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512vbmi_bf16,
+         fp4_gemm_avx512bf16}},
+       {Path::amx_bf16,
+        "fp4_gemm_amx_bf16 (4-bit codes -> BF16 panels, TDPBF16PS on AMX tiles, every row "
+        "count)",
+        {decode_fp4_bf16_avx512, Product::panels, nullptr, fp4_gemm_amx_bf16}}});
   return t;
 }
 
@@ -148,10 +158,10 @@ void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTen
   const float alpha = tensor_scale(A) * tensor_scale(B);
   if (k.product == Product::panels && !(trans_a && trans_b)) {
     const MXOperand a = MXOperand::of(A), b = MXOperand::of(B);
-    if (!trans_a && trans_b && M <= kGemvMaxRows)
+    if (k.gemv && !trans_a && trans_b && M <= kGemvMaxRows)
       return k.gemv(a, b, alpha, C, ldc, accumulate);
     const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
-    return fp4_gemm_avx512bf16(o, a, b, alpha, C, ldc, accumulate);
+    return k.panels(o, a, b, alpha, C, ldc, accumulate);
   }
   thread_local std::vector<uint16_t> a16, b16;
   decode(k.decode, A, a16);

@@ -61,6 +61,10 @@ void fp4_gemm_panel_ref(Orient o, const MXOperand& A, const MXOperand& B, float 
 // needs AVX512-BF16 (and F/BW/VL/DQ).
 void fp4_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha,
                          float* C, int64_t ldc, bool accumulate);
+// The same product with the panel sums on AMX tiles (amx_block, mx_gemm.h): within the FP32
+// summation bound of fp4_gemm_panel_ref's sums, not its bytes; needs AMX-BF16 granted.
+void fp4_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha, float* C,
+                       int64_t ldc, bool accumulate);
 // Forward (nt) products with at most kGemvMaxRows rows, X stored [M, K], W [N, K] (blocks
 // along K): each weight byte read once, decoded in registers (fp4_gemv_avx512.cc). The same
 // bytes as fp4_gemm_avx512bf16.

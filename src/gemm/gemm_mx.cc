@@ -7,7 +7,9 @@
 //   avx512bf16      — mx_gemm_avx512bf16 (gemm/mx_gemm_avx512.cc): FP8 panels decoded into
 //                     cache-resident BF16 blocks, scales folded in, VDPBF16PS micro-kernel;
 //   avx512vbmi_bf16 — the same with VBMI row packing (mx_gemm_avx512vbmi_bf16), and forward
-//                     products of at most kGemvMaxRows rows streamed (mx_gemv_nt_avx512vbmi_bf16).
+//                     products of at most kGemvMaxRows rows streamed (mx_gemv_nt_avx512vbmi_bf16);
+//   amx_bf16        — the same with the panel products on AMX tiles (mx_gemm_amx_bf16), forwards
+//                     of few rows too: an output's sum then does not depend on the row count.
 // Besides the path, gemm_mx chooses by the operands only: an operand whose scales the fast
 // kernels cannot fold takes the reference, and A^T · B^T (no layer needs it) the expansion.
 // All paths form the same element values (docs/numerics.md, "MX products"); they differ in
@@ -99,7 +101,11 @@ const PathTable<MxProductKernels>& mx_table() {
        {Path::avx512vbmi_bf16,
         "mx_gemm_avx512vbmi_bf16 (VBMI packing); forward with m <= 16: "
         "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_avx512vbmi_bf16",
-        {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}}});
+        {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}},
+       {Path::amx_bf16,
+        "mx_gemm_amx_bf16 (VBMI packing, TDPBF16PS on AMX tiles, every row count); fp32 "
+        "scales: fp32_block_gemm_avx512vbmi_bf16",
+        {mx_gemm_amx_bf16, nullptr, true, fp32_block_gemm_panels_avx512vbmi_bf16}}});
   return t;
 }
 

@@ -69,11 +69,33 @@ void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float*
                         int64_t ldc, bool accumulate);
 void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                              int64_t ldc, bool accumulate);
+// The VBMI panel kernel with AMX-BF16 tiles for the products (amx_block) instead of the
+// VDPBF16PS micro-kernel: within the FP32 summation bound of the others, not their bytes.
+void mx_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
+                      bool accumulate);
 
 // Forward (nt) products with few rows, streaming W once (mx_gemv_avx512vbmi.cc); needs
 // AVX512-BF16 and VBMI, and operands with foldable scales.
 void mx_gemv_nt_avx512vbmi_bf16(const MXOperand& X, const MXOperand& W, float* C, int64_t ldc,
                                 bool accumulate);
+
+// The AMX-BF16 tile product of the panel kernels (mx_gemm_amx.cc; needs AMX-BF16 and the
+// tile state granted). A thread calls amx_tiles_begin before its first amx_block (it loads
+// the tile configuration) and amx_tiles_end after its last.
+void amx_tiles_begin();
+void amx_tiles_end();
+// How a 4-bit product's last K chunk stores its sums P (gemm/fp4_gemm.h): C = alpha · P, or
+// C + alpha · P when add_c, each operation rounded on its own; alpha = 1 stores P itself.
+struct Finish {
+  float alpha;
+  bool add_c;
+};
+// C[rows, ncols] (rows <= 32, ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over
+// kp16 pairs (a multiple of 16; pairs past the product's K zero in both panels), or with
+// `fin` those sums finished as it says: a(m, p) = a[m * lda + p] (rows of pairs; 32 rows are
+// read whatever `rows`), b = panel [kp16][64] pairs.
+void amx_block(int64_t kp16, const uint32_t* a, int64_t lda, const uint32_t* b, float* C,
+               int64_t ldc, int rows, int ncols, bool load, const Finish* fin);
 
 // What the MX product's dispatch table (gemm_mx.cc) chooses now (mxtrain info).
 PathChoice mx_product_choice();

@@ -142,14 +142,6 @@ template <int ROWS>
   }
 }
 
-// How a 4-bit product's last K chunk stores its sums P (gemm/fp4_gemm.h): C = alpha · P, or
-// C + alpha · P when add_c, each operation rounded on its own (the *_round_ps forms are never
-// contracted into an FMA); alpha = 1 stores P itself.
-struct Finish {
-  float alpha;
-  bool add_c;
-};
-
 // C[ROWS, ncols] (ncols <= 64) = (load ? C : 0) + Σ_p a(m, p) · b(p, :) over kp pairs, or with
 // `fin` those sums finished as it says. a(m, p) = a[m * sm + p * sp] (a BF16 pair); b = panel
 // [kp][64] pairs.
@@ -282,6 +274,7 @@ void run_tile_promoted(int rows, int64_t kp, const uint32_t* a, int64_t sm, int6
 
 struct Buffers {
   std::vector<uint32_t, AlignedAllocator<uint32_t>> a, b;
+  std::vector<uint32_t, AlignedAllocator<uint32_t>> t;  // AMX: tn's A in pairs, before rows
 };
 
 Buffers& thread_buffers() {
@@ -325,11 +318,13 @@ struct Packing {
 };
 
 // The packers that differ between the kernels: rows of A (nt, nn), pairs of stored rows (tn's
-// A, nn and tn's B) and B transposed (nt's B).
+// A, nn and tn's B) and B transposed (nt's B); amx: the products on AMX tiles (amx_block, the
+// Finish of mx_gemm.h) rather than the VDPBF16PS micro-kernel.
 struct Packers {
   PackRows rows;
   PackPairs pairs;
   PackTransposed transposed;
+  bool amx = false;
 };
 
 // Where a transposed product's result goes: Ct [N, M] (+)= alpha · C^T (see
@@ -364,6 +359,11 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const int64_t r0 = split_m ? std::min(M, grains * t / T * kRowGrain) : 0;
     const int64_t r1 = split_m ? std::min(M, grains * (t + 1) / T * kRowGrain) : M;
     Buffers& buf = thread_buffers();
+    // AMX tiles (not for promoted products, which sum each 128-deep chunk from zero): A in
+    // rows of pairs whatever the orientation, and each chunk's pairs up to a multiple of 16
+    // (one tile's depth), those past the chunk zero in both panels.
+    const bool amx = packers.amx && !pr;
+    if (amx) amx_tiles_begin();
     // Few rows: every A block of this thread is packed first (at most kAFirstRows rows, a few
     // hundred KiB) and each B panel is packed right before the tiles that read it, so it is
     // still in L2; the B panels of a whole chunk (up to MiBs) would go out to memory and back
@@ -377,18 +377,36 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const int64_t kps = std::min(kc_max / 2, (ceil_div(K, 2) + 31) / 32 * 32);
     buf.b.resize(size_t((a_first ? 1 : std::max<int64_t>(p1 - p0, 1)) * kps * NR));
     buf.a.resize(size_t((a_first ? std::max<int64_t>(nblk, 1) : 1) * MC * kps));
-    const int64_t sm = pk.a_pairs ? 1 : kps, sp = pk.a_pairs ? MC : 1;
+    const bool a_pairs = pk.a_pairs && !amx;  // how Ap holds A
+    const int64_t sm = a_pairs ? 1 : kps, sp = a_pairs ? MC : 1;
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
-      if (pk.a_pairs)
+      if (pk.a_pairs && amx) {
+        // tn's A: its pairs of stored rows (pair-major), then moved into rows of pairs.
+        const int64_t kp = (kc + 1) / 2;
+        buf.t.resize(size_t(MC * kps));
+        packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, buf.t.data(), MC);
+        for (int64_t m = 0; m < mc; ++m)
+          for (int64_t q = 0; q < kp; ++q) Ap[m * kps + q] = buf.t[size_t(q * MC + m)];
+      } else if (pk.a_pairs) {
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
-      else
+      } else {
         packers.rows(A, i0, mc, k0, kc, Ap, kps);
+      }
+      if (amx) {
+        const int64_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16;
+        for (int64_t m = 0; m < mc; ++m)
+          std::fill(Ap + m * kps + kp, Ap + m * kps + kp16, 0u);
+      }
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
       if (pk.b_transposed)
         packers.transposed(B, p * NR, k0, kc, Bp);
       else
         packers.pairs(B, p * NR, 2, 4, k0, kc, Bp, NR);
+      if (amx) {
+        const int64_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16;
+        std::fill(Bp + kp * NR, Bp + kp16 * NR, 0u);
+      }
     };
     // Every (6-row, 64-column) tile of rows [i0, i0 + mc) against panel p.
     // With a promotion, per 128-deep chunk (the first of panel chunk k0 is k0 / 128).
@@ -397,6 +415,13 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const auto tiles = [&](const uint32_t* Ap, int64_t i0, int64_t mc, int64_t p,
                            const uint32_t* Bp, int64_t kp, bool load) {
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
+      if (amx) {
+        const int64_t kp16 = (kp + 15) / 16 * 16;
+        for (int64_t i = 0; i < mc; i += 32)
+          amx_block(kp16, Ap + i * kps, kps, Bp, C + (i0 + i) * ldc + p * NR, ldc,
+                    int(std::min<int64_t>(32, mc - i)), ncols, load, fin);
+        return;
+      }
       for (int64_t i = 0; i < mc; i += MR) {
         const int rows = int(std::min<int64_t>(MR, mc - i));
         float* c = C + (i0 + i) * ldc + p * NR;
@@ -432,6 +457,7 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
           tiles(buf.a.data(), i0, mc, p, buf.b.data() + (p - p0) * kps * NR, kp, load);
       }
     }
+    if (amx) amx_tiles_end();
     if (out) add_transposed_rows(C, r0, r1, N, out->C, out->ldc, out->accumulate, out->alpha);
   }
 }
@@ -538,6 +564,13 @@ void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, f
                      pack_b_transposed});
 }
 
+void mx_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
+                      bool accumulate) {
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
+                     pack_b_transposed, /*amx=*/true});
+}
+
 void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
                                 const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
   const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
@@ -562,6 +595,14 @@ void fp4_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float
   panel_gemm(o, A, B, C, ldc, accumulate,
              Packers{fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16,
                      fp4_pack_transposed_avx512bf16},
+             nullptr, &alpha);
+}
+
+void fp4_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha, float* C,
+                       int64_t ldc, bool accumulate) {
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16,
+                     fp4_pack_transposed_avx512bf16, /*amx=*/true},
              nullptr, &alpha);
 }
 

@@ -34,7 +34,10 @@ std::vector<float> rnd(int64_t n, uint32_t seed) {
 }
 
 struct PathGuard {
-  ~PathGuard() { clear_isa_override(); }
+  ~PathGuard() {
+    clear_isa_override();
+    clear_amx_override();
+  }
 };
 
 // The BF16 values of a 4-bit copy's elements without the tensor scale, as floats.
@@ -102,7 +105,8 @@ const Op kOps[] = {{"forward tile", false, true, MXLayout::rowwise, MXLayout::ti
 TEST(Fp4Gemm, EveryPathWithinTheSumBoundOfTheDecodedProduct) {
   PathGuard guard;
   const std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes = {
-      {1, 1, 1}, {3, 17, 33}, {17, 31, 15}, {33, 65, 47}, {64, 16, 257}, {5, 100, 32}};
+      {1, 1, 1}, {3, 17, 33}, {17, 31, 15}, {33, 65, 47}, {64, 16, 257}, {5, 100, 32},
+      {40, 70, 1100}};  // the last: K over a 1024-deep chunk
   for (auto [M, N, K] : shapes)
     for (const Op& o : kOps)
       for (const Fp4Config& c : {nv(), nv(true), mx()})
@@ -138,14 +142,19 @@ TEST(Fp4Gemm, EveryPathWithinTheSumBoundOfTheDecodedProduct) {
               const float v = alpha == 1.f ? p : alpha * p;
               order[size_t(i * N + j)] = acc ? base + v : v;
             }
-          for (Isa isa : supported_isas()) {
+          // Every ISA level with AMX off, then the top level with AMX tiles where present.
+          std::vector<std::pair<Isa, bool>> paths;
+          for (Isa isa : supported_isas()) paths.push_back({isa, false});
+          if (amx_available()) paths.push_back({Isa::avx512vbmi, true});
+          for (auto [isa, amx] : paths) {
             set_isa(isa);
+            if (amx_available()) set_amx(amx);
             std::vector<float> C(acc ? c0 : std::vector<float>(size_t(M * N), 7.f));
             gemm_mx(o.ta, A, o.tb, B, C.data(), N, acc);
             const std::string what = std::string(o.name) + " " + std::to_string(M) + "x" +
                                      std::to_string(N) + "x" + std::to_string(K) + " " +
                                      fp4_kind_name(c.kind) + (acc ? " acc" : "") + " on " +
-                                     isa_name(isa);
+                                     isa_name(isa) + (amx ? " with AMX" : "");
             for (size_t e = 0; e < C.size(); ++e) {
               const double tol = double(K + 2) * 0x1p-24 * mag[e];
               ASSERT_LE(std::fabs(double(C[e]) - want[e]), tol) << what << " element " << e;

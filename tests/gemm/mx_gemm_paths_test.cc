@@ -55,8 +55,33 @@ std::vector<Isa> path_isas() {
 }
 
 struct IsaGuard {
-  ~IsaGuard() { clear_isa_override(); }
+  ~IsaGuard() {
+    clear_isa_override();
+    clear_amx_override();
+  }
 };
+
+// The VDPBF16PS kernels (AMX tiles off where the CPU has them), for the tests of their bytes.
+void no_amx() {
+  if (amx_available()) set_amx(false);
+}
+
+// Every product path this CPU can run: each ISA level with AMX off, then avx512vbmi with AMX
+// tiles where the CPU has them.
+struct ProductPath {
+  Isa isa;
+  bool amx;
+};
+std::vector<ProductPath> product_paths() {
+  std::vector<ProductPath> out;
+  for (Isa isa : path_isas()) out.push_back({isa, false});
+  if (amx_available()) out.push_back({Isa::avx512vbmi, true});
+  return out;
+}
+void select(const ProductPath& p) {
+  set_isa(p.isa);
+  if (amx_available()) set_amx(p.amx);
+}
 
 // op(A) · op(B) for stored A, B as gemm_mx sees them; checks every available path.
 void check_all_paths(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, bool acc,
@@ -78,8 +103,8 @@ void check_all_paths(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor
     }
   const std::vector<float> c0 = randn(M * N, 7);
   IsaGuard guard;
-  for (Isa isa : path_isas()) {
-    set_isa(isa);
+  for (const ProductPath& path : product_paths()) {
+    select(path);
     SCOPED_TRACE(std::string(what) + " on path " + path_name(gemm_mx_path()) + ", M=" +
                  std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
     std::vector<float> c(c0.begin(), c0.begin() + M * N);
@@ -319,6 +344,7 @@ TEST(MxGemmPaths, VbmiRowPackerGivesTheSameBytes) {
       int i = 0;
       for (Isa isa : {Isa::avx512, Isa::avx512vbmi}) {
         set_isa(isa);
+        no_amx();
         f[i].resize(size_t(s.M * s.N));
         ft[i].resize(size_t(s.N * s.M));
         d[i].resize(size_t(s.M * s.K));
@@ -379,6 +405,7 @@ TEST(MxGemmPaths, VbmiPairPackerGivesTheSameBytes) {
         IsaGuard guard;
         for (int i = 0; i < 2; ++i) {
           set_isa(i == 0 ? Isa::avx512 : Isa::avx512vbmi);
+          no_amx();
           d[i].assign(size_t(s.M * s.K), -0.f);
           g[i].assign(size_t(s.N * s.K), -0.f);
           gemm_mx(false, dyr, false, wq, d[i].data(), s.K, false);
@@ -486,6 +513,7 @@ void check_fp4_bytes(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor
   IsaGuard guard;
   for (Isa isa : fp4_panel_isas()) {
     set_isa(isa);
+    no_amx();
     std::vector<float> c = c0;
     gemm_mx(ta, A, tb, B, c.data(), N, acc);
     expect_same(c, std::string("gemm_mx on ") + isa_name(isa));
@@ -603,6 +631,59 @@ TEST(Fp4GemmPaths, SpecialBlocksGiveTheReferenceBytes) {
       if (nv) {
         const ScaledTensor wtile = q4(w, s.N, s.K, MXLayout::tile, c);
         check_fp4_bytes(false, xr, true, wtile, false, what + " forward tile");
+      }
+    }
+  }
+}
+
+// A forward's output rows do not depend on how many rows the product has: the first m rows of
+// x · W^T, computed alone, are the first m rows of the product of all of x, bit for bit, on
+// every panel path (with AMX tiles too, where few rows take the tiles rather than the
+// streaming kernel), for MXFP8 and NVFP4 (tensor scales; 16x16 and 1x16 weights). A layout
+// that splits the tokens (sequence parallelism, micro-batches) relies on it. m crosses the
+// streaming kernel's limit (16), the AMX tiles' 16 and 32 rows, the micro-tile's 6 and the
+// transposed product's 64. The one exception, stated here: the MXFP8 streaming kernel of the
+// avx512vbmi_bf16 path (forwards of at most 16 rows) sums in its own FP32 order (docs/
+// numerics.md, "MX products"), so there MXFP8 holds from 17 rows on.
+ScaledTensor first_rows(const ScaledTensor& t, int64_t m) {
+  ScaledTensor r = t;
+  r.rows = m;
+  r.data.resize(r.data_bytes());
+  r.scales.resize(r.scale_bytes());
+  return r;
+}
+
+TEST(MxGemmPaths, FewRowsAreTheRowsOfTheLargerProduct) {
+  if (!isa_supported(Isa::avx512) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "no AVX512-BF16 panel kernel";
+  constexpr int64_t M = 100, N = 200, K = 300;
+  const auto x = randn(M * K, 61), w = randn(N * K, 62, 0.05f);
+  struct Case {
+    std::string name;
+    ScaledTensor x, w;
+  };
+  std::vector<Case> cases;
+  cases.push_back({"mxfp8", q(x, M, K, MXLayout::rowwise, Elem::e4m3),
+                   q(w, N, K, MXLayout::rowwise, Elem::e4m3)});
+  cases.push_back({"nvfp4 tile", q4(x, M, K, MXLayout::rowwise, nvfp4_cfg()),
+                   q4(w, N, K, MXLayout::tile, nvfp4_cfg())});
+  cases.push_back({"nvfp4 rowwise", q4(x, M, K, MXLayout::rowwise, nvfp4_cfg()),
+                   q4(w, N, K, MXLayout::rowwise, nvfp4_cfg())});
+  IsaGuard guard;
+  for (const ProductPath& path : product_paths()) {
+    if (path.isa < Isa::avx512) continue;
+    select(path);
+    for (const Case& c : cases) {
+      std::vector<float> all(size_t(M * N));
+      gemm_mx(false, c.x, true, c.w, all.data(), N, false);
+      const bool mx_stream = c.name == "mxfp8" && gemm_mx_path() == Path::avx512vbmi_bf16;
+      for (int64_t m : {1, 4, 6, 15, 16, 17, 31, 32, 33, 64, 65}) {
+        if (mx_stream && m <= gemm_detail::kGemvMaxRows) continue;
+        std::vector<float> part(size_t(m * N));
+        gemm_mx(false, first_rows(c.x, m), true, c.w, part.data(), N, false);
+        EXPECT_EQ(std::memcmp(part.data(), all.data(), part.size() * sizeof(float)), 0)
+            << c.name << ", " << m << " of " << M << " rows, on "
+            << path_name(gemm_mx_path());
       }
     }
   }

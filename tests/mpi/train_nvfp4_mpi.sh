@@ -24,6 +24,7 @@
 #   them FSDP's gradient sums over the MoE layout take another order, as they do in mxfp8).
 # Usage: train_nvfp4_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_nvfp4`)
 source "$(dirname "$0")/support/train_lib.sh"
+avx512_bf16_kernels
 cfg=$DATA/mpi_tiny.yaml
 moe=$DATA/mpi_tiny_moe.yaml
 STEPS=12

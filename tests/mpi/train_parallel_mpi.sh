@@ -38,6 +38,7 @@
 #   one-process report; a dry run at tp 2 decides with tp 2, and every decision row says so.
 # Usage: train_parallel_mpi.sh MXTRAIN MPIEXEC   (CTest `mpi_train_parallel`)
 source "$(dirname "$0")/support/train_lib.sh"
+avx512_bf16_kernels
 cfg=$DATA/mpi_tiny.yaml
 
 for recipe in bf16 mxfp8 mxfp8-32x32; do

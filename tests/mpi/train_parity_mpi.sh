@@ -19,6 +19,7 @@
 #   MODEL: tiny (configs/tiny.yaml), mpi_tiny, tiny-moe (configs/tiny-moe.yaml), mpi_tiny_moe
 #   (CTest mpi_train_parity_<MODEL>)
 source "$(dirname "$0")/support/train_lib.sh"
+avx512_bf16_kernels
 SPLIT=$(realpath "${3:?usage: $0 MXTRAIN MPIEXEC SPLIT_TRAIN MODEL}")
 MODEL=${4:?usage: $0 MXTRAIN MPIEXEC SPLIT_TRAIN MODEL}
 SRC=$(cd "$DATA/../.." && pwd)

@@ -20,6 +20,12 @@ mpi() {
   timeout 300 "$MPIEXEC" --oversubscribe -np "$np" "$BIN" "$@"
 }
 
+# avx512_bf16_kernels: the AVX512-BF16 product kernels, oneDNN's and mxtrain's, also on a CPU
+# with AMX-BF16. For the tests that compare layouts with one process within a spread: on AMX
+# tiles the sums round otherwise, and how close sequence parallelism then stays to one process
+# is not what these tests establish (docs/distributed.md, "Parity").
+avx512_bf16_kernels() { export MXTRAIN_AMX=0 ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16; }
+
 # field FILE KEY: the KEY values of FILE's JSON lines that have it, one per line.
 field() { grep "\"$2\"" "$1" | sed "s/.*\"$2\":\([^,}]*\).*/\1/"; }
 
