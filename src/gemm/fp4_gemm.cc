@@ -9,9 +9,7 @@
 //                products of at most kGemvMaxRows rows streamed (fp4_gemv_nt_avx512bf16); A^T ·
 //                B^T (no layer needs it) takes the avx512 entry's kernels;
 //   avx512vbmi_bf16 — the same, the streaming forward fp4_gemv_nt_avx512vbmi_bf16;
-//   amx_bf16   — the panel kernels with their sums on AMX tiles (fp4_gemm_amx_bf16), forwards
-//                of few rows too (no streaming kernel), so that an output's sum does not
-//                depend on the row count.
+//   amx_bf16   — the same with the panel sums on AMX tiles (fp4_gemm_amx_bf16).
 // The decoded operands live in per-thread buffers reused across calls (a training step's
 // repeated shapes fault in no fresh pages).
 #include <omp.h>
@@ -88,9 +86,10 @@ const PathTable<Fp4ProductKernels>& fp4_table() {
         {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512vbmi_bf16,
          fp4_gemm_avx512bf16}},
        {Path::amx_bf16,
-        "fp4_gemm_amx_bf16 (4-bit codes -> BF16 panels, TDPBF16PS on AMX tiles, every row "
-        "count)",
-        {decode_fp4_bf16_avx512, Product::panels, nullptr, fp4_gemm_amx_bf16}}});
+        "fp4_gemm_amx_bf16 (4-bit codes -> BF16 panels, TDPBF16PS on AMX tiles); forward "
+        "with m <= 16: fp4_gemv_nt_avx512vbmi_bf16",
+        {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512vbmi_bf16,
+         fp4_gemm_amx_bf16}}});
   return t;
 }
 

@@ -638,13 +638,13 @@ TEST(Fp4GemmPaths, SpecialBlocksGiveTheReferenceBytes) {
 
 // A forward's output rows do not depend on how many rows the product has: the first m rows of
 // x · W^T, computed alone, are the first m rows of the product of all of x, bit for bit, on
-// every panel path (with AMX tiles too, where few rows take the tiles rather than the
-// streaming kernel), for MXFP8 and NVFP4 (tensor scales; 16x16 and 1x16 weights). A layout
-// that splits the tokens (sequence parallelism, micro-batches) relies on it. m crosses the
-// streaming kernel's limit (16), the AMX tiles' 16 and 32 rows, the micro-tile's 6 and the
-// transposed product's 64. The one exception, stated here: the MXFP8 streaming kernel of the
-// avx512vbmi_bf16 path (forwards of at most 16 rows) sums in its own FP32 order (docs/
-// numerics.md, "MX products"), so there MXFP8 holds from 17 rows on.
+// every panel path (AMX tiles too), for MXFP8 and NVFP4 (tensor scales; 16x16 and 1x16
+// weights). A layout that splits the tokens (sequence parallelism, micro-batches) relies on
+// it. m crosses the streaming kernel's limit (16), the AMX tiles' 16 and 32 rows, the
+// micro-tile's 6 and the transposed product's 64. The exceptions, stated here: forwards of at
+// most 16 rows take a streaming kernel, whose MXFP8 sums are in its own FP32 order (docs/
+// numerics.md, "MX products") and whose sums are VDPBF16PS's, not the AMX tiles', so MXFP8
+// on avx512vbmi_bf16, and both formats on amx_bf16, hold from 17 rows on.
 ScaledTensor first_rows(const ScaledTensor& t, int64_t m) {
   ScaledTensor r = t;
   r.rows = m;
@@ -676,9 +676,10 @@ TEST(MxGemmPaths, FewRowsAreTheRowsOfTheLargerProduct) {
     for (const Case& c : cases) {
       std::vector<float> all(size_t(M * N));
       gemm_mx(false, c.x, true, c.w, all.data(), N, false);
-      const bool mx_stream = c.name == "mxfp8" && gemm_mx_path() == Path::avx512vbmi_bf16;
+      const bool own_stream = gemm_mx_path() == Path::amx_bf16 ||
+                              (c.name == "mxfp8" && gemm_mx_path() == Path::avx512vbmi_bf16);
       for (int64_t m : {1, 4, 6, 15, 16, 17, 31, 32, 33, 64, 65}) {
-        if (mx_stream && m <= gemm_detail::kGemvMaxRows) continue;
+        if (own_stream && m <= gemm_detail::kGemvMaxRows) continue;
         std::vector<float> part(size_t(m * N));
         gemm_mx(false, first_rows(c.x, m), true, c.w, part.data(), N, false);
         EXPECT_EQ(std::memcmp(part.data(), all.data(), part.size() * sizeof(float)), 0)
