@@ -13,20 +13,11 @@
 
 #include <cstring>
 
+#include "core/amx_tiles.h"
 #include "core/peak_kernels.h"
 
 namespace mxtrain::kern {
 namespace {
-
-// The 64-byte operand of LDTILECFG (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes per row of tile t
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
 
 inline uint16_t bf16_bits(float x) { return uint16_t(__builtin_bit_cast(uint32_t, x) >> 16); }
 
@@ -38,18 +29,13 @@ double sum_tile(const float (&c)[16][16]) {
 }
 
 double amx_run(int64_t iters, float a0, float a1, float b) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
   alignas(64) uint16_t A[16][32], B[16][32];
   for (int r = 0; r < 16; ++r)
     for (int k = 0; k < 32; ++k) {
       A[r][k] = bf16_bits(k % 2 ? a1 : a0);
       B[r][k] = bf16_bits(b);
     }
-  _tile_loadconfig(&cfg);
+  amx::load_tiles_16x64();
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);

@@ -25,35 +25,12 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/amx_tiles.h"
 #include "gemm/mx_gemm.h"
 
 namespace mxtrain::gemm_detail {
 
-namespace {
-
-// The 64-byte operand of LDTILECFG (palette 1).
-struct alignas(64) TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};  // bytes per row of tile t
-  uint8_t rows[16] = {};
-};
-static_assert(sizeof(TileConfig) == 64);
-
-}  // namespace
-
-void amx_tiles_begin() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.colsb[t] = 64;
-    cfg.rows[t] = 16;
-  }
-  // GCC's LDTILECFG intrinsic tells the compiler it reads 8 bytes only: the barrier keeps the
-  // stores of the whole configuration.
-  __asm__ __volatile__("" : : "r"(&cfg) : "memory");
-  _tile_loadconfig(&cfg);
-}
+void amx_tiles_begin() { amx::load_tiles_16x64(); }
 
 void amx_tiles_end() { _tile_release(); }
 
