@@ -63,8 +63,9 @@ bool path_enabled(Path p);
 
 // AMX tiles for the scaled products (path amx_bf16). Available where the CPU has AVX512-BF16,
 // VBMI and AMX-BF16 and Linux grants the process the tile state; then on unless
-// MXTRAIN_AMX=0 is in the environment or set_amx(false) (tests) turns it off. Their sums agree with the VDPBF16PS kernels' within the FP32 summation bound, not
-// byte for byte (docs/numerics.md, "MX products").
+// MXTRAIN_AMX=0 is in the environment or set_amx(false) (tests) turns it off. Their sums
+// agree with the VDPBF16PS kernels' within the FP32 summation bound, not byte for byte
+// (docs/numerics.md, "MX products").
 bool amx_available();
 void set_amx(bool on);  // on: throws where AMX is not available
 void clear_amx_override();  // back to MXTRAIN_AMX's choice

@@ -23,7 +23,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "core/amx_tiles.h"
 #include "gemm/mx_gemm.h"
