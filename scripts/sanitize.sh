@@ -36,8 +36,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # mpi_train_signal trains 4000 steps three times over (five 2-rank launches) so that
 # mpirun's delayed SIGTERM finds the run still going (8 minutes under the sanitizers); its
 # stop path is the one cli_signals runs here, its FSDP steps fsdp_train_mpi_test_np2's.
+# mpi_train_parity_tiny and _tiny-moe run every layout's 20 steps on configs/tiny*.yaml (3 and
+# 12 minutes on a 2-core Xeon under the sanitizers, each alone on both cores);
+# mpi_train_parity_mpi_tiny and _mpi_tiny_moe run the same layouts and script on smaller models.
 ctest --test-dir build-asan --output-on-failure -j 2 --timeout 900 \
-  -E '_np4$|_np1$|_nompirun$|^cli_fsdp_train$|^cli_info_bench$|^package_example$|^cli_unprivileged$|^mpi_train_signal$' "$@"
+  -E '_np4$|_np1$|_nompirun$|^cli_fsdp_train$|^cli_info_bench$|^package_example$|^cli_unprivileged$|^mpi_train_signal$|^mpi_train_parity_tiny(-moe)?$' "$@"
 
 # The CLI kernel dispatch under each forced path this CPU supports.
 for isa in $(./build-asan/mxtrain info --json | python3 -c '
