@@ -8,7 +8,8 @@
 //                     cache-resident BF16 blocks, scales folded in, VDPBF16PS micro-kernel;
 //   avx512vbmi_bf16 — the same with VBMI row packing (mx_gemm_avx512vbmi_bf16), and forward
 //                     products of at most kGemvMaxRows rows streamed (mx_gemv_nt_avx512vbmi_bf16);
-//   amx_bf16        — the same with the panel products on AMX tiles (mx_gemm_amx_bf16).
+//   amx_bf16        — the same with the panel products on AMX tiles (mx_gemm_amx_bf16, and
+//                     fp32_block_gemm_amx_bf16 for the FP32-scaled products).
 // Besides the path, gemm_mx chooses by the operands only: an operand whose scales the fast
 // kernels cannot fold takes the reference, and A^T · B^T (no layer needs it) the expansion.
 // All paths form the same element values (docs/numerics.md, "MX products"); they differ in
@@ -103,8 +104,9 @@ const PathTable<MxProductKernels>& mx_table() {
         {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}},
        {Path::amx_bf16,
         "mx_gemm_amx_bf16 (VBMI packing, TDPBF16PS on AMX tiles); forward with m <= 16: "
-        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_avx512vbmi_bf16",
-        {mx_gemm_amx_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}}});
+        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_amx_bf16 (per-chunk "
+        "promotion of the tiles' sums)",
+        {mx_gemm_amx_bf16, stream_vbmi, true, fp32_block_gemm_panels_amx_bf16}}});
   return t;
 }
 

@@ -226,6 +226,12 @@ void fp32_block_gemm_panels_avx512vbmi_bf16(bool ta, const ScaledTensor& A, bool
   panels(fp32_block_gemm_avx512vbmi_bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
 }
 
+void fp32_block_gemm_panels_amx_bf16(bool ta, const ScaledTensor& A, bool tb,
+                                     const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
+                                     float* C, int64_t ldc, bool accumulate) {
+  panels(fp32_block_gemm_amx_bf16, ta, A, tb, B, Dims{M, N, K}, C, ldc, accumulate);
+}
+
 // Both operands FP32-scaled, checked by gemm_mx; K > 0, M, N > 0.
 void gemm_fp32_scaled(bool ta, const ScaledTensor& A, bool tb, const ScaledTensor& B, int64_t M,
                       int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {

@@ -96,6 +96,22 @@ struct Finish {
 // read whatever `rows`), b = panel [kp16][64] pairs.
 void amx_block(int64_t kp16, const uint32_t* a, int64_t lda, const uint32_t* b, float* C,
                int64_t ldc, int rows, int ncols, bool load, const Finish* fin);
+// The scales per 128-deep K chunk c of an FP32-scaled product's rows and columns as the panel
+// kernels see them: row i's at sa[c * sa_ld + i], column j's at sb[c * sb_ld + j].
+struct Promotion {
+  const float* sa;
+  int64_t sa_ld;
+  const float* sb;
+  int64_t sb_ld;
+};
+// amx_block for an FP32-scaled product (the promotion of fp32_block_gemm_avx512bf16): over
+// the kp pairs of a panel chunk whose first 128-deep chunk is c0, per 64 pairs the sums P start
+// from zero on the tiles, then C = C + fl(fl(sa · sb) · P) for each element (C read back, or 0
+// for the product's first chunk when !load). sa: the block's first row's scales, sb its first
+// column's (both of chunk 0). The pairs from kp up to a multiple of 16 are zero in both panels.
+void amx_block_promoted(int64_t kp, const uint32_t* a, int64_t lda, const uint32_t* b, float* C,
+                        int64_t ldc, int rows, int ncols, bool load, const Promotion& pr,
+                        const float* sa, const float* sb, int64_t c0);
 
 // What the MX product's dispatch table (gemm_mx.cc) chooses now (mxtrain info).
 PathChoice mx_product_choice();
@@ -167,8 +183,8 @@ void gemm_fp32_run(bool trans_a, const ScaledTensor& A, bool trans_b, const Scal
 //   fp32_block_gemm_ref_entry — fp32_block_gemm_ref;
 //   fp32_block_gemm_onednn    — codes decoded unscaled to BF16, oneDNN's BF16 product per
 //                               chunk into a full-size buffer, then the scaled add;
-//   fp32_block_gemm_panels_avx512bf16 / _avx512vbmi_bf16 — the panel kernels below (both
-//                               operands per-tensor: the oneDNN path, one chunk).
+//   fp32_block_gemm_panels_avx512bf16 / _avx512vbmi_bf16 / _amx_bf16 — the panel kernels
+//                               below (both operands per-tensor: the oneDNN path, one chunk).
 using Fp32Product = void (*)(bool trans_a, const ScaledTensor& A, bool trans_b,
                              const ScaledTensor& B, int64_t M, int64_t N, int64_t K, float* C,
                              int64_t ldc, bool accumulate);
@@ -184,6 +200,9 @@ void fp32_block_gemm_panels_avx512bf16(bool trans_a, const ScaledTensor& A, bool
 void fp32_block_gemm_panels_avx512vbmi_bf16(bool trans_a, const ScaledTensor& A, bool trans_b,
                                             const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
                                             float* C, int64_t ldc, bool accumulate);
+void fp32_block_gemm_panels_amx_bf16(bool trans_a, const ScaledTensor& A, bool trans_b,
+                                     const ScaledTensor& B, int64_t M, int64_t N, int64_t K,
+                                     float* C, int64_t ldc, bool accumulate);
 
 // The scales of an FP32-scaled product per 128-deep K chunk c (ceil(K / 128) chunks): op(A)'s
 // row i at sa[c * M + i], op(B)'s column j at sb[c * N + j].
@@ -202,6 +221,10 @@ void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B
 void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
                                      const ChunkScales& s, float* C, int64_t ldc,
                                      bool accumulate);
+// The VBMI kernel with each chunk's sums on AMX tiles (amx_block_promoted): the same
+// promotion, P within the FP32 summation bound of the VDPBF16PS sums, not their bytes.
+void fp32_block_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                              const ChunkScales& s, float* C, int64_t ldc, bool accumulate);
 // Their scalar reference (gemm/fp32_block_gemm_ref.cc): the same sums in the same order —
 // per chunk, for each pair (k, k+1) in order, P = P + a(k+1)·b(k+1), then P = P + a(k)·b(k)
 // (VDPBF16PS's order; a k+1 past K counts as 0), each add rounded — so the kernels give its

@@ -202,15 +202,6 @@ void run_tile(int rows, int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
 constexpr int64_t kChunkPairs = kFp32ScaleBlock / 2;
 static_assert(KC % kFp32ScaleBlock == 0, "a K chunk of the panels holds whole 128-deep chunks");
 
-// The scales per 128-deep K chunk c of the product's rows and columns as panel_product sees
-// them: row i's at sa[c * sa_ld + i], column j's at sb[c * sb_ld + j].
-struct Promotion {
-  const float* sa;
-  int64_t sa_ld;
-  const float* sb;
-  int64_t sb_ld;
-};
-
 // As micro_kernel, for the kp pairs of panel chunk whose first 128-deep chunk is c0: per 64
 // pairs, P (24 registers) = the VDPBF16PS sums from zero, then for each element
 // C = C + fl(fl(sa · sb) · P) (C read back from memory, or 0 for the product's first chunk
@@ -309,6 +300,25 @@ void add_transposed_rows(const float* T, int64_t j0, int64_t j1, int64_t M, floa
   }
 }
 
+// Rows of pairs from pair-major ones: out[m * ldo + q] = in[q * ldi + m] for m < mc, q < kp,
+// and zero for kp <= q < kp rounded up to 16 (ldo >= that), in 16x16 blocks through
+// transpose16 (tn's A for the AMX tiles, which read A in rows).
+void pairs_to_rows(const uint32_t* in, int64_t ldi, int64_t mc, int64_t kp, uint32_t* out,
+                   int64_t ldo) {
+  for (int64_t m0 = 0; m0 < mc; m0 += 16) {
+    const int64_t mi = std::min<int64_t>(16, mc - m0);
+    const __mmask16 km = __mmask16((1u << mi) - 1);
+    for (int64_t q0 = 0; q0 < kp; q0 += 16) {
+      __m512i r[16];
+      for (int j = 0; j < 16; ++j)
+        r[j] = q0 + j < kp ? _mm512_maskz_loadu_epi32(km, in + (q0 + j) * ldi + m0)
+                           : _mm512_setzero_si512();
+      transpose16(r);  // r[i] = pairs q0 .. q0 + 15 of row m0 + i
+      for (int64_t i = 0; i < mi; ++i) _mm512_storeu_si512(out + (m0 + i) * ldo + q0, r[i]);
+    }
+  }
+}
+
 // How panel_product reads its operands: A in rows ([M, K] stored, nt/nn) or in pairs of
 // stored rows ([K, M] stored, tn); B in rows ([K, N] stored, nn/tn) or transposed ([N, K]
 // stored, nt). The transposed products below also combine pairs with transposed.
@@ -359,10 +369,9 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const int64_t r0 = split_m ? std::min(M, grains * t / T * kRowGrain) : 0;
     const int64_t r1 = split_m ? std::min(M, grains * (t + 1) / T * kRowGrain) : M;
     Buffers& buf = thread_buffers();
-    // AMX tiles (not for promoted products, which sum each 128-deep chunk from zero): A in
-    // rows of pairs whatever the orientation, and each chunk's pairs up to a multiple of 16
-    // (one tile's depth), those past the chunk zero in both panels.
-    const bool amx = packers.amx && !pr;
+    // AMX tiles: A in rows of pairs whatever the orientation, and each chunk's pairs up to a
+    // multiple of 16 (one tile's depth), those past the chunk zero in both panels.
+    const bool amx = packers.amx;
     if (amx) amx_tiles_begin();
     // Few rows: every A block of this thread is packed first (at most kAFirstRows rows, a few
     // hundred KiB) and each B panel is packed right before the tiles that read it, so it is
@@ -382,11 +391,9 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs && amx) {
         // tn's A: its pairs of stored rows (pair-major), then moved into rows of pairs.
-        const int64_t kp = (kc + 1) / 2;
         buf.t.resize(size_t(MC * kps));
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, buf.t.data(), MC);
-        for (int64_t m = 0; m < mc; ++m)
-          for (int64_t q = 0; q < kp; ++q) Ap[m * kps + q] = buf.t[size_t(q * MC + m)];
+        pairs_to_rows(buf.t.data(), MC, mc, (kc + 1) / 2, Ap, kps);
       } else if (pk.a_pairs) {
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
       } else {
@@ -417,9 +424,15 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
       const int ncols = int(std::min<int64_t>(NR, N - p * NR));
       if (amx) {
         const int64_t kp16 = (kp + 15) / 16 * 16;
-        for (int64_t i = 0; i < mc; i += 32)
-          amx_block(kp16, Ap + i * kps, kps, Bp, C + (i0 + i) * ldc + p * NR, ldc,
-                    int(std::min<int64_t>(32, mc - i)), ncols, load, fin);
+        for (int64_t i = 0; i < mc; i += 32) {
+          const int rows = int(std::min<int64_t>(32, mc - i));
+          float* c = C + (i0 + i) * ldc + p * NR;
+          if (pr)
+            amx_block_promoted(kp, Ap + i * kps, kps, Bp, c, ldc, rows, ncols, load, *pr,
+                               pr->sa + i0 + i, pr->sb + p * NR, chunk0);
+          else
+            amx_block(kp16, Ap + i * kps, kps, Bp, c, ldc, rows, ncols, load, fin);
+        }
         return;
       }
       for (int64_t i = 0; i < mc; i += MR) {
@@ -587,6 +600,16 @@ void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOpera
   panel_gemm(o, A, B, C, ldc, accumulate,
              Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
                      pack_b_transposed},
+             &pr);
+}
+
+void fp32_block_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B,
+                              const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate,
+             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
+                     pack_b_transposed, /*amx=*/true},
              &pr);
 }
 

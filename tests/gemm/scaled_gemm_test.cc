@@ -123,15 +123,17 @@ TEST(ScaledGemm, FastAgreesWithReferenceAndFp64AllOrientations) {
 // scalar statement of their sums: every orientation, accumulate on and off, E4M3 and E5M2, a
 // per-tensor operand against a blockwise one, shapes 1, 31, 33, 127, 128, 129, 2^n +- 1 with
 // ragged 128-blocks, K over a panel chunk (1024), and forwards/dgrads that run transposed
-// (64 <= M < N) or split rows between threads.
+// (64 <= M < N) or split rows between threads. (AMX tiles off: their sums are the next test's.)
+const int64_t kPanelShapes[][3] = {{1, 1, 1},     {31, 33, 127},   {33, 31, 129}, {128, 1, 257},
+                                   {129, 127, 255}, {1, 257, 128},  {70, 300, 1100},
+                                   {65, 129, 2049}, {255, 33, 1023}, {200, 97, 385}};
 TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
   std::vector<Isa> isas;
   for (Isa i : {Isa::avx512, Isa::avx512vbmi})
     if (isa_supported(i) && cpu_features().avx512_bf16) isas.push_back(i);
   if (isas.empty()) GTEST_SKIP() << "no AVX512-BF16: the panel kernels do not run here";
-  const int64_t shapes[][3] = {{1, 1, 1},     {31, 33, 127},   {33, 31, 129}, {128, 1, 257},
-                               {129, 127, 255}, {1, 257, 128},  {70, 300, 1100},
-                               {65, 129, 2049}, {255, 33, 1023}, {200, 97, 385}};
+  if (amx_available()) set_amx(false);
+  const auto& shapes = kPanelShapes;
   // Unit-grid view and per-chunk scales, as the fp32 path defines them (docs/numerics.md,
   // "FP32-scaled products"): op(A) row i and op(B) column j in 128-deep chunk c.
   auto view = [](const ScaledTensor& t, std::vector<uint8_t>& g) {
@@ -188,6 +190,45 @@ TEST(ScaledGemm, PanelKernelsGiveTheBytesOfTheirReference) {
             }
             clear_isa_override();
           }
+  clear_amx_override();
+  EXPECT_EQ(bad, 0);
+}
+
+// The AMX path (fp32_block_gemm_amx_bf16: each 128-deep chunk summed on the tiles, then the
+// same promotion) on the panel test's shapes, against fp32_block_gemm_ref within the any-order
+// FP32 sum bound of check_against_reference: TDPBF16PS rounds its sums otherwise than
+// VDPBF16PS, so the bytes are not the panel reference's. Accumulate on and off and a
+// per-tensor operand against a blockwise one alternate over the shapes (the FP64 product of
+// every combination would take minutes under the sanitizers).
+TEST(ScaledGemm, AmxTilesWithinTheSumBoundOfTheReference) {
+  if (!amx_available()) GTEST_SKIP() << "no AMX-BF16 granted: path amx_bf16 does not run here";
+  set_isa(Isa::avx512vbmi);
+  set_amx(true);
+  ASSERT_EQ(gemm_detail::mx_product_choice().path, Path::amx_bf16);
+  int bad = 0;
+  for (const Op& o : kOps)
+    for (Elem e : {Elem::e4m3, Elem::e5m2})
+      for (size_t si = 0; si < std::size(kPanelShapes); ++si) {
+        const auto& sh = kPanelShapes[si];
+        const bool acc = (si + size_t(e == Elem::e5m2)) % 2 == 1;
+        const int tensor_a = si % 3 == 2;
+        const int64_t M = sh[0], N = sh[1], K = sh[2];
+        ScaledTensor A =
+            make_op(o.ta, true, o.la, M, K, e, ScaleType::fp32, uint32_t(M + 3 * K));
+        const ScaledTensor B =
+            make_op(o.tb, false, o.lb, N, K, e, ScaleType::fp32, uint32_t(N + 5 * K));
+        if (tensor_a) {
+          const std::vector<float> va = rnd(M * K, uint32_t(M * 9 + K));
+          quantize_tensor_scaled(va.data(), o.ta ? K : M, o.ta ? M : K, {e, 0.f}, A);
+        }
+        // A per-tensor scale rounds the dequantized values and sa · sb: two roundings more
+        // (as the per-tensor test below counts them).
+        check_against_reference(o, A, B, M, N, K, acc, tensor_a ? 2 : 0,
+                                double(K) * 0x1.0p-126,
+                                tensor_a ? "amx per-tensor A" : "amx", bad);
+      }
+  clear_isa_override();
+  clear_amx_override();
   EXPECT_EQ(bad, 0);
 }
 
