@@ -39,8 +39,10 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # mpi_train_parity_tiny and _tiny-moe run every layout's 20 steps on configs/tiny*.yaml (3 and
 # 12 minutes on a 2-core Xeon under the sanitizers, each alone on both cores);
 # mpi_train_parity_mpi_tiny and _mpi_tiny_moe run the same layouts and script on smaller models.
+# mpi_train_per_rank_options repeats the launch agreement that mpi_train_launch_agreement runs
+# here, once per option and layout (about 40 launches).
 ctest --test-dir build-asan --output-on-failure -j 2 --timeout 900 \
-  -E '_np4$|_np1$|_nompirun$|^cli_fsdp_train$|^cli_info_bench$|^package_example$|^cli_unprivileged$|^mpi_train_signal$|^mpi_train_parity_tiny(-moe)?$' "$@"
+  -E '_np4$|_np1$|_nompirun$|^cli_fsdp_train$|^cli_info_bench$|^package_example$|^cli_unprivileged$|^mpi_train_signal$|^mpi_train_parity_tiny(-moe)?$|^mpi_train_per_rank_options$' "$@"
 
 # The CLI kernel dispatch under each forced path this CPU supports.
 for isa in $(./build-asan/mxtrain info --json | python3 -c '
