@@ -259,8 +259,10 @@ def run_gemm(ctx, args):
     shapings of the BF16 products at the training shapes; (3) whole training steps under each
     shaping. gemm:parts=sweep,shapes,train chooses the parts; gemm:recipes=A,B,... the sweep's
     recipes (BF16 is always its base); gemm:ms=1,4,... its token counts; gemm:ops=fwd,...
-    its products."""
+    its products; gemm:fp32=on also times blockwise recipes with unrounded FP32 scales (as
+    '<name>+fp32'); gemm:amx=off runs the sweep with MXTRAIN_AMX=0."""
     path = ctx.rows_path("gemm")
+    env = {"MXTRAIN_AMX": "0"} if args.get("amx") == "off" else None
     parts = args.get("parts", "sweep,shapes,train").split(",")
     ms = args.get("ms", "1,4,64" if ctx.quick else "1,4,16,64,256,2048")
     for rnd in range(1, ctx.rounds + 1):
@@ -272,10 +274,12 @@ def run_gemm(ctx, args):
             argv += ["--recipes", args["recipes"]]
         if "ops" in args:
             argv += ["--ops", args["ops"]]
-        rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}")
+        if args.get("fp32") == "on":
+            argv += ["--fp32-scales"]
+        rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}", env=env)
         for r in rows:
             append_row(path, ctx.row("gemm", "sweep", rnd, [ctx.binary, "bench"] + argv + ["--json"],
-                                     t, **r))
+                                     t, env=env, **r))
     for rnd in range(1, ctx.rounds + 1):
         if "shapes" not in parts:
             break
@@ -324,13 +328,16 @@ def table_gemm_sweep(rows):
     for r in rows:
         if (r["m"], r["op"]) not in keys:
             keys.append((r["m"], r["op"]))
-    recipes = list(dict.fromkeys(r["recipe"] for r in rows if r["recipe"] != "bf16"))
+
+    def name(r):  # a recipe timed with unrounded FP32 scales too (gemm:fp32=on): '<name>+fp32'
+        return r["recipe"] + ("+fp32" if r.get("scales") == "fp32" else "")
+    recipes = list(dict.fromkeys(name(r) for r in rows if r["recipe"] != "bf16"))
     body = []
     for m, op in keys:
         rs = [r for r in rows if r["m"] == m and r["op"] == op]
         cells = [mrange([r["ms"] for r in rs if r["recipe"] == "bf16"], "{:.2f}")]
         for rec in recipes:
-            cells.append(ratio_cell([r["vs_bf16"] for r in rs if r["recipe"] == rec]))
+            cells.append(ratio_cell([r["vs_bf16"] for r in rs if name(r) == rec]))
         body.append([m, op] + cells)
     return (md_table(["m", "op", "bf16 ms: median (range)"] + [f"{x} time / bf16's" for x in recipes],
                      body, "rlr" + "r" * len(recipes)) +
