@@ -260,26 +260,34 @@ def run_gemm(ctx, args):
     shaping. gemm:parts=sweep,shapes,train chooses the parts; gemm:recipes=A,B,... the sweep's
     recipes (BF16 is always its base); gemm:ms=1,4,... its token counts; gemm:ops=fwd,...
     its products; gemm:fp32=on also times blockwise recipes with unrounded FP32 scales (as
-    '<name>+fp32'); gemm:amx=off runs the sweep with MXTRAIN_AMX=0."""
+    '<name>+fp32'); gemm:amx=off runs the sweep with MXTRAIN_AMX=0; gemm:stream=8,0,...
+    runs it once per streaming limit in each round (MXTRAIN_STREAM_ROWS; 'own' for the paths'
+    own), the limits alternating."""
     path = ctx.rows_path("gemm")
-    env = {"MXTRAIN_AMX": "0"} if args.get("amx") == "off" else None
+    base_env = {"MXTRAIN_AMX": "0"} if args.get("amx") == "off" else {}
     parts = args.get("parts", "sweep,shapes,train").split(",")
     ms = args.get("ms", "1,4,64" if ctx.quick else "1,4,16,64,256,2048")
+    streams = args.get("stream", "own").split(",")
     for rnd in range(1, ctx.rounds + 1):
         if "sweep" not in parts:
             break
-        log(f"gemm: round {rnd}, the 4096x4096 sweep")
-        argv = ["gemm", "--m", ms, "--k", "4096", "--n", "4096", "--iters", "15"]
-        if "recipes" in args:
-            argv += ["--recipes", args["recipes"]]
-        if "ops" in args:
-            argv += ["--ops", args["ops"]]
-        if args.get("fp32") == "on":
-            argv += ["--fp32-scales"]
-        rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}", env=env)
-        for r in rows:
-            append_row(path, ctx.row("gemm", "sweep", rnd, [ctx.binary, "bench"] + argv + ["--json"],
-                                     t, env=env, **r))
+        for stream in ctx.round_order(streams, rnd):
+            env = dict(base_env, **({} if stream == "own" else {"MXTRAIN_STREAM_ROWS": stream}))
+            env = env or None
+            log(f"gemm: round {rnd}, the 4096x4096 sweep" +
+                ("" if stream == "own" else f", streaming up to {stream} rows"))
+            argv = ["gemm", "--m", ms, "--k", "4096", "--n", "4096", "--iters", "15"]
+            if "recipes" in args:
+                argv += ["--recipes", args["recipes"]]
+            if "ops" in args:
+                argv += ["--ops", args["ops"]]
+            if args.get("fp32") == "on":
+                argv += ["--fp32-scales"]
+            rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}-s{stream}", env=env)
+            for r in rows:
+                append_row(path, ctx.row("gemm", "sweep", rnd,
+                                         [ctx.binary, "bench"] + argv + ["--json"], t, env=env,
+                                         **r))
     for rnd in range(1, ctx.rounds + 1):
         if "shapes" not in parts:
             break
@@ -320,6 +328,33 @@ def run_gemm(ctx, args):
     return path
 
 
+def table_gemm_stream(rows):
+    """The forward product's time per recipe and token count under each streaming limit
+    (gemm:stream=own,16,0): the milliseconds themselves, since each limit ran in its own
+    process and BF16's time moves from one process to the next."""
+    rows = [r for r in rows if r.get("case", "sweep") == "sweep" and r["recipe"] != "bf16"]
+    if not rows:
+        raise ValueError("no quantized rows of the token-count sweep")
+
+    def limit(r):  # the run's MXTRAIN_STREAM_ROWS, or 'own'
+        m = re.match(r"MXTRAIN_STREAM_ROWS=(\d+) ", r["command"])
+        return m.group(1) if m else "own"
+    limits = list(dict.fromkeys(limit(r) for r in rows))
+    keys = list(dict.fromkeys((r["m"], r["recipe"]) for r in rows))
+    body = []
+    for m, rec in keys:
+        rs = [r for r in rows if r["m"] == m and r["recipe"] == rec]
+        own = sorted({r["stream_rows"] for r in rs if limit(r) == "own"})
+        cells = [mrange([r["ms"] for r in rs if limit(r) == lim], "{:.2f}")
+                 if any(limit(r) == lim for r in rs) else "–" for lim in limits]
+        body.append([m, rec, ",".join(str(o) for o in own) or "–"] + cells)
+    head = [("the path's own limit" if lim == "own" else
+             "never (tiles)" if lim == "0" else f"up to {lim} rows") + ": ms" for lim in limits]
+    return (md_table(["m", "recipe", "own limit (rows)"] + head, body,
+                     "rlr" + "r" * len(limits)) +
+            f"\n\n{len({r['round'] for r in rows})} runs of each; k = n = 4096, forward (fwd).")
+
+
 def table_gemm_sweep(rows):
     rows = [r for r in rows if r.get("case", "sweep") == "sweep"]
     if not rows:
@@ -329,8 +364,16 @@ def table_gemm_sweep(rows):
         if (r["m"], r["op"]) not in keys:
             keys.append((r["m"], r["op"]))
 
-    def name(r):  # a recipe timed with unrounded FP32 scales too (gemm:fp32=on): '<name>+fp32'
-        return r["recipe"] + ("+fp32" if r.get("scales") == "fp32" else "")
+    # A recipe timed with unrounded FP32 scales too (gemm:fp32=on): '<name>+fp32'; one timed
+    # under several streaming limits (gemm:stream=...; table gemm.stream compares them):
+    # '<name> (stream N)'.
+    limits = {}
+    for r in rows:
+        limits.setdefault(r["recipe"], set()).add(r.get("stream_rows"))
+
+    def name(r):
+        return (r["recipe"] + ("+fp32" if r.get("scales") == "fp32" else "") +
+                (f" (stream {r.get('stream_rows')})" if len(limits[r["recipe"]]) > 1 else ""))
     recipes = list(dict.fromkeys(name(r) for r in rows if r["recipe"] != "bf16"))
     body = []
     for m, op in keys:
@@ -1138,6 +1181,7 @@ def tables():
         "mainjob.val": lambda f, a: table_mainjob_val(L(f)),
         "linear.speed": lambda f, a: table_linear(L(f)),
         "gemm.sweep": lambda f, a: table_gemm_sweep(L(f)),
+        "gemm.stream": lambda f, a: table_gemm_stream(L(f)),
         "gemm.shapes": lambda f, a: table_gemm_shapes(L(f)),
         "gemm.train": lambda f, a: table_gemm_train(L(f)),
         "fsdp.memory": lambda f, a: table_fsdp_memory(L(f)),

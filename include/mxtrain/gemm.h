@@ -51,6 +51,19 @@ class VaryingRowsScope {
   bool prev_;
 };
 
+// Forward products (x · Wᵀ) of few rows stream W once past every x row instead of running the
+// panel or tile kernels. Each path has its own limit, the rows up to which streaming measured
+// faster (docs/numerics.md, "MX products"); MXTRAIN_STREAM_ROWS=0..16 (read once) or
+// set_stream_rows() puts every path on one, for measurements and tests (0 streams nothing).
+void set_stream_rows(int64_t rows);  // 0 .. 16
+void clear_stream_rows_override();
+// The limit set by MXTRAIN_STREAM_ROWS or set_stream_rows(), or -1 (each path's own). A bad
+// MXTRAIN_STREAM_ROWS is refused here.
+int64_t stream_rows_override();
+// The limit in force for the products of FP8 (MX) or 4-bit copies on the path now (0: the
+// path does not stream); 4-bit weights stored in 16x16 tiles or rowwise.
+int64_t stream_rows(bool fp4, bool tile_weights = true);
+
 // BF16 x BF16 -> FP32 through oneDNN. lda/ldb/ldc are row strides of the stored matrices.
 void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K,
                const uint16_t* A, int64_t lda, const uint16_t* B, int64_t ldb,

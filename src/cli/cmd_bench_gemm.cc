@@ -184,6 +184,9 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                               {"bf16_ms", base},           {"vs_bf16", ms / base},
                               {"gemm_path", path_name(gemm_mx_path())}, {"iters", o.iters},
                               {"gflops", gflops}, {"pct_of_peak", 100 * gflops / peak.gflops}};
+        if (recipes[c].quantized())
+          row["stream_rows"] = stream_rows(recipes[c].role(Role::input).is_4bit(),
+                                           block_is_2d(recipes[c].role(Role::weight).block));
         add_peak_fields(row, peak);
         if (o.json)
           rows.push_back(row);
@@ -210,7 +213,8 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       "ms), pct_of_peak, peak_gflops, peak_source (measured | given), peak_kind and "
       "peak_threads when measured, bf16_shapes (oneDNN's shaping of BF16 products: exact | "
       "runtime), scales (the input role's scale type: none, e8m0, fp32_pow2, "
-      "fp32)");
+      "fp32), stream_rows (quantized recipes: the rows up to which forwards stream W on this "
+      "path; MXTRAIN_STREAM_ROWS)");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')

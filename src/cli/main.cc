@@ -57,6 +57,7 @@ int main(int argc, char** argv) {
   app.parse_complete_callback([&] {
     if (!isa.empty()) set_isa(parse_isa(isa));
     gemm_shapes();  // a bad MXTRAIN_GEMM_SHAPES is refused before any work starts
+    stream_rows_override();  // and a bad MXTRAIN_STREAM_ROWS
   });
   auto& cmds = cli::registry();
   std::sort(cmds.begin(), cmds.end(), [](auto& a, auto& b) { return a.name < b.name; });

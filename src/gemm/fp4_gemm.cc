@@ -9,7 +9,8 @@
 //                products of at most kGemvMaxRows rows streamed (fp4_gemv_nt_avx512bf16); A^T ·
 //                B^T (no layer needs it) takes the avx512 entry's kernels;
 //   avx512vbmi_bf16 — the same, the streaming forward fp4_gemv_nt_avx512vbmi_bf16;
-//   amx_bf16   — the same with the panel sums on AMX tiles (fp4_gemm_amx_bf16).
+//   amx_bf16   — the same with the panel sums on AMX tiles (fp4_gemm_amx_bf16); forwards
+//                stream up to kAmxStreamRows rows only (kAmxStreamRowsWords: rowwise W).
 // The decoded operands live in per-thread buffers reused across calls (a training step's
 // repeated shapes fault in no fresh pages).
 #include <omp.h>
@@ -63,8 +64,10 @@ using Panels = void (*)(Orient, const MXOperand&, const MXOperand&, float, float
 struct Fp4ProductKernels {
   DecodeFp4 decode;  // the whole-operand decode (reference and oneDNN products)
   Product product;
-  GemvNt gemv = nullptr;    // forwards of at most kGemvMaxRows rows (panels only)
+  GemvNt gemv = nullptr;    // forwards of few rows (panels only)
   Panels panels = nullptr;  // the panel kernel (panels only)
+  int64_t stream_rows = kGemvMaxRows;        // gemv's forwards: up to this many rows
+  int64_t stream_rows_words = kGemvMaxRows;  // ... when W is rowwise (decoded the words way)
 };
 
 const PathTable<Fp4ProductKernels>& fp4_table() {
@@ -87,9 +90,11 @@ const PathTable<Fp4ProductKernels>& fp4_table() {
          fp4_gemm_avx512bf16}},
        {Path::amx_bf16,
         "fp4_gemm_amx_bf16 (4-bit codes -> BF16 panels, TDPBF16PS on AMX tiles); forward "
-        "with m <= 16: fp4_gemv_nt_avx512vbmi_bf16",
+        "with m <= 8 (W in tiles; rowwise W: m <= 4): fp4_gemv_nt_avx512vbmi_bf16",
         {decode_fp4_bf16_avx512, Product::panels, fp4_gemv_nt_avx512vbmi_bf16,
-         fp4_gemm_amx_bf16}}});
+         fp4_gemm_amx_bf16, kAmxStreamRows, kAmxStreamRowsWords}}});
+  static_assert(kAmxStreamRows == 8 && kAmxStreamRowsWords == 4,
+                "the amx_bf16 entry's description names the limits");
   return t;
 }
 
@@ -147,6 +152,11 @@ void decode_fp4_bf16_ref(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t
 
 PathChoice fp4_product_choice() { return fp4_table().choice(); }
 
+int64_t fp4_stream_rows(bool tile_weights) {
+  const Fp4ProductKernels& k = fp4_table().get();
+  return k.gemv ? stream_limit(tile_weights ? k.stream_rows : k.stream_rows_words) : 0;
+}
+
 void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, int64_t M,
               int64_t N, int64_t K, float* C, int64_t ldc, bool accumulate) {
   MXT_CHECK(A.rht == B.rht, "gemm_mx: one operand holds the random-Hadamard-transformed matrix "
@@ -157,7 +167,9 @@ void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTen
   const float alpha = tensor_scale(A) * tensor_scale(B);
   if (k.product == Product::panels && !(trans_a && trans_b)) {
     const MXOperand a = MXOperand::of(A), b = MXOperand::of(B);
-    if (k.gemv && !trans_a && trans_b && M <= kGemvMaxRows)
+    const bool tile = B.layout == MXLayout::tile;
+    if (k.gemv && !trans_a && trans_b &&
+        M <= stream_limit(tile ? k.stream_rows : k.stream_rows_words))
       return k.gemv(a, b, alpha, C, ldc, accumulate);
     const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
     return k.panels(o, a, b, alpha, C, ldc, accumulate);

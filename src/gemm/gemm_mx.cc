@@ -9,12 +9,16 @@
 //   avx512vbmi_bf16 — the same with VBMI row packing (mx_gemm_avx512vbmi_bf16), and forward
 //                     products of at most kGemvMaxRows rows streamed (mx_gemv_nt_avx512vbmi_bf16);
 //   amx_bf16        — the same with the panel products on AMX tiles (mx_gemm_amx_bf16, and
-//                     fp32_block_gemm_amx_bf16 for the FP32-scaled products).
+//                     fp32_block_gemm_amx_bf16 for the FP32-scaled products); forwards stream
+//                     up to kAmxStreamRows rows only.
+// MXTRAIN_STREAM_ROWS / set_stream_rows (mxtrain/gemm.h) replaces every path's streaming limit.
 // Besides the path, gemm_mx chooses by the operands only: an operand whose scales the fast
 // kernels cannot fold takes the reference, and A^T · B^T (no layer needs it) the expansion.
 // All paths form the same element values (docs/numerics.md, "MX products"); they differ in
 // FP32 summation order, and the expansion path keeps BF16 subnormals where the others flush
 // them to zero (values below 2^-126, which only blocks with scales near 2^-127 hold).
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -74,9 +78,10 @@ using MxProduct = void (*)(Orient o, const MXOperand& A, const MXOperand& B, flo
                            int64_t ldc, bool accumulate);
 struct MxProductKernels {
   MxProduct gemm;     // null: the expansion (mx_gemm_expanded), which reads whole MXTensors
-  MxProduct gemv_nt;  // forward products of at most kGemvMaxRows rows; null: gemm serves them
+  MxProduct gemv_nt;  // forward products of few rows (streams); null: gemm serves them
   bool folds_scales;  // needs mx_scales_foldable operands (the others take mx_gemm_ref)
   Fp32Product fp32;   // FP32-scaled copies whose scales do not fold (gemm_scaled.cc)
+  int64_t stream_rows = kGemvMaxRows;  // gemv_nt's forwards: up to this many rows
 };
 
 void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
@@ -103,10 +108,12 @@ const PathTable<MxProductKernels>& mx_table() {
         "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_avx512vbmi_bf16",
         {mx_gemm_avx512vbmi_bf16, stream_vbmi, true, fp32_block_gemm_panels_avx512vbmi_bf16}},
        {Path::amx_bf16,
-        "mx_gemm_amx_bf16 (VBMI packing, TDPBF16PS on AMX tiles); forward with m <= 16: "
-        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: fp32_block_gemm_amx_bf16 (per-chunk "
-        "promotion of the tiles' sums)",
-        {mx_gemm_amx_bf16, stream_vbmi, true, fp32_block_gemm_panels_amx_bf16}}});
+        "mx_gemm_amx_bf16 (VBMI packing, TDPBF16PS on AMX tiles); forward with m <= 8: "
+        "mx_gemv_nt_avx512vbmi_bf16; fp32 scales: "
+        "fp32_block_gemm_amx_bf16 (per-chunk promotion of the tiles' sums)",
+        {mx_gemm_amx_bf16, stream_vbmi, true, fp32_block_gemm_panels_amx_bf16,
+         kAmxStreamRows}}});
+  static_assert(kAmxStreamRows == 8, "the amx_bf16 entry's description names the limit");
   return t;
 }
 
@@ -129,7 +136,7 @@ void run_kernels(const MxProductKernels& k, Orient o, const MXOperand& A, const 
                  int64_t M, float* C, int64_t ldc, bool accumulate) {
   if (k.folds_scales && !(mx_scales_foldable(A) && mx_scales_foldable(B)))
     return mx_gemm_ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && M <= kGemvMaxRows && k.gemv_nt)
+  if (o == Orient::nt && k.gemv_nt && M <= stream_limit(k.stream_rows))
     return k.gemv_nt(o, A, B, C, ldc, accumulate);
   k.gemm(o, A, B, C, ldc, accumulate);
 }
@@ -156,6 +163,51 @@ bool gemm_detail::mx_scales_foldable(const MXOperand& t) {
   }
   for (; i < n; ++i) bad |= uint64_t(t.scales[i] >= 247 && t.scales[i] != 0xFF);
   return !bad;
+}
+
+namespace {
+// -1: as MXTRAIN_STREAM_ROWS says; else set_stream_rows's choice.
+std::atomic<int64_t>& stream_rows_slot() {
+  static std::atomic<int64_t> slot{-1};
+  return slot;
+}
+}  // namespace
+
+void set_stream_rows(int64_t rows) {
+  MXT_CHECK(rows >= 0 && rows <= kGemvMaxRows, "stream rows ", rows, " is out of range: the "
+            "streaming kernels take 0 (none) to ", kGemvMaxRows, " rows");
+  stream_rows_slot().store(rows);
+}
+
+void clear_stream_rows_override() { stream_rows_slot().store(-1); }
+
+int64_t stream_rows_override() {
+  const int64_t o = stream_rows_slot().load(std::memory_order_relaxed);
+  if (o >= 0) return o;
+  static const int64_t env = [] {
+    const char* e = std::getenv("MXTRAIN_STREAM_ROWS");
+    if (!e || !*e) return int64_t(-1);
+    char* end = nullptr;
+    const long v = std::strtol(e, &end, 10);
+    MXT_CHECK(*end == '\0' && v >= 0 && v <= kGemvMaxRows, "MXTRAIN_STREAM_ROWS=", e,
+              " is not a row count from 0 (stream none) to ", kGemvMaxRows);
+    return int64_t(v);
+  }();
+  return env;
+}
+
+int64_t gemm_detail::stream_limit(int64_t own) {
+  const int64_t o = stream_rows_override();
+  return o >= 0 ? o : own;
+}
+
+int64_t gemm_detail::mx_stream_rows() {
+  const MxProductKernels& k = mx_table().get();
+  return k.gemv_nt ? stream_limit(k.stream_rows) : 0;
+}
+
+int64_t stream_rows(bool fp4, bool tile_weights) {
+  return fp4 ? fp4_stream_rows(tile_weights) : mx_stream_rows();
 }
 
 Path gemm_mx_path() { return mx_table().path(); }

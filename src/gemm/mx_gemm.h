@@ -154,8 +154,21 @@ constexpr int64_t kPackRowsAhead = 4;
 // row or two, which no hardware prefetcher follows): the VBMI pair packer asks for the rows this
 // many pairs ahead.
 constexpr int64_t kPairsAhead = 8;
-// Rows of op(A) up to which a forward product streams W (mx_gemv_nt_avx512vbmi_bf16).
+// The most rows of op(A) a streaming forward kernel takes (mx_gemv_nt_avx512vbmi_bf16,
+// fp4_gemv_nt_*).
 constexpr int64_t kGemvMaxRows = 16;
+// Rows up to which a path's forwards stream, unless set_stream_rows says otherwise: every
+// streaming path's own limit is kGemvMaxRows but AMX's, where the tiles take over from 9 rows
+// (FP8, and 4-bit weights in 16x16 tiles, whose codes stream the bytes way) or from 5 (4-bit
+// rowwise weights, decoded the words way) (docs/results/gemm.md, "Streaming or tiles on AMX").
+// The AMX entries' descriptions name them.
+constexpr int64_t kAmxStreamRows = 8, kAmxStreamRowsWords = 4;
+// The rows up to which forwards stream on a path whose own limit is `own`
+// (stream_rows_override first).
+int64_t stream_limit(int64_t own);
+// The limits of the MX and the 4-bit product's paths now (0: that path does not stream).
+int64_t mx_stream_rows();
+int64_t fp4_stream_rows(bool tile_weights);  // W in 16x16 tiles, or rowwise
 
 // The MX product once gemm_mx has checked its operands (both MX; M, N, K > 0): the kernel
 // its dispatch table and the operands choose (gemm_mx.cc).

@@ -49,6 +49,10 @@ expect_error "bench gemm --bf16-shapes bogus" "--bf16-shapes: unknown shaping 'b
   "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json --bf16-shapes bogus
 expect_error "MXTRAIN_GEMM_SHAPES=bogus" "MXTRAIN_GEMM_SHAPES=bogus is not a choice" \
   env MXTRAIN_GEMM_SHAPES=bogus "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
+expect_error "MXTRAIN_STREAM_ROWS=17" "MXTRAIN_STREAM_ROWS=17 is not a row count from 0" \
+  env MXTRAIN_STREAM_ROWS=17 "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
+expect_error "MXTRAIN_STREAM_ROWS=4x" "MXTRAIN_STREAM_ROWS=4x is not a row count from 0" \
+  env MXTRAIN_STREAM_ROWS=4x "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
 # bench gemm reports each row against the peak: measured in the run, or the one given.
 "$MXTRAIN" bench gemm --m 5 --k 64 --n 40 --iters 1 --warmup 0 --json > measured.json ||
   fail "bench gemm (peak measured) exited $?"

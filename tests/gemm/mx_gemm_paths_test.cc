@@ -640,11 +640,12 @@ TEST(Fp4GemmPaths, SpecialBlocksGiveTheReferenceBytes) {
 // x · W^T, computed alone, are the first m rows of the product of all of x, bit for bit, on
 // every panel path (AMX tiles too), for MXFP8 and NVFP4 (tensor scales; 16x16 and 1x16
 // weights). A layout that splits the tokens (sequence parallelism, micro-batches) relies on
-// it. m crosses the streaming kernel's limit (16), the AMX tiles' 16 and 32 rows, the
-// micro-tile's 6 and the transposed product's 64. The exceptions, stated here: forwards of at
-// most 16 rows take a streaming kernel, whose MXFP8 sums are in its own FP32 order (docs/
-// numerics.md, "MX products") and whose sums are VDPBF16PS's, not the AMX tiles', so MXFP8
-// on avx512vbmi_bf16, and both formats on amx_bf16, hold from 17 rows on.
+// it. m crosses the streaming kernels' limits (16; 8 on AMX), the AMX tiles' 16 and 32 rows,
+// the micro-tile's 6 and the transposed product's 64. The exceptions, stated here: forwards
+// of at most the path's streaming limit take a streaming kernel, whose MXFP8 sums are in its
+// own FP32 order (docs/numerics.md, "MX products") and whose sums are VDPBF16PS's, not the
+// AMX tiles', so MXFP8 on avx512vbmi_bf16 holds from 17 rows on, both formats on amx_bf16
+// from 9.
 ScaledTensor first_rows(const ScaledTensor& t, int64_t m) {
   ScaledTensor r = t;
   r.rows = m;
@@ -679,12 +680,99 @@ TEST(MxGemmPaths, FewRowsAreTheRowsOfTheLargerProduct) {
       const bool own_stream = gemm_mx_path() == Path::amx_bf16 ||
                               (c.name == "mxfp8" && gemm_mx_path() == Path::avx512vbmi_bf16);
       for (int64_t m : {1, 4, 6, 15, 16, 17, 31, 32, 33, 64, 65}) {
-        if (own_stream && m <= gemm_detail::kGemvMaxRows) continue;
+        if (own_stream && m <= gemm_detail::mx_stream_rows()) continue;
         std::vector<float> part(size_t(m * N));
         gemm_mx(false, first_rows(c.x, m), true, c.w, part.data(), N, false);
         EXPECT_EQ(std::memcmp(part.data(), all.data(), part.size() * sizeof(float)), 0)
             << c.name << ", " << m << " of " << M << " rows, on "
             << path_name(gemm_mx_path());
+      }
+    }
+  }
+}
+
+// Which kernel a forward of few rows takes: each path streams up to its own limit (16 rows on
+// avx512vbmi_bf16; on amx_bf16 8, and 4 for 4-bit rowwise weights; none where there is no
+// streaming kernel) and hands larger ones to its panel or tile kernel; set_stream_rows moves
+// the limit on every path, and 0 turns streaming off. The bytes say which kernel ran: gemm_mx's
+// output is compared with each kernel's, called directly, at the limit and one row past it
+// (the sums round, and each kernel sums in its own order: x's blocks lie 2^-14 .. 2^14 apart).
+struct StreamGuard {
+  ~StreamGuard() {
+    clear_stream_rows_override();
+    clear_isa_override();
+    clear_amx_override();
+  }
+};
+
+TEST(MxGemmPaths, StreamRowsChoosesTheForwardKernel) {
+  using gemm_detail::MXOperand;
+  using gemm_detail::Orient;
+  StreamGuard guard;
+  EXPECT_THROW(set_stream_rows(17), Error);
+  EXPECT_THROW(set_stream_rows(-1), Error);
+  if (stream_rows_override() >= 0) GTEST_SKIP() << "MXTRAIN_STREAM_ROWS is set";
+  set_isa(Isa::scalar);
+  EXPECT_EQ(stream_rows(false), 0);  // the references
+  EXPECT_EQ(stream_rows(true), 0);
+  if (!isa_supported(Isa::avx512vbmi) || !cpu_features().avx512_bf16)
+    GTEST_SKIP() << "no streaming kernel on this CPU";
+  constexpr int64_t N = 70, K = 200;
+  auto x = randn(17 * K, 81);
+  const auto w = randn(N * K, 82, 0.05f);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::ldexp(x[i], int(i / 16 % 29) - 14);
+  const auto scale = [](const ScaledTensor& t) {
+    return t.has_tensor_scale ? t.tensor_scale : 1.f;
+  };
+  // Each case: its weight copy, its x copy of m rows, and whether it is 4-bit.
+  struct Case {
+    const char* name;
+    ScaledTensor w;
+    bool fp4;
+  };
+  const Case cases[] = {{"mxfp8", q(w, N, K, MXLayout::rowwise, Elem::e4m3), false},
+                        {"nvfp4, 16x16 W", q4(w, N, K, MXLayout::tile, nvfp4_cfg()), true},
+                        {"mxfp4, rowwise W", q4(w, N, K, MXLayout::rowwise, mxfp4_cfg()), true}};
+  for (const ProductPath& path : product_paths()) {
+    if (path.isa != Isa::avx512vbmi) continue;
+    select(path);
+    for (const Case& c : cases) {
+      const bool tile = c.w.layout == MXLayout::tile;
+      const int64_t own = !path.amx ? gemm_detail::kGemvMaxRows
+                          : !c.fp4 || tile ? gemm_detail::kAmxStreamRows
+                                           : gemm_detail::kAmxStreamRowsWords;
+      for (int64_t limit : {int64_t(-1), int64_t(0), int64_t(5)}) {
+        if (limit >= 0) set_stream_rows(limit);
+        const int64_t want = limit >= 0 ? limit : own;
+        ASSERT_EQ(stream_rows(c.fp4, tile), want) << c.name << " on " << path_name(gemm_mx_path());
+        for (int64_t m : {want, want + 1}) {
+          if (m < 1) continue;
+          SCOPED_TRACE(std::string(c.name) + " on " + path_name(gemm_mx_path()) + ", limit " +
+                       std::to_string(want) + ", " + std::to_string(m) + " rows");
+          const Fp4Config xcfg = c.w.is_nvfp4() ? nvfp4_cfg() : mxfp4_cfg();
+          const ScaledTensor xq = c.fp4 ? q4(x, m, K, MXLayout::rowwise, xcfg)
+                                        : q(x, m, K, MXLayout::rowwise, Elem::e4m3);
+          const MXOperand a = MXOperand::of(xq), b = MXOperand::of(c.w);
+          const float alpha = scale(xq) * scale(c.w);
+          std::vector<float> got(size_t(m * N)), kern(size_t(m * N));
+          gemm_mx(false, xq, true, c.w, got.data(), N, false);
+          float* k = kern.data();
+          if (m <= want && c.fp4)
+            gemm_detail::fp4_gemv_nt_avx512vbmi_bf16(a, b, alpha, k, N, false);
+          else if (m <= want)
+            gemm_detail::mx_gemv_nt_avx512vbmi_bf16(a, b, k, N, false);
+          else if (c.fp4 && path.amx)
+            gemm_detail::fp4_gemm_amx_bf16(Orient::nt, a, b, alpha, k, N, false);
+          else if (c.fp4)
+            gemm_detail::fp4_gemm_avx512bf16(Orient::nt, a, b, alpha, k, N, false);
+          else if (path.amx)
+            gemm_detail::mx_gemm_amx_bf16(Orient::nt, a, b, k, N, false);
+          else
+            gemm_detail::mx_gemm_avx512vbmi_bf16(Orient::nt, a, b, k, N, false);
+          EXPECT_EQ(std::memcmp(got.data(), k, got.size() * sizeof(float)), 0)
+              << "gemm_mx and the " << (m <= want ? "streaming" : "panel") << " kernel";
+        }
+        clear_stream_rows_override();
       }
     }
   }
