@@ -31,6 +31,7 @@
 
 #include "core/amx_tiles.h"
 #include "gemm/mx_gemm.h"
+#include "gemm/mx_promote_avx512.h"
 
 namespace mxtrain::gemm_detail {
 
@@ -122,7 +123,6 @@ void amx_block_promoted(int64_t kp, const uint32_t* a, int64_t lda, const uint32
                         int64_t ldc, int rows, int ncols, bool load, const Promotion& pr,
                         const float* sa, const float* sb, int64_t c0) {
   constexpr int64_t kChunkPairs = kFp32ScaleBlock / 2;  // one scale chunk: 4 tile steps
-  constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   alignas(64) float s[32][64];
   __mmask16 mask[4];
   column_masks(ncols, mask);
@@ -131,7 +131,7 @@ void amx_block_promoted(int64_t kp, const uint32_t* a, int64_t lda, const uint32
     const int64_t p0 = q * kChunkPairs;
     const int64_t pe = std::min(kp, p0 + kChunkPairs), pe16 = p0 + (pe - p0 + 15) / 16 * 16;
     for (int h = 0; h < 2 && 32 * h < ncols; ++h) tile_sums(a, lda, b, p0, pe16, h, two, false, s);
-    // C = C + fl(fl(sa · sb) · P), as micro_kernel_promoted rounds it.
+    // C = C + fl(fl(sa · sb) · P), as micro_kernel_promoted rounds it (promote16).
     const float* sac = sa + (c0 + q) * pr.sa_ld;
     const float* sbc = sb + (c0 + q) * pr.sb_ld;
     const bool from_c = load || q > 0;
@@ -139,14 +139,10 @@ void amx_block_promoted(int64_t kp, const uint32_t* a, int64_t lda, const uint32
     for (int v = 0; v < 4; ++v) sbv[v] = _mm512_maskz_loadu_ps(mask[v], sbc + 16 * v);
     for (int m = 0; m < rows; ++m) {
       const __m512 sam = _mm512_set1_ps(sac[m]);
-      for (int v = 0; v < 4; ++v) {
-        if (!mask[v]) continue;
-        float* c = C + m * ldc + 16 * v;
-        const __m512 t = _mm512_mul_round_ps(sam, sbv[v], R);
-        const __m512 u = _mm512_mul_round_ps(t, _mm512_load_ps(&s[m][16 * v]), R);
-        const __m512 old = from_c ? _mm512_maskz_loadu_ps(mask[v], c) : _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(c, mask[v], _mm512_add_round_ps(old, u, R));
-      }
+      for (int v = 0; v < 4; ++v)
+        if (mask[v])
+          promote16(C + m * ldc + 16 * v, mask[v], sam, sbv[v], _mm512_load_ps(&s[m][16 * v]),
+                    from_c);
     }
   }
 }

@@ -54,6 +54,7 @@
 #include "gemm/mx_decode_avx512.h"
 #include "gemm/mx_gemm.h"
 #include "gemm/mx_pairs_avx512.h"
+#include "gemm/mx_promote_avx512.h"
 #include "gemm/mx_transpose_avx512.h"
 #include "mxtrain/aligned.h"
 
@@ -203,15 +204,13 @@ constexpr int64_t kChunkPairs = kFp32ScaleBlock / 2;
 static_assert(KC % kFp32ScaleBlock == 0, "a K chunk of the panels holds whole 128-deep chunks");
 
 // As micro_kernel, for the kp pairs of panel chunk whose first 128-deep chunk is c0: per 64
-// pairs, P (24 registers) = the VDPBF16PS sums from zero, then for each element
-// C = C + fl(fl(sa · sb) · P) (C read back from memory, or 0 for the product's first chunk
-// when !load), rounded op by op: the *_round_ps forms are never contracted into an FMA.
+// pairs, P (24 registers) = the VDPBF16PS sums from zero, then promote16 for each element
+// (C read back from memory, or 0 for the product's first chunk when !load).
 // sa: the tile's first row's scales (sa[c * sa_ld + m]), sb its first column's.
 template <int ROWS>
 void micro_kernel_promoted(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp,
                            const uint32_t* b, float* C, int64_t ldc, int ncols, bool load,
                            const Promotion& pr, const float* sa, const float* sb, int64_t c0) {
-  constexpr int R = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   __mmask16 mask[4];
   #pragma GCC unroll 8
   for (int v = 0; v < 4; ++v) {
@@ -236,14 +235,8 @@ void micro_kernel_promoted(int64_t kp, const uint32_t* a, int64_t sm, int64_t sp
     for (int m = 0; m < ROWS; ++m) {
       const __m512 sam = _mm512_set1_ps(sac[m]);
       #pragma GCC unroll 8
-      for (int v = 0; v < 4; ++v) {
-        if (!mask[v]) continue;
-        float* c = C + m * ldc + 16 * v;
-        const __m512 t = _mm512_mul_round_ps(sam, sbv[v], R);
-        const __m512 u = _mm512_mul_round_ps(t, acc[m][v], R);
-        const __m512 old = from_c ? _mm512_maskz_loadu_ps(mask[v], c) : _mm512_setzero_ps();
-        _mm512_mask_storeu_ps(c, mask[v], _mm512_add_round_ps(old, u, R));
-      }
+      for (int v = 0; v < 4; ++v)
+        if (mask[v]) promote16(C + m * ldc + 16 * v, mask[v], sam, sbv[v], acc[m][v], from_c);
     }
   }
 }
@@ -390,7 +383,8 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
     const int64_t sm = a_pairs ? 1 : kps, sp = a_pairs ? MC : 1;
     const auto pack_a = [&](int64_t i0, int64_t mc, int64_t k0, int64_t kc, uint32_t* Ap) {
       if (pk.a_pairs && amx) {
-        // tn's A: its pairs of stored rows (pair-major), then moved into rows of pairs.
+        // tn's A: its pairs of stored rows (pair-major), then moved into rows of pairs (the
+        // pairs past the chunk's, up to a multiple of 16, come out zero).
         buf.t.resize(size_t(MC * kps));
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, buf.t.data(), MC);
         pairs_to_rows(buf.t.data(), MC, mc, (kc + 1) / 2, Ap, kps);
@@ -398,11 +392,11 @@ void panel_product(Packing pk, const Packers& packers, const MXOperand& A, const
         packers.pairs(A, i0, int((mc + 31) / 32), int((mc + 15) / 16), k0, kc, Ap, MC);
       } else {
         packers.rows(A, i0, mc, k0, kc, Ap, kps);
-      }
-      if (amx) {
-        const int64_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16;
-        for (int64_t m = 0; m < mc; ++m)
-          std::fill(Ap + m * kps + kp, Ap + m * kps + kp16, 0u);
+        if (amx) {
+          const int64_t kp = (kc + 1) / 2, kp16 = (kp + 15) / 16 * 16;
+          for (int64_t m = 0; m < mc; ++m)
+            std::fill(Ap + m * kps + kp, Ap + m * kps + kp16, 0u);
+        }
       }
     };
     const auto pack_b = [&](int64_t p, int64_t k0, int64_t kc, uint32_t* Bp) {
@@ -563,70 +557,67 @@ void panel_gemm(Orient o, const MXOperand& A, const MXOperand& B, float* C, int6
                 /*split_m=*/M > N, nullptr, pr, alpha, kc_max);
 }
 
+// The packer sets of the entry points below: FP8 rows decoded by table (pack_a_rows), FP8
+// rows decoded by VBMI byte permutes, and 4-bit codes; each with the VDPBF16PS micro-kernel
+// or (amx) the AMX tiles.
+Packers fp8_packers() { return {pack_a_rows, pack_pairs, pack_b_transposed}; }
+Packers vbmi_packers(bool amx) {
+  return {pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16, pack_b_transposed, amx};
+}
+Packers fp4_packers(bool amx) {
+  return {fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16, fp4_pack_transposed_avx512bf16,
+          amx};
+}
+
+// An FP32-scaled product: the panel product promoted per 128-deep chunk with s's scales.
+void promoted_gemm(Orient o, const MXOperand& A, const MXOperand& B, const ChunkScales& s,
+                   float* C, int64_t ldc, bool accumulate, const Packers& packers) {
+  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
+  const Promotion pr{s.sa, M, s.sb, N};
+  panel_gemm(o, A, B, C, ldc, accumulate, packers, &pr);
+}
+
 }  // namespace
 
 void mx_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                         int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs, pack_b_transposed});
+  panel_gemm(o, A, B, C, ldc, accumulate, fp8_packers());
 }
 
 void mx_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C,
                              int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
-                     pack_b_transposed});
+  panel_gemm(o, A, B, C, ldc, accumulate, vbmi_packers(/*amx=*/false));
 }
 
 void mx_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
                       bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
-                     pack_b_transposed, /*amx=*/true});
+  panel_gemm(o, A, B, C, ldc, accumulate, vbmi_packers(/*amx=*/true));
 }
 
 void fp32_block_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B,
                                 const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
-  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
-  const Promotion pr{s.sa, M, s.sb, N};
-  panel_gemm(o, A, B, C, ldc, accumulate, Packers{pack_a_rows, pack_pairs, pack_b_transposed},
-             &pr);
+  promoted_gemm(o, A, B, s, C, ldc, accumulate, fp8_packers());
 }
 
 void fp32_block_gemm_avx512vbmi_bf16(Orient o, const MXOperand& A, const MXOperand& B,
                                      const ChunkScales& s, float* C, int64_t ldc,
                                      bool accumulate) {
-  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
-  const Promotion pr{s.sa, M, s.sb, N};
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
-                     pack_b_transposed},
-             &pr);
+  promoted_gemm(o, A, B, s, C, ldc, accumulate, vbmi_packers(/*amx=*/false));
 }
 
 void fp32_block_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B,
                               const ChunkScales& s, float* C, int64_t ldc, bool accumulate) {
-  const int64_t M = o == Orient::tn ? A.cols : A.rows, N = o == Orient::nt ? B.rows : B.cols;
-  const Promotion pr{s.sa, M, s.sb, N};
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{pack_a_rows_avx512vbmi_bf16, pack_pairs_avx512vbmi_bf16,
-                     pack_b_transposed, /*amx=*/true},
-             &pr);
+  promoted_gemm(o, A, B, s, C, ldc, accumulate, vbmi_packers(/*amx=*/true));
 }
 
 void fp4_gemm_avx512bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha,
                          float* C, int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16,
-                     fp4_pack_transposed_avx512bf16},
-             nullptr, &alpha);
+  panel_gemm(o, A, B, C, ldc, accumulate, fp4_packers(/*amx=*/false), nullptr, &alpha);
 }
 
 void fp4_gemm_amx_bf16(Orient o, const MXOperand& A, const MXOperand& B, float alpha, float* C,
                        int64_t ldc, bool accumulate) {
-  panel_gemm(o, A, B, C, ldc, accumulate,
-             Packers{fp4_pack_rows_avx512bf16, fp4_pack_pairs_avx512bf16,
-                     fp4_pack_transposed_avx512bf16, /*amx=*/true},
-             nullptr, &alpha);
+  panel_gemm(o, A, B, C, ldc, accumulate, fp4_packers(/*amx=*/true), nullptr, &alpha);
 }
 
 }  // namespace mxtrain::gemm_detail
