@@ -262,7 +262,8 @@ def run_gemm(ctx, args):
     its products; gemm:fp32=on also times blockwise recipes with unrounded FP32 scales (as
     '<name>+fp32'); gemm:amx=off runs the sweep with MXTRAIN_AMX=0; gemm:stream=8,0,...
     runs it once per streaming limit in each round (MXTRAIN_STREAM_ROWS; 'own' for the paths'
-    own), the limits alternating."""
+    own), the limits alternating; gemm:cold=on flushes the operands from the caches before
+    each timed product (bench gemm --cold)."""
     path = ctx.rows_path("gemm")
     base_env = {"MXTRAIN_AMX": "0"} if args.get("amx") == "off" else {}
     parts = args.get("parts", "sweep,shapes,train").split(",")
@@ -283,6 +284,8 @@ def run_gemm(ctx, args):
                 argv += ["--ops", args["ops"]]
             if args.get("fp32") == "on":
                 argv += ["--fp32-scales"]
+            if args.get("cold") == "on":
+                argv += ["--cold"]
             rows, t = bench_json(ctx, argv, f"gemm-sweep-r{rnd}-s{stream}", env=env)
             for r in rows:
                 append_row(path, ctx.row("gemm", "sweep", rnd,

@@ -19,6 +19,11 @@
 // Every row also gives its rate, 2·m·k·n FLOPs over the op's median time (quantization
 // included), as a percentage of the machine's reference peak (mxtrain/peak.h): measured at the
 // start of the run at the OpenMP thread count, or the figure given with --peak.
+// --cold flushes every operand and buffer from the caches before each timed product: a weight
+// that fits the last-level cache (a 4096x4096 BF16 one is 32 MiB) is otherwise read from it
+// on every round after the first, and at a few rows the product's time is the weight's read.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -54,11 +59,34 @@ struct BenchGemmOptions {
   bool fp32_scales = false;  // also time each pow2 FP32-scaled recipe with fp32 scales
   double peak_gflops = 0;    // 0: measure the reference peak in this run
   std::vector<std::string> bf16_shapes;  // empty: the default shaping only
+  bool cold = false;  // every operand flushed from the caches before each timed product
 };
 
 double now_ms() {
   using clock = std::chrono::steady_clock;
   return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
+}
+
+// Writes back and evicts [p, p + bytes) from every cache level (CLFLUSH, in SSE2), so that the
+// next read of it comes from memory.
+void flush_from_caches(const void* p, size_t bytes) {
+  const auto* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
+  if (bytes) _mm_clflush(c + bytes - 1);
+  _mm_mfence();
+}
+
+template <class V>
+void flush_from_caches(const V& v) {
+  flush_from_caches(v.data(), v.size() * sizeof(v[0]));
+}
+
+void flush_from_caches(const QTensor& t) {
+  flush_from_caches(t.bf16);
+  for (const ScaledTensor* s : {&t.rowwise, &t.colwise, &t.tile}) {
+    flush_from_caches(s->data);
+    flush_from_caches(s->scales);
+  }
 }
 
 std::vector<float> randn(int64_t n, uint32_t seed, float sigma) {
@@ -89,6 +117,14 @@ struct Case {
                 copies_needed(r, Role::input, Use::wgrad));
     one.offsets = {0, M};
     out.resize(size_t(std::max({M * N, M * K, N * K})));  // y, dx, dW
+  }
+
+  // Every operand and buffer a product reads or writes, out of the caches (--cold).
+  void flush() const {
+    flush_from_caches(*x);
+    flush_from_caches(*dy);
+    flush_from_caches(out);
+    for (const QTensor* t : {&w, &x_saved, &a_fwd, &a_dgrad, &a_wgrad}) flush_from_caches(*t);
   }
 
   void run(const std::string& op) {
@@ -165,6 +201,7 @@ int run_bench_gemm(const BenchGemmOptions& o) {
     for (int it = 0; it < o.warmup + o.iters; ++it)
       for (const std::string& op : o.ops)
         for (size_t c = 0; c < cases.size(); ++c) {
+          if (o.cold) cases[c]->flush();
           const double t0 = now_ms();
           cases[c]->run(op);
           if (it >= o.warmup) times[{c, op}].push_back(now_ms() - t0);
@@ -183,7 +220,8 @@ int run_bench_gemm(const BenchGemmOptions& o) {
                               {"k", o.k},                  {"n", o.n},   {"ms", ms},
                               {"bf16_ms", base},           {"vs_bf16", ms / base},
                               {"gemm_path", path_name(gemm_mx_path())}, {"iters", o.iters},
-                              {"gflops", gflops}, {"pct_of_peak", 100 * gflops / peak.gflops}};
+                              {"gflops", gflops}, {"pct_of_peak", 100 * gflops / peak.gflops},
+                              {"cold", o.cold}};
         if (recipes[c].quantized())
           row["stream_rows"] = stream_rows(recipes[c].role(Role::input).is_4bit(),
                                            block_is_2d(recipes[c].role(Role::weight).block));
@@ -214,7 +252,7 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
       "peak_threads when measured, bf16_shapes (oneDNN's shaping of BF16 products: exact | "
       "runtime), scales (the input role's scale type: none, e8m0, fp32_pow2, "
       "fp32), stream_rows (quantized recipes: the rows up to which forwards stream W on this "
-      "path; MXTRAIN_STREAM_ROWS)");
+      "path; MXTRAIN_STREAM_ROWS), cold (--cold)");
   sub->add_flag("--json", opts->json, "Print one JSON array instead of a table");
   sub->add_option("--m", opts->m, "Token counts (rows of x) to sweep (default 4)")
       ->delimiter(',')
@@ -238,6 +276,10 @@ MXT_REGISTER_COMMAND("bench gemm", [](CLI::App& app) {
                   "a dense product does not get (exact by default; see MXTRAIN_GEMM_SHAPES), "
                   "as recipe 'bf16@<shaping>' (default: the dense shaping only)")
       ->delimiter(',');
+  sub->add_flag("--cold", opts->cold,
+                "Flush every operand from the caches before each timed product, so that the "
+                "weight is read from memory as a model larger than the last-level cache reads it "
+                "(default: warm, the weight cached by the previous round where it fits)");
   add_peak_option(sub, opts->peak_gflops);
   sub->callback([opts] { exit_code() = run_bench_gemm(*opts); });
 });

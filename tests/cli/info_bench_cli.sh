@@ -53,6 +53,15 @@ expect_error "MXTRAIN_STREAM_ROWS=17" "MXTRAIN_STREAM_ROWS=17 is not a row count
   env MXTRAIN_STREAM_ROWS=17 "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
 expect_error "MXTRAIN_STREAM_ROWS=4x" "MXTRAIN_STREAM_ROWS=4x is not a row count from 0" \
   env MXTRAIN_STREAM_ROWS=4x "$MXTRAIN" bench gemm --m 3 --k 8 --n 8 --iters 1 --json
+# --cold: the same rows, each saying it ran with its operands flushed from the caches.
+"$MXTRAIN" bench gemm --m 3 --k 70 --n 33 --iters 1 --warmup 0 --cold --json > cold.json ||
+  fail "bench gemm --cold exited $?"
+python3 - cold.json <<'PY' || fail "bench gemm --cold: $(head -c 600 cold.json)"
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 9 and all(r["cold"] is True for r in rows), rows
+assert all(r["ms"] > 0 for r in rows), rows
+PY
 # bench gemm reports each row against the peak: measured in the run, or the one given.
 "$MXTRAIN" bench gemm --m 5 --k 64 --n 40 --iters 1 --warmup 0 --json > measured.json ||
   fail "bench gemm (peak measured) exited $?"
