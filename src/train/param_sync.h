@@ -11,6 +11,7 @@
 //     between one-process and FSDP runs of any world size).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,6 +55,13 @@ class ParamSync {
   virtual void reduce_gradients() {}
   virtual bool grads_finite() = 0;
   virtual double grad_sum_squares() = 0;
+  // grad_sum_squares(), non-finite when any gradient is (!grads_finite()): what the trainer
+  // reads. A sync whose sum reads every gradient it checks answers from the sum alone, since
+  // squares of finite floats summed in double cannot overflow (each is below 2^256), so the
+  // sum is finite exactly when every gradient is; the others check first.
+  virtual double grad_sum_squares_checked() {
+    return grads_finite() ? grad_sum_squares() : std::nan("");
+  }
   virtual std::vector<OptimView> views() = 0;
   // Collective: the sum over the data-parallel ranks (every rank of a tensor-parallel group
   // holds the same value).

@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -240,7 +241,10 @@ TEST_F(OpsAvx512, ResidualAndAxpyAreExact) {
 
 // The gradient reductions: the sum of squares bit for bit on lengths around the 32-lane and
 // block edges (a sum reassociated anywhere would differ in the last bits on these values), the
-// finite check against a NaN or Inf at each edge position.
+// finite check against a NaN or Inf at each edge position. The sum of squares is non-finite
+// exactly when an element is (the trainer's check, ParamSync::grad_sum_squares_checked): a NaN
+// or Inf anywhere makes it so, and elements of FLT_MAX, whose squares are the largest there
+// are, leave it finite.
 TEST_F(OpsAvx512, SumOfSquaresAndFiniteCheckAreExact) {
   const int64_t B = kSumSquaresBlock;
   for (int64_t n : {int64_t(0), int64_t(1), int64_t(15), int64_t(16), int64_t(17), int64_t(31),
@@ -262,8 +266,13 @@ TEST_F(OpsAvx512, SumOfSquaresAndFiniteCheckAreExact) {
         EXPECT_FALSE(all_finite_elements(y.data(), n)) << "n=" << n << " at " << at;
         EXPECT_FALSE(ref::all_finite_elements(y.data(), n)) << "n=" << n << " at " << at;
         EXPECT_FALSE(std::isfinite(sum_squares_elements(y.data(), n))) << "n=" << n;
+        EXPECT_FALSE(std::isfinite(ref::sum_squares_elements(y.data(), n))) << "n=" << n;
       }
     }
+    Vec big(size_t(std::max<int64_t>(n, 1)));
+    for (size_t i = 0; i < big.size(); ++i) big[i] = i % 2 ? FLT_MAX : -FLT_MAX;
+    EXPECT_TRUE(std::isfinite(sum_squares_elements(big.data(), n))) << "n=" << n;
+    EXPECT_TRUE(std::isfinite(ref::sum_squares_elements(big.data(), n))) << "n=" << n;
   }
 }
 

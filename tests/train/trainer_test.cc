@@ -39,6 +39,7 @@ class PoisonedSync : public ParamSync {
   }
   bool grads_finite() override { return inner_->grads_finite(); }
   double grad_sum_squares() override { return inner_->grad_sum_squares(); }
+  double grad_sum_squares_checked() override { return inner_->grad_sum_squares_checked(); }
   std::vector<OptimView> views() override { return inner_->views(); }
   std::string save(const std::string& dir, const TrainConfig& cfg, const TrainerState& st,
                    const std::vector<io::NamedTensor>& extra) override {
