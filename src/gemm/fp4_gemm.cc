@@ -68,6 +68,11 @@ struct Fp4ProductKernels {
   Panels panels = nullptr;  // the panel kernel (panels only)
   int64_t stream_rows = kGemvMaxRows;        // gemv's forwards: up to this many rows
   int64_t stream_rows_words = kGemvMaxRows;  // ... when W is rowwise (decoded the words way)
+  // The rows up to which forwards with W in 16x16 tiles (or rowwise) stream now (the override
+  // first; 0: no streaming kernel).
+  int64_t stream_limit_now(bool tile_weights) const {
+    return gemv ? stream_limit(tile_weights ? stream_rows : stream_rows_words) : 0;
+  }
 };
 
 const PathTable<Fp4ProductKernels>& fp4_table() {
@@ -153,8 +158,7 @@ void decode_fp4_bf16_ref(const ScaledTensor& t, int64_t r0, int64_t r1, uint16_t
 PathChoice fp4_product_choice() { return fp4_table().choice(); }
 
 int64_t fp4_stream_rows(bool tile_weights) {
-  const Fp4ProductKernels& k = fp4_table().get();
-  return k.gemv ? stream_limit(tile_weights ? k.stream_rows : k.stream_rows_words) : 0;
+  return fp4_table().get().stream_limit_now(tile_weights);
 }
 
 void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTensor& B, int64_t M,
@@ -167,9 +171,7 @@ void gemm_fp4(bool trans_a, const ScaledTensor& A, bool trans_b, const ScaledTen
   const float alpha = tensor_scale(A) * tensor_scale(B);
   if (k.product == Product::panels && !(trans_a && trans_b)) {
     const MXOperand a = MXOperand::of(A), b = MXOperand::of(B);
-    const bool tile = B.layout == MXLayout::tile;
-    if (k.gemv && !trans_a && trans_b &&
-        M <= stream_limit(tile ? k.stream_rows : k.stream_rows_words))
+    if (!trans_a && trans_b && M <= k.stream_limit_now(B.layout == MXLayout::tile))
       return k.gemv(a, b, alpha, C, ldc, accumulate);
     const Orient o = trans_a ? Orient::tn : trans_b ? Orient::nt : Orient::nn;
     return k.panels(o, a, b, alpha, C, ldc, accumulate);

@@ -82,6 +82,8 @@ struct MxProductKernels {
   bool folds_scales;  // needs mx_scales_foldable operands (the others take mx_gemm_ref)
   Fp32Product fp32;   // FP32-scaled copies whose scales do not fold (gemm_scaled.cc)
   int64_t stream_rows = kGemvMaxRows;  // gemv_nt's forwards: up to this many rows
+  // The rows up to which forwards stream now (the override first; 0: no streaming kernel).
+  int64_t stream_limit_now() const { return gemv_nt ? stream_limit(stream_rows) : 0; }
 };
 
 void stream_vbmi(Orient, const MXOperand& A, const MXOperand& B, float* C, int64_t ldc,
@@ -136,7 +138,7 @@ void run_kernels(const MxProductKernels& k, Orient o, const MXOperand& A, const 
                  int64_t M, float* C, int64_t ldc, bool accumulate) {
   if (k.folds_scales && !(mx_scales_foldable(A) && mx_scales_foldable(B)))
     return mx_gemm_ref(o, A, B, C, ldc, accumulate);
-  if (o == Orient::nt && k.gemv_nt && M <= stream_limit(k.stream_rows))
+  if (o == Orient::nt && M <= k.stream_limit_now())
     return k.gemv_nt(o, A, B, C, ldc, accumulate);
   k.gemm(o, A, B, C, ldc, accumulate);
 }
@@ -201,10 +203,7 @@ int64_t gemm_detail::stream_limit(int64_t own) {
   return o >= 0 ? o : own;
 }
 
-int64_t gemm_detail::mx_stream_rows() {
-  const MxProductKernels& k = mx_table().get();
-  return k.gemv_nt ? stream_limit(k.stream_rows) : 0;
-}
+int64_t gemm_detail::mx_stream_rows() { return mx_table().get().stream_limit_now(); }
 
 int64_t stream_rows(bool fp4, bool tile_weights) {
   return fp4 ? fp4_stream_rows(tile_weights) : mx_stream_rows();

@@ -434,14 +434,14 @@ void step_body(Run& r, int64_t step, StepResult& s) {
   MXT_PROFILE(optimizer, none);
 
   // Non-finite loss or gradients: the step is skipped; weights stay untouched.
-  const double sum_squares = r.sync->grad_sum_squares_checked();
-  s.finite = std::isfinite(sum_squares) && std::isfinite(s.loss);
+  const double grad_squares = r.sync->grad_sum_squares_checked();
+  s.finite = std::isfinite(grad_squares) && std::isfinite(s.loss);
   if (!s.finite) return;
 
   // Clip, then AdamW on every parameter (or shard); the version bump invalidates the
   // quantized weight copies. The gradient is the accumulated sum / A (see above): the 1/A
   // is applied together with the clip factor.
-  s.gnorm = std::sqrt(sum_squares) / A;
+  s.gnorm = std::sqrt(grad_squares) / A;
   const float clip =
       (tc.grad_clip > 0 && s.gnorm > tc.grad_clip) ? float(tc.grad_clip / s.gnorm) : 1.f;
   const float grad_mult = clip / float(A);

@@ -697,12 +697,8 @@ TEST(MxGemmPaths, FewRowsAreTheRowsOfTheLargerProduct) {
 // the limit on every path, and 0 turns streaming off. The bytes say which kernel ran: gemm_mx's
 // output is compared with each kernel's, called directly, at the limit and one row past it
 // (the sums round, and each kernel sums in its own order: x's blocks lie 2^-14 .. 2^14 apart).
-struct StreamGuard {
-  ~StreamGuard() {
-    clear_stream_rows_override();
-    clear_isa_override();
-    clear_amx_override();
-  }
+struct StreamGuard : IsaGuard {
+  ~StreamGuard() { clear_stream_rows_override(); }
 };
 
 TEST(MxGemmPaths, StreamRowsChoosesTheForwardKernel) {
@@ -744,7 +740,8 @@ TEST(MxGemmPaths, StreamRowsChoosesTheForwardKernel) {
       for (int64_t limit : {int64_t(-1), int64_t(0), int64_t(5)}) {
         if (limit >= 0) set_stream_rows(limit);
         const int64_t want = limit >= 0 ? limit : own;
-        ASSERT_EQ(stream_rows(c.fp4, tile), want) << c.name << " on " << path_name(gemm_mx_path());
+        ASSERT_EQ(stream_rows(c.fp4, tile), want)
+            << c.name << " on " << path_name(gemm_mx_path());
         for (int64_t m : {want, want + 1}) {
           if (m < 1) continue;
           SCOPED_TRACE(std::string(c.name) + " on " + path_name(gemm_mx_path()) + ", limit " +
