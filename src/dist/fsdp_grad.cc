@@ -213,6 +213,16 @@ double Fsdp::grad_sum_squares() {
   return sharded + replicated_grad_sum_squares();
 }
 
+double Fsdp::grad_sum_squares_checked() {
+  // s[1]: the sum of every rank's copy of the replicated gradients, read for finiteness only
+  // (the norm takes this rank's copy, as grad_sum_squares() does).
+  double s[2] = {0, replicated_grad_sum_squares()};
+  for (auto& m : modules_) s[0] += sum_sq(m->grad.data(), m->grad.size());
+  const double replicated = s[1];
+  comm_.allreduce_sum(s, 2);
+  return s[0] + replicated + 0.0 * s[1];
+}
+
 bool Fsdp::grads_finite() {
   int64_t bad = 0;
   for (auto& m : modules_)

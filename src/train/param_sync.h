@@ -56,9 +56,11 @@ class ParamSync {
   virtual bool grads_finite() = 0;
   virtual double grad_sum_squares() = 0;
   // grad_sum_squares(), non-finite when any gradient is (!grads_finite()): what the trainer
-  // reads. A sync whose sum reads every gradient it checks answers from the sum alone, since
-  // squares of finite floats summed in double cannot overflow (each is below 2^256), so the
-  // sum is finite exactly when every gradient is; the others check first.
+  // reads. Every sync here answers it in one read of the gradients: squares of finite floats
+  // summed in double cannot overflow (each is below 2^256), so a sum of them is finite exactly
+  // when every one is. The distributed ones also sum the copies their norm does not count
+  // (replicas on other ranks), for the check alone, in the same all-reduce. This default
+  // reads the gradients twice.
   virtual double grad_sum_squares_checked() {
     return grads_finite() ? grad_sum_squares() : std::nan("");
   }

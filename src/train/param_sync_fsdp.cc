@@ -117,18 +117,26 @@ class FsdpSync : public ParamSync {
     for (dist::Fsdp* f : fsdps()) {
       const std::vector<double> per = f->module_grad_sum_squares();
       const std::vector<Parameter*>& w = module_weights_[f];
-      for (size_t i = 0; i < per.size(); ++i) {
-        // A slice counts on the root of its FSDP replicas; a module whole on every tp rank
-        // (the LM head) on world rank 0 alone.
-        const ParamSplit& sp = w[i]->split;
-        const bool counted = sp.expert()                 ? mesh_->edp_rank() == 0
-                             : sp.over(ParamSplit::Over::tp) ? mesh_->dp_rank() == 0
-                                                             : comm_.rank() == 0;
-        if (counted) s += per[i];
-      }
+      for (size_t i = 0; i < per.size(); ++i)
+        if (counted(w[i]->split)) s += per[i];
     }
     comm_.allreduce_sum(&s, 1);
     return s;
+  }
+  // One read of every gradient (grad_sum_squares() with the finite check; param_sync.h):
+  // what grad_sum_squares() does not count is summed in s[1], read only for its finiteness,
+  // which 0 · s[1] carries into the result (NaN when not finite, exactly +0 otherwise).
+  double grad_sum_squares_checked() override {
+    if (!mesh_) return fsdp_->grad_sum_squares_checked();
+    double s[2] = {0, 0};
+    for (dist::Fsdp* f : fsdps()) {
+      s[f == fsdp_.get() && comm_.rank() == 0 ? 0 : 1] += f->replicated_grad_sum_squares();
+      const std::vector<double> per = f->module_grad_sum_squares();
+      const std::vector<Parameter*>& w = module_weights_[f];
+      for (size_t i = 0; i < per.size(); ++i) s[counted(w[i]->split) ? 0 : 1] += per[i];
+    }
+    comm_.allreduce_sum(s, 2);
+    return s[0] + 0.0 * s[1];
   }
   void check_same(const std::string& what, const std::string& value) override {
     comm_.check_consistent(what, value);
@@ -264,6 +272,14 @@ class FsdpSync : public ParamSync {
     return false;
   }
 
+  // Under a mesh, whether this rank's sum of a sharded module counts in the norm: a slice on
+  // the root of its FSDP replicas, a module whole on every tp rank (the LM head) on world rank
+  // 0 alone.
+  bool counted(const ParamSplit& sp) const {
+    return sp.expert()                   ? mesh_->edp_rank() == 0
+           : sp.over(ParamSplit::Over::tp) ? mesh_->dp_rank() == 0
+                                           : comm_.rank() == 0;
+  }
   std::vector<dist::Fsdp*> fsdps() {
     std::vector<dist::Fsdp*> v{fsdp_.get()};
     if (experts_) v.push_back(experts_.get());

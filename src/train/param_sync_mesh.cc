@@ -82,14 +82,21 @@ class MeshSync : public ParamSync {
   // world rank 0 alone.
   double grad_sum_squares() override {
     double s = 0;
-    for (Parameter* p : params_) {
-      const bool counted = p->split.expert()                 ? mesh_.edp_rank() == 0
-                           : p->split.over(ParamSplit::Over::tp) ? mesh_.dp_rank() == 0
-                                                                 : mesh_.rank() == 0;
-      if (counted) s += sum_squares(p->grad.data(), p->numel());
-    }
+    for (Parameter* p : params_)
+      if (counted(*p)) s += sum_squares(p->grad.data(), p->numel());
     mesh_.world().allreduce_sum(&s, 1);
     return s;
+  }
+  // One read of every gradient and one all-reduce: s[0] sums the counted gradients (the
+  // norm), s[1] the replicas counted elsewhere, read only for their finiteness. Both sums are
+  // of squares, so over the ranks each is non-finite exactly when one of its gradients is
+  // anywhere, and 0 · s[1] turns a non-finite s[1] into NaN while adding exactly +0 otherwise:
+  // the same value as grad_sum_squares() when every rank's gradients are finite.
+  double grad_sum_squares_checked() override {
+    double s[2] = {0, 0};
+    for (Parameter* p : params_) s[counted(*p) ? 0 : 1] += sum_squares(p->grad.data(), p->numel());
+    mesh_.world().allreduce_sum(s, 2);
+    return s[0] + 0.0 * s[1];
   }
 
   std::vector<OptimView> views() override {
@@ -192,6 +199,12 @@ class MeshSync : public ParamSync {
   }
 
  private:
+  // Whether this rank's copy of p counts in the norm (grad_sum_squares()).
+  bool counted(const Parameter& p) const {
+    return p.split.expert()                   ? mesh_.edp_rank() == 0
+           : p.split.over(ParamSplit::Over::tp) ? mesh_.dp_rank() == 0
+                                                : mesh_.rank() == 0;
+  }
   uint64_t reduce_bytes() const {
     return mesh_.dp().stats()[Coll::allreduce].bytes +
            mesh_.world().stats()[Coll::allreduce].bytes +

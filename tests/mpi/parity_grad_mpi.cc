@@ -22,12 +22,20 @@
 // Layouts at 2 ranks: tp 2, tp 2 + SP, ep 2, MoE tp 2 + SP; at 4: tp 2 x dp 2, ep 2 x edp 2,
 // ep 2 x etp 2. CTest runs the executable at 2 and at 4 ranks (mpi_parity_grad_np2/np4); a
 // case for the other world size skips on every rank.
+//
+// The same reduced gradients also check the syncs' checked norm (ParamSync::
+// grad_sum_squares_checked, one read of the gradients): equal to grad_sum_squares() bit for
+// bit, and non-finite on every rank when one element of any one rank's copy is NaN or Inf —
+// replicas that the norm counts on another rank included — for the mesh sync and FSDP's, with
+// and without a layout.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -243,6 +251,82 @@ void check_layout(const LayoutCase& lc, const std::vector<std::string>& configs)
         ADD_FAILURE() << e.what();
       }
     }
+}
+
+// The checked norm of `sync` (after its reduce_gradients()): the plain norm bit for bit while
+// every gradient is finite, and, with one element of one rank's gradient poisoned (every
+// rank in turn; the first and last element of every view it holds), non-finite on every rank.
+// The plain norm stays finite on some rank for a poisoned replica counted elsewhere, which is
+// why the check has to read it. Collective.
+void check_norm(ParamSync& sync, const char* what) {
+  SCOPED_TRACE(what);
+  const double plain = sync.grad_sum_squares(), checked = sync.grad_sum_squares_checked();
+  ASSERT_TRUE(std::isfinite(plain));
+  EXPECT_EQ(std::memcmp(&plain, &checked, sizeof plain), 0) << plain << " vs " << checked;
+  std::vector<OptimView> views = sync.views();
+  int64_t count = int64_t(views.size()), uncaught = 0;  // uncaught: poisonings after which
+  world().allreduce_max(&count, 1);                     // some rank's checked norm was finite
+  for (const float bad : {std::nanf(""), -std::numeric_limits<float>::infinity()})
+    for (int r = 0; r < world().size(); ++r)
+      for (size_t v = 0; v < size_t(count); ++v)
+        for (const bool last : {false, true}) {
+          const bool mine = world().rank() == r && v < views.size() && views[v].n > 0;
+          float* g = mine ? views[v].grad + (last ? views[v].n - 1 : 0) : nullptr;
+          const float kept = g ? *g : 0.f;
+          if (g) *g = bad;
+          if (std::isfinite(sync.grad_sum_squares_checked())) ++uncaught;
+          if (g) *g = kept;
+        }
+  world().allreduce_sum(&uncaught, 1);
+  EXPECT_EQ(uncaught, 0);
+  const double again = sync.grad_sum_squares_checked();
+  EXPECT_EQ(std::memcmp(&plain, &again, sizeof plain), 0);
+}
+
+// check_norm at layout lc (null: no mesh), the mesh sync and FSDP's, each after one micro-batch.
+void check_norms(const LayoutCase* lc, const std::string& path) {
+  if (lc && world().size() != lc->ranks) GTEST_SKIP() << lc->name << " runs on " << lc->ranks
+                                                      << " ranks";
+  std::unique_ptr<Mesh> mesh;
+  if (lc) mesh = std::make_unique<Mesh>(world(), MeshShape{lc->tp, lc->ep, lc->etp, lc->sp,
+                                                           SequenceWire::exact});
+  TrainConfig cfg = load_config(source_dir() + "/" + path,
+                                {{"precision.recipe", "mxfp8", "--recipe"},
+                                 {"training.grad_accum", "1", "--grad-accum"}});
+  const corpus::Tokenizer tok = open_run_tokenizer(cfg);
+  const auto data = open_training_data(cfg.data, tok);
+  for (const bool fsdp : {false, true}) {
+    if (!fsdp && !mesh) continue;  // without a layout the mesh sync is FSDP's one-process peer
+    PrecisionResolver resolver(cfg);
+    auto model = build(cfg, resolver, mesh ? mesh->model_parallel() : ModelParallel{});
+    auto sync = fsdp ? make_fsdp_sync(*model, cfg, mesh.get()) : make_mesh_sync(*model, *mesh);
+    std::vector<int32_t> tk, tg;
+    for (Parameter* p : model->parameters()) p->clear_grad();
+    sync->begin_step();
+    micro_batch(*data, cfg, world().rank(), tk, tg);
+    model->forward_backward(tk.data(), tg.data(), cfg.training.micro_batch_size,
+                            cfg.training.seq_len, 1.f);
+    sync->reduce_gradients();
+    check_norm(*sync, fsdp ? "fsdp sync" : "mesh sync");
+  }
+}
+
+TEST(CheckedNorm, DataParallel) {
+  check_norms(nullptr, "tests/data/mpi_tiny.yaml");
+  const LayoutCase lc{"dp", world().size(), 1, 1, 1, false};
+  check_norms(&lc, "tests/data/mpi_tiny.yaml");
+}
+TEST(CheckedNorm, TensorParallelSequenceParallel) {
+  const LayoutCase lc{"tp 2 + SP", 2, 2, 1, 1, true};
+  check_norms(&lc, "tests/data/mpi_tiny.yaml");
+}
+TEST(CheckedNorm, TensorTimesDataParallel) {
+  const LayoutCase lc{"tp 2 x dp 2", 4, 2, 1, 1, false};
+  check_norms(&lc, "tests/data/mpi_tiny.yaml");
+}
+TEST(CheckedNorm, ExpertTimesExpertDataParallel) {
+  const LayoutCase lc{"ep 2 x edp 2", 4, 1, 2, 1, false};
+  check_norms(&lc, "tests/data/mpi_tiny_moe.yaml");
 }
 
 const std::vector<std::string> kDense = {"configs/tiny.yaml", "tests/data/mpi_tiny.yaml"};

@@ -76,7 +76,8 @@
 //   each step: fsdp.reset_stats(); model.clear_grad();
 //     micro-batches: forward (post_forward(i) after module i), backward (pre_backward(i)
 //     before module i's, post_backward(i) after)
-//     fsdp.reduce_gradients(); if (!fsdp.grads_finite()) skip; clip with grad_sum_squares()
+//     fsdp.reduce_gradients(); s = fsdp.grad_sum_squares_checked(); if s is not finite,
+//     skip; else clip with sqrt(s)
 //     for (ShardView& s : fsdp.shards()) { adamw_update(s.value, s.grad, s.m, s.v, ...); }
 //     fsdp.bump_versions();
 //
@@ -216,6 +217,10 @@ class Fsdp {
   double replicated_grad_sum_squares();
   // Collective: true when every gradient element on every rank is finite.
   bool grads_finite();
+  // Collective: grad_sum_squares() in one read of the gradients and one all-reduce, non-finite
+  // when any gradient element on any rank is (!grads_finite()): squares of finite floats
+  // summed in double cannot overflow, so a sum of them is finite exactly when they all are.
+  double grad_sum_squares_checked();
   void bump_versions();
 
   // ---- checkpoints ------------------------------------------------------------------------
