@@ -8,11 +8,10 @@
 // tables (core/dispatch.h) ask path_enabled() on each call.
 #include "mxtrain/isa.h"
 
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
+#include "core/env_override.h"
 #include "core/peak_kernels.h"
 #include "mxtrain/common.h"
 
@@ -95,12 +94,6 @@ CpuFeatures probe() {
 CpuFeatures probe() { return CpuFeatures{}; }
 #endif
 
-// -1: no override; otherwise the Isa value forced by set_isa().
-std::atomic<int>& override_slot() {
-  static std::atomic<int> slot{-1};
-  return slot;
-}
-
 std::string supported_list() {
   std::ostringstream os;
   bool first = true;
@@ -111,18 +104,16 @@ std::string supported_list() {
   return os.str();
 }
 
-// The path named by MXTRAIN_ISA (read once), or -1 when unset.
-int env_isa() {
-  static const int v = [] {
-    const char* e = std::getenv("MXTRAIN_ISA");
-    if (!e || !*e) return -1;
-    const Isa isa = parse_isa(e);
-    MXT_CHECK(isa_supported(isa), "MXTRAIN_ISA=", e, " is not supported by this CPU (",
-              cpu_features().brand, "); supported: ", supported_list());
-    return int(isa);
-  }();
-  return v;
+// The path MXTRAIN_ISA names.
+Isa isa_from_env(const char* e) {
+  const Isa isa = parse_isa(e);
+  MXT_CHECK(isa_supported(isa), "MXTRAIN_ISA=", e, " is not supported by this CPU (",
+            cpu_features().brand, "); supported: ", supported_list());
+  return isa;
 }
+
+// set_isa()'s path, else MXTRAIN_ISA's.
+constinit EnvOverride<Isa> isa_choice{"MXTRAIN_ISA", isa_from_env};
 
 }  // namespace
 
@@ -181,22 +172,17 @@ Isa best_isa() {
 }
 
 // Precedence: set_isa() (tests, --isa), then MXTRAIN_ISA, then the best the CPU has.
-Isa active_isa() {
-  const int o = override_slot().load(std::memory_order_relaxed);
-  if (o >= 0) return Isa(o);
-  const int e = env_isa();
-  return e >= 0 ? Isa(e) : best_isa();
-}
+Isa active_isa() { return isa_choice.get().value_or(best_isa()); }
 
 void set_isa(Isa isa) {
   MXT_CHECK(isa_supported(isa), "kernel path '", isa_name(isa),
             "' is not supported by this CPU (", cpu_features().brand,
             "); supported: ", supported_list());
-  override_slot().store(int(isa));
+  isa_choice.set(isa);
 }
 
 // Back to MXTRAIN_ISA if set, else the best path.
-void clear_isa_override() { override_slot().store(-1); }
+void clear_isa_override() { isa_choice.clear(); }
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -247,31 +233,22 @@ bool amx_available() {
 }
 
 namespace {
-// -1: as MXTRAIN_AMX says (on unless "0"); else set_amx's choice.
-std::atomic<int>& amx_slot() {
-  static std::atomic<int> slot{-1};
-  return slot;
-}
+// set_amx()'s choice, else MXTRAIN_AMX's: on unless "0".
+bool amx_from_env(const char* e) { return std::strcmp(e, "0") != 0; }
+constinit EnvOverride<bool> amx_choice{"MXTRAIN_AMX", amx_from_env};
 }  // namespace
 
 void set_amx(bool on) {
   MXT_CHECK(!on || amx_available(), "AMX tiles are not available on this CPU (",
             cpu_features().brand, "): they need AMX-BF16, AVX512-BF16 and VBMI, and Linux's "
             "permission for the tile state");
-  amx_slot().store(on ? 1 : 0);
+  amx_choice.set(on);
 }
 
-void clear_amx_override() { amx_slot().store(-1); }
+void clear_amx_override() { amx_choice.clear(); }
 
 bool amx_on() {
-  if (!amx_available()) return false;
-  const int o = amx_slot().load(std::memory_order_relaxed);
-  if (o >= 0) return o == 1;
-  static const bool env = [] {
-    const char* e = std::getenv("MXTRAIN_AMX");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return env;
+  return amx_available() && amx_choice.get().value_or(true);
 }
 
 Isa parse_isa(const std::string& name) {

@@ -17,12 +17,12 @@
 // All paths form the same element values (docs/numerics.md, "MX products"); they differ in
 // FP32 summation order, and the expansion path keeps BF16 subnormals where the others flush
 // them to zero (values below 2^-126, which only blocks with scales near 2^-127 hold).
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "core/dispatch.h"
+#include "core/env_override.h"
 #include "gemm/fp4_gemm.h"
 #include "gemm/mx_gemm.h"
 #include "mxtrain/common.h"
@@ -168,35 +168,28 @@ bool gemm_detail::mx_scales_foldable(const MXOperand& t) {
 }
 
 namespace {
-// -1: as MXTRAIN_STREAM_ROWS says; else set_stream_rows's choice.
-std::atomic<int64_t>& stream_rows_slot() {
-  static std::atomic<int64_t> slot{-1};
-  return slot;
+// The limit MXTRAIN_STREAM_ROWS gives.
+int64_t stream_rows_from_env(const char* e) {
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  MXT_CHECK(*end == '\0' && v >= 0 && v <= kGemvMaxRows, "MXTRAIN_STREAM_ROWS=", e,
+            " is not a row count from 0 (stream none) to ", kGemvMaxRows);
+  return int64_t(v);
 }
+
+// set_stream_rows()'s limit, else MXTRAIN_STREAM_ROWS's.
+constinit EnvOverride<int64_t> stream_rows_choice{"MXTRAIN_STREAM_ROWS", stream_rows_from_env};
 }  // namespace
 
 void set_stream_rows(int64_t rows) {
   MXT_CHECK(rows >= 0 && rows <= kGemvMaxRows, "stream rows ", rows, " is out of range: the "
             "streaming kernels take 0 (none) to ", kGemvMaxRows, " rows");
-  stream_rows_slot().store(rows);
+  stream_rows_choice.set(rows);
 }
 
-void clear_stream_rows_override() { stream_rows_slot().store(-1); }
+void clear_stream_rows_override() { stream_rows_choice.clear(); }
 
-int64_t stream_rows_override() {
-  const int64_t o = stream_rows_slot().load(std::memory_order_relaxed);
-  if (o >= 0) return o;
-  static const int64_t env = [] {
-    const char* e = std::getenv("MXTRAIN_STREAM_ROWS");
-    if (!e || !*e) return int64_t(-1);
-    char* end = nullptr;
-    const long v = std::strtol(e, &end, 10);
-    MXT_CHECK(*end == '\0' && v >= 0 && v <= kGemvMaxRows, "MXTRAIN_STREAM_ROWS=", e,
-              " is not a row count from 0 (stream none) to ", kGemvMaxRows);
-    return int64_t(v);
-  }();
-  return env;
-}
+int64_t stream_rows_override() { return stream_rows_choice.get().value_or(-1); }
 
 int64_t gemm_detail::stream_limit(int64_t own) {
   const int64_t o = stream_rows_override();

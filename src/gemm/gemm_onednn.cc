@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "core/env_override.h"
 #include "mxtrain/common.h"
 #include "mxtrain/formats.h"
 #include "mxtrain/gemm.h"
@@ -74,23 +75,15 @@ dnnl::memory::desc md(dnnl::memory::data_type dt, int64_t rows, int64_t cols, bo
   return dnnl::memory::desc(dims, dt, strides);
 }
 
-// -1: no override; otherwise the GemmShapes value set by set_gemm_shapes().
-std::atomic<int>& shapes_override() {
-  static std::atomic<int> slot{-1};
-  return slot;
+// The shaping MXTRAIN_GEMM_SHAPES names.
+GemmShapes shapes_from_env(const char* e) {
+  const std::optional<GemmShapes> s = gemm_shapes_from_name(e);
+  MXT_CHECK(s, "MXTRAIN_GEMM_SHAPES=", e, " is not a choice: use exact or runtime");
+  return *s;
 }
 
-// The shaping MXTRAIN_GEMM_SHAPES names (read once), or -1 when unset.
-int env_shapes() {
-  static const int v = [] {
-    const char* e = std::getenv("MXTRAIN_GEMM_SHAPES");
-    if (!e || !*e) return -1;
-    const std::optional<GemmShapes> s = gemm_shapes_from_name(e);
-    MXT_CHECK(s, "MXTRAIN_GEMM_SHAPES=", e, " is not a choice: use exact or runtime");
-    return int(*s);
-  }();
-  return v;
-}
+// set_gemm_shapes()'s shaping, else MXTRAIN_GEMM_SHAPES's.
+constinit EnvOverride<GemmShapes> shapes_choice{"MXTRAIN_GEMM_SHAPES", shapes_from_env};
 
 thread_local bool varying_rows = false;  // inside a VaryingRowsScope
 
@@ -230,15 +223,12 @@ std::vector<float> widen(const uint16_t* X, int64_t rows, int64_t width, int64_t
 }  // namespace
 
 GemmShapes gemm_shapes() {
-  const int o = shapes_override().load(std::memory_order_relaxed);
-  if (o >= 0) return GemmShapes(o);
-  if (const int e = env_shapes(); e >= 0) return GemmShapes(e);
-  return varying_rows ? GemmShapes::runtime : GemmShapes::exact;
+  return shapes_choice.get().value_or(varying_rows ? GemmShapes::runtime : GemmShapes::exact);
 }
 VaryingRowsScope::VaryingRowsScope() : prev_(varying_rows) { varying_rows = true; }
 VaryingRowsScope::~VaryingRowsScope() { varying_rows = prev_; }
-void set_gemm_shapes(GemmShapes s) { shapes_override().store(int(s)); }
-void clear_gemm_shapes_override() { shapes_override().store(-1); }
+void set_gemm_shapes(GemmShapes s) { shapes_choice.set(s); }
+void clear_gemm_shapes_override() { shapes_choice.clear(); }
 const char* gemm_shapes_name(GemmShapes s) {
   return s == GemmShapes::exact ? "exact" : "runtime";
 }

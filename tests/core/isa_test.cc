@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/dispatch.h"
+#include "core/env_override.h"
 #include "mxtrain/common.h"
 #include "mxtrain/isa.h"
 
@@ -72,6 +73,41 @@ TEST(Isa, EnvironmentChoiceIsHonoured) {
   } else {
     EXPECT_EQ(active_isa(), best_isa());
   }
+}
+
+// The choice behind each of these overrides (core/env_override.h): the setter's value wins,
+// clear() gives the variable's back, the variable is parsed on first use only (a later change
+// of it is not seen), and a value its parser refuses throws on every read until one is set.
+int parses = 0;
+int64_t count_from(const char* e) {
+  ++parses;
+  MXT_CHECK(std::string(e) != "bad", "MXTRAIN_TEST_OVERRIDE=", e, " is refused");
+  return std::atoll(e);
+}
+TEST(EnvOverride, SetterThenVariableParsedOnce) {
+  ::setenv("MXTRAIN_TEST_OVERRIDE", "7", 1);
+  EnvOverride<int64_t> choice{"MXTRAIN_TEST_OVERRIDE", count_from};
+  choice.set(3);
+  EXPECT_EQ(choice.get(), 3);
+  EXPECT_EQ(parses, 0);  // not read while a value is set
+  choice.clear();
+  EXPECT_EQ(choice.get(), 7);
+  ::setenv("MXTRAIN_TEST_OVERRIDE", "9", 1);
+  EXPECT_EQ(choice.get(), 7);
+  EXPECT_EQ(parses, 1);
+
+  EnvOverride<int64_t> unset{"MXTRAIN_TEST_OVERRIDE_UNSET", count_from};
+  EXPECT_FALSE(unset.get().has_value());
+  unset.set(0);
+  EXPECT_EQ(unset.get(), 0);
+
+  ::setenv("MXTRAIN_TEST_OVERRIDE", "bad", 1);
+  EnvOverride<int64_t> refused{"MXTRAIN_TEST_OVERRIDE", count_from};
+  EXPECT_THROW(refused.get(), Error);
+  EXPECT_THROW(refused.get(), Error);
+  refused.set(1);
+  EXPECT_EQ(refused.get(), 1);
+  ::unsetenv("MXTRAIN_TEST_OVERRIDE");
 }
 
 // Each level enables exactly the paths its extensions allow; BF16 paths also need the CPU
