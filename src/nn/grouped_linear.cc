@@ -132,6 +132,7 @@ void GroupedLinear::forward(const float* x, int64_t T, const GroupList& groups, 
     saved = GroupedLinearSaved{};
     saved.x = x;
     saved.groups = groups;
+    saved.forward_only = forward_only();
     forward_f32(*this, x, groups, y);
     return;
   }
@@ -153,6 +154,7 @@ void GroupedLinear::backward(GroupedLinearSaved& saved, const float* dy, float* 
   if (fp32_ref_) {
     MXT_CHECK(saved.groups.num_groups() == experts_, "GroupedLinear '", name_,
               "': backward called without a matching forward (or twice for one forward)");
+    check_backward_allowed(saved, name_);
     backward_f32(*this, saved.x, saved.groups, dy, dx);
     saved = GroupedLinearSaved{};
     return;

@@ -39,6 +39,14 @@ namespace mxtrain {
 
 using namespace nn_detail;
 
+namespace {
+thread_local bool forward_only_now = false;  // inside a ForwardOnlyScope
+}  // namespace
+
+ForwardOnlyScope::ForwardOnlyScope() : prev_(forward_only_now) { forward_only_now = true; }
+ForwardOnlyScope::~ForwardOnlyScope() { forward_only_now = prev_; }
+bool forward_only() { return forward_only_now; }
+
 void LinearPrecision::validate() const {
   MXT_CHECK(!defer_backward_quant || defer_backward_quant_applies(recipe),
             "defer_backward_quant needs a quantized recipe: recipe '", recipe.name,
@@ -156,6 +164,7 @@ void Linear::product_forward(const float* x, int64_t T, float* y, LinearSaved& s
               "': the FP32 reference needs the full weight in weight.value");
     saved = LinearSaved{};
     saved.x = x;
+    saved.forward_only = forward_only();
     const float* xs = x;
     int64_t N = T;
     if (gather) {
@@ -277,6 +286,7 @@ void Linear::backward(LinearSaved& saved, const float* dy, float* dx) {
     dxp = ws.partial.data();
   }
   if (fp32_ref_) {
+    check_backward_allowed(saved, name_);
     const float* x = saved.x;
     if (gather && column) {  // x from every rank's rows again
       if (ws.rows.size() < size_t(T * in_)) ws.rows.resize(size_t(T * in_));

@@ -87,6 +87,7 @@ std::vector<QTensor>& scratch(int slot, int64_t groups) {
 // no fresh pages every step.
 void begin_saved(LinearSaved& saved, const GroupList& groups) {
   saved.tokens = groups.offsets.back();
+  saved.forward_only = forward_only();
   saved.groups = groups;
   saved.x = nullptr;
   saved.x_given = false;
@@ -97,14 +98,24 @@ void begin_saved(LinearSaved& saved, const GroupList& groups) {
 
 }  // namespace
 
+void check_backward_allowed(const LinearSaved& saved, const std::string& layer) {
+  MXT_CHECK(!saved.forward_only, "layer '", layer, "': backward of a forward run without "
+            "gradients (inside a ForwardOnlyScope: evaluation or generation); run the forward "
+            "again for training");
+}
+
 void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float* x,
                   const GroupList& groups, QuantizedWeight* const* w, float* y,
                   LinearSaved& saved, LayerScaleHistories& scales) {
   const Recipe& r = p.recipe;
   const int64_t E = groups.num_groups();
-  // x's copies: those forward reads, and (defer off) those wgrad reads, kept in `saved`. A
-  // copy both read is made once, in the kept QTensor, and forward reads it there.
-  const CopySet keep = p.defer_backward_quant ? CopySet{} : copies_needed(r, Role::input, Use::wgrad);
+  // x's copies: those forward reads, and (defer off, a backward to come) those wgrad reads,
+  // kept in `saved`. A copy both read is made once, in the kept QTensor, and forward reads it
+  // there.
+  const bool backward = !forward_only();
+  const CopySet keep = p.defer_backward_quant || !backward
+                           ? CopySet{}
+                           : copies_needed(r, Role::input, Use::wgrad);
   const CopySet fwd = copies_needed(r, Role::input, Use::forward) - keep;
   begin_saved(saved, groups);
   std::vector<QTensor>& xq = fwd.empty() ? saved.xs : scratch(0, E);
@@ -115,7 +126,7 @@ void core_forward(const LinearPrecision& p, int64_t in, int64_t out, const float
     make_copies(x + groups.offsets[g] * in, n, in, r.role(Role::input), xq[size_t(g)], fwd,
                 saved.xs[size_t(g)], keep, scales.get(Role::input, g), &key, &scales.agree);
   }
-  if (p.defer_backward_quant) saved.x = x;
+  if (p.defer_backward_quant && backward) saved.x = x;
   grouped_forward(r, groups, xq.data(), as_qtensors(w, E), y, out);
 }
 
@@ -156,6 +167,7 @@ void core_backward(const LinearPrecision& p, int64_t in, int64_t out, LinearSave
   const int64_t E = groups.num_groups();
   const bool deferred = p.defer_backward_quant && !saved.x_given;
   const CopySet xw = copies_needed(r, Role::input, Use::wgrad);
+  check_backward_allowed(saved, layer);
   MXT_CHECK(saved.xs.size() == size_t(E) && (!deferred || saved.x != nullptr || saved.tokens == 0),
             "layer '", layer, "': backward called without a matching forward (or twice for one "
             "forward)");

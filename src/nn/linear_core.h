@@ -50,6 +50,9 @@ size_t backward_only_weight_bytes(const QuantizedWeight& cache, const Recipe& r)
 
 // ---- the sequence ------------------------------------------------------------------------------
 
+// Refuses, naming `layer`, a backward of a forward made inside a ForwardOnlyScope (linear.h).
+void check_backward_allowed(const LinearSaved& saved, const std::string& layer);
+
 // `scales` is the layer's delayed-scaling state (LayerScaleHistories: per role and group),
 // empty unless the recipe takes scales from amax histories.
 //

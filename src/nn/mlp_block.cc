@@ -99,9 +99,10 @@ double MlpBlock::run(const float* x, const TokenRows& b, float* out, Arena& a, b
   else
     fc1.forward(v.ln2, b.rows, v.a, *v.s_fc1);
   swiglu_forward(v.h, v.a, N, F);
-  // SwiGLU's input in FP8 or 4 bits, [2N, F]: kept as codes; under the whole-layer recompute
-  // only the recomputed pass rounds it, in place, for SwiGLU's backward to read there.
-  if (v.a8 && !shared_) v.a8->keep(v.a, 2 * N, F, storage(), rounding_);
+  // SwiGLU's input in FP8 or 4 bits, [2N, F]: kept as codes (not for a forward without a
+  // backward); under the whole-layer recompute only the recomputed pass rounds it, in place,
+  // for SwiGLU's backward to read there.
+  if (v.a8 && !shared_ && !forward_only()) v.a8->keep(v.a, 2 * N, F, storage(), rounding_);
   if (v.a8 && recompute) v.a8->round_trip(v.a, 2 * N, F, storage(), rounding_);
   if (recompute) {
     fc2.save_input(v.h, N, *v.s_fc2);

@@ -355,7 +355,8 @@ double MoELayer::run_forward(const float* x, int64_t N, float* y) {
   }
   if (R > 0) {  // an expert-parallel rank may receive no rows
     swiglu_forward(h, a, R, Fl_);
-    if (a_kept()) A.a8.keep(a, 2 * R, Fl_, a_storage(), swiglu_rounding_);  // [2R, F/Q]
+    if (a_kept() && !forward_only())  // [2R, F/Q], for the backward
+      A.a8.keep(a, 2 * R, Fl_, a_storage(), swiglu_rounding_);
   }
   for (int64_t s = 0; s < S; ++s) {
     const GroupList& g = A.src_groups[size_t(s)];

@@ -252,6 +252,7 @@ float GPT::forward(const int32_t* tokens, const int32_t* targets, int B, int T) 
 
 float GPT::forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T) {
   MXT_CHECK(targets, "GPT: null targets");
+  const ForwardOnlyScope no_backward;
   return forward(tokens, targets, B, T);
 }
 
@@ -259,6 +260,7 @@ void GPT::forward_logits(const int32_t* tokens, int B, int T, float* logits) {
   MXT_CHECK(logits, "GPT: null logits");
   MXT_CHECK(!shard_.split(), "GPT: forward_logits under sequence parallelism (each rank holds a "
             "share of the logits); run inference in one process");
+  const ForwardOnlyScope no_backward;
   forward(tokens, nullptr, B, T);
   std::copy_n(head_->logits(), size_t(B) * size_t(T) * size_t(cfg_.vocab_size), logits);
 }
@@ -270,6 +272,7 @@ void GPT::forward_cached(const int32_t* tokens, int n, int pos, float* logits,
   MXT_CHECK(n >= 1 && pos >= 0 && int64_t(pos) + n <= cfg_.max_seq_len, "GPT: ", n,
             " tokens after ", pos, " cached ones exceed max_seq_len = ", cfg_.max_seq_len);
   const TokenRows b{1, n, n, 0, n, pos};
+  const ForwardOnlyScope no_backward;
   arena_.reserve(b, layers_.size());
   double aux = 0.0;
   size_t held = 0;

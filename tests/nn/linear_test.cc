@@ -564,6 +564,42 @@ TEST(LinearErrors, BadArgumentsAndPrecision) {
   EXPECT_THROW(nov.forward(x.data(), 2, y.data(), s), Error);  // no value, no provider
 }
 
+// Inside a ForwardOnlyScope a forward gives the same bytes, keeps less (no wgrad copies of
+// x), and its backward is refused by name; the same layer then trains as before. Every recipe
+// family, defer on and off, and the FP32 reference.
+TEST(LinearForwardOnly, SameOutputLessHeldAndNoBackward) {
+  const int64_t T = 33, in = 65, out = 47;
+  auto x = randn(T * in, 40), dy = randn(T * out, 41, 1e-2f);
+  for (const char* recipe : {"bf16", "mxfp8", "nvfp4", "mxfp4", "fp32"})
+    for (bool defer : {false, true}) {
+      const bool fp32 = std::string(recipe) == "fp32";
+      if (defer && (fp32 || std::string(recipe) == "bf16")) continue;
+      SCOPED_TRACE(std::string(recipe) + (defer ? " defer" : ""));
+      Linear l = make_layer(fp32 ? "bf16" : recipe, defer, in, out, true, 42);
+      l.set_fp32_reference(fp32);
+      std::vector<float> y(size_t(T * out));
+      LinearSaved s;
+      size_t held_only = 0;
+      {
+        const ForwardOnlyScope scope;
+        EXPECT_TRUE(forward_only());
+        l.forward(x.data(), T, y.data(), s);
+        held_only = s.held_bytes();
+      }
+      EXPECT_FALSE(forward_only());
+      try {
+        l.backward(s, dy.data(), nullptr);
+        ADD_FAILURE() << "a backward of a forward-only forward must throw";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("without gradients"), std::string::npos)
+            << e.what();
+      }
+      const Result r = run_layer(l, x, dy, T);
+      EXPECT_TRUE(same_bytes(y, r.y));
+      if (!defer && !fp32) EXPECT_LT(held_only, r.held);
+    }
+}
+
 TEST(LinearMx, NanPropagatesWithoutThrowing) {
   const int64_t T = 4, in = 64, out = 8;
   for (std::string name : {"bf16", "mxfp8", "mxfp8-32x32", "blockwise", "fp8-current",

@@ -1,7 +1,8 @@
 // tests/nn/transformer_test.cc — the GPT model (nn/transformer.h): config errors, module
 // description and naming, loss at initialisation, whole-model gradients against finite
 // differences (dense and MoE), exact gradient accumulation, determinism (seed and thread
-// count), and defer_backward_quant giving the same numbers with fewer held bytes.
+// count), defer_backward_quant giving the same numbers with fewer held bytes, and evaluation
+// keeping nothing for a backward.
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "mxtrain/common.h"
+#include "mxtrain/nn/fp8_activation.h"
 #include "mxtrain/nn/moe.h"
 #include "mxtrain/nn/transformer.h"
 #include "mxtrain/quantize.h"
@@ -365,6 +367,37 @@ TEST(GPT, DeferBackwardQuantGivesSameNumbersAndHoldsLess) {
     EXPECT_GT(held_off, 0u);
     EXPECT_LT(held_on, held_off) << "moe=" << moe;
   }
+}
+
+// Evaluation (forward_loss, in a ForwardOnlyScope) gives the training forward's loss bit for
+// bit while keeping less (no wgrad copies of the Linears' inputs, no SwiGLU input), and leaves
+// the next training step as it would be without it: the same loss and gradients, bit for bit.
+// Every recipe family, defer on and off, dense and MoE, SwiGLU's input in FP32 and in FP8 or
+// 4 bits.
+TEST(GPT, EvaluationKeepsNothingForABackwardAndChangesNoStep) {
+  for (const char* recipe : {"bf16", "mxfp8", "nvfp4", "mxfp4"})
+    for (bool defer : {false, true})
+      for (bool moe : {false, true})
+        for (SwigluInput sw : {SwigluInput::fp32, SwigluInput::follow_fc1}) {
+          if (defer && std::string(recipe) == "bf16") continue;  // bf16 defers nothing
+          SCOPED_TRACE(std::string(recipe) + (defer ? " defer" : "") + (moe ? " moe" : "") +
+                       " swiglu " + swiglu_input_name(sw));
+          TokenBatch b = make_batch(2, 8, 23);
+          GPT evald(tiny(moe), recipe_resolver(recipe, defer), 8);
+          GPT plain(tiny(moe), recipe_resolver(recipe, defer), 8);
+          evald.set_swiglu_input(sw);
+          plain.set_swiglu_input(sw);
+          const float l_eval = evald.forward_loss(b.tokens.data(), b.targets.data(), 2, 8);
+          const size_t held_eval = evald.last_held_bytes();
+          const float l_train =
+              evald.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f);
+          const size_t held_train = evald.last_held_bytes();
+          EXPECT_EQ(l_eval, l_train);
+          if (!defer) EXPECT_LT(held_eval, held_train);
+          EXPECT_EQ(plain.forward_backward(b.tokens.data(), b.targets.data(), 2, 8, 1.f),
+                    l_train);
+          EXPECT_TRUE(same_bytes(all_grads(evald), all_grads(plain)));
+        }
 }
 
 // What the whole model saves between forward and backward, to the byte. Every recipe keeps

@@ -119,9 +119,27 @@ using WeightProvider = std::function<void(Use use, QuantizedWeight& cache)>;
 enum class ModuleEvent : uint8_t { forward_done, backward_start, backward_done };
 using LayerHook = std::function<void(ModuleEvent)>;
 
+// Forwards run while a ForwardOnlyScope lives on this thread keep nothing for a backward
+// (evaluation, generation): a Linear or GroupedLinear makes only the copies its product reads,
+// not x's wgrad copies, and a feed-forward block keeps no SwiGLU input. The outputs are the
+// same bytes. A backward of such a forward is refused.
+class ForwardOnlyScope {
+ public:
+  ForwardOnlyScope();
+  ~ForwardOnlyScope();
+  ForwardOnlyScope(const ForwardOnlyScope&) = delete;
+  ForwardOnlyScope& operator=(const ForwardOnlyScope&) = delete;
+
+ private:
+  bool prev_;
+};
+// Whether this thread is inside a ForwardOnlyScope.
+bool forward_only();
+
 // What forward keeps for backward, per row group (one group for a Linear).
 struct LinearSaved {
   int64_t tokens = 0;           // rows of the product
+  bool forward_only = false;    // made inside a ForwardOnlyScope: no backward
   GroupList groups;
   // Reference to the caller's x, kept alive and unchanged by the caller until backward: with
   // defer on [tokens, in]; in the FP32 reference mode; and for a column-parallel Linear under

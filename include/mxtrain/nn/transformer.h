@@ -111,7 +111,9 @@ class GPT {
   float forward_backward(const int32_t* tokens, const int32_t* targets, int B, int T,
                          float grad_scale);
   // Evaluation: mean cross-entropy, no gradients touched (the saved state of an earlier forward
-  // is replaced, so run it between steps, not between a forward and its backward).
+  // is replaced, so run it between steps, not between a forward and its backward). It runs in
+  // a ForwardOnlyScope (nn/linear.h), as forward_logits and forward_cached do: the layers make
+  // only what the forward reads, not the copies a backward would.
   float forward_loss(const int32_t* tokens, const int32_t* targets, int B, int T);
   // Inference: logits [B, T, V] of a forward (no loss, no gradients; like forward_loss it
   // replaces the saved state of an earlier forward).
