@@ -165,9 +165,10 @@ class Context:
         self.out = out        # rows file override (default: docs/results/raw/<suite>_<class>.jsonl)
         self.machine = machine_class(binary)
         self.tag = class_tag(self.machine)
-        # The source the binary was built from, as far as the work tree says (rows of earlier
-        # runs have none).
-        self.commit = git_describe(ROOT)
+        # The source the binary was built from, as far as the work tree it sits in says: this
+        # checkout's for build/mxtrain, another checkout's for a binary built there (--binary,
+        # MXTRAIN_BIN: a baseline). Rows of earlier runs have none.
+        self.commit = git_describe(os.path.dirname(os.path.abspath(binary))) or git_describe(ROOT)
 
     def pinned_python(self):
         """The interpreter of scripts/pyenv.sh's environment (made there on first use)."""

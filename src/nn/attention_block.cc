@@ -133,10 +133,12 @@ void AttentionBlock::backward(float* dres, const float* x, const TokenRows& b, A
                    Accum::add, take_grad_mode(norm));
 }
 
-// The T new tokens of qkv_out [T, 3D] at positions pos..pos+T-1: k and v into the cache, each
-// query over the cached positions 0..its own into atty [T, D]. One process (D = Dl).
+// The n new tokens of qkv_out [n, 3D] at positions pos..pos+n-1: k (rotated) into the
+// transposed key cache [D, max_seq_len], v into the value cache [max_seq_len, D], then each
+// query over the cached positions 0..its own into atty [n, D] (attention_cached, nn/ops.h).
+// One process (D = Dl).
 void AttentionBlock::attend_cached(const View& v, const TokenRows& b) {
-  const int64_t n = b.T, D = Dl_, H = H_, hd = D / H, T = max_seq_, pos = b.pos;
+  const int64_t n = b.T, D = Dl_, H = H_, T = max_seq_, pos = b.pos;
   MXT_CHECK(pos + n <= T, "attention: ", n, " tokens after ", pos, " cached ones exceed "
             "max_seq_len = ", T);
   if (kcache_.size() != size_t(T * D)) {
@@ -146,45 +148,13 @@ void AttentionBlock::attend_cached(const View& v, const TokenRows& b) {
   float* qkv_out = v.qkv_out;
   if (rope_) rope_forward(qkv_out, *rope_, 1, n, D, H, pos);
   for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(qkv_out + i * 3 * D + D, D, kcache_.data() + (pos + i) * D);
+    const float* k = qkv_out + i * 3 * D + D;
+    for (int64_t d = 0; d < D; ++d) kcache_[size_t(d * T + pos + i)] = k[d];
     std::copy_n(qkv_out + i * 3 * D + 2 * D, D, vcache_.data() + (pos + i) * D);
   }
-  const float scale = float(1.0 / std::sqrt(double(hd)));
-  const float* kc = kcache_.data();
-  const float* vc = vcache_.data();
   if (probs_.size() < size_t(n * H * T)) probs_.resize(size_t(n * H * T));
-  float* probs = probs_.data();
-  float* out = v.atty;
-#pragma omp parallel for collapse(2) schedule(static) if (n * H > 1)
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t h = 0; h < H; ++h) {
-      const float* q = qkv_out + i * 3 * D + h * hd;
-      float* p = probs + (i * H + h) * T;
-      const int64_t keys = pos + i + 1;  // positions 0..pos+i
-      for (int64_t s = 0; s < keys; ++s) {
-        const float* k = kc + s * D + h * hd;
-        float acc = 0.f;
-        for (int64_t j = 0; j < hd; ++j) acc += (q[j] * scale) * k[j];
-        p[s] = acc;
-      }
-      float mx = p[0];
-      for (int64_t s = 1; s < keys; ++s) mx = std::max(mx, p[s]);
-      float sum = 0.f;
-      for (int64_t s = 0; s < keys; ++s) {
-        p[s] = std::exp(p[s] - mx);
-        sum += p[s];
-      }
-      const float inv = 1.f / sum;
-      for (int64_t s = 0; s < keys; ++s) p[s] *= inv;
-      float* o = out + i * D + h * hd;
-      for (int64_t j = 0; j < hd; ++j) o[j] = 0.f;
-      for (int64_t s = 0; s < keys; ++s) {
-        const float* vr = vc + s * D + h * hd;
-        const float ps = p[s];
-        for (int64_t j = 0; j < hd; ++j) o[j] += ps * vr[j];
-      }
-    }
-  }
+  attention_cached(v.atty, qkv_out, n, pos, D, H, kcache_.data(), vcache_.data(), T,
+                   probs_.data());
 }
 
 void AttentionBlock::share_activations(AttnActs* shared) {

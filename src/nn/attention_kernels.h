@@ -12,6 +12,7 @@
 //   attention_*_ref      portable C++, both precisions (ops_attention.cc)
 //   attention_*_avx512bf16  AttnPrecision::bf16 only, VDPBF16PS block products on packed BF16
 //                        tiles; needs AVX512-F/BW/VL/DQ + AVX512-BF16 (attention_avx512.cc)
+// Inference over a KV cache has its own pair (attention_cached_*, below).
 // Callers (ops_attention.cc) check the arguments; the kernels do not.
 #pragma once
 
@@ -67,6 +68,21 @@ void attention_backward_avx512bf16(float* dqkv, const float* dout, const float* 
 
 // y[i] = exp(x[i]) by the AVX-512 kernel's polynomial (for its accuracy test); n any.
 void exp_avx512(float* y, const float* x, int64_t n);
+
+// attention_cached's kernels (mxtrain/nn/ops.h; attention_cached.cc): the portable reference and
+// the AVX-512 one (attention_cached_avx512.cc), bit for bit the same. The AVX-512 kernel puts
+// sixteen keys side by side for the scores (kT's rows are contiguous in the key) and sixteen
+// head dimensions side by side for the output, so every sum keeps the reference's order.
+using AttnCached = void (*)(float* out, const float* qkv, int64_t n, int64_t pos, int64_t D,
+                            int64_t H, const float* kT, const float* v, int64_t Tc,
+                            float* probs);
+void attention_cached_ref(float* out, const float* qkv, int64_t n, int64_t pos, int64_t D,
+                          int64_t H, const float* kT, const float* v, int64_t Tc, float* probs);
+void attention_cached_avx512(float* out, const float* qkv, int64_t n, int64_t pos, int64_t D,
+                             int64_t H, const float* kT, const float* v, int64_t Tc,
+                             float* probs);
+// What attention_cached's table chooses now (mxtrain info).
+PathChoice attention_cached_choice();
 
 // The path of the kernel attention_forward/backward take for precision p now (their dispatch
 // table in ops_attention.cc): avx512bf16 or scalar.

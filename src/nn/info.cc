@@ -31,6 +31,7 @@ std::vector<KernelPath> op_paths() {
   all.push_back(gemm_detail::fp4_product_choice());
   all.push_back(opk::ops_choice());
   all.push_back(nn_detail::attention_choice());
+  all.push_back(nn_detail::attention_cached_choice());
   std::vector<KernelPath> out;
   for (const PathChoice& c : all) out.push_back({c.op, path_name(c.path), c.kernel});
   const GemmShapes dense = gemm_shapes();  // outside a VaryingRowsScope

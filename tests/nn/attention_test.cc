@@ -411,6 +411,51 @@ TEST(Attention, FusedRopeIsRopeThenAttentionBitForBit) {
                  Error);
 }
 
+// Attention over a KV cache (attention_cached): the AVX-512 kernel gives the reference's bytes
+// on head dimensions 1 to 64 (partial vectors of dimensions: 1, 15, 17, 31, 33) and key counts
+// that fill no, one or several vectors and blocks of 64 keys (1, 15, 17, 33, 63, 64, 65, 129),
+// with one query or three (later queries see more keys), a cache longer than the keys held,
+// and scores large enough (inputs in [-4, 4]) that exp spans many binades. The API runs the
+// reference at the scalar level.
+TEST(AttentionCached, Avx512MatchesReferenceBitForBit) {
+  using nn_detail::attention_cached_avx512;
+  using nn_detail::attention_cached_ref;
+  const bool fast = isa_supported(Isa::avx512);
+  int cases = 0;
+  for (int64_t hd : {1, 15, 16, 17, 31, 33, 64})
+    for (int64_t H : {1, 3})
+      for (int64_t keys : {1, 15, 17, 33, 63, 64, 65, 129})
+        for (int64_t n : {1, 3}) {
+          if (n > keys) continue;
+          const int64_t D = hd * H, pos = keys - n, Tc = keys + 7;
+          SCOPED_TRACE("hd " + std::to_string(hd) + " H " + std::to_string(H) + " keys " +
+                       std::to_string(keys) + " n " + std::to_string(n));
+          const uint32_t seed = uint32_t(1000 * hd + 100 * H + keys + n);
+          const std::vector<float> qkv = random_vector(size_t(n * 3 * D), seed, -4.f, 4.f);
+          const std::vector<float> kT = random_vector(size_t(D * Tc), seed + 1, -4.f, 4.f);
+          const std::vector<float> v = random_vector(size_t(Tc * D), seed + 2, -4.f, 4.f);
+          std::vector<float> want(size_t(n * D)), got(size_t(n * D)), api(size_t(n * D));
+          std::vector<float> probs(size_t(n * H * Tc));
+          attention_cached_ref(want.data(), qkv.data(), n, pos, D, H, kT.data(), v.data(), Tc,
+                               probs.data());
+          set_isa(Isa::scalar);
+          attention_cached(api.data(), qkv.data(), n, pos, D, H, kT.data(), v.data(), Tc,
+                           probs.data());
+          clear_isa_override();
+          EXPECT_TRUE(same_bytes(api, want));
+          if (!fast) continue;
+          attention_cached_avx512(got.data(), qkv.data(), n, pos, D, H, kT.data(), v.data(),
+                                  Tc, probs.data());
+          EXPECT_TRUE(same_bytes(got, want));
+          ++cases;
+        }
+  if (fast) EXPECT_EQ(cases, 7 * 2 * (8 * 2 - 1));
+  std::vector<float> buf(64);
+  EXPECT_THROW(attention_cached(buf.data(), buf.data(), 2, 3, 4, 1, buf.data(), buf.data(), 4,
+                                buf.data()),
+               Error);  // 2 queries after 3 positions need a cache of 5
+}
+
 TEST(Attention, ArgumentErrors) {
   std::vector<float> qkv(3 * 10), out(10), lse(3), dqkv(3 * 10), dout(10);
   const auto p = AttnPrecision::bf16;

@@ -128,7 +128,8 @@ class AttentionBlock {
   int split_tp_ = 1;  // set_split_sums
   AttnActs own_;
   AttnActs* shared_ = nullptr;
-  FloatBuffer kcache_, vcache_, probs_;  // KV cache [max_seq_len, Dl] (k rotated), scores
+  // KV cache: k rotated and transposed [Dl, max_seq_len], v [max_seq_len, Dl]; the scores.
+  FloatBuffer kcache_, vcache_, probs_;
 };
 
 // ---- MLP ------------------------------------------------------------------------------------

@@ -92,6 +92,17 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         const float* lse, int64_t B, int64_t T, int64_t D, int64_t H,
                         AttnPrecision p, const RopeTable* rope = nullptr);
 
+// Attention over a KV cache (inference, nn/blocks.h AttentionBlock): the n queries of qkv
+// [n, 3D] (q already rotated) at positions pos..pos+n-1, query i over the cached positions
+// 0..pos+i. kT: [D, Tc], the cached keys transposed (row h·hd + j: dimension j of head h at
+// every position); v: [Tc, D], the cached values; both hold positions 0..pos+n-1 (Tc >= pos +
+// n). out: [n, D]; probs: scratch of n·H·Tc floats. FP32 in one order on every kernel path
+// (nn_detail::attention_cached_choice): with scale = fl(1/sqrt(hd)), score s is Σ_j, from +0
+// and j in order, of fl(fl(q_j · scale) · k_sj) (a multiply, then an add); p_s = exp(score_s -
+// max) by std::exp, summed in key order; p_s · fl(1/sum); out_j = Σ_s, s in order, p_s · v_sj.
+void attention_cached(float* out, const float* qkv, int64_t n, int64_t pos, int64_t D,
+                      int64_t H, const float* kT, const float* v, int64_t Tc, float* probs);
+
 // ---- SwiGLU: h = silu(gate) * up, fc1 output a = [gate | up] ----------------------------
 // h: [N, F]; a: [N, 2*F] (gate in columns 0..F-1, up in F..2F-1).
 void swiglu_forward(float* h, const float* a, int64_t N, int64_t F);
