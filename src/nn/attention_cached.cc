@@ -41,14 +41,7 @@ void attention_cached_ref(float* out, const float* qkv, int64_t n, int64_t pos, 
         for (int64_t j = 0; j < hd; ++j) acc += (q[j] * scale) * k[j * Tc + s];
         p[s] = acc;
       }
-      float mx = p[0];
-      for (int64_t s = 1; s < keys; ++s) mx = std::max(mx, p[s]);
-      float sum = 0.f;
-      for (int64_t s = 0; s < keys; ++s) {
-        p[s] = std::exp(p[s] - mx);
-        sum += p[s];
-      }
-      const float inv = 1.f / sum;
+      const float inv = softmax_numerators(p, keys);
       for (int64_t s = 0; s < keys; ++s) p[s] *= inv;
       float* o = out + i * D + h * hd;
       for (int64_t j = 0; j < hd; ++j) o[j] = 0.f;

@@ -3,8 +3,8 @@
 //
 // Scores: sixteen keys per vector, read from kT's rows (contiguous in the key), each lane
 // summing its key's products over j in order; four such vectors in flight hide the adds'
-// latency. The scaling by 1/sum is elementwise; the maximum, exp and the sum stay scalar, in
-// key order with std::exp, as the reference has them. Output: sixteen head dimensions per
+// latency. The scaling by 1/sum is elementwise; the maximum, exp and the sum are the
+// reference's own scalar code (softmax_numerators). Output: sixteen head dimensions per
 // vector, summed over the keys in order. Multiplies and adds are the
 // explicitly rounded forms, so the compiler cannot fuse them into FMAs the reference does not
 // have.
@@ -76,14 +76,7 @@ void attention_cached_avx512(float* out, const float* qkv, int64_t n, int64_t po
         const int64_t keys = pos + i + 1;
         for (int64_t j = 0; j < hd; ++j) qs[size_t(j)] = q[j] * scale;
         scores(p, qs.data(), kT + h * hd * Tc, hd, Tc, keys);
-        float mx = p[0];
-        for (int64_t s = 1; s < keys; ++s) mx = std::max(mx, p[s]);
-        float sum = 0.f;
-        for (int64_t s = 0; s < keys; ++s) {
-          p[s] = std::exp(p[s] - mx);
-          sum += p[s];
-        }
-        const __m512 inv = _mm512_set1_ps(1.f / sum);
+        const __m512 inv = _mm512_set1_ps(softmax_numerators(p, keys));
         for (int64_t s = 0; s < keys; s += 16) {
           const __mmask16 m = lanes(keys - s);
           _mm512_mask_storeu_ps(p + s, m, mul_rn(_mm512_maskz_loadu_ps(m, p + s), inv));

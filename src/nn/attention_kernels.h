@@ -16,6 +16,8 @@
 // Callers (ops_attention.cc) check the arguments; the kernels do not.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -81,6 +83,18 @@ void attention_cached_ref(float* out, const float* qkv, int64_t n, int64_t pos, 
 void attention_cached_avx512(float* out, const float* qkv, int64_t n, int64_t pos, int64_t D,
                              int64_t H, const float* kT, const float* v, int64_t Tc,
                              float* probs);
+// The softmax's scalar part, shared by both kernels: p[0..keys) = std::exp(p_s - max), the
+// maximum and then the numerators in key order; returns fl(1 / their sum in key order).
+inline float softmax_numerators(float* p, int64_t keys) {
+  float mx = p[0];
+  for (int64_t s = 1; s < keys; ++s) mx = std::max(mx, p[s]);
+  float sum = 0.f;
+  for (int64_t s = 0; s < keys; ++s) {
+    p[s] = std::exp(p[s] - mx);
+    sum += p[s];
+  }
+  return 1.f / sum;
+}
 // What attention_cached's table chooses now (mxtrain info).
 PathChoice attention_cached_choice();
 
