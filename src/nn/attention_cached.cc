@@ -12,7 +12,6 @@
 // each is computed by one thread, so nothing depends on the thread count.
 #include <omp.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "core/dispatch.h"

@@ -5,7 +5,7 @@
 // summing its key's products over j in order; four such vectors in flight hide the adds'
 // latency. The scaling by 1/sum is elementwise; the maximum, exp and the sum are the
 // reference's own scalar code (softmax_numerators). Output: sixteen head dimensions per
-// vector, summed over the keys in order. Multiplies and adds are the
+// vector, summed over the keys in order. Multiplies and adds are core/vexp_avx512.h's
 // explicitly rounded forms, so the compiler cannot fuse them into FMAs the reference does not
 // have.
 // GCC 12 reports the undefined-source operands inside its own AVX-512 intrinsics as
@@ -16,20 +16,19 @@
 #endif
 #include <immintrin.h>
 
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/vexp_avx512.h"
 #include "nn/attention_kernels.h"
 
 namespace mxtrain::nn_detail {
 
 namespace {
 
-constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-inline __m512 mul_rn(__m512 a, __m512 b) { return _mm512_mul_round_ps(a, b, kRn); }
-inline __m512 add_rn(__m512 a, __m512 b) { return _mm512_add_round_ps(a, b, kRn); }
-inline __mmask16 lanes(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1u); }
+using kern::avx512::add_rn;
+using kern::avx512::mul_rn;
+using kern::avx512::tail_mask;
 
 // p[s] for s < keys: the scores of the scaled query qs [hd] against kT's columns s.
 void scores(float* p, const float* qs, const float* k, int64_t hd, int64_t Tc, int64_t keys) {
@@ -50,7 +49,7 @@ void scores(float* p, const float* qs, const float* k, int64_t hd, int64_t Tc, i
     _mm512_storeu_ps(p + s + 48, a3);
   }
   for (; s < keys; s += 16) {
-    const __mmask16 m = lanes(keys - s);
+    const __mmask16 m = tail_mask(keys - s);
     __m512 a = _mm512_setzero_ps();
     for (int64_t j = 0; j < hd; ++j)
       a = add_rn(a, mul_rn(_mm512_set1_ps(qs[j]), _mm512_maskz_loadu_ps(m, k + j * Tc + s)));
@@ -78,12 +77,12 @@ void attention_cached_avx512(float* out, const float* qkv, int64_t n, int64_t po
         scores(p, qs.data(), kT + h * hd * Tc, hd, Tc, keys);
         const __m512 inv = _mm512_set1_ps(softmax_numerators(p, keys));
         for (int64_t s = 0; s < keys; s += 16) {
-          const __mmask16 m = lanes(keys - s);
+          const __mmask16 m = tail_mask(keys - s);
           _mm512_mask_storeu_ps(p + s, m, mul_rn(_mm512_maskz_loadu_ps(m, p + s), inv));
         }
         float* o = out + i * D + h * hd;
         for (int64_t j = 0; j < hd; j += 16) {
-          const __mmask16 m = lanes(hd - j);
+          const __mmask16 m = tail_mask(hd - j);
           const float* vj = v + h * hd + j;
           __m512 acc = _mm512_setzero_ps();
           for (int64_t s = 0; s < keys; ++s)
